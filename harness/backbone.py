@@ -1,0 +1,138 @@
+"""Shared GPT-2-style decoder that takes any variant's mixer.
+
+Pre-norm blocks  x <- x + Drop(Mixer(LN1(x)));  x <- x + Drop(W2 GELU(W1 LN2(x))),
+learned absolute positions, final LayerNorm, LM head tied to the token embedding.
+Init as GPT-2: N(0, 0.02), zero biases, residual projections N(0, 0.02 / sqrt(2 L)).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .model import LanguageModel, ModelOutput, lm_loss
+from .variant import AuxLoss, MixerBuilder, MixerOutput
+
+RESIDUAL_ATTR = "attnbench_residual_projection"
+
+
+def mark_residual(linear: nn.Linear) -> nn.Linear:
+    """Flag a projection that writes into the residual stream (gets GPT-2's scaled init)."""
+    setattr(linear, RESIDUAL_ATTR, True)
+    return linear
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        hidden = config.mlp_ratio * config.d_model
+        self.c_fc = nn.Linear(config.d_model, hidden, bias=config.bias)
+        self.c_proj = mark_residual(nn.Linear(hidden, config.d_model, bias=config.bias))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(F.gelu(self.c_fc(x)))  # (B, T, D)
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, mixer: nn.Module) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.d_model, bias=config.bias)
+        self.mixer = mixer
+        self.ln_2 = nn.LayerNorm(config.d_model, bias=config.bias)
+        self.mlp = MLP(config)
+        self.drop = nn.Dropout(config.dropout)
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.drop(self.mlp(self.ln_2(x)))  # (B, T, D)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[AuxLoss, ...]]:
+        out = self.mixer(self.ln_1(x))
+        aux: tuple[AuxLoss, ...] = ()
+        if isinstance(out, MixerOutput):
+            out, aux = out.y, tuple(out.aux)
+        x = x + self.drop(out)  # (B, T, D)
+        return self._mlp(x), aux
+
+    def step(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        y, state = self.mixer.step(self.ln_1(x), state)  # (B, t, D)
+        return self._mlp(x + self.drop(y)), state
+
+
+@dataclass(frozen=True)
+class BackboneState:
+    pos: int  # tokens consumed so far
+    layers: tuple[Any, ...]  # one mixer state per layer
+
+
+class Backbone(LanguageModel):
+    """GPT-2-style decoder; ``build_mixer(config, layer_idx)`` supplies each token mixer."""
+
+    def __init__(self, config: ModelConfig, build_mixer: MixerBuilder) -> None:
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.d_model)
+        self.wpe = nn.Embedding(config.context, config.d_model)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(
+            Block(config, build_mixer(config, i)) for i in range(config.n_layer)
+        )
+        self.ln_f = nn.LayerNorm(config.d_model, bias=config.bias)
+        self.apply(self._init_weights)
+        resid_std = 0.02 / math.sqrt(2 * config.n_layer)
+        for module in self.modules():
+            if getattr(module, RESIDUAL_ATTR, False):
+                nn.init.normal_(module.weight, mean=0.0, std=resid_std)
+        for block in self.blocks:  # a mixer may override the generic init afterwards
+            if hasattr(block.mixer, "init_weights"):
+                block.mixer.init_weights()
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def _embed(self, idx: torch.Tensor, start: int) -> torch.Tensor:
+        T = idx.size(1)
+        if start + T > self.config.context:
+            raise ValueError(
+                f"sequence of {start + T} tokens exceeds the model context {self.config.context}"
+            )
+        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
+        return self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, D)
+
+    def _head(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.ln_f(x), self.wte.weight)  # (B, T, V) tied head, no bias
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> ModelOutput:
+        x = self._embed(idx, 0)  # (B, T, D)
+        aux: list[AuxLoss] = []
+        for block in self.blocks:
+            x, block_aux = block(x)
+            aux.extend(block_aux)
+        return lm_loss(self._head(x), targets, aux)
+
+    def init_state(self, batch_size, max_len, device=None, dtype=None) -> BackboneState:
+        device = device or self.wte.weight.device
+        dtype = dtype or self.wte.weight.dtype
+        layers = tuple(
+            b.mixer.init_state(batch_size, max_len, device=device, dtype=dtype) for b in self.blocks
+        )
+        return BackboneState(0, layers)
+
+    def step(self, idx: torch.Tensor, state: BackboneState) -> tuple[torch.Tensor, BackboneState]:
+        x = self._embed(idx, state.pos)  # (B, t, D)
+        new_layers = []
+        for block, layer_state in zip(self.blocks, state.layers):
+            x, layer_state = block.step(x, layer_state)
+            new_layers.append(layer_state)
+        return self._head(x), BackboneState(state.pos + idx.size(1), tuple(new_layers))

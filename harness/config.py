@@ -1,0 +1,53 @@
+"""Model configuration passed whole to every builder (backbone, mixer, whole model)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a decoder-only language model; `options` holds the variant's own knobs.
+
+    `options` is an instance of the variant's `options` dataclass (validated from the
+    suite's `variant_options` mapping), or None for variants without options.
+    """
+
+    vocab_size: int = 256
+    d_model: int = 128
+    n_layer: int = 4
+    n_head: int = 4
+    context: int = 256  # n_positions: longest sequence the learned positions cover
+    mlp_ratio: int = 4
+    dropout: float = 0.0
+    bias: bool = True
+    options: Any = field(default=None, compare=True)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layer", "n_head", "context", "mlp_ratio"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.d_model % self.n_head:
+            raise ValueError(
+                f"ModelConfig.d_model ({self.d_model}) must be divisible by n_head ({self.n_head})"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"ModelConfig.dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form (options flattened to a dict) for content keys and the store."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "options"}
+        opts = self.options
+        if dataclasses.is_dataclass(opts):
+            opts = dataclasses.asdict(opts)
+        out["options"] = opts
+        return out

@@ -1,0 +1,39 @@
+"""Typed errors. Every error a user can act on is an `AttnbenchError`.
+
+The CLI turns these into one-line messages in exactly one place
+(`harness.cli.main`); library code raises, never prints and exits.
+"""
+
+from __future__ import annotations
+
+
+class AttnbenchError(Exception):
+    """Base class: a problem the user can fix; the message says what, where and how."""
+
+
+class PluginError(AttnbenchError):
+    """A plugin failed to load, registered something invalid, or clashed with another."""
+
+
+class UnknownVariantError(AttnbenchError):
+    """A variant name that no loaded plugin registered."""
+
+
+class SuiteError(AttnbenchError):
+    """A suite file that is malformed or invalid (message names file, line/key, fix)."""
+
+
+class StoreError(AttnbenchError):
+    """The results store cannot be opened, migrated or written."""
+
+
+class DataError(AttnbenchError):
+    """A dataset or tokenizer that cannot be loaded."""
+
+
+class TrainingError(AttnbenchError):
+    """A training run that cannot continue (divergence, out-of-memory, bad checkpoint)."""
+
+
+class CheckFailed(AttnbenchError):
+    """A variant failed the trust gate and the suite does not allow failing variants."""

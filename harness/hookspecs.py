@@ -1,0 +1,26 @@
+"""Hook specifications: the whole plugin contract, in one small typed file.
+
+Plugins implement these with ``@harness.hookimpl`` and are found through the
+``attnbench`` entry-point group. Hooks are always called with keyword arguments; a spec
+may gain parameters in later versions but never loses one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .variant import Variant
+
+hookspec = pluggy.HookspecMarker("attnbench")
+
+
+@hookspec
+def attnbench_register_variants(register: Callable[["Variant"], None]) -> None:
+    """Register attention variants.
+
+    :param register: call once per variant with a ``harness.Variant``; the harness
+        validates it and rejects a name another plugin already registered.
+    """

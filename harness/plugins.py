@@ -1,0 +1,191 @@
+"""Plugin loading: entry points -> pluggy manager -> validated variant registry.
+
+Nothing is loaded at import time; call ``get_plugin_manager()`` / ``load_registry()``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata as md
+import inspect
+import os
+import re
+from dataclasses import dataclass, field, replace
+from types import ModuleType
+from typing import Any, Iterable
+
+import pluggy
+
+from . import hookspecs
+from .errors import PluginError, UnknownVariantError
+from .variant import DECODE_KINDS, Variant
+
+ENTRY_POINT_GROUP = "attnbench"
+PLUGINS_ENV = "ATTNBENCH_PLUGINS"  # comma-separated entry-point names to load; unset = all
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
+
+
+@dataclass(frozen=True)
+class PluginLoadError:
+    """A plugin that failed to import or to register; the others still load."""
+
+    plugin: str
+    error: str
+
+
+@dataclass
+class LoadedPlugins:
+    manager: pluggy.PluginManager
+    distributions: dict[str, str] = field(default_factory=dict)  # plugin name -> dist
+    errors: list[PluginLoadError] = field(default_factory=list)
+
+
+def _allowed_names() -> set[str] | None:
+    raw = os.environ.get(PLUGINS_ENV)
+    if raw is None:
+        return None
+    return {n.strip() for n in raw.split(",") if n.strip()}
+
+
+def get_plugin_manager(
+    extra_plugins: Iterable[tuple[str, Any]] = (), *, entry_points: bool = True
+) -> LoadedPlugins:
+    """A fresh plugin manager with installed entry points (filtered by ATTNBENCH_PLUGINS)
+    and ``extra_plugins`` ((name, module-or-object) pairs) registered, then checked."""
+    pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
+    pm.add_hookspecs(hookspecs)
+    loaded = LoadedPlugins(pm)
+    if entry_points:
+        allowed = _allowed_names()
+        for ep in md.entry_points(group=ENTRY_POINT_GROUP):
+            if allowed is not None and ep.name not in allowed:
+                continue
+            if pm.has_plugin(ep.name):
+                continue
+            dist = ep.dist.name if ep.dist is not None else "?"
+            try:
+                module = ep.load()
+                pm.register(module, name=ep.name)
+            except Exception as exc:  # a broken plugin must not take the others down
+                loaded.errors.append(PluginLoadError(ep.name, f"{type(exc).__name__}: {exc}"))
+                continue
+            loaded.distributions[ep.name] = dist
+    for name, plugin in extra_plugins:
+        try:
+            pm.register(plugin, name=name)
+        except Exception as exc:
+            loaded.errors.append(PluginLoadError(name, f"{type(exc).__name__}: {exc}"))
+            continue
+        loaded.distributions[name] = "(in-process)"
+    _check_pending(pm)
+    return loaded
+
+
+def _check_pending(pm: pluggy.PluginManager) -> None:
+    """Reject hook implementations whose name matches no spec (usually a typo)."""
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        known = [n for n in dir(hookspecs) if n.startswith("attnbench_")]
+        bad = [n for n in dir(exc.plugin) if n.startswith("attnbench_") and n not in known]
+        hints = []
+        for name in bad:
+            close = difflib.get_close_matches(name, known, n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        plugin_name = pm.get_name(exc.plugin) or repr(exc.plugin)
+        raise PluginError(
+            f"plugin {plugin_name!r} implements unknown hook {', '.join(hints) or str(exc)}; "
+            f"known hooks: {', '.join(known)}. Fix the hook name in the plugin."
+        ) from exc
+
+
+def _source_files(variant: Variant, plugin: Any) -> tuple[str, ...]:
+    files: list[str] = []
+    for obj in (plugin, variant.build_mixer, variant.build_model, variant.options):
+        if obj is None:
+            continue
+        try:
+            path = inspect.getsourcefile(obj if isinstance(obj, ModuleType) else inspect.unwrap(obj))
+        except TypeError:
+            path = None
+        if path and path not in files:
+            files.append(path)
+    return tuple(files)
+
+
+def _validate(variant: Any, plugin_name: str) -> Variant:
+    if not isinstance(variant, Variant):
+        raise PluginError(
+            f"plugin {plugin_name!r} called register() with {type(variant).__name__}; "
+            "pass a harness.Variant"
+        )
+    if not _NAME_RE.match(variant.name):
+        raise PluginError(
+            f"plugin {plugin_name!r} registered invalid variant name {variant.name!r}; "
+            "use lower-case letters, digits, '-' and '_'"
+        )
+    if not callable(variant.build_mixer):
+        raise PluginError(f"variant {variant.name!r} (plugin {plugin_name!r}): build_mixer is not callable")
+    if variant.decode not in DECODE_KINDS:
+        raise PluginError(
+            f"variant {variant.name!r} (plugin {plugin_name!r}): decode={variant.decode!r}, "
+            f"expected one of {DECODE_KINDS}"
+        )
+    return variant
+
+
+@dataclass
+class Registry:
+    """Variants by name, with the plugin and distribution each came from."""
+
+    variants: dict[str, Variant]
+    errors: list[PluginLoadError]
+
+    def names(self) -> list[str]:
+        return sorted(self.variants)
+
+    def get(self, name: str) -> Variant:
+        try:
+            return self.variants[name]
+        except KeyError:
+            raise UnknownVariantError(unknown_variant_message(name, self.names())) from None
+
+
+def unknown_variant_message(name: str, available: list[str]) -> str:
+    close = difflib.get_close_matches(name, available, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"unknown variant {name!r}.{hint} Available: {', '.join(available) or '(none)'}"
+
+
+def load_registry(loaded: LoadedPlugins | None = None) -> Registry:
+    """Call every plugin's ``attnbench_register_variants`` and collect the variants."""
+    loaded = loaded or get_plugin_manager()
+    variants: dict[str, Variant] = {}
+    errors = list(loaded.errors)
+    for impl in loaded.manager.hook.attnbench_register_variants.get_hookimpls():
+        plugin_name = impl.plugin_name
+        dist = loaded.distributions.get(plugin_name, "?")
+        mine: list[Variant] = []
+
+        def register(variant: Any, _p: str = plugin_name, _mine: list = mine) -> None:
+            _mine.append(_validate(variant, _p))
+
+        try:
+            impl.function(register=register)
+        except PluginError:
+            raise
+        except Exception as exc:
+            errors.append(PluginLoadError(plugin_name, f"{type(exc).__name__}: {exc}"))
+            continue
+        for v in mine:
+            if v.name in variants:
+                other = variants[v.name]
+                raise PluginError(
+                    f"variant {v.name!r} is registered twice: by plugin {other.plugin!r} "
+                    f"({other.distribution}) and by plugin {plugin_name!r} ({dist}). "
+                    f"Uninstall one, or limit loading with {PLUGINS_ENV}=name,name."
+                )
+            variants[v.name] = replace(
+                v, plugin=plugin_name, distribution=dist, source_files=_source_files(v, impl.plugin)
+            )
+    return Registry(variants, errors)

@@ -1,0 +1,99 @@
+"""Softmax causal attention (GPT-2 baseline).
+
+    y = softmax(Q K^T / sqrt(h) + M_causal) V,  then W_o    (per head, h = D / H)
+
+Training uses fused ``scaled_dot_product_attention(is_causal=True)`` (flash / memory-
+efficient kernels where the device has them). Decoding writes K and V into a cache
+preallocated for ``max_len`` positions: no concatenation, O(T d) work per new token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness import ModelConfig, Variant, hookimpl, mark_residual
+
+
+@dataclass(frozen=True)
+class KVCache:
+    k: torch.Tensor  # (B, H, max_len, h) preallocated; slots >= length are unused
+    v: torch.Tensor  # (B, H, max_len, h)
+    length: int  # positions filled
+
+
+class SoftmaxAttention(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.n_head = config.n_head
+        self.dropout = config.dropout
+        self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
+        self.c_proj = mark_residual(nn.Linear(config.d_model, config.d_model, bias=config.bias))
+
+    def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        B, T, D = x.shape
+        q, k, v = self.c_attn(x).split(D, dim=2)  # 3 x (B, T, D)
+        shape = (B, T, self.n_head, D // self.n_head)
+        return tuple(t.view(shape).transpose(1, 2) for t in (q, k, v))  # 3 x (B, H, T, h)
+
+    def _merge(self, y: torch.Tensor) -> torch.Tensor:
+        B, H, T, h = y.shape
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * h))  # (B, T, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self._heads(x)  # (B, H, T, h)
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, H, T, h)
+        return self._merge(y)
+
+    def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> KVCache:
+        h = self.c_attn.out_features // 3 // self.n_head
+        shape = (batch_size, self.n_head, max_len, h)
+        return KVCache(torch.zeros(shape, device=device, dtype=dtype),
+                       torch.zeros(shape, device=device, dtype=dtype), 0)
+
+    def step(self, x: torch.Tensor, state: KVCache) -> tuple[torch.Tensor, KVCache]:
+        q, k, v = self._heads(x)  # (B, H, t, h)
+        t, start = x.size(1), state.length
+        end = start + t
+        if end > state.k.size(2):
+            raise ValueError(f"KV cache holds {state.k.size(2)} positions; step needs {end}")
+        # Write the new keys/values into the preallocated slots [start, end).
+        state.k[:, :, start:end] = k.to(state.k.dtype)
+        state.v[:, :, start:end] = v.to(state.v.dtype)
+        keys, values = state.k[:, :, :end], state.v[:, :, :end]  # (B, H, end, h)
+        mask = None
+        if t > 1:  # query i (absolute start+i) sees keys j <= start+i
+            qpos = torch.arange(start, end, device=x.device)[:, None]  # (t, 1)
+            mask = torch.arange(end, device=x.device)[None, :] <= qpos  # (t, end)
+        y = F.scaled_dot_product_attention(q, keys.to(q.dtype), values.to(q.dtype), attn_mask=mask)
+        return self._merge(y), KVCache(state.k, state.v, end)
+
+
+def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
+    return 2 * T * config.d_model  # K and V for T positions
+
+
+def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
+    d = config.d_model
+    # QKV and output projections: 2*d*3d + 2*d*d; scores and mixing over on average
+    # (T+1)/2 causal keys: 2 * 2*d*(T+1)/2.
+    return 8.0 * d * d + 2.0 * d * (T + 1)
+
+
+@hookimpl
+def attnbench_register_variants(register) -> None:
+    register(
+        Variant(
+            name="softmax",
+            build_mixer=SoftmaxAttention,
+            description="Causal softmax attention (GPT-2 baseline), fused SDPA, preallocated KV cache",
+            decode="kv_cache",
+            state_size=state_size,
+            flops_per_token=flops_per_token,
+            version="1",
+        )
+    )
