@@ -1,0 +1,133 @@
+"""Suite -> cells (variant x model size x data x budget x seed x grid point), each with
+a content key: a cell already stored under its key is skipped, and a code change of the
+variant or of the harness's compute modules gives a new key."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .config import ModelConfig
+from .data import DataSpec
+from .errors import UnknownVariantError
+from .plugins import Registry, unknown_variant_message
+from .provenance import content_key, file_sha256, harness_code_hash, library_versions
+from .suite import ModelSpec, Suite, TrainSpec, grid_points, suite_error_at
+from .variant import Variant
+
+BYTE_VOCAB = 256
+
+
+@dataclass(frozen=True)
+class Cell:
+    suite: str
+    experiment: str
+    kind: str
+    variant: str
+    model: ModelConfig
+    data: DataSpec
+    train: TrainSpec
+    seed: int
+    coords: dict[str, Any] = field(hash=False)
+    key: str = ""
+    key_inputs: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def config_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.to_dict(),
+            "data": self.data.model_dump(),
+            "train": self.train.model_dump(),
+            "seed": self.seed,
+        }
+
+
+def variant_identity(variant: Variant) -> dict[str, Any]:
+    """What identifies a variant's code version (part of cell and trust-gate keys)."""
+    try:
+        dist_version = md.version(variant.distribution) if variant.distribution not in ("", "?", "(in-process)") else ""
+    except md.PackageNotFoundError:
+        dist_version = ""
+    return {
+        "name": variant.name,
+        "version": variant.version,
+        "plugin": variant.plugin,
+        "distribution": variant.distribution,
+        "distribution_version": dist_version,
+        "sources": {Path(p).name: file_sha256(p) for p in variant.source_files if Path(p).is_file()},
+    }
+
+
+def _model_config(spec: ModelSpec, train: TrainSpec, options: Any) -> ModelConfig:
+    return ModelConfig(
+        vocab_size=BYTE_VOCAB, d_model=spec.d_model, n_layer=spec.n_layer, n_head=spec.n_head,
+        context=spec.context or train.seq_len, mlp_ratio=spec.mlp_ratio, dropout=spec.dropout,
+        bias=spec.bias, options=options,
+    )
+
+
+def expand(
+    suite: Suite,
+    registry: Registry,
+    *,
+    device: str = "",
+    only_variants: list[str] | None = None,
+    corpus_hash: Callable[[DataSpec], str] | None = None,
+) -> list[Cell]:
+    """All cells of a suite, validated against the registry. Keys are computed when
+    ``corpus_hash`` is given (it loads the data); ``validate`` passes None."""
+    if only_variants:
+        for name in only_variants:
+            if name not in registry.variants:
+                raise UnknownVariantError(unknown_variant_message(name, registry.names()))
+    base = suite.path.parent if suite.path else Path.cwd()
+    cells: list[Cell] = []
+    for ei, exp in enumerate(suite.experiments):
+        names = registry.names() if exp.variants == "all" else exp.variants
+        for vi, name in enumerate(names):
+            if name not in registry.variants:
+                raise suite_error_at(suite, ("experiments", ei, "variants", vi),
+                                     unknown_variant_message(name, registry.names()))
+        for name in exp.variant_options:
+            if name not in names:
+                raise suite_error_at(suite, ("experiments", ei, "variant_options", name),
+                                     f"options given for {name!r}, which this experiment does not run")
+        data = exp.data.resolved(base)
+        data_hash = corpus_hash(data) if corpus_hash else ""
+        for name in names:
+            if only_variants and name not in only_variants:
+                continue
+            variant = registry.get(name)
+            try:
+                options = variant.make_options(exp.variant_options.get(name))
+            except ValueError as exc:
+                raise suite_error_at(suite, ("experiments", ei, "variant_options", name), str(exc)) from None
+            for mi, mspec in enumerate(exp.models):
+                for point in grid_points(exp.grid):
+                    train = TrainSpec.model_validate({**exp.train.model_dump(), **point})
+                    if train.model_kind == "own" and variant.build_model is None:
+                        raise suite_error_at(suite, ("experiments", ei, "train", "model_kind"),
+                                             f"variant {name!r} has no model of its own; use model_kind: backbone")
+                    try:
+                        model = _model_config(mspec, train, options)
+                    except ValueError as exc:
+                        raise suite_error_at(suite, ("experiments", ei, "models", mi), str(exc)) from None
+                    if model.context < train.seq_len:
+                        raise suite_error_at(suite, ("experiments", ei, "models", mi, "context"),
+                                             f"context {model.context} is shorter than train.seq_len {train.seq_len}")
+                    for seed in exp.seeds:
+                        coords = {"variant": name, "model": mi, "d_model": model.d_model,
+                                  "n_layer": model.n_layer, "seed": seed, **point}
+                        cell = Cell(suite.name, exp.name, exp.kind, name, model, data, train, seed, coords)
+                        if corpus_hash:
+                            inputs = {
+                                "suite": suite.name, "experiment": exp.name, "kind": exp.kind,
+                                "config": cell.config_dict(), "corpus_sha256": data_hash,
+                                "variant": variant_identity(variant), "harness": harness_code_hash(),
+                                "device": device,
+                                "versions": {k: library_versions()[k] for k in ("torch", "python")},
+                            }
+                            cell = Cell(**{**cell.__dict__, "key": content_key(inputs), "key_inputs": inputs})
+                        cells.append(cell)
+    return cells

@@ -1,0 +1,23 @@
+"""`attnbench validate SUITE`: check a suite against the schema and the installed
+plugins before any compute is spent."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..cells import expand
+from ..suite import load_suite
+from .common import registry_with_warnings
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("validate", help="validate a suite file without running it")
+    p.add_argument("suite", help="path to a suite YAML file")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    suite = load_suite(args.suite)
+    cells = expand(suite, registry_with_warnings())
+    print(f"{args.suite}: ok ({len(suite.experiments)} experiments, {len(cells)} cells)")
+    return 0

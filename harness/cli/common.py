@@ -1,0 +1,28 @@
+"""Options and helpers shared by several commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..plugins import Registry, load_registry
+from ..store import DEFAULT_STORE
+
+
+def add_store_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", default=str(DEFAULT_STORE),
+                        help=f"results store (SQLite file; default {DEFAULT_STORE})")
+
+
+def registry_with_warnings() -> Registry:
+    """Load plugins; a plugin that failed to load is reported and the others still load."""
+    registry = load_registry()
+    for err in registry.errors:
+        print(f"attnbench: warning: plugin {err.plugin!r} failed to load: {err.error}", file=sys.stderr)
+    return registry
+
+
+def split_names(raw: str | None) -> list[str] | None:
+    if not raw:
+        return None
+    return [n.strip() for n in raw.split(",") if n.strip()]

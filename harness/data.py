@@ -1,0 +1,206 @@
+"""Corpora and tokenization for `train` experiments.
+
+Sources: the offline default (the running interpreter's standard-library sources, needs
+no download anywhere), local text / json / parquet files through HF ``datasets``, or a
+hub dataset by name when online. Tokens are bytes by default, so bits per byte compare
+across every variant and tokenizer.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .errors import DataError
+
+_STDLIB_SKIP = {"test", "tests", "idlelib", "site-packages", "lib2to3", "turtledemo"}
+
+
+class DataSpec(BaseModel):
+    """Where the text comes from and how it is split (a suite's `data:` mapping)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: Literal["stdlib", "text", "json", "parquet", "hf"] = "stdlib"
+    path: str | list[str] | None = None  # local file(s), relative to the suite file
+    val_path: str | list[str] | None = None  # held-out file(s); else the tail of `path`
+    name: str | None = None  # hub dataset name (source: hf)
+    config: str | None = None  # hub dataset config (source: hf)
+    split: str = "train"
+    val_split: str | None = None
+    text_field: str = "text"
+    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    max_bytes: int | None = Field(None, gt=0)  # cap on training bytes (head of the corpus)
+    tokenizer: Literal["bytes"] = "bytes"
+
+    @model_validator(mode="after")
+    def _needs(self) -> "DataSpec":
+        if self.source in ("text", "json", "parquet") and not self.path:
+            raise ValueError(f"data source {self.source!r} needs 'path' (a local file or list of files)")
+        if self.source == "hf" and not self.name:
+            raise ValueError("data source 'hf' needs 'name' (a hub dataset name)")
+        return self
+
+    def resolved(self, base_dir: Path) -> "DataSpec":
+        """Paths made absolute against the suite's folder."""
+
+        def fix(p: str | list[str] | None) -> str | list[str] | None:
+            if p is None:
+                return None
+            if isinstance(p, list):
+                return [str((base_dir / x).resolve()) for x in p]
+            return str((base_dir / p).resolve())
+
+        return self.model_copy(update={"path": fix(self.path), "val_path": fix(self.val_path)})
+
+
+@dataclass(frozen=True)
+class Corpus:
+    train: torch.Tensor  # (N,) uint8 byte tokens
+    val: torch.Tensor  # (M,) uint8 byte tokens
+    vocab_size: int
+    bytes_per_token: float
+    sha256: str  # of the training and held-out text, recorded with every run
+    description: str
+
+
+class ByteTokenizer:
+    vocab_size = 256
+
+    def encode(self, text: str) -> torch.Tensor:
+        return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8)  # (N,)
+
+    def decode(self, tokens: torch.Tensor | list[int]) -> str:
+        return bytes(int(t) for t in tokens).decode("utf-8", errors="replace")
+
+
+def stdlib_text(max_bytes: int) -> str:
+    """The standard library's .py sources, sorted by path, concatenated up to max_bytes."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    parts, total = [], 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _STDLIB_SKIP and not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.endswith(".py"):
+                continue
+            try:
+                text = (Path(dirpath) / name).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            parts.append(text)
+            total += len(text)
+            if total >= max_bytes:
+                return "".join(parts)[:max_bytes]
+    return "".join(parts)
+
+
+def _files(p: str | list[str]) -> list[str]:
+    files = [p] if isinstance(p, str) else list(p)
+    for f in files:
+        if not Path(f).is_file():
+            raise DataError(f"data file {f} does not exist; fix 'data.path' (paths are relative to the suite file)")
+    return files
+
+
+def _load_local(source: str, files: list[str], text_field: str) -> str:
+    import datasets
+
+    try:
+        if source == "text":  # whole documents, line breaks kept
+            ds = datasets.load_dataset("text", data_files=files, split="train", sample_by="document")
+        else:
+            ds = datasets.load_dataset(source, data_files=files, split="train")
+    except Exception as exc:
+        raise DataError(f"could not read {files} as {source}: {exc}") from exc
+    field = "text" if source == "text" else text_field
+    if field not in ds.column_names:
+        raise DataError(f"{files}: no column {field!r} (columns: {ds.column_names}); set 'data.text_field'")
+    return "\n".join(ds[field])
+
+
+def _load_hub(spec: DataSpec, split: str) -> str:
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(spec.name, spec.config, split=split)
+    except Exception as exc:
+        offline = os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
+        hint = (" The hub is switched off (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE); use a local "
+                "'path' with source text/json/parquet." if offline else "")
+        raise DataError(f"could not load hub dataset {spec.name!r} ({spec.config}, {split}): {exc}.{hint}") from exc
+    if spec.text_field not in ds.column_names:
+        raise DataError(f"hub dataset {spec.name!r} has no column {spec.text_field!r}; set 'data.text_field'")
+    return "\n".join(ds[spec.text_field])
+
+
+def _texts(spec: DataSpec) -> tuple[str, str | None]:
+    """(training text, held-out text or None to split the tail off)."""
+    if spec.source == "stdlib":
+        cap = spec.max_bytes or 4_000_000
+        return stdlib_text(int(cap / (1 - spec.val_fraction))), None
+    if spec.source == "hf":
+        val = _load_hub(spec, spec.val_split) if spec.val_split else None
+        return _load_hub(spec, spec.split), val
+    train = _load_local(spec.source, _files(spec.path), spec.text_field)
+    val = _load_local(spec.source, _files(spec.val_path), spec.text_field) if spec.val_path else None
+    return train, val
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(spec_json: str) -> Corpus:
+    spec = DataSpec.model_validate_json(spec_json)
+    train_text, val_text = _texts(spec)
+    tok = ByteTokenizer()
+    tokens = tok.encode(train_text)  # (N,)
+    if val_text is None:
+        cut = int(len(tokens) * (1 - spec.val_fraction))
+        train, val = tokens[:cut], tokens[cut:]
+    else:
+        train, val = tokens, tok.encode(val_text)
+    if spec.max_bytes is not None:
+        train = train[: spec.max_bytes]
+    if len(train) < 1024 or len(val) < 256:
+        raise DataError(f"corpus too small ({len(train)} training / {len(val)} held-out bytes)")
+    digest = hashlib.sha256(train.numpy().tobytes() + b"\0" + val.numpy().tobytes()).hexdigest()
+    desc = spec.source if spec.source != "hf" else f"hf:{spec.name}/{spec.config}"
+    if spec.path:
+        desc += f":{spec.path}"
+    return Corpus(train, val, tok.vocab_size, 1.0, digest, desc)
+
+
+def load_corpus(spec: DataSpec) -> Corpus:
+    """Load (and cache in-process) the corpus a resolved spec describes."""
+    return _load_cached(json.dumps(spec.model_dump(), sort_keys=True))
+
+
+def sample_batch(
+    tokens: torch.Tensor, batch_size: int, seq_len: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random windows: inputs (B, T) and next-token targets (B, T), int64."""
+    high = len(tokens) - seq_len - 1
+    if high <= 0:
+        raise DataError(f"corpus of {len(tokens)} tokens is shorter than seq_len {seq_len} + 1")
+    ix = torch.randint(high, (batch_size,), generator=generator)  # (B,)
+    win = tokens[ix[:, None] + torch.arange(seq_len + 1)].long()  # (B, T+1)
+    return win[:, :-1], win[:, 1:]
+
+
+def eval_batches(
+    tokens: torch.Tensor, batch_size: int, seq_len: int, max_tokens: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Consecutive non-overlapping held-out windows covering up to max_tokens targets."""
+    n = min((len(tokens) - 1) // seq_len, max(1, max_tokens // seq_len))
+    if n == 0:
+        raise DataError(f"held-out split of {len(tokens)} tokens is shorter than seq_len {seq_len} + 1")
+    x = tokens[: n * seq_len].long().view(n, seq_len)  # (n, T)
+    y = tokens[1 : n * seq_len + 1].long().view(n, seq_len)  # (n, T)
+    return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, n, batch_size)]

@@ -1,0 +1,96 @@
+"""Running a suite: expand into cells, skip the ones already stored, run the rest, and
+store each finished cell atomically (so an interrupted suite resumes where it stopped)."""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, TextIO
+
+import torch
+
+from .cells import Cell, expand
+from .data import load_corpus
+from .plugins import Registry
+from .provenance import device_name, provenance, resolve_device
+from .store import Result, RunRecord, Store
+from .suite import Suite
+from .train import train_cell
+
+
+@dataclass
+class RunReport:
+    cells: int = 0
+    skipped: int = 0
+    ran: int = 0
+    not_done: list[str] = field(default_factory=list)  # "variant/experiment: status (error)"
+
+
+class ProgressLine:
+    """One updating status line on a terminal; plain lines when output is a file."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.tty = out, out.isatty()
+        self._last = 0.0
+
+    def cell(self, i: int, n: int, cell: Cell) -> Callable[[int, int, float | None], None]:
+        label = f"[{i}/{n}] {cell.experiment} {cell.variant} d{cell.model.d_model}x{cell.model.n_layer} seed {cell.seed}"
+        print(label, file=self.out, flush=True)
+
+        def update(step: int, total: int, loss: float | None) -> None:
+            now = time.monotonic()
+            if step != total and now - self._last < (0.5 if self.tty else 15.0):
+                return
+            self._last = now
+            msg = f"  step {step}/{total} loss {loss:.4f}" if loss is not None else f"  step {step}/{total}"
+            print(("\r" + msg) if self.tty else msg, end="" if self.tty and step != total else "\n",
+                  file=self.out, flush=True)
+
+        return update
+
+
+def run_suite(
+    suite: Suite, store: Store, registry: Registry, *, device: str | None = None,
+    only_variants: list[str] | None = None, out: TextIO = sys.stderr,
+) -> RunReport:
+    dev = resolve_device(device or suite.device)
+    cells = expand(suite, registry, device=device_name(dev), only_variants=only_variants,
+                   corpus_hash=lambda spec: load_corpus(spec).sha256)
+    report = RunReport(cells=len(cells))
+    progress = ProgressLine(out)
+    checkpoint_dir = store.path.parent / "checkpoints"
+    for i, cell in enumerate(cells, 1):
+        if store.has_run(cell.key):
+            report.skipped += 1
+            continue
+        variant = registry.get(cell.variant)
+        started = time.time()
+        status, error, summary, metrics = "failed", None, {}, []
+        try:
+            outcome = train_cell(cell, variant, load_corpus(cell.data), dev,
+                                 progress.cell(i, len(cells), cell), checkpoint_dir)
+            status, error, summary, metrics = outcome.status, outcome.error, outcome.summary, outcome.metrics
+        except torch.OutOfMemoryError as exc:
+            status, error = "oom", f"out of memory: {str(exc).splitlines()[0]}"
+        except Exception as exc:  # a broken plugin fails its cell, not the suite
+            error = "".join(traceback.format_exception_only(exc)).strip()
+            traceback.print_exc(file=out)
+        results = [Result(k.removeprefix("val_"), v) for k, v in summary.items()
+                   if k.startswith("val_") and isinstance(v, (int, float))]
+        store.save_run(RunRecord(
+            cell_key=cell.key, suite=cell.suite, experiment=cell.experiment, kind=cell.kind,
+            variant=cell.variant, status=status, seed=cell.seed, coords=cell.coords,
+            config={**cell.config_dict(), "key_inputs": cell.key_inputs},
+            provenance={**provenance(dev), "variant": cell.key_inputs.get("variant"),
+                        "corpus_sha256": cell.key_inputs.get("corpus_sha256")},
+            summary=summary, started_at=started, finished_at=time.time(), error=error,
+            metrics=metrics, results=results,
+        ))
+        report.ran += 1
+        if status != "done":
+            report.not_done.append(f"{cell.experiment}/{cell.variant} seed {cell.seed}: {status} ({error})")
+            print(f"  {status}: {error}", file=out)
+    return report
