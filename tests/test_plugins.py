@@ -1,0 +1,97 @@
+"""Plugin loading through entry points, the CLI listing, and plugin errors."""
+
+from __future__ import annotations
+
+import textwrap
+import types
+
+import pytest
+
+from harness import Variant, hookimpl
+from harness.errors import PluginError, UnknownVariantError
+from harness.plugins import get_plugin_manager, load_registry
+from plugins import softmax
+from tests.helpers import python, run_cli
+
+
+def test_list_shows_builtin_and_third_party_with_origin():
+    proc = run_cli("list")
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1:]}
+    assert lines["softmax"][1:3] == ["softmax", "attnbench"]
+    assert lines["toy-ema"][1:3] == ["toy", "attnbench-toy"]  # pip-installed test plugin
+
+
+def test_env_var_limits_loaded_plugins():
+    proc = run_cli("list", env={"ATTNBENCH_PLUGINS": "toy"})
+    assert proc.returncode == 0, proc.stderr
+    names = [line.split()[0] for line in proc.stdout.splitlines()[1:]]
+    assert names == ["toy-ema"]
+
+
+def _fake_distribution(tmp_path, name: str, entry_point: str, module_source: str):
+    """A minimal installed distribution (dist-info + module) on a path we add to sys.path."""
+    dist = tmp_path / f"{name}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[attnbench]\n{entry_point} = {name.replace('-', '_')}\n")
+    (tmp_path / f"{name.replace('-', '_')}.py").write_text(textwrap.dedent(module_source))
+    return {"PYTHONPATH": str(tmp_path)}
+
+
+def test_plugin_raising_on_import_is_reported_and_others_load(tmp_path):
+    env = _fake_distribution(tmp_path, "broken-plugin", "broken", "raise RuntimeError('boom at import')\n")
+    proc = run_cli("list", env=env)
+    assert proc.returncode == 0
+    assert "plugin 'broken' failed to load: RuntimeError: boom at import" in proc.stderr
+    assert "softmax" in proc.stdout and "toy-ema" in proc.stdout
+
+
+def test_misspelled_hook_is_rejected_with_suggestion(tmp_path):
+    env = _fake_distribution(tmp_path, "typo-plugin", "typo", """
+        from harness import hookimpl
+        @hookimpl
+        def attnbench_register_variant(register):
+            pass
+    """)
+    proc = run_cli("list", env=env)
+    assert proc.returncode == 2
+    assert "unknown hook 'attnbench_register_variant'" in proc.stderr
+    assert "did you mean 'attnbench_register_variants'" in proc.stderr
+
+
+def test_duplicate_variant_name_names_both_plugins():
+    clone = types.ModuleType("clone")
+
+    @hookimpl
+    def attnbench_register_variants(register):
+        register(Variant(name="softmax", build_mixer=softmax.SoftmaxAttention))
+
+    clone.attnbench_register_variants = attnbench_register_variants
+    loaded = get_plugin_manager([("softmax", softmax), ("clone", clone)], entry_points=False)
+    with pytest.raises(PluginError, match=r"'softmax' is registered twice: by plugin 'softmax'.*by plugin 'clone'"):
+        load_registry(loaded)
+
+
+def test_register_raising_is_reported_and_others_register():
+    bad = types.ModuleType("bad")
+
+    @hookimpl
+    def attnbench_register_variants(register):
+        raise ValueError("cannot build")
+
+    bad.attnbench_register_variants = attnbench_register_variants
+    registry = load_registry(get_plugin_manager([("softmax", softmax), ("bad", bad)], entry_points=False))
+    assert registry.names() == ["softmax"]
+    assert [(e.plugin, e.error) for e in registry.errors] == [("bad", "ValueError: cannot build")]
+
+
+def test_unknown_variant_suggests_closest():
+    registry = load_registry(get_plugin_manager([("softmax", softmax)], entry_points=False))
+    with pytest.raises(UnknownVariantError, match=r"unknown variant 'sofmax'\. Did you mean 'softmax'\?"):
+        registry.get("sofmax")
+
+
+def test_python_dash_m_harness_entry_point():
+    proc = python("import runpy, sys; sys.argv=['attnbench','list']; runpy.run_module('harness', run_name='__main__')")
+    assert proc.returncode == 0 and "softmax" in proc.stdout

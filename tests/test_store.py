@@ -1,0 +1,81 @@
+"""The results store: pinned schema, atomic cells, refusing non-SQLite files."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.errors import StoreError
+from harness.store import Metric, Result, RunRecord, Store
+
+PINNED_SCHEMA = [
+    "CREATE INDEX checks_variant ON checks (variant, created_at)",
+    "CREATE INDEX metrics_run ON metrics (run_id, name, step)",
+    "CREATE INDEX results_run ON results (run_id, name)",
+    "CREATE INDEX runs_suite ON runs (suite, experiment, variant)",
+    "CREATE TABLE checks ( gate_key TEXT NOT NULL, variant TEXT NOT NULL, check_name TEXT NOT NULL, status TEXT NOT NULL, figure REAL, tolerance REAL, detail TEXT NOT NULL, provenance TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (gate_key, check_name) )",
+    "CREATE TABLE metrics ( run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, step INTEGER NOT NULL, tokens INTEGER NOT NULL, elapsed_s REAL NOT NULL, name TEXT NOT NULL, value REAL )",
+    "CREATE TABLE results ( run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, name TEXT NOT NULL, value REAL, unit TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '{}' )",
+    "CREATE TABLE runs ( id INTEGER PRIMARY KEY, cell_key TEXT NOT NULL UNIQUE, suite TEXT NOT NULL, experiment TEXT NOT NULL, kind TEXT NOT NULL, variant TEXT NOT NULL, status TEXT NOT NULL, seed INTEGER, coords TEXT NOT NULL, config TEXT NOT NULL, provenance TEXT NOT NULL, summary TEXT NOT NULL, error TEXT, started_at REAL NOT NULL, finished_at REAL NOT NULL )",
+    "CREATE TABLE schema_migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, applied_at REAL NOT NULL)",
+]
+
+
+def _run(key: str, n_metrics: int = 3) -> RunRecord:
+    return RunRecord(
+        cell_key=key, suite="s", experiment="e", kind="train", variant="softmax", status="done",
+        seed=0, coords={"lr": 1e-3}, config={"a": 1}, provenance={"git": {"commit": "abc"}},
+        summary={"val_loss": 1.5}, started_at=0.0, finished_at=1.0,
+        metrics=[Metric(i, i * 10, 0.1 * i, "train/loss", 2.0 - i / 10) for i in range(n_metrics)],
+        results=[Result("loss", 1.5, "nats", {"split": "val"})],
+    )
+
+
+def test_schema_is_pinned(tmp_path):
+    with Store(tmp_path / "s.sqlite") as store:
+        assert store.schema() == PINNED_SCHEMA
+
+
+def test_run_round_trip_and_duplicate_key_is_a_no_op(tmp_path):
+    with Store(tmp_path / "s.sqlite") as store:
+        run_id = store.save_run(_run("k1"))
+        assert store.save_run(_run("k1")) is None  # a second writer of the same cell stores nothing
+        [row] = store.runs()
+        assert row["id"] == run_id and row["coords"] == {"lr": 1e-3}
+        assert row["provenance"]["git"]["commit"] == "abc"
+        assert [m["value"] for m in store.metrics(run_id, "train/loss")] == [2.0, 1.9, 1.8]
+        assert store.results(run_id)[0]["tags"] == {"split": "val"}
+        assert store.has_run("k1") and not store.has_run("k2")
+
+
+def test_failed_write_leaves_nothing(tmp_path):
+    with Store(tmp_path / "s.sqlite") as store:
+        bad = _run("k1")
+        bad.metrics.append(Metric(99, 0, 0.0, None, 1.0))  # NOT NULL violation mid-transaction
+        with pytest.raises(Exception):
+            store.save_run(bad)
+        assert store.runs() == [] and not store.has_run("k1")
+
+
+def test_reopen_keeps_rows_and_wal_mode(tmp_path):
+    path = tmp_path / "s.sqlite"
+    with Store(path) as store:
+        store.save_run(_run("k1"))
+    with Store(path) as store:
+        assert len(store.runs()) == 1
+        assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_not_a_sqlite_file_is_refused_and_left_untouched(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("my precious notes\n")
+    with pytest.raises(StoreError, match="is not a SQLite database"):
+        Store(path)
+    assert path.read_text() == "my precious notes\n"
+
+
+def test_store_from_unknown_future_migration_is_refused(tmp_path):
+    path = tmp_path / "s.sqlite"
+    with Store(path) as store:
+        store._db.execute("INSERT INTO schema_migrations (name, applied_at) VALUES ('9999_future', 0)")
+    with pytest.raises(StoreError, match="newer or different version"):
+        Store(path)

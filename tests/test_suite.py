@@ -1,0 +1,130 @@
+"""Suite validation: every bad input gets a message naming file, line, key and fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.cells import expand
+from harness.errors import SuiteError, UnknownVariantError
+from harness.plugins import get_plugin_manager, load_registry
+from harness.suite import load_suite
+from plugins import softmax
+from tests.helpers import run_cli, write_suite
+
+GOOD = """
+    version: 1
+    name: t
+    defaults:
+      model: {d_model: 32, n_layer: 1, n_head: 2}
+      train: {batch_size: 2, seq_len: 32}
+    experiments:
+      - name: a
+        kind: train
+        variants: [softmax]
+        train: {budget: {steps: 5}}
+        grid: {lr: [1.0e-3, 3.0e-3]}
+        seeds: [0, 1]
+"""
+
+
+@pytest.fixture
+def registry():
+    return load_registry(get_plugin_manager([("softmax", softmax)], entry_points=False))
+
+
+def _error(tmp_path, body: str) -> str:
+    path = write_suite(tmp_path / "suite.yaml", body)
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    return str(info.value)
+
+
+def test_good_suite_expands_to_grid_times_seeds(tmp_path, registry):
+    suite = load_suite(write_suite(tmp_path / "suite.yaml", GOOD))
+    cells = expand(suite, registry)
+    assert len(cells) == 4
+    assert {(c.train.lr, c.seed) for c in cells} == {(1e-3, 0), (1e-3, 1), (3e-3, 0), (3e-3, 1)}
+    assert all(c.model.d_model == 32 and c.model.context == 32 for c in cells)  # defaults merged
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    msg = _error(tmp_path, "version: 1\nexperiments:\n  - name: a\n    kind: [train\n")
+    assert "suite.yaml:5" in msg or "suite.yaml:4" in msg
+    assert "YAML syntax error" in msg
+
+
+def test_missing_key_names_it(tmp_path):
+    msg = _error(tmp_path, GOOD.replace("        kind: train\n", ""))
+    assert "experiments[0].kind: Field required" in msg and "add the key 'kind'" in msg
+    assert "suite.yaml:7" in msg  # the experiment's line
+
+
+def test_wrong_type_names_line_and_value(tmp_path):
+    msg = _error(tmp_path, GOOD.replace("steps: 5", "steps: five"))
+    assert "suite.yaml:10: experiments[0].train.budget.steps" in msg and "'five'" in msg
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_zero_or_negative_budget(tmp_path, value):
+    msg = _error(tmp_path, GOOD.replace("steps: 5", f"steps: {value}"))
+    assert "experiments[0].train.budget.steps: Input should be greater than 0" in msg
+
+
+def test_error_in_defaults_points_at_defaults(tmp_path):
+    msg = _error(tmp_path, GOOD.replace("batch_size: 2", "batch_size: -2"))
+    assert "suite.yaml:5:" in msg and "batch_size" in msg
+
+
+def test_unknown_key_is_rejected(tmp_path):
+    msg = _error(tmp_path, GOOD.replace("seeds: [0, 1]", "seedz: [0, 1]"))
+    assert "experiments[0].seedz: Extra inputs are not permitted" in msg
+
+
+def test_unknown_variant_did_you_mean_with_line(tmp_path, registry):
+    suite = load_suite(write_suite(tmp_path / "suite.yaml", GOOD.replace("[softmax]", "[softmx]")))
+    with pytest.raises(SuiteError, match=r"suite.yaml:9: experiments\[0\].variants\[0\]: unknown variant 'softmx'\. Did you mean 'softmax'"):
+        expand(suite, registry)
+
+
+def test_unknown_variant_on_command_line(tmp_path, registry):
+    suite = load_suite(write_suite(tmp_path / "suite.yaml", GOOD))
+    with pytest.raises(UnknownVariantError, match="Did you mean 'softmax'"):
+        expand(suite, registry, only_variants=["sotfmax"])
+
+
+def test_unknown_variant_option_is_rejected(tmp_path, registry):
+    body = GOOD.replace("        seeds: [0, 1]\n", "        seeds: [0, 1]\n        variant_options: {softmax: {window: 3}}\n")
+    suite = load_suite(write_suite(tmp_path / "suite.yaml", body))
+    with pytest.raises(SuiteError, match="variant 'softmax' takes no options"):
+        expand(suite, registry)
+
+
+def test_include_merges_defaults_and_appends_experiments(tmp_path, registry):
+    write_suite(tmp_path / "base.yaml", GOOD)
+    write_suite(tmp_path / "child.yaml", """
+        version: 1
+        name: child
+        include: [base.yaml]
+        defaults: {model: {d_model: 16}}
+        experiments:
+          - {name: b, kind: train, variants: [softmax], train: {budget: {tokens: 640}}}
+    """)
+    suite = load_suite(tmp_path / "child.yaml")
+    assert [e.name for e in suite.experiments] == ["a", "b"]
+    assert {c.model.d_model for c in expand(suite, registry)} == {16}
+
+
+def test_include_cycle_is_reported(tmp_path):
+    write_suite(tmp_path / "a.yaml", "version: 1\ninclude: [b.yaml]\nexperiments: []\n")
+    write_suite(tmp_path / "b.yaml", "version: 1\ninclude: [a.yaml]\n")
+    with pytest.raises(SuiteError, match="include cycle"):
+        load_suite(tmp_path / "a.yaml")
+
+
+def test_validate_command_exit_codes(tmp_path):
+    good = write_suite(tmp_path / "good.yaml", GOOD)
+    ok = run_cli("validate", str(good))
+    assert ok.returncode == 0 and "ok (1 experiments, 4 cells)" in ok.stdout
+    bad = write_suite(tmp_path / "bad.yaml", GOOD.replace("steps: 5", "steps: 0"))
+    proc = run_cli("validate", str(bad))
+    assert proc.returncode == 2 and proc.stderr.startswith("attnbench: error: invalid suite")
