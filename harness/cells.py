@@ -9,12 +9,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from pydantic import BaseModel
+
 from .config import ModelConfig
 from .data import DataSpec
 from .errors import UnknownVariantError
 from .plugins import Registry, unknown_variant_message
 from .provenance import content_key, file_sha256, harness_code_hash, library_versions
-from .suite import ModelSpec, Suite, TrainSpec, grid_points, suite_error_at
+from .specs import ModelSpec
+from .suite import Suite, suite_error_at
 from .variant import Variant
 
 BYTE_VOCAB = 256
@@ -27,8 +30,8 @@ class Cell:
     kind: str
     variant: str
     model: ModelConfig
-    data: DataSpec
-    train: TrainSpec
+    data: DataSpec | None
+    spec: BaseModel  # the experiment kind's mapping (TrainSpec for `train`), grid point applied
     seed: int
     coords: dict[str, Any] = field(hash=False)
     key: str = ""
@@ -37,8 +40,8 @@ class Cell:
     def config_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.to_dict(),
-            "data": self.data.model_dump(),
-            "train": self.train.model_dump(),
+            "data": self.data.model_dump() if self.data else None,
+            self.kind: self.spec.model_dump(),
             "seed": self.seed,
         }
 
@@ -59,10 +62,10 @@ def variant_identity(variant: Variant) -> dict[str, Any]:
     }
 
 
-def _model_config(spec: ModelSpec, train: TrainSpec, options: Any) -> ModelConfig:
+def _model_config(spec: ModelSpec, context: int, options: Any) -> ModelConfig:
     return ModelConfig(
         vocab_size=BYTE_VOCAB, d_model=spec.d_model, n_layer=spec.n_layer, n_head=spec.n_head,
-        context=spec.context or train.seq_len, mlp_ratio=spec.mlp_ratio, dropout=spec.dropout,
+        context=spec.context or context, mlp_ratio=spec.mlp_ratio, dropout=spec.dropout,
         bias=spec.bias, options=options,
     )
 
@@ -93,8 +96,8 @@ def expand(
             if name not in names:
                 raise suite_error_at(suite, ("experiments", ei, "variant_options", name),
                                      f"options given for {name!r}, which this experiment does not run")
-        data = exp.data.resolved(base)
-        data_hash = corpus_hash(data) if corpus_hash else ""
+        data = exp.data.resolved(base) if getattr(exp, "data", None) else None
+        data_hash = corpus_hash(data) if corpus_hash and data else ""
         for name in names:
             if only_variants and name not in only_variants:
                 continue
@@ -104,22 +107,24 @@ def expand(
             except ValueError as exc:
                 raise suite_error_at(suite, ("experiments", ei, "variant_options", name), str(exc)) from None
             for mi, mspec in enumerate(exp.models):
-                for point in grid_points(exp.grid):
-                    train = TrainSpec.model_validate({**exp.train.model_dump(), **point})
-                    if train.model_kind == "own" and variant.build_model is None:
-                        raise suite_error_at(suite, ("experiments", ei, "train", "model_kind"),
+                for point in exp.points():
+                    base_spec = exp.spec()
+                    spec = type(base_spec).model_validate({**base_spec.model_dump(), **point}) if point else base_spec
+                    if getattr(spec, "model_kind", "backbone") == "own" and variant.build_model is None:
+                        raise suite_error_at(suite, ("experiments", ei, exp.kind, "model_kind"),
                                              f"variant {name!r} has no model of its own; use model_kind: backbone")
                     try:
-                        model = _model_config(mspec, train, options)
+                        model = _model_config(mspec, exp.context(spec), options)
                     except ValueError as exc:
                         raise suite_error_at(suite, ("experiments", ei, "models", mi), str(exc)) from None
-                    if model.context < train.seq_len:
+                    if model.context < exp.context(spec):
                         raise suite_error_at(suite, ("experiments", ei, "models", mi, "context"),
-                                             f"context {model.context} is shorter than train.seq_len {train.seq_len}")
+                                             f"context {model.context} is shorter than the {exp.kind} "
+                                             f"experiment needs ({exp.context(spec)})")
                     for seed in exp.seeds:
                         coords = {"variant": name, "model": mi, "d_model": model.d_model,
                                   "n_layer": model.n_layer, "seed": seed, **point}
-                        cell = Cell(suite.name, exp.name, exp.kind, name, model, data, train, seed, coords)
+                        cell = Cell(suite.name, exp.name, exp.kind, name, model, data, spec, seed, coords)
                         if corpus_hash:
                             inputs = {
                                 "suite": suite.name, "experiment": exp.name, "kind": exp.kind,

@@ -7,7 +7,6 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, TextIO
 
 import torch
@@ -16,9 +15,9 @@ from .cells import Cell, expand
 from .data import load_corpus
 from .plugins import Registry
 from .provenance import device_name, provenance, resolve_device
-from .store import Result, RunRecord, Store
+from .experiment import CellOutcome, RunContext, kind_finalizers, kind_runners
+from .store import RunRecord, Store
 from .suite import Suite
-from .train import train_cell
 
 
 @dataclass
@@ -62,35 +61,37 @@ def run_suite(
     report = RunReport(cells=len(cells))
     progress = ProgressLine(out)
     checkpoint_dir = store.path.parent / "checkpoints"
+    runners = kind_runners()
     for i, cell in enumerate(cells, 1):
         if store.has_run(cell.key):
             report.skipped += 1
             continue
         variant = registry.get(cell.variant)
         started = time.time()
-        status, error, summary, metrics = "failed", None, {}, []
+        ctx = RunContext(dev, progress.cell(i, len(cells), cell), checkpoint_dir, store)
         try:
-            outcome = train_cell(cell, variant, load_corpus(cell.data), dev,
-                                 progress.cell(i, len(cells), cell), checkpoint_dir)
-            status, error, summary, metrics = outcome.status, outcome.error, outcome.summary, outcome.metrics
+            outcome = runners[cell.kind](cell, variant, ctx)
         except torch.OutOfMemoryError as exc:
-            status, error = "oom", f"out of memory: {str(exc).splitlines()[0]}"
+            outcome = CellOutcome("oom", error=f"out of memory: {str(exc).splitlines()[0]}")
         except Exception as exc:  # a broken plugin fails its cell, not the suite
-            error = "".join(traceback.format_exception_only(exc)).strip()
+            outcome = CellOutcome("failed", error="".join(traceback.format_exception_only(exc)).strip())
             traceback.print_exc(file=out)
-        results = [Result(k.removeprefix("val_"), v) for k, v in summary.items()
-                   if k.startswith("val_") and isinstance(v, (int, float))]
         store.save_run(RunRecord(
             cell_key=cell.key, suite=cell.suite, experiment=cell.experiment, kind=cell.kind,
-            variant=cell.variant, status=status, seed=cell.seed, coords=cell.coords,
+            variant=cell.variant, status=outcome.status, seed=cell.seed, coords=cell.coords,
             config={**cell.config_dict(), "key_inputs": cell.key_inputs},
             provenance={**provenance(dev), "variant": cell.key_inputs.get("variant"),
                         "corpus_sha256": cell.key_inputs.get("corpus_sha256")},
-            summary=summary, started_at=started, finished_at=time.time(), error=error,
-            metrics=metrics, results=results,
+            summary=outcome.summary, started_at=started, finished_at=time.time(), error=outcome.error,
+            metrics=outcome.metrics, results=outcome.results,
         ))
         report.ran += 1
-        if status != "done":
-            report.not_done.append(f"{cell.experiment}/{cell.variant} seed {cell.seed}: {status} ({error})")
-            print(f"  {status}: {error}", file=out)
+        if outcome.status != "done":
+            report.not_done.append(f"{cell.experiment}/{cell.variant} seed {cell.seed}: {outcome.status} ({outcome.error})")
+            print(f"  {outcome.status}: {outcome.error}", file=out)
+    finalizers = kind_finalizers()
+    for name in dict.fromkeys(c.experiment for c in cells):
+        group = [c for c in cells if c.experiment == name]
+        if group[0].kind in finalizers:
+            finalizers[group[0].kind](group, store, dev)
     return report

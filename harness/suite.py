@@ -21,105 +21,20 @@ Every error names the file, the line, the key and what to do.
 from __future__ import annotations
 
 import copy
-import difflib
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator,
+    BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator,
 )
 
-from .data import DataSpec
 from .errors import SuiteError
+from .specs import AnyExperiment, grid_points  # noqa: F401  (grid_points re-exported)
+
+KINDS = ("train",)  # experiment kinds, as in specs.AnyExperiment
 
 SUITE_VERSION = 1
-EXPERIMENT_KINDS = ("train",)
-
-
-class Budget(BaseModel):
-    """How much training each cell gets; exactly one key."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    steps: int | None = Field(None, gt=0)
-    tokens: int | None = Field(None, gt=0)
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> "Budget":
-        given = [k for k, v in self.model_dump().items() if v is not None]
-        if len(given) != 1:
-            raise ValueError(f"give exactly one of steps, tokens (got {given or 'none'})")
-        return self
-
-
-class TrainSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    budget: Budget
-    batch_size: int = Field(8, gt=0)
-    seq_len: int = Field(128, gt=0)
-    lr: float = Field(1e-3, gt=0)
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    warmup_steps: int = Field(20, ge=0)
-    weight_decay: float = Field(0.1, ge=0)
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.95, ge=0, lt=1)
-    grad_clip: float = Field(1.0, gt=0)
-    eval_interval: int = Field(50, gt=0)
-    eval_tokens: int = Field(16384, gt=0)
-    log_interval: int = Field(10, gt=0)
-    model_kind: Literal["backbone", "own"] = "backbone"
-    checkpoint: bool = True
-
-
-class ModelSpec(BaseModel):
-    """Model size; `context` defaults to the training sequence length."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    d_model: int = Field(64, gt=0)
-    n_layer: int = Field(2, gt=0)
-    n_head: int = Field(2, gt=0)
-    context: int | None = Field(None, gt=0)
-    mlp_ratio: int = Field(4, gt=0)
-    dropout: float = Field(0.0, ge=0, lt=1)
-    bias: bool = True
-
-    @model_validator(mode="after")
-    def _heads_divide(self) -> "ModelSpec":
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
-        return self
-
-
-class Experiment(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1)
-    kind: Literal["train"]
-    variants: list[str] | Literal["all"] = "all"
-    variant_options: dict[str, dict[str, Any]] = {}
-    models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec()], min_length=1)
-    data: DataSpec = DataSpec()
-    train: TrainSpec
-    grid: dict[str, list[Any]] = {}
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-
-    @field_validator("grid")
-    @classmethod
-    def _grid_keys(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        known = set(TrainSpec.model_fields) - {"budget"}
-        for key, values in grid.items():
-            if key not in known:
-                close = difflib.get_close_matches(key, sorted(known), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"grid key {key!r} is not a train setting{hint}; allowed: {sorted(known)}")
-            if not values:
-                raise ValueError(f"grid key {key!r} has no values")
-        return grid
-
-    @model_validator(mode="after")
-    def _grid_points_valid(self) -> "Experiment":
-        for point in grid_points(self.grid):
-            TrainSpec.model_validate({**self.train.model_dump(), **point})
-        return self
 
 
 class Suite(BaseModel):
@@ -131,7 +46,7 @@ class Suite(BaseModel):
     allow_failed_checks: bool = False
     device: str = "auto"
     defaults: dict[str, Any] = {}
-    experiments: list[Experiment] = Field(min_length=1)
+    experiments: list[AnyExperiment] = Field(min_length=1)
 
     # Set by load_suite, not by the YAML.
     _path: Path | None = PrivateAttr(None)
@@ -148,14 +63,6 @@ class Suite(BaseModel):
         if dupes:
             raise ValueError(f"experiment names must be unique; repeated: {dupes}")
         return self
-
-
-def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """Cartesian product of a grid, in key order; [{}] for an empty grid."""
-    points: list[dict[str, Any]] = [{}]
-    for key, values in grid.items():
-        points = [{**p, key: v} for p in points for v in values]
-    return points
 
 
 # -- loading --------------------------------------------------------------------------
@@ -300,15 +207,27 @@ def _fix_hint(err: dict[str, Any]) -> str:
     return "correct the value"
 
 
-def _suite_error(exc: ValidationError, sources_by_loc, main: _Source) -> SuiteError:
+def _normalise(err: dict[str, Any]) -> dict[str, Any]:
+    """Drop the union tag pydantic puts in experiment locations; name a missing kind."""
+    loc = tuple(err["loc"])
+    if len(loc) >= 3 and loc[0] == "experiments" and isinstance(loc[1], int) and loc[2] in KINDS:
+        loc = loc[:2] + loc[3:]
+    if err["type"] == "union_tag_not_found":
+        return {**err, "loc": (*loc, "kind"), "type": "missing", "msg": "Field required"}
+    if err["type"] == "union_tag_invalid":
+        return {**err, "loc": (*loc, "kind"), "msg": f"unknown experiment kind; use one of {list(KINDS)}"}
+    return {**err, "loc": loc}
+
+
+def _suite_error(exc: ValidationError, sources_by_loc) -> SuiteError:
     lines = []
-    for err in exc.errors():
+    for err in map(_normalise, exc.errors()):
         loc = tuple(err["loc"])
         src, line = sources_by_loc(loc)
         where = f"{src.path}:{line}" if line else str(src.path)
         msg = err["msg"].removeprefix("Value error, ")
         got = ""
-        if err["type"] not in ("missing", "model_type") and not isinstance(err.get("input"), dict):
+        if err["type"] not in ("missing", "model_type", "union_tag_invalid") and not isinstance(err.get("input"), dict):
             got = f" (got {err.get('input')!r})"
         lines.append(f"{where}: {_format_loc(loc) or '(top level)'}: {msg}{got}; {_fix_hint(err)}")
     return SuiteError("invalid suite:\n  " + "\n  ".join(lines))
@@ -351,7 +270,7 @@ def load_suite(path: str | Path) -> Suite:
     try:
         suite = Suite.model_validate(raw)
     except ValidationError as exc:
-        raise _suite_error(exc, locate, main) from None
+        raise _suite_error(exc, locate) from None
     suite._path = path.resolve()
     suite._locate = locate  # for errors found later against the registry
     return suite

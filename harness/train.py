@@ -8,9 +8,7 @@ import contextlib
 import math
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
 
 import torch
 
@@ -19,31 +17,19 @@ from .cells import Cell
 from .data import Corpus, eval_batches, sample_batch
 from .facts import model_facts
 from .model import LanguageModel
-from .store import Metric
+from .experiment import CellOutcome, Progress, RunContext
+from .store import Metric, Result
 from .variant import Variant
-
-Progress = Callable[[int, int, float | None], None]  # (step, total_steps, last loss)
-
-
-@dataclass
-class TrainOutcome:
-    status: str  # "done" or "diverged"
-    steps: int
-    tokens: int
-    train_time_s: float
-    summary: dict[str, Any]
-    metrics: list[Metric] = field(default_factory=list)
-    error: str | None = None
 
 
 def build_model(variant: Variant, cell: Cell) -> LanguageModel:
-    if cell.train.model_kind == "own":
+    if cell.spec.model_kind == "own":
         return variant.build_model(cell.model)
     return Backbone(cell.model, variant.build_mixer)
 
 
 def total_steps(cell: Cell) -> int:
-    budget, per_step = cell.train.budget, cell.train.batch_size * cell.train.seq_len
+    budget, per_step = cell.spec.budget, cell.spec.batch_size * cell.spec.seq_len
     if budget.steps is not None:
         return budget.steps
     return max(1, math.ceil(budget.tokens / per_step))
@@ -61,7 +47,7 @@ def make_optimizer(model: torch.nn.Module, cell: Cell) -> torch.optim.Optimizer:
     """AdamW with weight decay on matrices only (not on biases, norms or gains)."""
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     other = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    t = cell.train
+    t = cell.spec
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": t.weight_decay}, {"params": other, "weight_decay": 0.0}],
         lr=t.lr, betas=(t.beta1, t.beta2),
@@ -85,7 +71,7 @@ def evaluate(model: LanguageModel, corpus: Corpus, cell: Cell, device: torch.dev
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    for x, y in eval_batches(corpus.val, cell.train.batch_size, cell.train.seq_len, cell.train.eval_tokens):
+    for x, y in eval_batches(corpus.val, cell.spec.batch_size, cell.spec.seq_len, cell.spec.eval_tokens):
         with autocast_for(device):
             out = model(x.to(device), y.to(device))
         total += out.ce.item() * y.numel()  # sum of nats, accumulated in fp64 on the host
@@ -100,24 +86,24 @@ def save_checkpoint(path: Path, model: LanguageModel, cell: Cell, step: int) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save({"model": model.state_dict(), "config": cell.model.to_dict(), "variant": cell.variant,
-                "model_kind": cell.train.model_kind, "cell_key": cell.key, "step": step}, tmp)
+                "model_kind": cell.spec.model_kind, "cell_key": cell.key, "step": step}, tmp)
     os.replace(tmp, path)
 
 
 def train_cell(
     cell: Cell, variant: Variant, corpus: Corpus, device: torch.device,
     progress: Progress | None = None, checkpoint_dir: Path | None = None,
-) -> TrainOutcome:
+) -> CellOutcome:
     torch.manual_seed(cell.seed)
     model = build_model(variant, cell).to(device)
     n_params = model.num_params()
     opt = make_optimizer(model, cell)
     gen = torch.Generator().manual_seed(cell.seed)  # batch order: independent of model init
-    steps, t = total_steps(cell), cell.train
+    steps, t = total_steps(cell), cell.spec
     per_step = t.batch_size * t.seq_len
     metrics: list[Metric] = []
     status, error, val = "done", None, {}
-    train_time, step = 0.0, 0
+    train_time, eval_time, step = 0.0, 0.0, 0
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     model.train()
@@ -151,7 +137,9 @@ def train_cell(
         else:
             train_time += time.perf_counter() - t0
         if step % t.eval_interval == 0 or step == steps:
+            t_eval = time.perf_counter()
             val = evaluate(model, corpus, cell, device)
+            eval_time += time.perf_counter() - t_eval
             for name, value in val.items():
                 metrics.append(Metric(step, step * per_step, train_time, f"val/{name}", value))
     if checkpoint_dir is not None and t.checkpoint and status == "done":
@@ -159,14 +147,21 @@ def train_cell(
     tokens = step * per_step
     summary = {
         **{f"val_{k}": v for k, v in val.items()},
-        "steps": step, "tokens": tokens, "train_time_s": train_time,
+        "steps": step, "tokens": tokens, "train_time_s": train_time, "eval_time_s": eval_time,
         "tokens_per_s": tokens / train_time if train_time > 0 else None,
         "dtype": compute_dtype(device),
         "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "checkpoint": str(checkpoint_dir / f"{cell.key}.pt") if checkpoint_dir and t.checkpoint and status == "done" else None,
         **model_facts(variant, cell.model, t.seq_len, n_params),
     }
-    if cell.train.model_kind == "own":  # declared facts describe the shared-backbone mixer
+    if cell.spec.model_kind == "own":  # declared facts describe the shared-backbone mixer
         summary.update(state_elements=None, mixer_flops_per_token=None, fwd_flops_per_token=None,
                        train_flops_per_token=None)
-    return TrainOutcome(status, step, tokens, train_time, summary, metrics, error)
+    results = [Result(name, value, "nats" if name == "loss" else "", {"split": "val"}) for name, value in val.items()]
+    return CellOutcome(status, summary, metrics, results, error)
+
+
+def run_train_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
+    from .data import load_corpus
+
+    return train_cell(cell, variant, load_corpus(cell.data), ctx.device, ctx.progress, ctx.checkpoint_dir)

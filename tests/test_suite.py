@@ -43,7 +43,7 @@ def test_good_suite_expands_to_grid_times_seeds(tmp_path, registry):
     suite = load_suite(write_suite(tmp_path / "suite.yaml", GOOD))
     cells = expand(suite, registry)
     assert len(cells) == 4
-    assert {(c.train.lr, c.seed) for c in cells} == {(1e-3, 0), (1e-3, 1), (3e-3, 0), (3e-3, 1)}
+    assert {(c.spec.lr, c.seed) for c in cells} == {(1e-3, 0), (1e-3, 1), (3e-3, 0), (3e-3, 1)}
     assert all(c.model.d_model == 32 and c.model.context == 32 for c in cells)  # defaults merged
 
 
