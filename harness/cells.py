@@ -23,6 +23,27 @@ from .variant import Variant
 BYTE_VOCAB = 256
 
 
+def _data_vocab(suite: Suite, ei: int, data: DataSpec | None, registry: Registry) -> int:
+    """Vocabulary of an experiment's data; for tasks also checks seq_len matches."""
+    if data is None:
+        return BYTE_VOCAB
+    from .data import vocab_size_for
+    from .errors import DataError
+
+    try:
+        vocab = vocab_size_for(data, registry)
+        if data.source == "task":
+            from .taskdata import task_seq_len
+
+            exp = suite.experiments[ei]
+            need = task_seq_len(data, registry)
+            if getattr(exp.spec(), "seq_len", need) != need:
+                raise DataError(f"task {data.task!r} makes sequences of {need} tokens; set train.seq_len: {need}")
+    except (DataError, UnknownVariantError) as exc:
+        raise suite_error_at(suite, ("experiments", ei, "data"), str(exc)) from None
+    return vocab
+
+
 @dataclass(frozen=True)
 class Cell:
     suite: str
@@ -62,9 +83,9 @@ def variant_identity(variant: Variant) -> dict[str, Any]:
     }
 
 
-def _model_config(spec: ModelSpec, context: int, options: Any) -> ModelConfig:
+def _model_config(spec: ModelSpec, context: int, options: Any, vocab: int) -> ModelConfig:
     return ModelConfig(
-        vocab_size=BYTE_VOCAB, d_model=spec.d_model, n_layer=spec.n_layer, n_head=spec.n_head,
+        vocab_size=vocab, d_model=spec.d_model, n_layer=spec.n_layer, n_head=spec.n_head,
         context=spec.context or context, mlp_ratio=spec.mlp_ratio, dropout=spec.dropout,
         bias=spec.bias, options=options,
     )
@@ -98,6 +119,7 @@ def expand(
                                      f"options given for {name!r}, which this experiment does not run")
         data = exp.data.resolved(base) if getattr(exp, "data", None) else None
         data_hash = corpus_hash(data) if corpus_hash and data else ""
+        vocab = _data_vocab(suite, ei, data, registry)
         for name in names:
             if only_variants and name not in only_variants:
                 continue
@@ -114,7 +136,7 @@ def expand(
                         raise suite_error_at(suite, ("experiments", ei, exp.kind, "model_kind"),
                                              f"variant {name!r} has no model of its own; use model_kind: backbone")
                     try:
-                        model = _model_config(mspec, exp.context(spec), options)
+                        model = _model_config(mspec, exp.context(spec), options, vocab)
                     except ValueError as exc:
                         raise suite_error_at(suite, ("experiments", ei, "models", mi), str(exc)) from None
                     if model.context < exp.context(spec):

@@ -148,7 +148,8 @@ def logits_of(out: Any, shape: tuple[int, ...], where: str) -> torch.Tensor:
         raise ContractError(f"{where} returned {type(out).__name__}; expected a ModelOutput")
     if tuple(logits.shape) != shape or not logits.is_floating_point():
         raise ContractError(
-            f"{where} returned logits {tuple(logits.shape)} {logits.dtype}; expected {shape} floating"
+            f"{where} returned logits {tuple(logits.shape)} {logits.dtype}; "
+            f"expected {shape} floating point"
         )
     return logits.float()
 

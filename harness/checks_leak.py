@@ -6,7 +6,8 @@ import torch
 
 from .checks_common import (
     BACKWARD_LENGTHS, LEAK_BACKWARD_TOL, LEAK_FORWARD_TOL, LEAK_LENGTHS, CheckContext,
-    CheckResult, build_mixer, fmt, is_worse, logits_of, mixer_y, models, normal, rel_dev, tokens, verdict,
+    CheckResult, build_mixer, fmt, is_worse, logits_of, mixer_y, models, normal, rel_dev,
+    tokens, verdict,
 )
 
 
@@ -31,17 +32,18 @@ def check_forward_leak(ctx: CheckContext) -> CheckResult:
     worst, where, n_cases = 0.0, "", 0
     for label, model in models(ctx):
         model.eval()
+        what = f"{label} forward"
         for T in (T for T in LEAK_LENGTHS if T <= ctx.config.context):
             idx = tokens(ctx, 2, T)  # (B, T)
             with torch.no_grad():
-                ref = logits_of(model(idx), (2, T, V), f"{label} forward")  # (B, T, V)
+                ref = logits_of(model(idx), (2, T, V), what)  # (B, T, V)
                 scale = ref.abs().max()
                 for t in positions(T):
                     shift = tokens(ctx, 2, T, offset=t + 1) % (V - 1) + 1  # (B, T) in [1, V)
                     bumped = idx.clone()  # (B, T)
-                    bumped[:, t + 1 :] = (idx[:, t + 1 :] + shift[:, t + 1 :]) % V  # every later token changes
-                    got = logits_of(model(bumped), (2, T, V), f"{label} forward")  # (B, T, V)
-                    cut = logits_of(model(idx[:, : t + 1]), (2, t + 1, V), f"{label} forward")  # (B, t+1, V)
+                    bumped[:, t + 1 :] = (idx + shift)[:, t + 1 :] % V  # every later token differs
+                    got = logits_of(model(bumped), (2, T, V), what)  # (B, T, V)
+                    cut = logits_of(model(idx[:, : t + 1]), (2, t + 1, V), what)  # (B, t+1, V)
                     for kind, out in (("perturbed after", got[:, : t + 1]), ("cut after", cut)):
                         dev = rel_dev(out, ref[:, : t + 1], scale)
                         n_cases += 1

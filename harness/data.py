@@ -1,9 +1,10 @@
-"""Corpora and tokenization for `train` experiments.
+"""Training data for `train` experiments: text corpora and synthetic tasks.
 
-Sources: the offline default (the running interpreter's standard-library sources, needs
-no download anywhere), local text / json / parquet files through HF ``datasets``, or a
-hub dataset by name when online. Tokens are bytes by default, so bits per byte compare
-across every variant and tokenizer.
+Text sources: the offline default (the running interpreter's standard-library sources,
+needs no download anywhere), local text / json / parquet files through HF ``datasets``,
+or a hub dataset by name when online. Tokens are bytes by default; a locally trained BPE
+or a named pretrained tokenizer are options, and held-out metrics are reported in bits
+per byte whatever the tokenizer. Synthetic tasks (``source: task``) live in taskdata.py.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import os
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .errors import DataError
+from .tokenize import ByteTokenizer, pretrained, train_bpe
 
 _STDLIB_SKIP = {"test", "tests", "idlelib", "site-packages", "lib2to3", "turtledemo"}
 
@@ -30,7 +32,7 @@ class DataSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    source: Literal["stdlib", "text", "json", "parquet", "hf"] = "stdlib"
+    source: Literal["stdlib", "text", "json", "parquet", "hf", "task"] = "stdlib"
     path: str | list[str] | None = None  # local file(s), relative to the suite file
     val_path: str | list[str] | None = None  # held-out file(s); else the tail of `path`
     name: str | None = None  # hub dataset name (source: hf)
@@ -40,10 +42,23 @@ class DataSpec(BaseModel):
     text_field: str = "text"
     val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
     max_bytes: int | None = Field(None, gt=0)  # cap on training bytes (head of the corpus)
-    tokenizer: Literal["bytes"] = "bytes"
+    tokenizer: Literal["bytes", "bpe", "pretrained"] = "bytes"
+    bpe_vocab_size: int = Field(4096, ge=260)
+    tokenizer_name: str | None = None  # for tokenizer: pretrained (needs the hub)
+    # source: task
+    task: str | None = None
+    task_options: dict[str, Any] = {}
+    train_examples: int = Field(20000, gt=0)
+    val_examples: int = Field(1000, gt=0)
+    train_settings: list[dict[str, Any]] = []  # option overrides mixed in equal parts for training
+    eval_settings: list[dict[str, Any]] = []  # option overrides, each evaluated separately
 
     @model_validator(mode="after")
     def _needs(self) -> "DataSpec":
+        if self.source == "task" and not self.task:
+            raise ValueError("data source 'task' needs 'task' (a registered task name; see `attnbench list`)")
+        if self.tokenizer == "pretrained" and not self.tokenizer_name:
+            raise ValueError("tokenizer 'pretrained' needs 'tokenizer_name'")
         if self.source in ("text", "json", "parquet") and not self.path:
             raise ValueError(f"data source {self.source!r} needs 'path' (a local file or list of files)")
         if self.source == "hf" and not self.name:
@@ -64,23 +79,30 @@ class DataSpec(BaseModel):
 
 
 @dataclass(frozen=True)
+class EvalSet:
+    """Held-out batches evaluated together; ``tags`` go on every row they produce."""
+
+    tags: dict[str, Any]
+    batches: list[tuple[torch.Tensor, torch.Tensor]]
+    bytes_per_token: float | None  # None when bits per byte do not apply (tasks)
+    scored: str = "all"  # "all" tokens, or "answers" only (tasks: accuracy is reported)
+
+
+@dataclass(frozen=True)
 class Corpus:
-    train: torch.Tensor  # (N,) uint8 byte tokens
-    val: torch.Tensor  # (M,) uint8 byte tokens
+    train: torch.Tensor  # (N,) token ids (uint8 for bytes, int32 otherwise)
+    val: torch.Tensor  # (M,) token ids
     vocab_size: int
-    bytes_per_token: float
-    sha256: str  # of the training and held-out text, recorded with every run
+    bytes_per_token: float  # held-out UTF-8 bytes per token: 1.0 for the byte tokenizer
+    sha256: str  # of the training and held-out tokens, recorded with every run
     description: str
 
+    def train_batch(self, batch_size: int, seq_len: int, gen: torch.Generator):
+        return sample_batch(self.train, batch_size, seq_len, gen)
 
-class ByteTokenizer:
-    vocab_size = 256
-
-    def encode(self, text: str) -> torch.Tensor:
-        return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8)  # (N,)
-
-    def decode(self, tokens: torch.Tensor | list[int]) -> str:
-        return bytes(int(t) for t in tokens).decode("utf-8", errors="replace")
+    def eval_sets(self, batch_size: int, seq_len: int, max_tokens: int) -> list[EvalSet]:
+        return [EvalSet({"split": "val"}, eval_batches(self.val, batch_size, seq_len, max_tokens),
+                        self.bytes_per_token)]
 
 
 def stdlib_text(max_bytes: int) -> str:
@@ -155,31 +177,61 @@ def _texts(spec: DataSpec) -> tuple[str, str | None]:
     return train, val
 
 
+def _split_text(spec: DataSpec) -> tuple[str, str]:
+    train_text, val_text = _texts(spec)
+    if val_text is None:  # hold out the tail (cut on a character boundary)
+        cut = int(len(train_text) * (1 - spec.val_fraction))
+        train_text, val_text = train_text[:cut], train_text[cut:]
+    if spec.max_bytes is not None:
+        train_text = train_text.encode("utf-8")[: spec.max_bytes].decode("utf-8", errors="ignore")
+    return train_text, val_text
+
+
+def make_tokenizer(spec: DataSpec, train_text: str):
+    if spec.tokenizer == "bpe":
+        return train_bpe(train_text, spec.bpe_vocab_size)
+    if spec.tokenizer == "pretrained":
+        return pretrained(spec.tokenizer_name)
+    return ByteTokenizer()
+
+
 @functools.lru_cache(maxsize=8)
 def _load_cached(spec_json: str) -> Corpus:
     spec = DataSpec.model_validate_json(spec_json)
-    train_text, val_text = _texts(spec)
-    tok = ByteTokenizer()
-    tokens = tok.encode(train_text)  # (N,)
-    if val_text is None:
-        cut = int(len(tokens) * (1 - spec.val_fraction))
-        train, val = tokens[:cut], tokens[cut:]
-    else:
-        train, val = tokens, tok.encode(val_text)
-    if spec.max_bytes is not None:
-        train = train[: spec.max_bytes]
+    train_text, val_text = _split_text(spec)
+    tok = make_tokenizer(spec, train_text)
+    train, val = tok.encode(train_text), tok.encode(val_text)  # (N,), (M,)
     if len(train) < 1024 or len(val) < 256:
-        raise DataError(f"corpus too small ({len(train)} training / {len(val)} held-out bytes)")
+        raise DataError(f"corpus too small ({len(train)} training / {len(val)} held-out tokens)")
+    bytes_per_token = len(val_text.encode("utf-8")) / len(val)
     digest = hashlib.sha256(train.numpy().tobytes() + b"\0" + val.numpy().tobytes()).hexdigest()
     desc = spec.source if spec.source != "hf" else f"hf:{spec.name}/{spec.config}"
     if spec.path:
         desc += f":{spec.path}"
-    return Corpus(train, val, tok.vocab_size, 1.0, digest, desc)
+    return Corpus(train, val, tok.vocab_size, bytes_per_token, digest, f"{desc} [{tok.name}]")
 
 
-def load_corpus(spec: DataSpec) -> Corpus:
-    """Load (and cache in-process) the corpus a resolved spec describes."""
+def load_corpus(spec: DataSpec, registry=None):
+    """Load (and cache in-process) the data a resolved spec describes: a text ``Corpus``,
+    or for ``source: task`` a ``TaskData`` (needs the registry that holds the task)."""
+    if spec.source == "task":
+        from .taskdata import load_task_data
+
+        return load_task_data(spec, registry)
     return _load_cached(json.dumps(spec.model_dump(), sort_keys=True))
+
+
+def vocab_size_for(spec: DataSpec, registry=None) -> int:
+    """Vocabulary the model must embed, known without loading text (except pretrained)."""
+    if spec.source == "task":
+        from .taskdata import task_vocab
+
+        return task_vocab(spec, registry)
+    if spec.tokenizer == "bpe":
+        return spec.bpe_vocab_size
+    if spec.tokenizer == "pretrained":
+        return pretrained(spec.tokenizer_name).vocab_size
+    return ByteTokenizer.vocab_size
 
 
 def sample_batch(
@@ -190,7 +242,7 @@ def sample_batch(
     if high <= 0:
         raise DataError(f"corpus of {len(tokens)} tokens is shorter than seq_len {seq_len} + 1")
     ix = torch.randint(high, (batch_size,), generator=generator)  # (B,)
-    win = tokens[ix[:, None] + torch.arange(seq_len + 1)].long()  # (B, T+1)
+    win = tokens[ix[:, None] + torch.arange(seq_len + 1)].long()  # (B, T+1) gather of windows
     return win[:, :-1], win[:, 1:]
 
 

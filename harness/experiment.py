@@ -32,6 +32,7 @@ class RunContext:
     progress: Progress
     checkpoint_dir: Path
     store: Any  # harness.store.Store; kinds that read earlier cells (lm_eval) use it
+    registry: Any = None  # harness.plugins.Registry (variants and tasks)
 
 
 KindRunner = Callable[..., CellOutcome]
@@ -42,10 +43,17 @@ Finalizer = Callable[..., None]
 
 
 def kind_runners() -> dict[str, KindRunner]:
+    from .lm_eval_runner import run_lm_eval_cell
+    from .scaling import run_scaling_cell
+    from .speed import run_speed_cell
     from .train import run_train_cell
 
-    return {"train": run_train_cell}
+    return {"train": run_train_cell, "speed": run_speed_cell, "scaling": run_scaling_cell,
+            "lm_eval": run_lm_eval_cell}
 
 
 def kind_finalizers() -> dict[str, Finalizer]:
-    return {}
+    from .scaling import finalize_scaling
+    from .speed_fits import finalize_speed
+
+    return {"speed": finalize_speed, "scaling": finalize_scaling}

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable
 import pluggy
 
 if TYPE_CHECKING:
+    from .task import Task
     from .variant import Variant
 
 hookspec = pluggy.HookspecMarker("attnbench")
@@ -23,4 +24,13 @@ def attnbench_register_variants(register: Callable[["Variant"], None]) -> None:
 
     :param register: call once per variant with a ``harness.Variant``; the harness
         validates it and rejects a name another plugin already registered.
+    """
+
+
+@hookspec
+def attnbench_register_tasks(register: Callable[["Task"], None]) -> None:
+    """Register synthetic tasks (generated in-process, deterministic from a seed).
+
+    :param register: call once per task with a ``harness.task.Task``; a name another
+        plugin already registered is an error naming both.
     """

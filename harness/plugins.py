@@ -18,6 +18,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginError, UnknownVariantError
+from .task import Task
 from .variant import DECODE_KINDS, Variant
 
 ENTRY_POINT_GROUP = "attnbench"
@@ -99,9 +100,10 @@ def _check_pending(pm: pluggy.PluginManager) -> None:
         ) from exc
 
 
-def _source_files(variant: Variant, plugin: Any) -> tuple[str, ...]:
+def _source_files(item: Any, plugin: Any) -> tuple[str, ...]:
+    """Files whose code defines a registered variant or task (hashed into content keys)."""
     files: list[str] = []
-    for obj in (plugin, variant.build_mixer, variant.build_model, variant.options):
+    for obj in (plugin, *(getattr(item, a, None) for a in ("build_mixer", "build_model", "generate", "evaluate", "options"))):
         if obj is None:
             continue
         try:
@@ -134,12 +136,23 @@ def _validate(variant: Any, plugin_name: str) -> Variant:
     return variant
 
 
+def _validate_task(task: Any, plugin_name: str) -> Task:
+    if not isinstance(task, Task):
+        raise PluginError(
+            f"plugin {plugin_name!r} called register() with {type(task).__name__}; pass a harness.task.Task"
+        )
+    if not _NAME_RE.match(task.name):
+        raise PluginError(f"plugin {plugin_name!r} registered invalid task name {task.name!r}")
+    return task
+
+
 @dataclass
 class Registry:
-    """Variants by name, with the plugin and distribution each came from."""
+    """Variants and tasks by name, with the plugin and distribution each came from."""
 
     variants: dict[str, Variant]
     errors: list[PluginLoadError]
+    tasks: dict[str, Task] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return sorted(self.variants)
@@ -150,6 +163,14 @@ class Registry:
         except KeyError:
             raise UnknownVariantError(unknown_variant_message(name, self.names())) from None
 
+    def get_task(self, name: str) -> Task:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            raise UnknownVariantError(
+                unknown_variant_message(name, sorted(self.tasks)).replace("unknown variant", "unknown task")
+            ) from None
+
 
 def unknown_variant_message(name: str, available: list[str]) -> str:
     close = difflib.get_close_matches(name, available, n=1)
@@ -157,18 +178,17 @@ def unknown_variant_message(name: str, available: list[str]) -> str:
     return f"unknown variant {name!r}.{hint} Available: {', '.join(available) or '(none)'}"
 
 
-def load_registry(loaded: LoadedPlugins | None = None) -> Registry:
-    """Call every plugin's ``attnbench_register_variants`` and collect the variants."""
-    loaded = loaded or get_plugin_manager()
-    variants: dict[str, Variant] = {}
-    errors = list(loaded.errors)
-    for impl in loaded.manager.hook.attnbench_register_variants.get_hookimpls():
+def _collect(loaded: LoadedPlugins, hook: str, validate, errors: list[PluginLoadError]) -> dict[str, Any]:
+    """Call every implementation of a register-callback hook, one plugin at a time, so
+    each registration is attributed to its plugin; a plugin that raises is reported."""
+    found: dict[str, Any] = {}
+    for impl in getattr(loaded.manager.hook, hook).get_hookimpls():
         plugin_name = impl.plugin_name
         dist = loaded.distributions.get(plugin_name, "?")
-        mine: list[Variant] = []
+        mine: list[Any] = []
 
-        def register(variant: Any, _p: str = plugin_name, _mine: list = mine) -> None:
-            _mine.append(_validate(variant, _p))
+        def register(item: Any, _p: str = plugin_name, _mine: list = mine) -> None:
+            _mine.append(validate(item, _p))
 
         try:
             impl.function(register=register)
@@ -177,15 +197,24 @@ def load_registry(loaded: LoadedPlugins | None = None) -> Registry:
         except Exception as exc:
             errors.append(PluginLoadError(plugin_name, f"{type(exc).__name__}: {exc}"))
             continue
-        for v in mine:
-            if v.name in variants:
-                other = variants[v.name]
+        for item in mine:
+            if item.name in found:
+                other = found[item.name]
                 raise PluginError(
-                    f"variant {v.name!r} is registered twice: by plugin {other.plugin!r} "
+                    f"{item.name!r} is registered twice: by plugin {other.plugin!r} "
                     f"({other.distribution}) and by plugin {plugin_name!r} ({dist}). "
                     f"Uninstall one, or limit loading with {PLUGINS_ENV}=name,name."
                 )
-            variants[v.name] = replace(
-                v, plugin=plugin_name, distribution=dist, source_files=_source_files(v, impl.plugin)
+            found[item.name] = replace(
+                item, plugin=plugin_name, distribution=dist, source_files=_source_files(item, impl.plugin)
             )
-    return Registry(variants, errors)
+    return found
+
+
+def load_registry(loaded: LoadedPlugins | None = None) -> Registry:
+    """Call every plugin's registration hooks and collect variants and tasks."""
+    loaded = loaded or get_plugin_manager()
+    errors = list(loaded.errors)
+    variants = _collect(loaded, "attnbench_register_variants", _validate, errors)
+    tasks = _collect(loaded, "attnbench_register_tasks", _validate_task, errors)
+    return Registry(variants, errors, tasks)

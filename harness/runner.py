@@ -15,6 +15,7 @@ from .cells import Cell, expand
 from .data import load_corpus
 from .plugins import Registry
 from .provenance import device_name, provenance, resolve_device
+from .gate import Verdict, gate_variant
 from .experiment import CellOutcome, RunContext, kind_finalizers, kind_runners
 from .store import RunRecord, Store
 from .suite import Suite
@@ -57,18 +58,30 @@ def run_suite(
 ) -> RunReport:
     dev = resolve_device(device or suite.device)
     cells = expand(suite, registry, device=device_name(dev), only_variants=only_variants,
-                   corpus_hash=lambda spec: load_corpus(spec).sha256)
+                   corpus_hash=lambda spec: load_corpus(spec, registry).sha256)
     report = RunReport(cells=len(cells))
     progress = ProgressLine(out)
     checkpoint_dir = store.path.parent / "checkpoints"
     runners = kind_runners()
+    verdicts: dict[tuple[str, str], Verdict] = {}
     for i, cell in enumerate(cells, 1):
         if store.has_run(cell.key):
             report.skipped += 1
             continue
         variant = registry.get(cell.variant)
+        gate_id = (cell.variant, repr(cell.model.options))
+        if gate_id not in verdicts:  # the trust gate runs before a variant's first cell
+            print(f"checking {cell.variant} (trust gate) ...", file=out, flush=True)
+            verdicts[gate_id] = gate_variant(variant, store, dev, options=cell.model.options)
+        verdict = verdicts[gate_id]
+        if verdict.failed and not suite.allow_failed_checks:
+            report.not_done.append(
+                f"{cell.experiment}/{cell.variant} seed {cell.seed}: refused, failed checks "
+                f"{verdict.failed} (see `attnbench check {cell.variant}`; set allow_failed_checks: true "
+                "in the suite to record its numbers marked as failing)")
+            continue
         started = time.time()
-        ctx = RunContext(dev, progress.cell(i, len(cells), cell), checkpoint_dir, store)
+        ctx = RunContext(dev, progress.cell(i, len(cells), cell), checkpoint_dir, store, registry)
         try:
             outcome = runners[cell.kind](cell, variant, ctx)
         except torch.OutOfMemoryError as exc:
@@ -81,7 +94,8 @@ def run_suite(
             variant=cell.variant, status=outcome.status, seed=cell.seed, coords=cell.coords,
             config={**cell.config_dict(), "key_inputs": cell.key_inputs},
             provenance={**provenance(dev), "variant": cell.key_inputs.get("variant"),
-                        "corpus_sha256": cell.key_inputs.get("corpus_sha256")},
+                        "corpus_sha256": cell.key_inputs.get("corpus_sha256"),
+                        "gate": {"key": verdict.key, "failed": verdict.failed}},
             summary=outcome.summary, started_at=started, finished_at=time.time(), error=outcome.error,
             metrics=outcome.metrics, results=outcome.results,
         ))

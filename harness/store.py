@@ -129,9 +129,9 @@ class Store:
         try:
             self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
             self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA busy_timeout=60000")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.execute("PRAGMA busy_timeout=60000")
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open results store {self.path}: {exc}") from exc
@@ -171,20 +171,22 @@ class Store:
 
     # -- schema -------------------------------------------------------------------------
     def _migrate(self) -> None:
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations "
-            "(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, applied_at REAL NOT NULL)"
-        )
-        applied = [r["name"] for r in self._db.execute("SELECT name FROM schema_migrations ORDER BY id")]
-        known = [name for name, _ in MIGRATIONS]
-        if applied != known[: len(applied)]:
-            raise StoreError(
-                f"results store {self.path} has migrations {applied} that this attnbench does "
-                f"not know (it knows {known}); it was written by a newer or different version. "
-                "Upgrade attnbench or use another --store."
+        """Apply pending migrations under the write lock, so two processes opening a new
+        store at once cannot both apply them."""
+        with self._write() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, applied_at REAL NOT NULL)"
             )
-        for name, sql in MIGRATIONS[len(applied):]:
-            with self._write() as db:
+            applied = [r["name"] for r in db.execute("SELECT name FROM schema_migrations ORDER BY id")]
+            known = [name for name, _ in MIGRATIONS]
+            if applied != known[: len(applied)]:
+                raise StoreError(
+                    f"results store {self.path} has migrations {applied} that this attnbench does "
+                    f"not know (it knows {known}); it was written by a newer or different version. "
+                    "Upgrade attnbench or use another --store."
+                )
+            for name, sql in MIGRATIONS[len(applied):]:
                 for statement in filter(str.strip, sql.split(";")):
                     db.execute(statement)
                 db.execute(

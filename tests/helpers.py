@@ -26,3 +26,17 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600)
 def python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, env={**os.environ, **(env or {})}, timeout=300)
+
+
+def fake_distribution(tmp_path: Path, name: str, entry_point: str, module_source: str | None = None,
+                      module: str | None = None) -> dict[str, str]:
+    """A minimal installed distribution (dist-info with an `attnbench` entry point) on a
+    folder we put on PYTHONPATH: the real entry-point loading path, without pip."""
+    dist = tmp_path / f"{name}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    target = module or name.replace("-", "_")
+    (dist / "entry_points.txt").write_text(f"[attnbench]\n{entry_point} = {target}\n")
+    if module_source is not None:
+        (tmp_path / f"{target}.py").write_text(textwrap.dedent(module_source))
+    return {"PYTHONPATH": f"{tmp_path}:{REPO}"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 import types
 
 import pytest
@@ -11,6 +10,7 @@ from harness import Variant, hookimpl
 from harness.errors import PluginError, UnknownVariantError
 from harness.plugins import get_plugin_manager, load_registry
 from plugins import softmax
+from tests.helpers import fake_distribution as _fake_distribution
 from tests.helpers import python, run_cli
 
 
@@ -27,16 +27,6 @@ def test_env_var_limits_loaded_plugins():
     assert proc.returncode == 0, proc.stderr
     names = [line.split()[0] for line in proc.stdout.splitlines()[1:]]
     assert names == ["toy-ema"]
-
-
-def _fake_distribution(tmp_path, name: str, entry_point: str, module_source: str):
-    """A minimal installed distribution (dist-info + module) on a path we add to sys.path."""
-    dist = tmp_path / f"{name}-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[attnbench]\n{entry_point} = {name.replace('-', '_')}\n")
-    (tmp_path / f"{name.replace('-', '_')}.py").write_text(textwrap.dedent(module_source))
-    return {"PYTHONPATH": str(tmp_path)}
 
 
 def test_plugin_raising_on_import_is_reported_and_others_load(tmp_path):

@@ -3,24 +3,57 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from .common import registry_with_warnings
+from ..gate import cached_verdict
+from ..provenance import resolve_device
+from ..store import Store
+from .common import add_store_option, registry_with_warnings
+
+
+def _gate_column(registry, store_path: str, device: str) -> dict[str, str]:
+    """'pass', 'FAIL: checks' or 'unchecked' for each variant's current code."""
+    if not Path(store_path).is_file():
+        return {}
+    dev = resolve_device(device)
+    out = {}
+    with Store(store_path) as store:
+        for name, v in registry.variants.items():
+            verdict = cached_verdict(v, store, dev)
+            out[name] = "unchecked" if verdict is None else (
+                "FAIL: " + ",".join(verdict.failed) if verdict.failed else "pass")
+    return out
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("list", help="list registered variants, their plugin and capabilities")
+    add_store_option(p)
+    p.add_argument("--device", default="auto", help="device whose trust-gate verdicts to show")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     registry = registry_with_warnings()
-    rows = [("variant", "plugin", "distribution", "decode", "capabilities", "description")]
+    gate = _gate_column(registry, args.store, args.device)
+    rows = [("variant", "plugin", "distribution", "decode", "capabilities", "checks", "description")]
     for name in registry.names():
         v = registry.variants[name]
         caps = [k for k, on in (("causal", v.causal), ("aux-loss", v.aux_loss),
                                 ("own-model", v.build_model is not None)) if on]
-        rows.append((name, v.plugin, v.distribution, v.decode, ",".join(caps), v.description))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5])
+        rows.append((name, v.plugin, v.distribution, v.decode, ",".join(caps),
+                     gate.get(name, "unchecked"), v.description))
+    _print_table(rows)
+    if registry.tasks:
+        print()
+        tasks = [("task", "plugin", "distribution", "description")]
+        tasks += [(t.name, t.plugin, t.distribution, t.description) for _, t in sorted(registry.tasks.items())]
+        _print_table(tasks)
     return 0
+
+
+def _print_table(rows: list[tuple[str, ...]]) -> None:
+    """Aligned columns; the last column (a description) is left ragged."""
+    n = len(rows[0]) - 1
+    widths = [max(len(r[i]) for r in rows) for i in range(n)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:n], widths)) + "  " + r[n])

@@ -1,0 +1,40 @@
+"""`attnbench check [VARIANT ...]`: the trust gate, as a table of variants x checks."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..checks import DEFAULT_LONG_T, DEFAULT_TIME_LIMIT_S, format_table
+from ..gate import gate_variant
+from ..provenance import resolve_device
+from ..store import Store
+from .common import add_store_option, registry_with_warnings
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("check", help="verify variants: no future leak, incremental = parallel, finite, "
+                                     "deterministic, declared facts hold")
+    p.add_argument("variants", nargs="*", help="variants to check (default: all registered)")
+    add_store_option(p)
+    p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: auto)")
+    p.add_argument("--no-cache", action="store_true", help="re-run checks even if a verdict is stored")
+    p.add_argument("--long-T", type=int, default=DEFAULT_LONG_T, help="length of the long-input check")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, help="seconds per variant")
+    p.add_argument("--verbose", action="store_true", help="print each check's detail line")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    registry = registry_with_warnings()
+    names = args.variants or registry.names()
+    variants = [registry.get(n) for n in names]  # unknown names: error with "did you mean"
+    device = resolve_device(args.device)
+    results = {}
+    with Store(args.store) as store:
+        for v in variants:
+            verdict = gate_variant(v, store, device, use_cache=not args.no_cache,
+                                   long_T=args.long_T, time_limit_s=args.time_limit)
+            results[v.name] = verdict.results
+    print(format_table(results, verbose=args.verbose))
+    failed = [n for n, rs in results.items() if any(r.status in ("fail", "error") for r in rs)]
+    return 1 if failed or registry.errors else 0

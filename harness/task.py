@@ -1,0 +1,77 @@
+"""The synthetic-task contract: what a plugin registers through ``attnbench_register_tasks``.
+
+A task generates examples in-process, deterministically from a seed: token inputs and
+targets where only the answer positions are scored (every other target is -100), so
+accuracy is computed on answers alone. Its ``options`` dataclass holds the difficulty
+knobs; ``coords(options)`` names the difficulty coordinates every evaluation row carries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+IGNORE = -100  # target value of positions that are not scored
+
+
+@dataclass(frozen=True)
+class TaskBatch:
+    inputs: torch.Tensor  # (N, T) int64 token ids
+    targets: torch.Tensor  # (N, T) int64: next-token answers at scored positions, else -100
+
+
+@dataclass(frozen=True)
+class TaskEval:
+    """One extra evaluation row a task computes itself (e.g. completion accuracy)."""
+
+    name: str
+    value: float | None
+    unit: str = ""
+    tags: dict[str, Any] = field(default_factory=dict)
+
+
+def _asdict(options: Any) -> dict[str, Any]:
+    return dataclasses.asdict(options) if dataclasses.is_dataclass(options) else {}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One synthetic task.
+
+    name: unique id used in suites (``data: {source: task, task: NAME}``).
+    options: frozen dataclass of difficulty knobs (validated in ``__post_init__``).
+    generate: ``(options, n, seed) -> TaskBatch`` with n examples, deterministic in seed.
+    vocab_size: ``(options) -> int`` tokens the model must embed.
+    seq_len: ``(options) -> int`` length T of every example's inputs.
+    evaluate: optional ``(model, options, device, seed) -> list[TaskEval]`` for evaluations
+        beyond answer accuracy (e.g. completing occluded images and classifying them).
+    coords: ``(options) -> dict`` difficulty coordinates tagged on every evaluation row.
+    """
+
+    name: str
+    options: type
+    generate: Callable[[Any, int, int], TaskBatch]
+    vocab_size: Callable[[Any], int]
+    seq_len: Callable[[Any], int]
+    description: str = ""
+    evaluate: Callable[..., list[TaskEval]] | None = None
+    coords: Callable[[Any], dict[str, Any]] = _asdict
+    version: str = "0"
+    plugin: str = field(default="", compare=False)
+    distribution: str = field(default="", compare=False)
+    source_files: tuple[str, ...] = field(default=(), compare=False)
+
+    def make_options(self, raw: dict[str, Any] | None) -> Any:
+        """Validate a suite's ``task_options`` mapping into the options dataclass."""
+        raw = dict(raw or {})
+        known = {f.name for f in dataclasses.fields(self.options)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown} for task {self.name!r}; accepted: {sorted(known)}")
+        try:
+            return self.options(**raw)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"invalid options for task {self.name!r}: {exc}") from exc

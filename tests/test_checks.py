@@ -1,0 +1,153 @@
+"""The trust gate: built-in variants pass; each deliberately broken variant is caught by the
+right check; contract violations and hangs become errors without stopping the others."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pytest
+import torch
+
+from harness.checks import (
+    CHECKS, check_variants, format_table, gate_key_inputs, passed, run_checks,
+)
+from harness.plugins import get_plugin_manager, load_registry
+from harness.provenance import content_key, file_sha256
+from plugins import softmax
+from tests import broken_variants
+
+_REGISTRY = load_registry()
+BUILTINS = [n for n in _REGISTRY.names() if _REGISTRY.get(n).distribution == "attnbench"]
+
+# variant -> the checks that must fail; every other check must pass or skip.
+CAUGHT_BY = {
+    "leaky": {"no_future_leak_forward", "no_future_leak_backward"},
+    "grad_leaky": {"no_future_leak_backward"},
+    "drifty": {"incremental_equals_parallel"},
+    "overflowy": {"finite_long_inputs"},
+    "nondeterministic": {"deterministic"},
+    "wrong_state_size": {"declared_facts"},
+    "own_model_leaky": {"no_future_leak_forward"},  # the backbone with its mixer is fine
+    "undeclared_aux": {"declared_facts"},
+}
+
+
+@pytest.fixture(scope="module")
+def broken():
+    loaded = get_plugin_manager(
+        extra_plugins=[("broken", broken_variants), ("softmax", softmax)], entry_points=False
+    )
+    return load_registry(loaded)
+
+
+@pytest.fixture(scope="module")
+def broken_results(broken):
+    return check_variants([broken.get(n) for n in CAUGHT_BY], long_T=256, time_limit_s=120)
+
+
+def _by_check(results):
+    assert [r.check for r in results] == list(CHECKS)
+    return {r.check: r for r in results}
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_builtin_variant_passes_every_applicable_check(name):
+    variant = _REGISTRY.get(name)
+    results = _by_check(run_checks(variant, long_T=1024, time_limit_s=300))
+    bad = {c: r.detail for c, r in results.items() if r.status not in ("pass", "skip")}
+    assert not bad, bad
+    skipped = {c for c, r in results.items() if r.status == "skip"}
+    assert skipped == ({"incremental_equals_parallel"} if variant.decode == "none" else set())
+    assert "params: backbone" in results["declared_facts"].detail
+
+
+@pytest.mark.parametrize("name", sorted(CAUGHT_BY))
+def test_broken_variant_is_caught_by_exactly_the_right_check(broken_results, name):
+    results = _by_check(broken_results[name])
+    failed = {c for c, r in results.items() if r.status == "fail"}
+    assert failed == CAUGHT_BY[name], {c: r.detail for c, r in results.items()}
+    assert all(r.status in ("pass", "skip") for c, r in results.items() if c not in failed)
+    for c in failed:
+        r = results[c]
+        assert r.figure is None or r.tolerance is None or not r.figure <= r.tolerance
+        assert r.detail
+
+
+def test_failure_details_say_where(broken_results):
+    drift = _by_check(broken_results["drifty"])["incremental_equals_parallel"]
+    first = int(re.search(r"first over tolerance at position (\d+)", drift.detail).group(1))
+    assert 256 <= first < 280, drift.detail  # bf16 counts exactly only up to 256
+    leak = _by_check(broken_results["leaky"])["no_future_leak_forward"]
+    assert leak.figure > 1e-3 and "worst at backbone" in leak.detail
+    nan = _by_check(broken_results["overflowy"])["finite_long_inputs"]
+    assert "non-finite output" in nan.detail
+    own = _by_check(broken_results["own_model_leaky"])["no_future_leak_forward"]
+    assert "worst at own model" in own.detail
+    facts = _by_check(broken_results["wrong_state_size"])["declared_facts"]
+    assert "state holds 832 elements, state_size declares 416" in facts.detail
+    aux = _by_check(broken_results["undeclared_aux"])["declared_facts"]
+    assert "aux_loss=False declared, but layers 0, 1 return auxiliary losses" in aux.detail
+
+
+def test_contract_violations_are_errors_and_other_variants_still_checked(broken):
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    names = ["raises", "bad_shape", "bad_dtype", "softmax"]
+    results = check_variants([broken.get(n) for n in names], long_T=256, time_limit_s=120)
+    assert torch.equal(torch.rand(3), expected_next), "run_checks changed the caller's RNG state"
+    assert all(r.status == "error" and "deliberately broken builder" in r.detail
+               for r in results["raises"])
+    for name, word in (("bad_shape", "shape (2, 9, 16) for input (2, 9, 32)"),
+                       ("bad_dtype", "torch.float64 for a torch.float32 input")):
+        by = _by_check(results[name])
+        assert by["no_future_leak_forward"].status == "error"
+        assert word in by["no_future_leak_forward"].detail
+        for check in ("no_future_leak_backward", "finite_long_inputs", "deterministic"):
+            assert by[check].status == "error", by[check]
+    assert passed(results["softmax"]), results["softmax"]
+    table = format_table(results)
+    assert "softmax" in table and "raises / declared_facts: ERROR" in table
+    assert table.splitlines()[-1] == "1/4 variants passed every check"
+
+
+def test_hang_is_reported_as_timeout_and_abandoned(broken):
+    start = time.perf_counter()
+    try:
+        results = run_checks(broken.get("hangs"), time_limit_s=1.0)
+    finally:
+        broken_variants.RELEASE.set()
+    assert time.perf_counter() - start < 10
+    assert results[0].status == "error" and results[0].detail.startswith("timed out after 1 s")
+    assert [r.status for r in results] == ["error"] * len(CHECKS)
+    assert all(r.detail.startswith("not run") for r in results[1:])
+    for thread in threading.enumerate():  # released: the abandoned worker ends at once
+        if thread.name == "attnbench-check-hangs":
+            thread.join(10)
+            assert not thread.is_alive()
+
+
+def test_table_has_one_row_per_variant_and_column_per_check(broken_results):
+    lines = format_table(broken_results).splitlines()
+    assert lines[0].split() == ["variant", "leak-fwd", "leak-bwd", "incremental", "finite",
+                                "determinism", "facts"]
+    rows = {line.split()[0]: line for line in lines[1 : 1 + len(CAUGHT_BY)]}
+    assert set(rows) == set(CAUGHT_BY)
+    assert rows["leaky"].split()[1:5] == ["FAIL", rows["leaky"].split()[2], "FAIL",
+                                          rows["leaky"].split()[4]]
+    assert "drifty / incremental_equals_parallel: FAIL" in "\n".join(lines)
+    assert lines[-1] == f"0/{len(CAUGHT_BY)} variants passed every check"
+
+
+def test_gate_key_tracks_code_version(broken):
+    variant = broken.get("softmax")
+    inputs = gate_key_inputs(variant, "cpu")
+    assert inputs["variant"] == "softmax" and inputs["plugin"] == "softmax"
+    assert inputs["sources"] == [{"file": "softmax.py", "sha256": file_sha256(softmax.__file__)}]
+    assert inputs["device"].startswith("cpu:") and inputs["torch"] == torch.__version__
+    assert "checks.py" in inputs["gate_code"]
+    bumped = gate_key_inputs(type(variant)(**{**variant.__dict__, "version": "2"}), "cpu")
+    assert content_key(bumped) != content_key(inputs)
+    assert content_key(gate_key_inputs(variant, "cpu")) == content_key(inputs)
