@@ -1,0 +1,118 @@
+"""Heinsen's log-space attention ("Softmax attention with constant cost per token", 2024):
+
+    o_i = log sum_{j<=i} exp(LSE_d(q_id + k_jd) + log V_j) - log sum_{j<=i} exp(LSE_d(q_id + k_jd))
+
+i.e. log of linear attention with phi = exp and values exp(log V) (spec 5.1). Computed by
+``plugins._chunked.log_attention``: chunkwise with running max-stabilisers, so it is
+overflow-free (finite and accurate with logits scaled 100x) and never materialises the
+[B, H, T, h_k, h_v] tensor of the reference; decoding carries a max-shifted state
+(S, z, running maxima of k and of log V) as an explicit value.
+
+In the shared backbone one mixer is: x (B, T, D) -> q, k, log V per head (one Linear
+D -> 3D) -> log attention -> o (B, H, T, h) -> W_o. The output o is the *log* of the
+mixture and goes straight into the output projection, as the reference model feeds it
+to its Linear -> GLU; nothing exponentiates it back (that could overflow, and a linear
+map of the log-output is what the reference learns with).
+
+``build_model`` gives the variant's own reference model (``plugins._heinsen_model``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from harness import ModelConfig, Variant, hookimpl, mark_residual
+
+from ._chunked import LogState, log_attention, log_init_state
+from ._heinsen_model import HeinsenLM
+
+
+@dataclass(frozen=True)
+class HeinsenOptions:
+    """chunk_size: positions per chunk of the parallel form, in the backbone mixer and in
+    the reference model (64 was fastest at T = 1k-16k on CPU, h = 32; see
+    benchmarks/bench_kernels.py)."""
+
+    chunk_size: int = 64
+
+    def __post_init__(self) -> None:
+        if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive integer, got {self.chunk_size!r}")
+
+
+def _options(config: ModelConfig) -> HeinsenOptions:
+    return config.options if isinstance(config.options, HeinsenOptions) else HeinsenOptions()
+
+
+class LogAttention(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.n_head, self.chunk_size = config.n_head, _options(config).chunk_size
+        self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
+        self.c_proj = mark_residual(nn.Linear(config.d_model, config.d_model, bias=config.bias))
+
+    def extra_repr(self) -> str:
+        return f"n_head={self.n_head}, chunk_size={self.chunk_size}"
+
+    def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        B, T, D = x.shape
+        q, k, log_v = self.c_attn(x).split(D, dim=2)  # 3 x (B, T, D)
+        shape = (B, T, self.n_head, D // self.n_head)
+        return tuple(t.view(shape).transpose(1, 2) for t in (q, k, log_v))  # 3 x (B, H, T, h)
+
+    def _merge(self, y: torch.Tensor) -> torch.Tensor:
+        B, H, T, h = y.shape
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * h))  # (B, T, D) from the log-output
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, log_v = self._heads(x)  # (B, H, T, h)
+        B, H, _, h = q.shape
+        y, _ = log_attention(q, k, log_v, log_init_state(B, H, h, h, x.device), self.chunk_size)  # (B, H, T, h)
+        return self._merge(y)
+
+    def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> LogState:
+        """Empty state (maxima -inf); fp32 whatever ``dtype`` is asked: running sums."""
+        h = self.c_attn.out_features // 3 // self.n_head
+        return log_init_state(batch_size, self.n_head, h, h, device)
+
+    def step(self, x: torch.Tensor, state: LogState) -> tuple[torch.Tensor, LogState]:
+        q, k, log_v = self._heads(x)  # (B, H, t, h)
+        y, new = log_attention(q, k, log_v, state, self.chunk_size)  # (B, H, t, h)
+        return self._merge(y), new
+
+
+def build_model(config: ModelConfig) -> HeinsenLM:
+    return HeinsenLM(config, _options(config).chunk_size)
+
+
+def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
+    h = config.head_dim
+    return config.n_head * (h * h + h + h + h)  # S, z, max of k, max of log V
+
+
+def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
+    d, H, h = config.d_model, config.n_head, config.head_dim
+    c = min(_options(config).chunk_size, max(T, 1))
+    # As linear attention (projections 8 d^2; per head 2 c h scores, 2 c (h+1) mixing,
+    # 4 h (h+1) chunk summary and state read), exponentials and logs not counted.
+    return 8.0 * d * d + H * (2.0 * c * h + 2.0 * c * (h + 1) + 4.0 * h * (h + 1))
+
+
+@hookimpl
+def attnbench_register_variants(register) -> None:
+    register(
+        Variant(
+            name="heinsen",
+            build_mixer=LogAttention,
+            description="Heinsen log-space attention (linear attention, phi = exp), chunked, max-stabilised",
+            options=HeinsenOptions,
+            build_model=build_model,
+            decode="recurrent",
+            state_size=state_size,
+            flops_per_token=flops_per_token,
+            version="1",
+        )
+    )
