@@ -1,0 +1,425 @@
+"""Future attention (yiphei/yif-AI): causal softmax plus learned future keys and values.
+
+Spec: variants.md section 6. Per head, row i at absolute position i, C = context,
+fd = future_dim, s = 1/sqrt(h); K_future (H, h, C-1), V_future (H, C-1, h), column c
+standing for absolute position c + 1:
+
+    O[i, j] = s q_i.k_j                 for j <= i                      (true keys)
+    O[i, j] = s q_i.K_future[:, j-1]    for i < j <= min(i + fd, C - 1) (learned band)
+    P = softmax_j(O);  y_i = sum_{j<=i} P_ij v_j + sum_{band} P_ij V_future[j-1]   (6.3)
+
+In training the future part is pulled towards the true masked attention (6.4):
+
+    P*_i = softmax_{j <= min(i+fd, T-1)}(s q_i.k_j);  out*_i = sum_{i<j<=min(i+fd,T-1)} P*_ij v_j
+    loss = MSE(out_future, out*)  or  mean (1 - cos(out_future, out*)) / 2
+
+Lean path (instead of the explicit (T, T+fd) matrices of the reference, kept in
+``plugins/_future_reference.py`` for tests and benchmarks only):
+
+* causal part: ``_CausalAttentionLSE``, a flash-style kernel in plain PyTorch that returns
+  the causal output *and* its log-sum-exp, with a recomputing backward. We do not use SDPA
+  because no public SDPA returns the LSE, and the LSE must carry gradient (it weights the
+  two parts); a separate differentiable LSE would need its own (T, T) probabilities for
+  backward. Memory: one block of scores, about SCORE_BLOCK_ELEMENTS, at any moment.
+* future band: row i needs at most fd columns. Rows are cut into blocks of ``blk``; block b
+  sees one window of ``blk + fd - 1`` columns (an ``unfold`` view), so scores are
+  (T, blk + fd - 1): O(T * fd).
+* the two parts are joined through log-sum-exps (6.6).
+* target: the band of the *true* scores is also O(T * fd), and the causal LSE is already
+  known, so out* = sum_band exp(s q_i.k_j - lse_full_i) v_j with
+  lse_full = logaddexp(lse_causal, lse_true_band). No second full attention pass is needed.
+
+Decoding: a preallocated KV cache plus the absolute position; each step attends to the
+cache and to the parameter slice of positions i+1..min(i+fd, C-1), through the same code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness import AuxLoss, MixerOutput, ModelConfig, Variant, hookimpl
+from plugins import softmax
+from plugins.softmax import KVCache, SoftmaxAttention
+
+# Causal kernel: query rows per block chosen so one block's scores hold about this many
+# elements (2**20 fp32 = 4 MiB; 128 rows at B=1, H=4, T=2048), at least MIN_QUERY_BLOCK.
+# Fewer, larger blocks mean fewer kernel launches; the masked half of the diagonal block
+# wastes a fraction block/T of the score work.
+SCORE_BLOCK_ELEMENTS = 2**20
+MIN_QUERY_BLOCK = 16
+BAND_BLOCK = 64  # rows per block of the future band: window of BAND_BLOCK + fd - 1 columns
+AUX_NAME = "future_attn"
+DEFAULT_FUTURE_DIM = 50  # the published run's future_dim (variants.md 6.7)
+
+
+@dataclass(frozen=True)
+class FutureOptions:
+    """Knobs of future attention (reference names in brackets).
+
+    future_dim: learned future slots per row [future_dim]; in [1, context - 1], checked
+        when the model is built. None (default) means min(50, context - 1): 50 as in the
+        published run; the reference's default, context - 1, makes the band as wide as
+        the causal part.
+    start_layer, end_layer: 1-indexed, inclusive range of future layers; end_layer None
+        means the last layer. Other layers are plain causal softmax attention.
+    loss_type: "mse" or "cosine" [future_attn_loss_type MSE / COSINE].
+    loss_coeff: weight of the layer-averaged auxiliary loss, > 0 [future_attn_loss_coeff].
+    detach_target: stop gradients through the true-attention target
+        [detach_future_ground_truth].
+    use_future_attn_loss: add the auxiliary loss in training [use_future_attn_loss].
+    """
+
+    future_dim: int | None = None
+    start_layer: int = 1
+    end_layer: int | None = None
+    loss_type: Literal["mse", "cosine"] = "mse"
+    loss_coeff: float = 1.0
+    detach_target: bool = True
+    use_future_attn_loss: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("future_dim", "start_layer"):
+            value = getattr(self, name)
+            if value is None and name == "future_dim":
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        end = self.end_layer
+        if end is not None and (not isinstance(end, int) or isinstance(end, bool)
+                                or end < self.start_layer):
+            raise ValueError(f"end_layer must be None or an integer >= start_layer "
+                             f"({self.start_layer}), got {end!r}")
+        if self.loss_type not in ("mse", "cosine"):
+            raise ValueError(f"loss_type must be 'mse' or 'cosine', got {self.loss_type!r}")
+        coeff = self.loss_coeff
+        if (isinstance(coeff, bool) or not isinstance(coeff, (int, float))
+                or not 0 < coeff < math.inf):
+            raise ValueError(f"loss_coeff must be a finite number > 0, got {coeff!r}")
+        for name in ("detach_target", "use_future_attn_loss"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+
+    def checked(self, config: ModelConfig) -> "FutureOptions":
+        """These options validated against the model shape, future_dim resolved; raises
+        ValueError."""
+        if self.future_dim is None:
+            fd = min(DEFAULT_FUTURE_DIM, config.context - 1)
+            return dataclasses.replace(self, future_dim=fd).checked(config)
+        if not 1 <= self.future_dim <= config.context - 1:
+            raise ValueError(
+                f"future_dim must be in [1, context - 1] = [1, {config.context - 1}], "
+                f"got {self.future_dim}"
+            )
+        if max(self.start_layer, self.end_layer or 1) > config.n_layer:
+            raise ValueError(
+                f"start_layer/end_layer ({self.start_layer}, {self.end_layer}) must be within "
+                f"1..n_layer = 1..{config.n_layer}"
+            )
+        return self
+
+    def is_future_layer(self, layer_idx: int, n_layer: int) -> bool:
+        """layer_idx is 0-based; the range is 1-based inclusive."""
+        return self.start_layer <= layer_idx + 1 <= (self.end_layer or n_layer)
+
+
+def _fp32(t: torch.Tensor) -> torch.Tensor:
+    """t in at least fp32 (fp64 stays fp64): exp and log-sum-exp are not done in half."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+def _options(config: ModelConfig) -> FutureOptions:
+    opts = config.options if config.options is not None else FutureOptions()
+    if not isinstance(opts, FutureOptions):
+        raise ValueError(f"config.options must be FutureOptions, got {type(opts).__name__}")
+    return opts.checked(config)
+
+
+# ----------------------------------------------------------------------------- causal kernel
+
+
+def _causal_scores(q: torch.Tensor, k: torch.Tensor, scale: float, first: int) -> torch.Tensor:
+    """Scores of queries at absolute positions first.. against keys 0..n-1, -inf where j > i."""
+    s = (q @ k.transpose(-1, -2)) * scale  # (B, H, bq, n)
+    qpos = torch.arange(first, first + q.size(-2), device=q.device)[:, None]  # (bq, 1)
+    kpos = torch.arange(k.size(-2), device=q.device)[None, :]  # (1, n)
+    return s.masked_fill(kpos > qpos, float("-inf"))  # (B, H, bq, n)
+
+
+def _keep(shape: torch.Size, gen: torch.Generator | None, p: float,
+          like: torch.Tensor) -> torch.Tensor | None:
+    """Dropout multiplier for one block (None without dropout), replayable from ``gen``."""
+    if gen is None:
+        return None
+    u = torch.rand(shape, generator=gen, device=like.device, dtype=like.dtype)  # (B, H, bq, n)
+    return (u >= p).to(like.dtype) / (1.0 - p)  # (B, H, bq, n) inverted dropout
+
+
+def query_block_rows(batch: int, heads: int, n_keys: int) -> int:
+    """Query rows per block of the causal kernel (scores of about SCORE_BLOCK_ELEMENTS)."""
+    return max(MIN_QUERY_BLOCK, SCORE_BLOCK_ELEMENTS // (batch * heads * n_keys))
+
+
+def _query_blocks(q: torch.Tensor, offset: int) -> list[tuple[int, int, int]]:
+    """(first row, end row, keys seen) per query block of q (B, H, T, h) at offset."""
+    B, H, T, _ = q.shape
+    rows = query_block_rows(B, H, offset + T)
+    return [(i0, min(i0 + rows, T), offset + min(i0 + rows, T)) for i0 in range(0, T, rows)]
+
+
+class _CausalAttentionLSE(torch.autograd.Function):
+    """o_i = sum_{j<=a_i} softmax_j(s q_i.k_j) v_j and lse_i = log sum_{j<=a_i} exp(s q_i.k_j),
+    a_i = offset + i. Forward walks query blocks keeping only (o, lse); backward recomputes
+    each block's probabilities from lse (FlashAttention's scheme), so no (T, T) matrix
+    outlives one block. Dropout masks are replayed from ``seed`` in backward.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale: float, offset: int, dropout_p: float, seed: int):
+        B, H, T, h = q.shape
+        out = torch.empty_like(q)  # (B, H, T, h)
+        lse = q.new_empty(B, H, T)  # (B, H, T)
+        gen = torch.Generator(device=q.device).manual_seed(seed) if dropout_p > 0 else None
+        for i0, i1, n in _query_blocks(q, offset):
+            s = _causal_scores(q[:, :, i0:i1], k[:, :, :n], scale, offset + i0)  # (B, H, bq, n)
+            # Row max subtracted inside logsumexp; every row has j = i, so lse is finite.
+            lse[:, :, i0:i1] = torch.logsumexp(s, dim=-1)  # (B, H, bq)
+            p = torch.exp(s - lse[:, :, i0:i1, None])  # (B, H, bq, n)
+            keep = _keep(p.shape, gen, dropout_p, p)
+            out[:, :, i0:i1] = (p if keep is None else p * keep) @ v[:, :, :n]  # (B, H, bq, h)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = (scale, offset, dropout_p, seed)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, d_out, d_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        scale, offset, dropout_p, seed = ctx.args
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        gen = torch.Generator(device=q.device).manual_seed(seed) if dropout_p > 0 else None
+        for i0, i1, n in _query_blocks(q, offset):  # forward's order: same dropout masks
+            qb, kb, vb, dob = q[:, :, i0:i1], k[:, :, :n], v[:, :, :n], d_out[:, :, i0:i1]
+            s = _causal_scores(qb, kb, scale, offset + i0)  # (B, H, bq, n)
+            p = torch.exp(s - lse[:, :, i0:i1, None])  # (B, H, bq, n) recomputed probabilities
+            keep = _keep(p.shape, gen, dropout_p, p)
+            dp = dob @ vb.transpose(-1, -2)  # (B, H, bq, n) dL/d(dropped p)
+            if keep is not None:
+                dv[:, :, :n] += (p * keep).transpose(-1, -2) @ dob  # (B, H, n, h)
+                dp = dp * keep  # (B, H, bq, n)
+            else:
+                dv[:, :, :n] += p.transpose(-1, -2) @ dob  # (B, H, n, h)
+            # dS = P (dP - rowsum(dO * O) + dlse): softmax Jacobian plus d lse / d s = P.
+            delta = (dob * out[:, :, i0:i1]).sum(-1) - d_lse[:, :, i0:i1]  # (B, H, bq)
+            ds = p * (dp - delta[..., None])  # (B, H, bq, n)
+            dq[:, :, i0:i1] = (ds @ kb) * scale  # (B, H, bq, h)
+            dk[:, :, :n] += (ds.transpose(-1, -2) @ qb) * scale  # (B, H, n, h)
+        return dq, dk, dv, None, None, None, None
+
+
+def causal_attention_lse(q, k, v, offset: int = 0, dropout_p: float = 0.0, seed: int = 0):
+    """Causal attention of q (B, H, T, h) at positions offset.. over k, v (B, H, >=offset+T, h).
+
+    Returns (out (B, H, T, h), lse (B, H, T)); differentiable in both. fp32 inputs expected.
+    """
+    scale = 1.0 / math.sqrt(q.size(-1))
+    return _CausalAttentionLSE.apply(q, k, v, scale, offset, float(dropout_p), int(seed))
+
+
+# ----------------------------------------------------------------------------- future band
+
+
+def _windows(cols: torch.Tensor, start: int, n_blocks: int, blk: int, width: int) -> torch.Tensor:
+    """Windows cols[..., start + b*blk : start + b*blk + width] for b < n_blocks, as a view.
+
+    cols (..., P) -> (..., n_blocks, width); columns past P are zeros (masked by the caller).
+    """
+    need = (n_blocks - 1) * blk + width
+    part = cols[..., start:start + need]  # (..., <= need)
+    part = F.pad(part, (0, need - part.size(-1)))  # (..., need)
+    return part.unfold(-1, width, blk)  # (..., n_blocks, width)
+
+
+def band_scores(q: torch.Tensor, k_cols: torch.Tensor, v_cols: torch.Tensor, first_pos: int,
+                offset: int, last: int, fd: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores and values of each row's band: row i (position a = offset + i) sees the
+    positions a+1..min(a+fd, last) of k_cols/v_cols (..., h, P), whose column c holds
+    position c + first_pos.
+
+    Returns s (B, H, nb, blk, W) in blocks of ``blk`` rows, -inf outside the band, and the
+    values (..., nb, W, h), W = blk + fd - 1: row r of block b, window column w is position
+    offset + b*blk + 1 + w, i.e. band offset m = w - r.
+    """
+    B, H, T, h = q.shape
+    blk = min(T, BAND_BLOCK)
+    nb = -(-T // blk)
+    W = blk + fd - 1
+    start = offset + 1 - first_pos  # column of position offset + 1
+    kw = _windows(k_cols, start, nb, blk, W).movedim(-3, -2)  # (..., nb, h, W)
+    vw = _windows(v_cols, start, nb, blk, W).movedim(-3, -1)  # (..., nb, W, h)
+    # Rows padded up to nb * blk; their outputs are dropped by _unblocked.
+    qb = F.pad(q, (0, 0, 0, nb * blk - T)).view(B, H, nb, blk, h)  # (B, H, nb, blk, h)
+    s = (qb @ kw) * (1.0 / math.sqrt(h))  # (B, H, nb, blk, W)
+    r = torch.arange(blk, device=q.device)[:, None]  # (blk, 1)
+    w = torch.arange(W, device=q.device)[None, :]  # (1, W)
+    pos = offset + 1 + blk * torch.arange(nb, device=q.device)[:, None, None] + w  # (nb, 1, W)
+    valid = (w >= r) & (w < r + fd) & (pos <= last)  # (nb, blk, W)
+    return s.masked_fill(~valid, float("-inf")), vw
+
+
+def _blocked(t: torch.Tensor, nb: int, blk: int) -> torch.Tensor:
+    """(B, H, T) -> (B, H, nb, blk), zero-padded rows."""
+    return F.pad(t, (0, nb * blk - t.size(-1))).view(*t.shape[:-1], nb, blk)
+
+
+def _unblocked(t: torch.Tensor, T: int) -> torch.Tensor:
+    """(B, H, nb, blk, ...) -> (B, H, T, ...), dropping padded rows."""
+    return t.flatten(2, 3)[:, :, :T]
+
+
+def band_attend(s: torch.Tensor, vw: torch.Tensor, lse_c: torch.Tensor, T: int,
+                dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Join a band to a causal part with log-sum-exp lse_c (B, H, T).
+
+    Returns out_band (B, H, T, h) = sum_band exp(s - lse_all) v, with lse_all (B, H, T) the
+    log-sum-exp over causal and band columns together (dropout on the band probabilities).
+    """
+    nb, blk = s.shape[2], s.shape[3]
+    lse_cb = _blocked(lse_c, nb, blk)  # (B, H, nb, blk) padded rows get 0: finite, dropped
+    # Joint log-sum-exp over [causal | band]: the finite causal term keeps rows whose band
+    # is empty (all -inf) finite in value and gradient.
+    lse_all = torch.logsumexp(torch.cat([lse_cb[..., None], s], dim=-1), dim=-1)  # (B, H, nb, blk)
+    p = torch.exp(s - lse_all[..., None])  # (B, H, nb, blk, W) zero outside the band
+    p = F.dropout(p, dropout_p) if dropout_p > 0 else p  # (B, H, nb, blk, W)
+    return _unblocked(p @ vw, T), _unblocked(lse_all, T)  # (B, H, T, h), (B, H, T)
+
+
+# ----------------------------------------------------------------------------- the mixer
+
+
+def future_loss(out_future: torch.Tensor, target: torch.Tensor, loss_type: str) -> torch.Tensor:
+    """() MSE over all (B, H, T, h) elements, or mean over (B, H, T) of (1 - cos) / 2."""
+    if loss_type == "mse":
+        return F.mse_loss(out_future, target)
+    return ((1.0 - F.cosine_similarity(out_future, target, dim=-1)) / 2).mean()
+
+
+class FutureAttention(SoftmaxAttention):
+    """Future attention layer (equations 6.3, 6.4 above); QKV/output as the softmax layer."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__(config, layer_idx)
+        self.opts = _options(config)
+        self.context = config.context
+        H, h, C = config.n_head, config.head_dim, config.context
+        self.k_future = nn.Parameter(torch.empty(H, h, C - 1))  # column c: position c + 1
+        self.v_future = nn.Parameter(torch.empty(H, C - 1, h))
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        nn.init.normal_(self.k_future, mean=0.0, std=0.02)
+        nn.init.normal_(self.v_future, mean=0.0, std=0.02)
+
+    def _attend(self, q, k, v, offset: int, dropout_p: float):
+        """Attention core in fp32: (y, out_future, lse_causal), each (B, H, T, ...)."""
+        seed = int(torch.randint(0, 2**62, ())) if dropout_p > 0 else 0
+        out_c, lse_c = causal_attention_lse(q, k, v, offset, dropout_p, seed)
+        # out_c (B, H, T, h), lse_c (B, H, T)
+        s, vw = band_scores(q, _fp32(self.k_future), _fp32(self.v_future).transpose(1, 2),
+                            first_pos=1, offset=offset, last=self.context - 1,
+                            fd=self.opts.future_dim)  # s (B, H, nb, blk, W), vw (H, nb, W, h)
+        out_f, lse_all = band_attend(s, vw, lse_c, q.size(2), dropout_p)  # (B, H, T, h), (B, H, T)
+        y = torch.exp(lse_c - lse_all)[..., None] * out_c + out_f  # (B, H, T, h)
+        return y, out_f, lse_c
+
+    def _target(self, q, k, v, lse_c) -> torch.Tensor:
+        """out* (B, H, T, h): true attention over j <= min(i+fd, T-1), band part only (6.4)."""
+        T = q.size(2)
+        s, vw = band_scores(q, k.transpose(-1, -2), v.transpose(-1, -2), first_pos=0, offset=0,
+                            last=T - 1, fd=self.opts.future_dim)
+        # s (B, H, nb, blk, W) true band scores, vw (B, H, nb, W, h) true band values
+        return band_attend(s, vw, lse_c, T)[0]  # (B, H, T, h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor | MixerOutput:
+        T = x.size(1)
+        if T > self.context:
+            raise ValueError(f"sequence of {T} positions exceeds the context {self.context}")
+        q, k, v = self._heads(x)  # (B, H, T, h)
+        dropout_p = self.dropout if self.training else 0.0
+        # exp / log-sum-exp need fp32: the core runs with autocast off on fp32 copies.
+        with torch.autocast(x.device.type, enabled=False):
+            q, k, v = _fp32(q), _fp32(k), _fp32(v)  # (B, H, T, h)
+            y, out_f, lse_c = self._attend(q, k, v, 0, dropout_p)  # (B, H, T, h)
+            aux = None
+            if self.training and self.opts.use_future_attn_loss:
+                if self.opts.detach_target:
+                    with torch.no_grad():
+                        target = self._target(q, k, v, lse_c)  # (B, H, T, h)
+                else:
+                    target = self._target(q, k, v, lse_c)  # (B, H, T, h)
+                aux = future_loss(out_f, target, self.opts.loss_type)  # ()
+        y = self._merge(y.to(x.dtype))  # (B, T, D)
+        if aux is None:
+            return y
+        return MixerOutput(y, (AuxLoss(AUX_NAME, aux, float(self.opts.loss_coeff)),))
+
+    def step(self, x: torch.Tensor, state: KVCache) -> tuple[torch.Tensor, KVCache]:
+        q, k, v = self._heads(x)  # (B, H, t, h)
+        start, end = state.length, state.length + x.size(1)
+        if end > state.k.size(2) or end > self.context:
+            raise ValueError(f"KV cache holds {state.k.size(2)} positions (context "
+                             f"{self.context}); step needs {end}")
+        # Write the new keys/values into the preallocated slots [start, end).
+        state.k[:, :, start:end] = k.to(state.k.dtype)
+        state.v[:, :, start:end] = v.to(state.v.dtype)
+        keys, values = _fp32(state.k[:, :, :end]), _fp32(state.v[:, :, :end])  # (B, H, end, h)
+        with torch.autocast(x.device.type, enabled=False):
+            y = self._attend(_fp32(q), keys, values, start, 0.0)[0]  # (B, H, t, h)
+        return self._merge(y.to(x.dtype)), KVCache(state.k, state.v, end)
+
+
+# ----------------------------------------------------------------------------- registration
+
+
+def build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:
+    opts = _options(config)
+    if opts.is_future_layer(layer_idx, config.n_layer):
+        return FutureAttention(config, layer_idx)
+    return SoftmaxAttention(config, layer_idx)
+
+
+def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
+    return 2 * T * config.d_model  # K and V cache; K_future/V_future are parameters
+
+
+def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
+    base = softmax.flops_per_token(config, layer_idx, T)  # projections + causal part
+    opts = _options(config)
+    if not opts.is_future_layer(layer_idx, config.n_layer):
+        return base
+    fd, C = opts.future_dim, config.context
+    band = sum(max(0, min(fd, C - 1 - i)) for i in range(T)) / max(T, 1)  # mean band width
+    return base + 2.0 * 2 * config.d_model * band  # band scores and band mixing (inference)
+
+
+@hookimpl
+def attnbench_register_variants(register) -> None:
+    register(
+        Variant(
+            name="future",
+            build_mixer=build_mixer,
+            description="Future attention (yiphei): learned future K/V band + auxiliary "
+                        "future-attention loss; lean blocked LSE kernels, KV-cache decoding",
+            options=FutureOptions,
+            decode="kv_cache",
+            state_size=state_size,
+            flops_per_token=flops_per_token,
+            aux_loss=True,
+            version="1",
+        )
+    )
