@@ -1,0 +1,52 @@
+"""Byte-level associative recall: the training side of the `attnbench_recall` lm-eval task.
+
+Each example is one line of the text format of ``harness.lm_eval_data`` (key-value pairs,
+a separator, then the queried keys each followed by its value)::
+
+    d7 k2 a9 q4 m0 x2 e5 b8 | k2 q4 d7 a9
+
+read as bytes (vocabulary 256), so a model trained on this task in a suite can then be
+scored by the multiple-choice lm-eval task `attnbench_recall` on the same format (its
+documents come from a seed stream that training never uses). Only the answers (the value
+byte after each queried key) are scored, so accuracy is recall accuracy; every row is
+tagged with ``n_pairs`` and ``n_queries``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness import hookimpl
+from harness.lm_eval_data import RecallOptions, recall_line, recall_training_tensors
+from harness.task import Task, TaskBatch
+
+BYTE_VOCAB = 256
+
+
+@dataclass(frozen=True)
+class TextRecallOptions(RecallOptions):
+    """n_pairs: key-value pairs before the separator (1..26); n_queries: keys queried after
+    it (1..n_pairs). The line length, and so seq_len, follows from both."""
+
+
+def generate(options: TextRecallOptions, n: int, seed: int) -> TaskBatch:
+    inputs, targets = recall_training_tensors(n, seed=seed, n_pairs=options.n_pairs,
+                                              n_queries=options.n_queries)  # (n, T), (n, T)
+    return TaskBatch(inputs, targets)
+
+
+def seq_len(options: TextRecallOptions) -> int:
+    """Every line has the same length: 3 chars per pair, "| ", 3 chars per query, "\\n";
+    inputs drop the last byte (it is only ever a target)."""
+    pairs = [(chr(97 + i), "0") for i in range(options.n_pairs)]
+    queries = [k for k, _ in pairs[: options.n_queries]]
+    return len(recall_line(pairs, queries)) - 1
+
+
+@hookimpl
+def attnbench_register_tasks(register) -> None:
+    register(Task(
+        name="text_recall", options=TextRecallOptions, generate=generate,
+        vocab_size=lambda options: BYTE_VOCAB, seq_len=seq_len, version="1",
+        description="associative recall as text bytes (trains for the attnbench_recall lm-eval task)",
+    ))
