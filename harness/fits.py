@@ -1,0 +1,168 @@
+"""Fits on measured curves (numpy only): log-log slopes with confidence intervals,
+crossover lengths, and the saturating power law of loss against model size.
+
+    log y = log k + s log T          (ordinary least squares; s is the scaling exponent)
+    L(N)  = a N^-b + c               (c: irreducible loss; fitted by profiling c, then
+                                      Gauss-Newton on (log a, b, c))
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+# Two-sided 95% Student-t quantiles t_{0.975, dof} for dof = 1..30; beyond, the
+# Cornish-Fisher expansion around the normal quantile is accurate to < 1e-4.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t_quantile_975(dof: int) -> float:
+    """The 97.5% quantile of Student's t with ``dof`` degrees of freedom (dof >= 1)."""
+    if dof < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {dof}")
+    if dof <= len(_T975):
+        return _T975[dof - 1]
+    z, n = 1.959964, float(dof)
+    return z + (z**3 + z) / (4 * n) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * n**2)
+
+
+@dataclass(frozen=True)
+class SlopeFit:
+    slope: float
+    intercept: float  # log k (natural log)
+    stderr: float | None  # None with only two points
+    ci95: tuple[float, float] | None
+    n_points: int
+    T_min: int
+    T_max: int
+
+
+def loglog_slope(Ts: list[int], ys: list[float], T_from: int = 0) -> SlopeFit | None:
+    """Least-squares slope of log y against log T over the points with T >= T_from and
+    y > 0 (a zero cannot be logged: e.g. memory below the measurement's resolution).
+    None with fewer than two such points (or all at one T)."""
+    pts = sorted((int(T), float(y)) for T, y in zip(Ts, ys) if T >= T_from and y is not None and y > 0)
+    if len({T for T, _ in pts}) < 2:
+        return None
+    x = np.log([T for T, _ in pts])  # (n,)
+    v = np.log([y for _, y in pts])  # (n,)
+    n = len(pts)
+    xc = x - x.mean()  # centred: the slope's variance is sigma^2 / sum(xc^2)
+    slope = float((xc * (v - v.mean())).sum() / (xc * xc).sum())
+    intercept = float(v.mean() - slope * x.mean())
+    stderr = ci = None
+    if n > 2:
+        resid = v - (intercept + slope * x)  # (n,)
+        stderr = float(math.sqrt((resid @ resid) / (n - 2) / (xc @ xc)))
+        half = t_quantile_975(n - 2) * stderr
+        ci = (slope - half, slope + half)
+    return SlopeFit(slope, intercept, stderr, ci, n, pts[0][0], pts[-1][0])
+
+
+@dataclass(frozen=True)
+class Crossover:
+    status: str  # "found", "always", "never" or "no-baseline"
+    T: int | None  # first T from which the variant stays faster
+    T_interp: float | None  # log-log interpolation between the grid points around it
+    compared: list[int]
+
+
+def crossover(variant: dict[int, float | None], baseline: dict[int, float | None]) -> Crossover:
+    """First length from which ``variant`` is faster than ``baseline`` at every longer
+    compared length. Values are times (None: the point failed or was skipped); a length
+    counts when at least one side has a time: a failed baseline with a timed variant is
+    "faster", a failed variant against a timed baseline is "slower"."""
+    common = sorted(T for T in set(variant) & set(baseline)
+                    if variant[T] is not None or baseline[T] is not None)
+    if not baseline or not common:
+        return Crossover("no-baseline", None, None, common)
+
+    def faster(T: int) -> bool:
+        v, b = variant[T], baseline[T]
+        return v is not None and (b is None or v < b)
+
+    first = None
+    for T in reversed(common):  # walk down while the variant stays faster
+        if not faster(T):
+            break
+        first = T
+    if first is None:
+        return Crossover("never", None, None, common)
+    if first == common[0]:
+        return Crossover("always", first, None, common)
+    prev = common[common.index(first) - 1]
+    return Crossover("found", first, _interpolate(prev, first, variant, baseline), common)
+
+
+def _interpolate(lo: int, hi: int, variant: dict, baseline: dict) -> float | None:
+    """Where log(variant / baseline) crosses zero on the log T axis between lo and hi."""
+    if None in (variant[lo], baseline[lo], variant[hi], baseline[hi]):
+        return None
+    r_lo = math.log(variant[lo] / baseline[lo])  # >= 0: slower at lo
+    r_hi = math.log(variant[hi] / baseline[hi])  # < 0: faster at hi
+    if r_lo == r_hi:
+        return None
+    frac = r_lo / (r_lo - r_hi)
+    return float(math.exp(math.log(lo) + frac * (math.log(hi) - math.log(lo))))
+
+
+@dataclass(frozen=True)
+class PowerLaw:
+    a: float
+    b: float
+    c: float
+    rmse: float
+    n_points: int
+
+
+def _loglinear(x: np.ndarray, y: np.ndarray, c: float) -> tuple[float, float, float]:
+    """For fixed c: log(y - c) = log a - b log x by least squares; returns (log a, b, sse)."""
+    A = np.stack([np.ones_like(x), -np.log(x)], axis=1)  # (n, 2)
+    (log_a, b), *_ = np.linalg.lstsq(A, np.log(y - c), rcond=None)
+    sse = float(((np.exp(log_a) * x ** -b + c - y) ** 2).sum())
+    return float(log_a), float(b), sse
+
+
+def fit_power_law(x: list[float], y: list[float], grid: int = 400, iters: int = 50) -> PowerLaw:
+    """Fit y = a x^-b + c with 0 <= c < min(y) (least squares in y).
+
+    x is scaled by its geometric mean first (so a stays O(y)); c is profiled over a grid
+    (for each c the rest is a linear fit in log space), then (log a, b, c) are refined by
+    damped Gauss-Newton steps that are kept only when they lower the squared error.
+    """
+    xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)  # (n,), (n,)
+    if len(xs) < 3:
+        raise ValueError(f"a 3-parameter power law needs at least 3 points, got {len(xs)}")
+    if (xs <= 0).any():
+        raise ValueError("power-law x values must be positive")
+    x0 = float(np.exp(np.log(xs).mean()))
+    u = xs / x0  # (n,) scaled sizes
+    top = float(ys.min())
+    # Grid denser near min(y), where the log of (y - c) changes fastest.
+    cs = top * (1.0 - np.geomspace(1.0, 1e-6, grid)) if top > 0 else np.array([top - 1.0])
+    best = min((_loglinear(u, ys, float(c)) + (float(c),) for c in cs), key=lambda r: r[2])
+    log_a, b, sse, c = best
+    theta = np.array([log_a, b, c])
+    for _ in range(iters):
+        a = math.exp(theta[0])
+        pred = a * u ** -theta[1] + theta[2]  # (n,)
+        J = np.stack([a * u ** -theta[1], -a * u ** -theta[1] * np.log(u), np.ones_like(u)], axis=1)  # (n, 3)
+        step, *_ = np.linalg.lstsq(J, ys - pred, rcond=None)
+        improved = False
+        for damp in (1.0, 0.5, 0.25, 0.1):
+            cand = theta + damp * step
+            if not 0.0 <= cand[2] < top:
+                continue
+            cand_sse = float(((math.exp(cand[0]) * u ** -cand[1] + cand[2] - ys) ** 2).sum())
+            if cand_sse < sse:
+                theta, sse, improved = cand, cand_sse, True
+                break
+        if not improved:
+            break
+    log_a, b, c = (float(t) for t in theta)
+    a = math.exp(log_a) * x0 ** b  # undo the scaling: a u^-b = a x0^b x^-b
+    return PowerLaw(a, b, c, math.sqrt(sse / len(xs)), len(xs))
