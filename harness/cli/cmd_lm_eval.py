@@ -1,0 +1,37 @@
+"""`attnbench lm-eval ...`: lm-eval's own command line with the `attnbench` model registered.
+
+lm-eval finds models only by import, so this command imports the model class, then hands
+every argument, unchanged, to lm-eval's console entry point: its flags, its output files.
+
+    attnbench lm-eval --model attnbench --model_args checkpoint=results/checkpoints/KEY.pt \\
+        --tasks attnbench_heldout_text --include_path suites/lm_eval_tasks \\
+        --metadata '{"text_path": "/abs/heldout.txt"}' --device cpu --output_path out/
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "lm-eval", add_help=False, prefix_chars="\0",  # every argument, -h included, goes to lm-eval
+        help="run lm-eval's command line with trained checkpoints as --model attnbench",
+        description="All arguments are lm-eval's (see `attnbench lm-eval --help`).",
+    )
+    p.add_argument("lm_eval_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import harness.lm_eval_model  # noqa: F401  (registers --model attnbench)
+    from lm_eval.__main__ import cli_evaluate
+
+    saved = sys.argv
+    sys.argv = ["lm-eval", *args.lm_eval_args]
+    try:
+        cli_evaluate()
+    finally:
+        sys.argv = saved
+    return 0
