@@ -35,5 +35,21 @@ class TrainingError(AttnbenchError):
     """A training run that cannot continue (divergence, out-of-memory, bad checkpoint)."""
 
 
+class CheckpointError(AttnbenchError):
+    """A model checkpoint that is missing, unreadable, or cannot be rebuilt."""
+
+
 class CheckFailed(AttnbenchError):
     """A variant failed the trust gate and the suite does not allow failing variants."""
+
+
+class DistributedError(AttnbenchError):
+    """Data-parallel training (torchrun) that cannot start or is set up inconsistently."""
+
+
+class ExecutorError(AttnbenchError):
+    """A cell executor (e.g. Ray) that is not installed or cannot be reached."""
+
+
+class ReportError(AttnbenchError):
+    """A report that cannot be made: no store at the path, not a store, unknown suite."""

@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from ..errors import AttnbenchError
-from . import cmd_list, cmd_run, cmd_validate
+from . import cmd_bench, cmd_check, cmd_list, cmd_lm_eval, cmd_report, cmd_run, cmd_validate
 
-COMMANDS = (cmd_list, cmd_validate, cmd_run)
+COMMANDS = (cmd_list, cmd_validate, cmd_run, cmd_check, cmd_bench, cmd_lm_eval, cmd_report)
 
 
 def build_parser() -> argparse.ArgumentParser:

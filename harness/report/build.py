@@ -1,0 +1,52 @@
+"""Assembling a ``Report`` from a suite's rows: the problems first, then one section per
+experiment kind (each saying what is missing when the store has none), the trust gate and
+provenance."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+
+from . import figures
+from .document import Report, Section
+from .downstream import lm_eval_sections
+from .gate import gate_section
+from .load import StoreData
+from .problems import find_problems
+from .provenance import provenance_section
+from .scaling import scaling_sections
+from .speed import speed_sections
+from .training import train_sections, variant_labels
+
+EMPTY_SUITE = "empty"
+
+
+def _summary(data: StoreData) -> list[tuple[str, str]]:
+    runs = data.runs
+    kinds = Counter(runs["kind"])
+    lines = [("suite", data.suite or "(none)"), ("store", str(data.path)),
+             ("runs", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "none")]
+    if not runs.empty:
+        labels = variant_labels(data)
+        lines.append(("variants", ", ".join(labels[v] for v in sorted(set(runs["variant"])))))
+    others = [s for s in data.suites if s != data.suite]
+    if others:
+        lines.append(("other suites in this store", ", ".join(others)))
+    return lines
+
+
+def build_report(data: StoreData) -> Report:
+    """The report of ``data`` (figures rendered to PNG here)."""
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    summary = [*_summary(data), ("generated", now)]
+    if data.runs.empty:
+        section = Section("No runs", missing=(
+            "this store has no runs: run a suite first (e.g. attnbench run suites/smoke.yaml "
+            f"--store {data.path}), then make the report again"))
+        return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, [], [section, gate_section(data)])
+    palette = figures.make_palette(data.all_variants)
+    sections: list[Section] = [
+        *train_sections(data, palette), *speed_sections(data, palette), *scaling_sections(data, palette),
+        *lm_eval_sections(data), gate_section(data), provenance_section(data),
+    ]
+    return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, find_problems(data), sections)

@@ -1,0 +1,82 @@
+"""The trust-gate section: each variant's check verdicts (variant x check, with the measured
+figure against its tolerance), failures stated in words. Verdicts are those the suite's
+runs were gated with (``provenance.gate.key``); for runs that name no gate key, the
+variant's latest verdict in the store."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .document import Section, Table
+from .load import StoreData
+from .values import MISSING, num
+
+FAILING = ("fail", "error")
+
+
+def suite_verdicts(data: StoreData) -> pd.DataFrame:
+    """Check rows relevant to the suite's variants (empty frame with the columns if none)."""
+    checks = data.checks
+    if checks.empty or data.runs.empty:
+        return checks.iloc[0:0]
+    keys = {(p.get("gate") or {}).get("key") for p in data.runs["provenance"]} - {None}
+    chosen = checks[checks["gate_key"].isin(keys)]
+    gated = set(chosen["variant"])
+    for variant in sorted(set(data.runs["variant"]) - gated):
+        mine = checks[checks["variant"] == variant]
+        if not mine.empty:
+            latest = mine.loc[mine["created_at"].idxmax(), "gate_key"]
+            chosen = pd.concat([chosen, mine[mine["gate_key"] == latest]])
+    return chosen
+
+
+def failing_elsewhere(data: StoreData) -> list[str]:
+    """Variants whose latest verdict fails and that have no runs in this suite (a suite
+    refuses a failing variant's cells unless it sets allow_failed_checks)."""
+    checks = data.checks
+    out = []
+    for variant in sorted(set(checks["variant"]) - set(data.runs["variant"])):
+        mine = checks[checks["variant"] == variant]
+        latest = mine[mine["gate_key"] == mine.loc[mine["created_at"].idxmax(), "gate_key"]]
+        failed = latest[latest["status"].isin(FAILING)]
+        if not failed.empty:
+            out.append(f"{variant}: failed {', '.join(failed['check_name'])}")
+    return out
+
+
+def _cell(r: pd.Series) -> str:
+    status = str(r["status"]).upper() if r["status"] in FAILING else str(r["status"])
+    if r["figure"] is None or pd.isna(r["figure"]):
+        return status
+    tol = f" (tolerance {num(r['tolerance'], 3)})" if r["tolerance"] is not None and pd.notna(r["tolerance"]) else ""
+    return f"{status}: {num(r['figure'], 3)}{tol}"
+
+
+def gate_section(data: StoreData) -> Section:
+    section = Section("Trust gate", intro=(
+        "Checks every variant passed (or not) before its numbers were recorded: no information from "
+        "future tokens (outputs and gradients), incremental decoding equal to the parallel form, "
+        "finite outputs on long inputs, determinism under a seed, declared facts."))
+    verdicts = suite_verdicts(data)
+    others = failing_elsewhere(data)
+    if others:
+        section.notes.append("Variants in this store with no runs in this suite whose latest trust-gate "
+                             "verdict FAILED: " + "; ".join(others) + ".")
+    if verdicts.empty:
+        section.missing = ("no trust-gate verdicts for this suite's variants in this store: they are "
+                           "recorded by attnbench run (or attnbench check)")
+        return section
+    verdicts = verdicts.sort_values(["variant", "created_at"], kind="stable")
+    multi = verdicts.groupby("variant")["gate_key"].nunique().max() > 1
+    label = verdicts["variant"] + (" @" + verdicts["gate_key"].str[:8] if multi else "")
+    checks = list(dict.fromkeys(verdicts["check_name"]))
+    view = pd.DataFrame({"variant": label, "check": verdicts["check_name"], "cell": verdicts.apply(_cell, axis=1)})
+    wide = view.pivot_table(index="variant", columns="check", values="cell", aggfunc="first")
+    wide = wide.reindex(columns=checks).fillna(MISSING).reset_index()
+    wide.columns.name = None
+    data_cols = ["variant", "gate_key", "check_name", "status", "figure", "tolerance", "detail", "created_at"]
+    section.tables.append(Table("trust-gate", "Trust-gate verdicts (variant x check)",
+                                verdicts[data_cols].reset_index(drop=True), wide))
+    for _, r in verdicts[verdicts["status"].isin(FAILING)].iterrows():
+        section.notes.append(f"{r['variant']} FAILED the check {r['check_name']} ({r['status']}): {r['detail']}")
+    return section

@@ -1,0 +1,141 @@
+"""Reading a results store, read-only, into pandas DataFrames for one suite.
+
+The store file is opened with SQLite's ``mode=ro`` (writes are refused by SQLite itself),
+so a report can be made while a suite is still running. Like any SQLite reader of a WAL
+database, the connection may leave the shared-memory side files (``-wal``, ``-shm``)
+beside the store; the store file itself is never written. On read-only media (where those
+files cannot be created and no writer can be active) the file is read as immutable.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..errors import ReportError
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_TABLES = ("runs", "metrics", "results", "checks")
+_JSON_RUN_COLUMNS = ("coords", "config", "provenance", "summary")
+
+
+@dataclass(frozen=True)
+class StoreData:
+    """One suite's rows of a store.
+
+    runs: one row per run (cells and derived fits); ``coords``, ``config``, ``provenance``
+        and ``summary`` hold decoded JSON (dicts).
+    metrics: run_id, step, tokens, elapsed_s, name, value (curves of the suite's runs).
+    results: run_id, name, value, unit, tags (decoded dict).
+    checks: trust-gate verdicts (gate_key, variant, check_name, status, figure, tolerance,
+        detail, created_at, provenance) of every variant in the store.
+    all_variants: every variant name in the store (keys the colour palette, so a variant
+        has one colour in every report of the store).
+    """
+
+    path: Path
+    suite: str | None
+    suites: list[str]
+    runs: pd.DataFrame
+    metrics: pd.DataFrame
+    results: pd.DataFrame
+    checks: pd.DataFrame
+    migrations: list[str]
+    all_variants: list[str]
+
+    def runs_of(self, kind: str) -> pd.DataFrame:
+        return self.runs[self.runs["kind"] == kind]
+
+    def kinds(self) -> set[str]:
+        return set(self.runs["kind"])
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    uri = path.resolve().as_uri()
+    try:
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.OperationalError:
+        if Path(f"{path}-wal").exists():  # a writer may be active: never read it as immutable
+            raise
+        db = sqlite3.connect(f"{uri}?immutable=1", uri=True)
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise ReportError(
+            f"no results store at {path}: run a suite first (attnbench run suites/smoke.yaml) "
+            "or pass the store with --store PATH")
+    if path.is_dir():
+        raise ReportError(f"{path} is a directory, not a results store; pass the SQLite file with --store")
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if head != _SQLITE_MAGIC:
+        raise ReportError(f"{path} is not a results store (not a SQLite database); pass another --store")
+
+
+def _frame(db: sqlite3.Connection, sql: str, args: tuple[Any, ...] = ()) -> pd.DataFrame:
+    cur = db.execute(sql, args)
+    columns = [d[0] for d in cur.description]
+    return pd.DataFrame([tuple(r) for r in cur.fetchall()], columns=columns)
+
+
+def _decode(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    for col in columns:
+        frame[col] = [json.loads(v) if isinstance(v, str) else {} for v in frame[col]]
+    return frame
+
+
+def _suite_ids(runs_sql: str) -> str:
+    return f"SELECT id FROM runs WHERE {runs_sql}"
+
+
+def load_store(path: Path, suite: str | None) -> StoreData:
+    """The rows of ``suite`` (default: the suite of the most recently finished run).
+
+    Raises ReportError when ``path`` is missing or not a store, or when ``suite`` is not
+    in a non-empty store (the message lists the suites it has). An empty store loads as
+    empty frames (the report then says what is missing)."""
+    path = Path(path)
+    _check_file(path)
+    try:
+        db = _connect(path)
+    except sqlite3.DatabaseError as exc:
+        raise ReportError(f"cannot open results store {path} read-only: {exc}") from exc
+    try:
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = [t for t in _TABLES if t not in names]
+        if missing:
+            raise ReportError(f"{path} is a SQLite database but not an attnbench results store "
+                              f"(no tables {missing}); pass another --store")
+        migrations = ([r[0] for r in db.execute("SELECT name FROM schema_migrations ORDER BY id")]
+                      if "schema_migrations" in names else [])
+        suites = [r[0] for r in db.execute("SELECT DISTINCT suite FROM runs ORDER BY suite")]
+        if suite is None and suites:
+            suite = db.execute("SELECT suite FROM runs ORDER BY finished_at DESC, id DESC LIMIT 1").fetchone()[0]
+        if suite is not None and suites and suite not in suites:
+            close = difflib.get_close_matches(suite, suites, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ReportError(f"suite {suite!r} has no runs in {path}{hint}; suites in this store: "
+                              f"{', '.join(suites)} (pass one with --suite)")
+        where, args = "suite = ?", (suite,)
+        runs = _decode(_frame(db, f"SELECT * FROM runs WHERE {where} ORDER BY id", args), _JSON_RUN_COLUMNS)
+        metrics = _frame(db, f"SELECT * FROM metrics WHERE run_id IN ({_suite_ids(where)}) "
+                             "ORDER BY run_id, name, step", args)
+        results = _decode(_frame(db, f"SELECT * FROM results WHERE run_id IN ({_suite_ids(where)}) "
+                                     "ORDER BY run_id, rowid", args), ("tags",))
+        checks = _decode(_frame(db, "SELECT * FROM checks ORDER BY variant, created_at"), ("provenance",))
+        all_variants = sorted({r[0] for r in db.execute("SELECT variant FROM runs UNION SELECT variant FROM checks")})
+    except sqlite3.DatabaseError as exc:
+        raise ReportError(f"cannot read results store {path}: {exc}") from exc
+    finally:
+        db.close()
+    return StoreData(path, suite, suites, runs, metrics, results, checks, migrations, all_variants)

@@ -1,0 +1,54 @@
+"""What went wrong in a suite, listed at the top of the report: runs that did not finish
+(diverged with their step, failed, out of memory, timed out), speed points that ran out of
+memory, timed out or failed (with their T), and failed trust-gate checks. (A fit that
+could not be made is shown in its own table, with the reason.)"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .document import Problem
+from .gate import FAILING, suite_verdicts
+from .load import StoreData
+
+_POINT_FAILURES = ("oom", "timeout", "error")
+
+
+def _runs(data: StoreData) -> list[Problem]:
+    out = []
+    for _, r in data.runs[data.runs["status"] != "done"].iterrows():
+        what = r["status"]
+        step = r["summary"].get("diverged_at_step")
+        if r["status"] == "diverged" and step is not None:
+            what = f"diverged at step {step}"
+        seed = f", seed {r['seed']}" if r["seed"] is not None and not pd.isna(r["seed"]) else ""
+        out.append(Problem("run", r["variant"], f"{r['experiment']} ({r['kind']}{seed})", what, r["error"] or ""))
+    return out
+
+
+def _points(data: StoreData) -> list[Problem]:
+    speed = data.runs_of("speed").set_index("id")
+    res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
+    out = []
+    for _, r in res.iterrows():
+        t = r["tags"]
+        if t.get("status") not in _POINT_FAILURES:
+            continue
+        run = speed.loc[r["run_id"]]
+        out.append(Problem("speed point", run["variant"], f"{run['experiment']} {t.get('mode')} T={t.get('T')}",
+                           {"oom": "out of memory", "timeout": "timed out"}.get(t["status"], t["status"]),
+                           t.get("error") or ""))
+    return out
+
+
+def _gate(data: StoreData) -> list[Problem]:
+    verdicts = suite_verdicts(data)
+    return [Problem("trust gate", r["variant"], r["check_name"],
+                    "check failed" if r["status"] == "fail" else "check raised an error", r["detail"])
+            for _, r in verdicts[verdicts["status"].isin(FAILING)].iterrows()]
+
+
+def find_problems(data: StoreData) -> list[Problem]:
+    if data.runs.empty:
+        return []
+    return _runs(data) + _points(data) + _gate(data)

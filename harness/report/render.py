@@ -1,0 +1,155 @@
+"""A ``Report`` as one self-contained HTML page (inline CSS, figures as base64 PNG, no
+script, no external URL; a Content-Security-Policy that forbids fetching anything) and as
+Markdown (figures as PNG files beside it). Every name and value from plugins or the store
+is escaped: HTML-escaped in the page, Markdown- and HTML-escaped in the Markdown."""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from typing import Callable
+
+import pandas as pd
+
+from .document import Problem, Report, Section, Table
+from .values import MISSING
+
+_BAD = re.compile(r"^(FAIL|ERROR|oom|timeout|timed out|out of memory|diverged|failed|error)\b")
+_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+_CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1200px;
+       padding: 0 1em; color: #1b1b1b; }
+h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
+h3 { font-size: 1.05em; margin-top: 1.4em; }
+table { border-collapse: collapse; margin: .6em 0 1.2em; font-size: 12.5px; display: block; overflow-x: auto; }
+th, td { border: 1px solid #d0d0d0; padding: .25em .5em; text-align: left; vertical-align: top; }
+th { background: #f2f2f2; } tr:nth-child(even) td { background: #fafafa; }
+td.bad, li.bad { color: #a40000; font-weight: 600; }
+.problems { border: 2px solid #a40000; background: #fff4f4; padding: .4em 1em; }
+.ok { border: 1px solid #2f7d32; background: #f3fbf3; padding: .4em 1em; }
+.missing { color: #555; font-style: italic; }
+figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption, .note { color: #444; font-size: 12.5px; }
+dl.summary { display: grid; grid-template-columns: max-content auto; gap: .1em 1em; }
+dl.summary dt { font-weight: 600; } dl.summary dd { margin: 0; }
+nav ul { columns: 2; }
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _anchor(title: str) -> str:
+    return "s-" + (re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "section")
+
+
+def cell_text(value: object) -> str:
+    """A table cell as text; missing values (None, NaN) as a dash."""
+    if value is None or (isinstance(value, float) and value != value):
+        return MISSING
+    return str(value)
+
+
+def _cell_class(text: str) -> str:
+    return ' class="bad"' if _BAD.match(text) else ""
+
+
+def html_table(table: Table, links: dict[str, str]) -> str:
+    view = table.view
+    head = "".join(f"<th>{_e(c)}</th>" for c in view.columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td{_cell_class(t)}>{_e(t)}</td>" for t in map(cell_text, row)) + "</tr>"
+        for row in view.itertuples(index=False))
+    files = " ".join(f'<a href="{_e(path)}">{_e(kind)}</a>' for kind, path in links.items())
+    note = f'<p class="note">{_e(table.note)}</p>' if table.note else ""
+    return (f"<h3>{_e(table.title)}</h3>{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            + (f'<p class="note">Data: {files}</p>' if files else ""))
+
+
+def _problem_text(p: Problem) -> str:
+    if p.detail.lower().startswith(p.what.lower()):  # the detail already says what happened
+        return f"{p.kind}: {p.variant} — {p.where}: {p.detail}"
+    detail = f": {p.detail}" if p.detail else ""
+    return f"{p.kind}: {p.variant} — {p.where}: {p.what}{detail}"
+
+
+def _html_section(section: Section, links: Callable[[Table], dict[str, str]]) -> str:
+    parts = [f'<section id="{_anchor(section.title)}"><h2>{_e(section.title)}</h2>']
+    if section.missing:
+        parts.append(f'<p class="missing">Missing: {_e(section.missing)}.</p>')
+    if section.intro and not section.missing:
+        parts.append(f"<p>{_e(section.intro)}</p>")
+    parts += [f'<p class="note">{_e(n)}</p>' for n in section.notes]
+    parts += [html_table(t, links(t)) for t in section.tables]
+    for f in section.figures:
+        data = base64.b64encode(f.png).decode("ascii")
+        caption = f"<figcaption><b>{_e(f.title)}.</b> {_e(f.caption)}</figcaption>"
+        parts.append(f'<figure><img src="data:image/png;base64,{data}" alt="{_e(f.title)}">{caption}</figure>')
+    return "".join(parts) + "</section>"
+
+
+def to_html(report: Report, links: Callable[[Table], dict[str, str]]) -> str:
+    """The page; ``links(table)`` gives {label: relative path} of a table's data files."""
+    summary = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in report.summary)
+    if report.problems:
+        items = "".join(f'<li class="bad">{_e(_problem_text(p))}</li>' for p in report.problems)
+        problems = (f'<section id="problems" class="problems"><h2>Problems ({len(report.problems)})</h2>'
+                    f"<ul>{items}</ul></section>")
+    else:
+        problems = ('<section id="problems" class="ok"><h2>Problems</h2><p>None: every run finished, every '
+                    "speed point was measured and every trust-gate check passed.</p></section>")
+    toc = "".join(f'<li><a href="#{_anchor(s.title)}">{_e(s.title)}</a>'
+                  + (" (missing)" if s.missing else "") + "</li>" for s in report.sections)
+    body = "".join(_html_section(s, links) for s in report.sections)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>attnbench report: {_e(report.suite)}</title><style>{_CSS}</style></head><body>"
+        f"<header><h1>attnbench report: {_e(report.suite)}</h1><dl class=\"summary\">{summary}</dl></header>"
+        f"{problems}<nav><h2>Contents</h2><ul>{toc}</ul></nav>{body}</body></html>\n"
+    )
+
+
+# -- Markdown -----------------------------------------------------------------------------
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|])")
+
+
+def md_escape(value: object) -> str:
+    """Text safe in a Markdown table cell: HTML-escaped, Markdown syntax and pipes escaped,
+    on one line."""
+    text = html.escape(" ".join(str(value).split()), quote=False)
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def md_table(view: pd.DataFrame) -> str:
+    head = "| " + " | ".join(md_escape(c) for c in view.columns) + " |"
+    rule = "|" + "|".join("---" for _ in view.columns) + "|"
+    rows = ["| " + " | ".join(md_escape(cell_text(v)) for v in row) + " |" for row in view.itertuples(index=False)]
+    return "\n".join([head, rule, *rows])
+
+
+def to_markdown(report: Report, figure_path: Callable[[str], str], links: Callable[[Table], dict[str, str]]) -> str:
+    """The Markdown; ``figure_path(slug)`` is a figure's relative PNG path."""
+    out = [f"# attnbench report: {md_escape(report.suite)}", ""]
+    out += [f"- **{md_escape(k)}:** {md_escape(v)}" for k, v in report.summary] + [""]
+    out += ["## Problems", ""]
+    out += [f"- **{md_escape(_problem_text(p))}**" for p in report.problems] or [
+        "None: every run finished, every speed point was measured and every trust-gate check passed."]
+    for s in report.sections:
+        out += ["", f"## {md_escape(s.title)}", ""]
+        if s.missing:
+            out += [f"*Missing: {md_escape(s.missing)}.*", ""]
+        elif s.intro:
+            out += [md_escape(s.intro), ""]
+        out += [f"> {md_escape(n)}\n" for n in s.notes]
+        for t in s.tables:
+            files = ", ".join(f"[{md_escape(k)}]({v})" for k, v in links(t).items())
+            out += [f"### {md_escape(t.title)}", ""]
+            out += [md_escape(t.note), ""] if t.note else []
+            out += [md_table(t.view), ""] + ([f"Data: {files}", ""] if files else [])
+        for f in s.figures:
+            out += [f"![{md_escape(f.title)}]({figure_path(f.slug)})", "", f"*{md_escape(f.caption)}*", ""]
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,177 @@
+"""Sections for `speed` experiments: every measured point (failed points with their status
+and T), the fitted log-log slopes with their 95% intervals, the crossover lengths against
+softmax (from the finalizer's "speed_fit" runs), and one figure per mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from . import figures
+from .document import Section, Table
+from .load import StoreData
+from .selection import model_label
+from .values import MISSING, bytes_text, is_number, num, seconds_text
+
+QUANTITY = {"time_s": "time", "peak_memory_bytes": "memory"}
+MODES = ("forward", "train_step", "decode")
+
+
+def speed_points(data: StoreData, run_ids: list[int]) -> pd.DataFrame:
+    """One row per (run, mode, T, quantity): variant, seed, model, mode, T, quantity, value,
+    status, error, stddev_s, backend, fallback, dtype."""
+    res = data.results[data.results["run_id"].isin(run_ids) & data.results["name"].isin(list(QUANTITY))]
+    runs = {int(r["id"]): r for _, r in data.runs.iterrows() if int(r["id"]) in set(run_ids)}
+    rows = []
+    for _, r in res.iterrows():
+        t, run = r["tags"], runs[int(r["run_id"])]
+        rows.append({
+            "variant": run["variant"], "seed": None if pd.isna(run["seed"]) else int(run["seed"]),
+            "model": int(run["coords"].get("model", 0)), "model_label": model_label(run["coords"], run["config"]),
+            "rounds": t.get("rounds"),
+            "mode": t.get("mode"), "T": t.get("T"), "quantity": QUANTITY[r["name"]], "value": r["value"],
+            "status": t.get("status", "ok" if r["value"] is not None else "unknown"),
+            "error": t.get("error"), "stddev_s": t.get("stddev_s"), "backend": t.get("backend"),
+            "fallback": t.get("fallback"), "dtype": t.get("dtype"),
+        })
+    return pd.DataFrame(rows)
+
+
+def _points_table(exp: str, pts: pd.DataFrame) -> Table:
+    keys = ["variant", "model", "seed", "mode", "T"]
+    wide: list[dict[str, Any]] = []
+    for key, g in pts.groupby(keys, sort=True, dropna=False):
+        time = g[g["quantity"] == "time"]
+        mem = g[g["quantity"] == "memory"]
+        trow = time.iloc[0] if not time.empty else None
+        mrow = mem.iloc[0] if not mem.empty else None
+        status = trow["status"] if trow is not None else (mrow["status"] if mrow is not None else "unknown")
+        if status == "ok" and mrow is not None and mrow["status"] != "ok":
+            status = mrow["status"]
+        wide.append({
+            **dict(zip(keys, key)), "time_s": trow["value"] if trow is not None else None,
+            "time_stddev_s": trow["stddev_s"] if trow is not None else None,
+            "rounds": trow["rounds"] if trow is not None else None, "model_label": g["model_label"].iloc[0],
+            "peak_memory_bytes": mrow["value"] if mrow is not None else None, "status": status,
+            "error": next((e for e in g["error"] if isinstance(e, str) and e), None),
+            "backend": trow["backend"] if trow is not None else None,
+            "fallback": trow["fallback"] if trow is not None else None,
+        })
+    data = pd.DataFrame(wide)
+
+    def time_text(r: pd.Series) -> str:
+        if r["status"] != "ok" and not is_number(r["time_s"]):
+            return f"{r['status']} at T={r['T']}"
+        many = is_number(r["rounds"]) and r["rounds"] > 1 and is_number(r["time_stddev_s"])
+        sd = f" ± {seconds_text(r['time_stddev_s'])} ({num(r['rounds'])} rounds)" if many else ""
+        return seconds_text(r["time_s"]) + sd
+
+    view = pd.DataFrame({
+        "variant": data["variant"], "model": data["model_label"], "seed": data["seed"], "mode": data["mode"],
+        "T": [num(t) for t in data["T"]], "time (median ± sd)": data.apply(time_text, axis=1),
+        "peak memory": [bytes_text(v) if is_number(v) else MISSING for v in data["peak_memory_bytes"]],
+        "status": data["status"], "path": [f"{b}{' (fallback)' if f else ''}" if b else MISSING
+                                           for b, f in zip(data["backend"], data["fallback"])],
+        "error": [e or "" for e in data["error"]],
+    })
+    return Table(f"{exp}-points", f"{exp}: measured points (decode: time per generated token)", data, view,
+                 note="A point that ran out of memory (oom), timed out or failed ends its mode's sweep; "
+                      "longer lengths are then recorded as skipped.")
+
+
+def _fit_rows(data: StoreData, exp: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    fits = data.runs_of("speed_fit")
+    fits = fits[fits["experiment"] == exp]
+    res = data.results[data.results["run_id"].isin([int(i) for i in fits["id"]])]
+    variants = dict(zip(fits["id"], fits["variant"]))
+    slopes, cross = [], []
+    for _, r in res.iterrows():
+        t = r["tags"]
+        base = {"variant": variants[r["run_id"]], "model": t.get("model", 0), "mode": t.get("mode")}
+        if r["name"] == "slope":
+            ci = t.get("ci95") or [None, None]
+            slopes.append({**base, "quantity": t.get("quantity"), "slope": r["value"], "ci95_lo": ci[0],
+                           "ci95_hi": ci[1], "stderr": t.get("stderr"), "n_points": t.get("n_points"),
+                           "T_min": t.get("T_min"), "T_max": t.get("T_max"), "error": t.get("error")})
+        elif r["name"] == "crossover_T":
+            cross.append({**base, "against": t.get("against"), "T": r["value"], "T_interp": t.get("T_interp"),
+                          "status": t.get("status"), "compared_T": str(t.get("compared_T") or "")})
+    return pd.DataFrame(slopes), pd.DataFrame(cross)
+
+
+def _slope_text(r: pd.Series) -> str:
+    if not is_number(r["slope"]):
+        return f"no fit ({r['error'] or 'too few points'})"
+    if is_number(r["ci95_lo"]):
+        return f"{r['slope']:.3g} [{r['ci95_lo']:.3g}, {r['ci95_hi']:.3g}]"
+    return f"{r['slope']:.3g} (2 points: no interval)"
+
+
+def _legend_slope(r: pd.Series) -> str:
+    if not is_number(r["slope"]):
+        return "no fit"
+    half = (r["ci95_hi"] - r["ci95_lo"]) / 2 if is_number(r["ci95_lo"]) else None
+    return f"slope {r['slope']:.2f}" + (f" ± {half:.2f}" if half is not None else "")
+
+
+def _cross_text(r: pd.Series) -> str:
+    if r["status"] == "found":
+        interp = f" (≈{r['T_interp']:,.0f} interpolated)" if is_number(r["T_interp"]) else ""
+        return f"faster from T={num(r['T'])}{interp}"
+    return {"always": "faster at every compared T", "never": "never faster at the compared T",
+            "no-baseline": "no softmax baseline measured"}.get(r["status"], str(r["status"]))
+
+
+def speed_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
+    runs = data.runs_of("speed")
+    if runs.empty:
+        return [Section("Speed and memory", missing="no speed experiments in this store: run a suite "
+                        "with kind: speed (e.g. suites/speed.yaml)")]
+    sections = []
+    for exp in dict.fromkeys(runs["experiment"]):
+        ids = [int(i) for i in runs.loc[runs["experiment"] == exp, "id"]]
+        pts = speed_points(data, ids)
+        section = Section(f"Speed and memory: {exp}", intro=(
+            "Time (median of the timed rounds) and peak memory against sequence length per mode; "
+            "slopes are least-squares fits of log y on log T with a 95% interval; the crossover is "
+            "the first length from which the variant stays faster than softmax."))
+        if pts.empty:
+            section.missing = f"experiment {exp!r} stored no speed points"
+            sections.append(section)
+            continue
+        section.tables.append(_points_table(exp, pts))
+        labels = dict(zip(pts["model"], pts["model_label"]))
+        slopes, cross = _fit_rows(data, exp)
+        if slopes.empty:
+            section.notes.append("No slope fits stored for this experiment (its finalizer has not run).")
+        else:
+            sv = slopes[["variant", "model", "mode", "quantity"]].copy()
+            sv["model"] = [labels.get(m, m) for m in sv["model"]]
+            sv["log-log slope [95% CI]"] = slopes.apply(_slope_text, axis=1)
+            sv["points"] = [num(n) for n in slopes["n_points"]]
+            sv["T range"] = [f"{num(a)}–{num(b)}" if is_number(a) else MISSING
+                             for a, b in zip(slopes["T_min"], slopes["T_max"])]
+            section.tables.append(Table(f"{exp}-slopes", f"{exp}: fitted slopes", slopes, sv))
+        if not cross.empty:
+            cv = cross[["variant", "model", "mode", "against"]].copy()
+            cv["model"] = [labels.get(m, m) for m in cv["model"]]
+            cv["crossover"] = cross.apply(_cross_text, axis=1)
+            cv["compared T"] = cross["compared_T"]
+            section.tables.append(Table(f"{exp}-crossover", f"{exp}: crossover length against softmax", cross, cv))
+        for model in sorted(pts["model"].unique()):
+            for mode in [m for m in MODES if m in set(pts["mode"])] + sorted(set(pts["mode"]) - set(MODES)):
+                sub = pts[(pts["model"] == model) & (pts["mode"] == mode)]
+                legend = {} if slopes.empty else {
+                    (r["variant"], r["quantity"]): _legend_slope(r) for _, r in slopes[
+                        (slopes["model"] == model) & (slopes["mode"] == mode)].iterrows()}
+                cx = cross[(cross["model"] == model) & (cross["mode"] == mode)
+                           & cross["status"].isin(["found"])] if not cross.empty else pd.DataFrame()
+                title = f"{exp}: {mode} against {'context' if mode == 'decode' else 'sequence length'}"
+                fig = figures.speed_mode(sub, legend, cx, palette, mode,
+                                         title + (f" ({labels[model]})" if pts["model"].nunique() > 1 else ""),
+                                         f"{exp}-{mode}-m{model}")
+                if fig:
+                    section.figures.append(fig)
+        sections.append(section)
+    return sections

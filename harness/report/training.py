@@ -1,0 +1,244 @@
+"""Sections for `train` experiments: each variant at the experiment's equal budget (held-out
+loss and bits per byte with 95% intervals over seeds at its best grid point; facts; the
+budget actually consumed; status), the grid, loss curves, and synthetic-task accuracy by
+difficulty coordinates."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pandas as pd
+
+from . import figures
+from .document import Figure, Section, Table
+from .load import StoreData
+from .selection import Selection, select
+from .values import (MISSING, MeanCI, bytes_text, ci_text, is_number, mean_ci, num, point_text,
+                     seconds_text)
+
+AUX_PREFIX = "train/aux/"
+_HEADLINE = (("loss", "val_loss", "held-out loss (nats/token)"), ("bpb", "val_bpb", "bits per byte"),
+             ("accuracy", "val_accuracy", "accuracy"))
+_NOT_TASK_METRICS = ("loss", "ppl", "bpb")
+_COST = ("n_params", "state_elements", "fwd_flops_per_token", "tokens_per_s", "peak_memory_bytes", "budget",
+         "tokens", "steps", "train_time_s")
+
+
+def aux_names(data: StoreData, run_ids: list[int]) -> list[str]:
+    """Auxiliary-loss metric names (``train/aux/NAME``) recorded by these runs."""
+    m = data.metrics
+    names = m.loc[m["run_id"].isin(run_ids) & m["name"].str.startswith(AUX_PREFIX), "name"]
+    return sorted({n.removeprefix(AUX_PREFIX) for n in names})
+
+
+def variant_labels(data: StoreData) -> dict[str, str]:
+    """Legend labels: variants that add an auxiliary training objective say so."""
+    out = {}
+    for variant, ids in data.runs.groupby("variant")["id"]:
+        aux = aux_names(data, list(ids))
+        out[str(variant)] = f"{variant} (+aux: {', '.join(aux)})" if aux else str(variant)
+    return out
+
+
+def _final_aux(data: StoreData, run_ids: list[int], name: str) -> float | None:
+    m = data.metrics
+    rows = m[m["run_id"].isin(run_ids) & (m["name"] == AUX_PREFIX + name)]
+    finals = [g.sort_values("step")["value"].iloc[-1] for _, g in rows.groupby("run_id")]
+    return mean_ci(finals).mean
+
+
+def _status(runs: pd.DataFrame) -> str:
+    counts = Counter(runs["status"])
+    if set(counts) == {"done"}:
+        return "done"
+    parts = []
+    for _, r in runs[runs["status"] != "done"].iterrows():
+        step = r["summary"].get("diverged_at_step")
+        at = f" at step {step}" if step is not None else ""
+        parts.append(f"{r['status']}{at} (seed {r['seed']})")
+    return "; ".join(parts) + f"; done {counts.get('done', 0)}/{len(runs)}"
+
+
+def _gate(runs: pd.DataFrame) -> str:
+    failed = sorted({c for p in runs["provenance"] for c in (p.get("gate") or {}).get("failed", [])})
+    if failed:
+        return "FAILED " + ", ".join(failed)
+    known = any("gate" in p for p in runs["provenance"])
+    return "passed" if known else "not recorded"
+
+
+def _no_memory(runs: pd.DataFrame) -> str:
+    """Why a training row has no peak memory: CPU runs do not measure it."""
+    cpu = all(str(p.get("device", "")).startswith("cpu") for p in runs["provenance"])
+    return "not measured (CPU)" if cpu else "not recorded"
+
+
+def _mean(runs: pd.DataFrame, key: str) -> float | None:
+    return mean_ci(s.get(key) for s in runs["summary"]).mean
+
+
+def _budget(runs: pd.DataFrame) -> str:
+    """The budget as 'steps=60' ('; '-joined when the runs differ)."""
+    budgets = {", ".join(f"{k}={num(v) if is_number(v) else v}" for k, v in sorted(b.items()))
+               if isinstance(b, dict) else str(b) for b in (s.get("budget") for s in runs["summary"]) if b}
+    return "; ".join(sorted(budgets)) or MISSING
+
+
+def _row(data: StoreData, sel: Selection) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(raw values, quality view, facts-and-budget view) of one selection (means over seeds)."""
+    runs = sel.runs
+    done = runs[runs["status"] == "done"]
+    ids = [int(i) for i in runs["id"]]
+    aux = aux_names(data, ids)
+    raw: dict[str, Any] = {
+        "experiment": sel.experiment, "variant": sel.variant, "model": sel.model_label,
+        "objective": "cross-entropy + auxiliary: " + ", ".join(aux) if aux else "cross-entropy",
+        "grid_point": point_text(sel.point), "grid_points_tried": sel.n_points,
+        "seeds_done": len(done), "seeds": len(runs),
+    }
+    view: dict[str, Any] = {"variant": sel.variant, "model": sel.model_label, "objective": raw["objective"],
+                            "chosen point": raw["grid_point"] if sel.n_points == 1
+                            else f"{raw['grid_point']} (best of {sel.n_points})"}
+    for short, key, label in _HEADLINE:
+        m = mean_ci(s.get(key) for s in done["summary"])
+        if m.n or any(key in s for s in runs["summary"]):
+            raw.update({f"{short}_mean": m.mean, f"{short}_ci95_lo": m.lo, f"{short}_ci95_hi": m.hi})
+            view[f"{label}, mean ± 95% CI"] = ci_text(m)
+    for name in aux:
+        value = _final_aux(data, ids, name)
+        raw[f"aux_{name}_final"] = value
+        view[f"aux loss {name} (final, unweighted)"] = num(value)
+    facts = {k: _mean(runs, k) for k in _COST if k != "budget"}
+    raw.update(facts)
+    raw.update(budget=_budget(runs), status=_status(runs), trust_gate=_gate(runs))
+    view.update({"status": raw["status"], "trust gate": raw["trust_gate"]})
+    cost = {
+        "variant": sel.variant, "model": sel.model_label,
+        "parameters": num(facts["n_params"]), "state (elements at T)": num(facts["state_elements"]),
+        "FLOPs/token (fwd)": num(facts["fwd_flops_per_token"], 3), "tokens/s": num(facts["tokens_per_s"], 3),
+        "peak memory": bytes_text(facts["peak_memory_bytes"]) if facts["peak_memory_bytes"] else _no_memory(runs),
+        "budget": raw["budget"], "tokens used": num(facts["tokens"]), "steps": num(facts["steps"]),
+        "train seconds": seconds_text(facts["train_time_s"]),
+    }
+    return raw, view, cost
+
+
+def _grid_table(exp: str, sels: list[Selection]) -> Table | None:
+    if all(s.n_points == 1 for s in sels):
+        return None
+    rows = []
+    for s in sels:
+        for p in s.points:
+            rows.append({"variant": s.variant, "model": s.model_label, "grid_point": point_text(p.point),
+                         "mean_loss": p.mean_loss, "seeds_done": p.done, "seeds": p.total,
+                         "chosen": p.point == s.point})
+    data = pd.DataFrame(rows)
+    view = pd.DataFrame({
+        "variant": data["variant"], "model": data["model"], "grid point": data["grid_point"],
+        "held-out loss (mean over finished seeds)": [num(v) for v in data["mean_loss"]],
+        "seeds finished": [f"{d}/{t}" for d, t in zip(data["seeds_done"], data["seeds"])],
+        "chosen": ["chosen" if c else "" for c in data["chosen"]],
+    })
+    return Table(f"{exp}-grid", f"{exp}: every grid point", data, view)
+
+
+def _curves(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
+    frames = []
+    for s in sels:
+        ids = [int(i) for i in s.runs["id"]]
+        seeds = dict(zip(s.runs["id"], s.runs["seed"]))
+        m = data.metrics[data.metrics["run_id"].isin(ids) & data.metrics["name"].isin(["train/loss", "val/loss"])]
+        if m.empty:
+            continue
+        frames.append(pd.DataFrame({
+            "variant": s.variant, "seed": m["run_id"].map(seeds), "tokens": m["tokens"],
+            "elapsed_s": m["elapsed_s"], "split": m["name"].map({"train/loss": "train", "val/loss": "held-out"}),
+            "loss": pd.to_numeric(m["value"], errors="coerce"),
+        }))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _task_rows(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
+    """Per-seed task evaluation rows (accuracy and task-defined metrics) of chosen runs."""
+    rows = []
+    for s in sels:
+        done = s.runs[s.runs["status"] == "done"]
+        res = data.results[data.results["run_id"].isin([int(i) for i in done["id"]])]
+        seeds = dict(zip(done["id"], done["seed"]))
+        for _, r in res.iterrows():
+            tags = r["tags"]
+            if "task" not in tags or r["name"] in _NOT_TASK_METRICS:
+                continue
+            coords = {k: v for k, v in tags.items() if k not in ("split", "task")}
+            rows.append({"variant": s.variant, "task": tags["task"], "metric": r["name"],
+                         "seed": seeds[r["run_id"]], "value": r["value"], **coords})
+    return pd.DataFrame(rows)
+
+
+def _task_section(exp: str, rows: pd.DataFrame, palette: figures.Palette) -> tuple[list[Table], list[Figure]]:
+    coords = [c for c in rows.columns if c not in ("variant", "task", "metric", "seed", "value")]
+    keys = ["variant", "task", "metric", *coords]
+    out = []
+    for key, g in rows.groupby(keys, dropna=False, sort=True):
+        m = mean_ci(g["value"])
+        out.append({**dict(zip(keys, key)), "mean": m.mean, "ci95_lo": m.lo, "ci95_hi": m.hi, "seeds": m.n})
+    data = pd.DataFrame(out)
+    view = data[keys].copy()
+    view["value, mean ± 95% CI"] = [ci_text(mean_ci_row) for mean_ci_row in _cis(data)]
+    table = Table(f"{exp}-tasks", f"{exp}: synthetic-task scores by difficulty", data, view)
+    figs = []
+    acc = rows[rows["metric"] == "accuracy"]
+    varying = [c for c in coords if acc[c].nunique(dropna=True) > 1]
+    if not acc.empty and coords:
+        x = next((c for c in ("num_kv_pairs", *varying, *coords) if c in coords), coords[0])
+        fig = figures.recall(acc.rename(columns={"value": "accuracy"}), x, palette,
+                             f"{exp}: accuracy against {x.replace('_', ' ')}", f"{exp}-recall")
+        figs = [fig] if fig else []
+    return [table], figs
+
+
+def _cis(data: pd.DataFrame) -> list[MeanCI]:
+    return [MeanCI(r["mean"], r["ci95_lo"], r["ci95_hi"], int(r["seeds"])) for _, r in data.iterrows()]
+
+
+def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
+    runs = data.runs_of("train")
+    if runs.empty:
+        return [Section("Training at equal budget", missing="no train experiments in this store: "
+                        "run a suite with kind: train (e.g. suites/smoke.yaml)")]
+    labels = variant_labels(data)
+    sections = []
+    for exp in dict.fromkeys(runs["experiment"]):
+        sels = select(runs[runs["experiment"] == exp])
+        pairs = [_row(data, s) for s in sels]
+        raw = pd.DataFrame([p[0] for p in pairs])
+        main = Table(f"{exp}-variants", f"{exp}: each variant at equal budget", raw,
+                     pd.DataFrame([p[1] for p in pairs]).fillna(MISSING))
+        cost = Table(f"{exp}-cost", f"{exp}: facts and budget consumed (mean over the chosen point's runs)",
+                     raw[["variant", "model", *_COST]], pd.DataFrame([p[2] for p in pairs]))
+        section = Section(f"Training: {exp}", intro=(
+            "Each row is one variant (and model size) at the experiment's common budget. Held-out values "
+            "are the mean over finished seeds with a two-sided 95% Student-t interval, at the grid point "
+            "with the lowest mean held-out loss (the store keeps one held-out split, so that choice and "
+            "the reported loss use the same data). Facts: parameters measured; state size and FLOPs per "
+            "token as declared by the variant at the training length."), tables=[main, cost])
+        grid = _grid_table(exp, sels)
+        if grid is not None:
+            section.tables.append(grid)
+        models = dict.fromkeys(s.model_label for s in sels)
+        for model in models:
+            curves = _curves(data, [s for s in sels if s.model_label == model])
+            title = f"{exp}: loss curves" + (f" ({model})" if len(models) > 1 else "")
+            fig = None if curves.empty else figures.loss_curves(curves, palette, labels, title, f"{exp}-loss-{model}")
+            if fig:
+                section.figures.append(fig)
+        task_rows = _task_rows(data, sels)
+        if not task_rows.empty:
+            tables, figs = _task_section(exp, task_rows, palette)
+            section.tables += tables
+            section.figures += figs
+        if any(is_number(s.get("resumed_from_step")) for s in runs["summary"]):
+            section.notes.append("Some runs resumed from a saved training state (summary resumed_from_step).")
+        sections.append(section)
+    return sections
