@@ -1,24 +1,33 @@
 """Running a suite: expand into cells, skip the ones already stored, run the rest, and
-store each finished cell atomically (so an interrupted suite resumes where it stopped)."""
+store each finished cell atomically (so an interrupted suite resumes where it stopped).
+
+The cells run through an executor (``harness.executors``: here, or as Ray tasks); only
+this process (under torchrun: rank 0) writes the store."""
 
 from __future__ import annotations
 
+import io
 import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable, TextIO
+from pathlib import Path
+from typing import Any, Callable, TextIO
 
 import torch
 
+from . import distributed
 from .cells import Cell, expand
 from .data import load_corpus
+from .errors import DistributedError
+from .executors import Executor, Finished, InProcessExecutor, Task
 from .plugins import Registry
 from .provenance import device_name, provenance, resolve_device
 from .gate import Verdict, gate_variant
 from .experiment import CellOutcome, RunContext, kind_finalizers, kind_runners
 from .store import RunRecord, Store
 from .suite import Suite
+from .variant import Variant
 
 
 @dataclass
@@ -52,27 +61,132 @@ class ProgressLine:
         return update
 
 
+# Kinds whose cells every torchrun rank runs together (data-parallel training); the
+# others run on rank 0 alone while the other ranks wait for the next cell.
+DATA_PARALLEL_KINDS = ("train", "scaling")
+# Kinds that read earlier cells from the store: they run in the driver, after every cell
+# submitted before them has finished and been stored.
+DRIVER_KINDS = ("lm_eval",)
+
+
+@dataclass(frozen=True)
+class CellJob:
+    """What running one cell needs, as plain values that can travel to another process."""
+
+    cell: Cell
+    variant: Variant
+    registry: Registry
+    device: str
+    checkpoint_dir: Path
+    gate: dict[str, Any]  # the trust gate's verdict: {"key": ..., "failed": [...]}
+    index: tuple[int, int]  # (i, n): the cell's place in the suite, for progress lines
+    context: dict[str, Any] = field(default_factory=dict)  # provenance from the driver (argv, executor)
+
+
+def cell_record(job: CellJob, outcome: CellOutcome, started: float, finished: float) -> RunRecord:
+    """The row set one cell stores, with provenance of the process that ran it."""
+    cell = job.cell
+    parallel = cell.kind in DATA_PARALLEL_KINDS
+    return RunRecord(
+        cell_key=cell.key, suite=cell.suite, experiment=cell.experiment, kind=cell.kind,
+        variant=cell.variant, status=outcome.status, seed=cell.seed, coords=cell.coords,
+        config={**cell.config_dict(), "key_inputs": cell.key_inputs},
+        provenance={**provenance(torch.device(job.device)), **job.context,
+                    "variant": cell.key_inputs.get("variant"),
+                    "corpus_sha256": cell.key_inputs.get("corpus_sha256"), "gate": job.gate,
+                    "distributed": {"world_size": distributed.world_size() if parallel else 1,
+                                    "backend": distributed.backend() if parallel else None}},
+        summary=outcome.summary, started_at=started, finished_at=finished, error=outcome.error,
+        metrics=outcome.metrics, results=outcome.results,
+    )
+
+
+def _agree(outcome: CellOutcome) -> CellOutcome:
+    """Under torchrun, a cell that failed on any rank is recorded as failed by rank 0."""
+    for r, (status, error) in enumerate(distributed.all_gather((outcome.status, outcome.error))):
+        if status != "done" and outcome.status == "done":
+            outcome.status, outcome.error = status, f"on rank {r}: {error}"
+    return outcome
+
+
+def run_cell(job: CellJob, *, store: Store | None = None, progress: ProgressLine | None = None,
+             out: TextIO | None = None) -> RunRecord | None:
+    """Run one cell where this is called (the driver, a Ray worker, each torchrun rank) and
+    return its record; None on torchrun ranks other than 0, which store nothing."""
+    cell, dev, out = job.cell, torch.device(job.device), out or sys.stderr
+    parallel = distributed.active() and cell.kind in DATA_PARALLEL_KINDS
+    if distributed.active() and not parallel and not distributed.is_main():
+        return None  # rank 0 runs it alone
+    started = time.time()
+    ctx = RunContext(dev, (progress or ProgressLine(out)).cell(*job.index, cell), job.checkpoint_dir,
+                     store, job.registry)
+    try:
+        outcome = kind_runners()[cell.kind](cell, job.variant, ctx)
+    except torch.OutOfMemoryError as exc:
+        outcome = CellOutcome("oom", error=f"out of memory: {str(exc).splitlines()[0]}")
+    except Exception as exc:  # a broken plugin fails its cell, not the suite
+        outcome = CellOutcome("failed", error="".join(traceback.format_exception_only(exc)).strip())
+        traceback.print_exc(file=out)
+    if parallel:
+        outcome = _agree(outcome)
+    return cell_record(job, outcome, started, time.time()) if distributed.is_main() else None
+
+
 def run_suite(
-    suite: Suite, store: Store, registry: Registry, *, device: str | None = None,
-    only_variants: list[str] | None = None, out: TextIO = sys.stderr,
+    suite: Suite, store: Store | None, registry: Registry, *, device: str | None = None,
+    only_variants: list[str] | None = None, out: TextIO = sys.stderr, executor: Executor | None = None,
 ) -> RunReport:
+    """Run every cell of ``suite`` not already in ``store`` and store each as it finishes.
+
+    ``executor`` runs the cells (default: here, one after another); this process alone
+    writes the store. Under torchrun every rank calls this; ``store`` is None on ranks
+    other than 0, and rank 0 decides for all of them what runs.
+    """
+    main = distributed.is_main()
+    executor = executor or InProcessExecutor()
     dev = resolve_device(device or suite.device)
     cells = expand(suite, registry, device=device_name(dev), only_variants=only_variants,
                    corpus_hash=lambda spec: load_corpus(spec, registry).sha256)
+    for cell in cells:  # under torchrun: a global batch that does not split is refused up front
+        if cell.kind in DATA_PARALLEL_KINDS and hasattr(cell.spec, "batch_size"):
+            try:
+                distributed.local_batch_size(cell.spec.batch_size)
+            except DistributedError as exc:
+                raise DistributedError(f"experiment {cell.experiment!r}: {exc}") from None
     report = RunReport(cells=len(cells))
-    progress = ProgressLine(out)
-    checkpoint_dir = store.path.parent / "checkpoints"
-    runners = kind_runners()
+    progress = ProgressLine(out if main else io.StringIO())
+    checkpoint_dir = distributed.from_main(store.path.parent / "checkpoints" if main else None)
+    # A Ray worker sees the GPU Ray gave it as cuda:0.
+    job_device = "cuda" if executor.remote and dev.type == "cuda" else str(dev)
+    context = {"argv": sys.argv, "executor": executor.name}
     verdicts: dict[tuple[str, str], Verdict] = {}
+    jobs: dict[str, CellJob] = {}
+
+    def record(done: Finished) -> None:
+        if not main:
+            return
+        job = jobs[done.task.key]
+        rec = done.value if done.error is None else cell_record(
+            job, CellOutcome("failed", error=done.error), done.started_at, done.finished_at)
+        store.save_run(rec)
+        report.ran += 1
+        if rec.status != "done":
+            report.not_done.append(f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: "
+                                   f"{rec.status} ({rec.error})")
+            print(f"  {rec.status}: {rec.error}", file=out)
+
     for i, cell in enumerate(cells, 1):
-        if store.has_run(cell.key):
+        if distributed.from_main(store.has_run(cell.key) if main else None):
             report.skipped += 1
             continue
         variant = registry.get(cell.variant)
         gate_id = (cell.variant, repr(cell.model.options))
-        if gate_id not in verdicts:  # the trust gate runs before a variant's first cell
-            print(f"checking {cell.variant} (trust gate) ...", file=out, flush=True)
-            verdicts[gate_id] = gate_variant(variant, store, dev, options=cell.model.options)
+        if gate_id not in verdicts:  # the trust gate runs (on the driver) before a variant's first cell
+            if main:
+                print(f"checking {cell.variant} (trust gate) ...", file=out, flush=True)
+            verdicts[gate_id] = distributed.from_main(
+                gate_variant(variant, store, dev, options=cell.model.options,
+                             time_limit_s=suite.check_time_limit_s) if main else None)
         verdict = verdicts[gate_id]
         if verdict.failed and not suite.allow_failed_checks:
             report.not_done.append(
@@ -80,32 +194,22 @@ def run_suite(
                 f"{verdict.failed} (see `attnbench check {cell.variant}`; set allow_failed_checks: true "
                 "in the suite to record its numbers marked as failing)")
             continue
-        started = time.time()
-        ctx = RunContext(dev, progress.cell(i, len(cells), cell), checkpoint_dir, store, registry)
-        try:
-            outcome = runners[cell.kind](cell, variant, ctx)
-        except torch.OutOfMemoryError as exc:
-            outcome = CellOutcome("oom", error=f"out of memory: {str(exc).splitlines()[0]}")
-        except Exception as exc:  # a broken plugin fails its cell, not the suite
-            outcome = CellOutcome("failed", error="".join(traceback.format_exception_only(exc)).strip())
-            traceback.print_exc(file=out)
-        store.save_run(RunRecord(
-            cell_key=cell.key, suite=cell.suite, experiment=cell.experiment, kind=cell.kind,
-            variant=cell.variant, status=outcome.status, seed=cell.seed, coords=cell.coords,
-            config={**cell.config_dict(), "key_inputs": cell.key_inputs},
-            provenance={**provenance(dev), "variant": cell.key_inputs.get("variant"),
-                        "corpus_sha256": cell.key_inputs.get("corpus_sha256"),
-                        "gate": {"key": verdict.key, "failed": verdict.failed}},
-            summary=outcome.summary, started_at=started, finished_at=time.time(), error=outcome.error,
-            metrics=outcome.metrics, results=outcome.results,
-        ))
-        report.ran += 1
-        if outcome.status != "done":
-            report.not_done.append(f"{cell.experiment}/{cell.variant} seed {cell.seed}: {outcome.status} ({outcome.error})")
-            print(f"  {outcome.status}: {outcome.error}", file=out)
-    finalizers = kind_finalizers()
-    for name in dict.fromkeys(c.experiment for c in cells):
-        group = [c for c in cells if c.experiment == name]
-        if group[0].kind in finalizers:
-            finalizers[group[0].kind](group, store, dev)
+        job = jobs[cell.key] = CellJob(cell, variant, registry, job_device, checkpoint_dir,
+                                       {"key": verdict.key, "failed": verdict.failed}, (i, len(cells)), context)
+        task = Task(cell.key, run_cell, (job,), {"store": store, "progress": progress, "out": out},
+                    num_cpus=suite.cpus_per_cell, num_gpus=1 if dev.type == "cuda" else 0,
+                    retries=suite.retries, on_driver=cell.kind in DRIVER_KINDS)
+        if task.on_driver:  # it reads earlier cells from the store: store them first
+            for done in executor.drain():
+                record(done)
+        for done in executor.submit(task):
+            record(done)
+    for done in executor.drain():
+        record(done)
+    if main:
+        finalizers = kind_finalizers()
+        for name in dict.fromkeys(c.experiment for c in cells):
+            group = [c for c in cells if c.experiment == name]
+            if group[0].kind in finalizers:
+                finalizers[group[0].kind](group, store, dev)
     return report

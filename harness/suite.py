@@ -32,7 +32,7 @@ from pydantic import (
 from .errors import SuiteError
 from .specs import AnyExperiment, grid_points  # noqa: F401  (grid_points re-exported)
 
-KINDS = ("train",)  # experiment kinds, as in specs.AnyExperiment
+KINDS = ("train", "speed", "scaling", "lm_eval")  # experiment kinds, as in specs.AnyExperiment
 
 SUITE_VERSION = 1
 
@@ -44,7 +44,13 @@ class Suite(BaseModel):
     description: str = ""
     include: list[str] = []
     allow_failed_checks: bool = False
+    # Wall-clock budget of the trust gate's checks per variant (a hang is a failed check).
+    check_time_limit_s: float = Field(300.0, gt=0)
     device: str = "auto"
+    # Fan-out executors (attnbench run --executor ray): times a cell whose task failed in
+    # the executor (a worker died) is run again, and the CPUs each cell's task reserves.
+    retries: int = Field(0, ge=0, le=10)
+    cpus_per_cell: int = Field(1, ge=1)
     defaults: dict[str, Any] = {}
     experiments: list[AnyExperiment] = Field(min_length=1)
 

@@ -1,13 +1,19 @@
 """Training one `train` cell: AdamW, linear warmup + cosine decay, gradient clipping,
 periodic held-out evaluation, fp32 on CPU and bf16 autocast on CUDA, deterministic under
 the cell's seed, resumable from its last training state, stopped and recorded when it
-diverges. Budgets: steps, tokens, wall-clock seconds or training FLOPs."""
+diverges. Budgets: steps, tokens, wall-clock seconds or training FLOPs.
+
+Under torchrun the same loop trains data-parallel (see ``harness.distributed``): the
+suite's batch_size is the global batch, each rank trains on its shard of it, and rank 0
+alone evaluates, checkpoints and reports; budgets count global tokens."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -16,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import distributed
 from .backbone import Backbone
 from .cells import Cell
 from .errors import TrainingError
@@ -150,11 +157,18 @@ def _load_state(path: Path, cell: Cell, device: torch.device) -> tuple[dict[str,
         return None, f"training state {path} is unreadable ({type(exc).__name__}: {exc}); restarted from step 0"
 
 
+def _typical(times: collections.deque[float]) -> float:
+    """Median of recent step times (0 before the first step)."""
+    return statistics.median(times) if times else 0.0
+
+
 def train_cell(
     cell: Cell, variant: Variant, data: Any, device: torch.device,
     progress: Progress | None = None, checkpoint_dir: Path | None = None,
 ) -> CellOutcome:
     t = cell.spec
+    distributed.local_batch_size(t.batch_size)  # the global batch must split evenly over ranks
+    main = distributed.is_main()
     torch.manual_seed(cell.seed)
     model = build_model(variant, cell).to(device)
     n_params = model.num_params()
@@ -171,10 +185,13 @@ def train_cell(
     status, error, headline = "done", None, {}
     train_time, eval_time, step = 0.0, 0.0, 0
     state_path = checkpoint_dir / f"{cell.key}.state.pt" if checkpoint_dir and t.checkpoint_interval else None
-    resumed_from, resume_error = None, None
+    resumed_from, resume_error, rank_rngs = None, None, []
     if state_path is not None:
-        state, resume_error = _load_state(state_path, cell, device)
-        if resume_error:
+        # Rank 0 reads the training state and hands it to the other ranks (tensors via CPU).
+        state, resume_error = distributed.from_main(_load_state(
+            state_path, cell, device if not distributed.active() else torch.device("cpu"))
+            if main else None)
+        if resume_error and main:
             print(f"attnbench: warning: {resume_error}", file=sys.stderr)
         if state is not None:
             model.load_state_dict(state["model"])
@@ -184,21 +201,29 @@ def train_cell(
             step, train_time, eval_time = state["step"], state["train_time"], state["eval_time"]
             metrics = [Metric(*m) for m in state["metrics"]]
             headline, resumed_from = state["headline"], step
+            rank_rngs = state.get("torch_rng_ranks") or []
+    if distributed.active():  # each rank draws its own dropout masks, restored exactly on resume
+        if len(rank_rngs) == distributed.world_size():
+            torch.set_rng_state(rank_rngs[distributed.rank()].cpu())
+        else:
+            torch.manual_seed(cell.seed + 1_000_003 * distributed.rank() + step)
+    fwd = distributed.wrap_model(model, device)  # DDP in a process group, else the model
     diverge_at = t.diverge_factor * math.log(cell.model.vocab_size)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     rows: list[Result] = []
     model.train()
-    while (step < steps) if steps is not None else (train_time < seconds):
+    recent: collections.deque[float] = collections.deque(maxlen=16)  # last step times (seconds budget)
+    while (step < steps) if steps is not None else (train_time + 0.5 * _typical(recent) < seconds):
         t0 = time.perf_counter()
         progress_frac = step / steps if steps is not None else train_time / seconds
         lr = lr_at(step, progress_frac, t.lr, t.warmup_steps, t.min_lr_ratio)
         for group in opt.param_groups:
             group["lr"] = lr
-        x, y = data.train_batch(t.batch_size, t.seq_len, gen)
+        x, y = distributed.shard(*data.train_batch(t.batch_size, t.seq_len, gen))  # this rank's rows
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with autocast_for(device):
-            out = model(x, y)
+            out = fwd(x, y)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
         opt.step()
@@ -206,22 +231,31 @@ def train_cell(
         step += 1
         log_now = step % t.log_interval == 0 or (steps is not None and step == steps)
         # .item() waits for the device: only on log steps, or every step of a seconds budget.
-        loss = out.loss.item() if (log_now or seconds is not None) else None
-        train_time += time.perf_counter() - t0
-        done = (steps is not None and step >= steps) or (seconds is not None and train_time >= seconds)
+        loss = distributed.global_mean(out.loss) if (log_now or seconds is not None) else None
+        step_time = time.perf_counter() - t0
+        if seconds is not None:  # every rank counts the slowest rank's time: all stop together
+            step_time = distributed.slowest(step_time)
+        train_time += step_time
+        recent.append(step_time)
+        # A wall-clock budget stops where the next step would overshoot more than stopping now
+        # undershoots, so every variant's training time is within half a step of the budget
+        # (a typical step: the median of recent ones, so one slow step does not end the run).
+        done = (steps is not None and step >= steps) or (
+            seconds is not None and train_time + 0.5 * _typical(recent) >= seconds)
         if log_now or done:
             tokens = step * per_step
             metrics.append(Metric(step, tokens, train_time, "train/loss", loss))
             metrics.append(Metric(step, tokens, train_time, "train/lr", lr))
             for name, value in out.aux.items():
-                metrics.append(Metric(step, tokens, train_time, f"train/aux/{name}", value.item()))
+                aux = distributed.global_mean(value)
+                metrics.append(Metric(step, tokens, train_time, f"train/aux/{name}", aux))
             if not math.isfinite(loss) or loss > diverge_at:
                 status = "diverged"
                 error = f"training loss {loss:.4g} at step {step} (limit {diverge_at:.3g} = {t.diverge_factor} x ln(vocab))"
                 break
             if progress:
                 progress(step, steps or 0, loss)
-        if step % t.eval_interval == 0 or done:
+        if (step % t.eval_interval == 0 or done) and main:  # evaluated once, by rank 0
             t_eval = time.perf_counter()
             rows = evaluate(model, data, cell, device)
             eval_time += time.perf_counter() - t_eval
@@ -229,17 +263,22 @@ def train_cell(
             for name, value in headline.items():
                 metrics.append(Metric(step, step * per_step, train_time, f"val/{name}", value))
         if state_path is not None and step % t.checkpoint_interval == 0 and not done:
-            save_checkpoint(state_path, {
-                "model": model.state_dict(), "optim": opt.state_dict(), "step": step,
-                "train_time": train_time, "eval_time": eval_time, "torch_rng": torch.get_rng_state(),
-                "gen": gen.get_state(), "metrics": [tuple(m.__dict__.values()) for m in metrics],
-                "headline": headline, "cell_key": cell.key,
-            })
+            rngs = distributed.all_gather(torch.get_rng_state()) if distributed.active() else None
+            extra = {"torch_rng_ranks": rngs} if rngs else {}
+            if main:
+                save_checkpoint(state_path, {
+                    "model": model.state_dict(), "optim": opt.state_dict(), "step": step,
+                    "train_time": train_time, "eval_time": eval_time, "torch_rng": torch.get_rng_state(),
+                    "gen": gen.get_state(), "metrics": [tuple(m.__dict__.values()) for m in metrics],
+                    "headline": headline, "cell_key": cell.key, **extra,
+                })
+        if step % t.eval_interval == 0 or done or (state_path is not None and step % t.checkpoint_interval == 0):
+            distributed.barrier()  # the other ranks wait here, outside their timed steps
     checkpoint = None
-    if checkpoint_dir is not None and t.checkpoint and status == "done":
+    if checkpoint_dir is not None and t.checkpoint and status == "done" and main:
         checkpoint = checkpoint_dir / f"{cell.key}.pt"
         save_checkpoint(checkpoint, _final_payload(model, cell, step))
-    if state_path is not None and state_path.exists():
+    if state_path is not None and state_path.exists() and main:
         state_path.unlink()
     tokens = step * per_step
     tfpt = facts["train_flops_per_token"]
@@ -252,6 +291,7 @@ def train_cell(
         "dtype": compute_dtype(device), "resumed_from_step": resumed_from, "resume_error": resume_error,
         "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "checkpoint": str(checkpoint) if checkpoint else None, "diverged_at_step": step if status == "diverged" else None,
+        "world_size": distributed.world_size(), "dist_backend": distributed.backend(),
         **facts,
     }
     return CellOutcome(status, summary, metrics, rows, error)

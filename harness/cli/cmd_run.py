@@ -1,10 +1,19 @@
-"""`attnbench run SUITE`: run every cell not already in the store."""
+"""`attnbench run SUITE`: run every cell not already in the store.
+
+Under torchrun every process runs this command and trains each cell data-parallel; only
+rank 0 opens the store and reports. `--executor ray` fans cells out as Ray tasks."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from pathlib import Path
 
+from .. import distributed
+from ..errors import DistributedError
+from ..executors import EXECUTORS, make_executor
+from ..provenance import resolve_device
 from ..runner import run_suite
 from ..store import Store
 from ..suite import load_suite
@@ -17,17 +26,35 @@ def add_parser(sub) -> None:
     add_store_option(p)
     p.add_argument("--variants", help="comma-separated variants to run (default: the suite's)")
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: the suite's, else auto)")
+    p.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="where cells run: 'local' (this process, default) or 'ray' (one Ray task per cell)")
+    p.add_argument("--address", help="Ray cluster address for --executor ray (default: a local Ray instance)")
+    p.add_argument("--no-report", dest="report", action="store_false",
+                   help="do not write the suite's report (reports/<suite>/ beside the store) at the end")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite)
     registry = registry_with_warnings()
-    with Store(args.store) as store:
-        report = run_suite(suite, store, registry, device=args.device,
-                           only_variants=split_names(args.variants))
+    if distributed.requested() and args.executor != "local":
+        raise DistributedError("torchrun trains each cell across its processes; it cannot be combined "
+                               f"with --executor {args.executor}")
+    with contextlib.ExitStack() as stack:
+        info = stack.enter_context(distributed.session(resolve_device(args.device or suite.device)))
+        if info is not None and info.rank != 0:  # rank 0 alone opens the store and reports
+            run_suite(suite, None, registry, device=str(info.device), only_variants=split_names(args.variants))
+            return 0
+        store = stack.enter_context(Store(args.store))
+        executor = stack.enter_context(make_executor(args.executor, address=args.address))
+        report = run_suite(suite, store, registry, device=str(info.device) if info else args.device,
+                           only_variants=split_names(args.variants), executor=executor)
     print(f"{suite.name}: {report.cells} cells, {report.ran} run, {report.skipped} already stored "
           f"(store: {args.store})")
+    if args.report:  # the report shows unfinished cells too, so it is written either way
+        from ..report import write_report  # pandas and seaborn load only when reporting
+
+        print(f"report: {write_report(Path(args.store), suite.name)}")
     if report.not_done:
         print("cells that did not finish:\n  " + "\n  ".join(report.not_done), file=sys.stderr)
         return 1
