@@ -157,4 +157,6 @@ def expand(
                             }
                             cell = Cell(**{**cell.__dict__, "key": content_key(inputs), "key_inputs": inputs})
                         cells.append(cell)
-    return cells
+    from .lm_eval_runner import link_lm_eval_cells  # lazy: it imports this module
+
+    return link_lm_eval_cells(suite, cells)

@@ -72,11 +72,18 @@ def train_bpe(text: str, vocab_size: int) -> HFTokenizer:
 
 
 def pretrained(name: str) -> HFTokenizer:
+    """A named tokenizer: a local ``tokenizer.json`` (or a folder holding one), else a hub name."""
+    local = Path(name).expanduser()
+    if local.is_dir():
+        local = local / "tokenizer.json"
     try:
         from tokenizers import Tokenizer
 
+        if local.is_file():
+            return HFTokenizer(Tokenizer.from_file(str(local)), name)
         return HFTokenizer(Tokenizer.from_pretrained(name), name)
     except Exception as exc:
         raise DataError(
-            f"could not load pretrained tokenizer {name!r}: {exc}. Offline, use tokenizer: bytes or bpe."
+            f"could not load pretrained tokenizer {name!r}: {exc}. Give a local tokenizer.json (or its "
+            "folder) as tokenizer_name, or, offline, use tokenizer: bytes or bpe."
         ) from exc

@@ -17,9 +17,13 @@ from tests.helpers import python, run_cli
 def test_list_shows_builtin_and_third_party_with_origin():
     proc = run_cli("list")
     assert proc.returncode == 0, proc.stderr
-    lines = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1:]}
+    variant_table, task_table = proc.stdout.split("\n\n", 1)  # two tables, a blank line apart
+    lines = {line.split()[0]: line.split() for line in variant_table.splitlines()[1:]}
     assert lines["softmax"][1:3] == ["softmax", "attnbench"]
     assert lines["toy-ema"][1:3] == ["toy", "attnbench-toy"]  # pip-installed test plugin
+    tasks = {line.split()[0]: line.split() for line in task_table.strip().splitlines()[1:]}
+    assert {"mqar", "selective_copy", "induction", "text_recall"} <= set(tasks)
+    assert tasks["mqar"][1:3] == ["synthetic", "attnbench"]
 
 
 def test_env_var_limits_loaded_plugins():

@@ -9,7 +9,7 @@ from harness.errors import SuiteError, UnknownVariantError
 from harness.plugins import get_plugin_manager, load_registry
 from harness.suite import load_suite
 from plugins import softmax
-from tests.helpers import run_cli, write_suite
+from tests.helpers import REPO, run_cli, write_suite
 
 GOOD = """
     version: 1
@@ -128,3 +128,32 @@ def test_validate_command_exit_codes(tmp_path):
     bad = write_suite(tmp_path / "bad.yaml", GOOD.replace("steps: 5", "steps: 0"))
     proc = run_cli("validate", str(bad))
     assert proc.returncode == 2 and proc.stderr.startswith("attnbench: error: invalid suite")
+
+
+@pytest.mark.parametrize("name", ["quick", "smoke", "speed", "scaling", "lm-eval"])
+def test_shipped_offline_suites_validate(name):
+    result = run_cli("validate", f"suites/{name}.yaml")
+    assert result.returncode == 0, result.stderr
+    assert "ok" in result.stdout
+
+
+def test_seeds_suite_is_the_published_configuration(tmp_path, shared_data):
+    """The hub suite, with its data swapped for a local file (as its comments say), expands
+    into the three published runs with the published settings."""
+    import yaml
+
+    raw = yaml.safe_load((REPO / "suites" / "seeds-wikitext2.yaml").read_text())
+    assert raw["defaults"]["data"]["name"] == "wikitext" and raw["defaults"]["data"]["config"] == "wikitext-2-v1"
+    raw["defaults"]["data"] = {"source": "text", "path": str(shared_data / "wikitext-2" / "valid.txt"),
+                               "val_path": str(shared_data / "wikitext-2" / "test.txt")}
+    path = tmp_path / "seeds-local.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    cells = {c.experiment: c for c in expand(load_suite(path), load_registry())}
+    assert set(cells) == {"gpt2", "additive", "windowed"}
+    for cell in cells.values():
+        m = cell.model
+        assert (m.d_model, m.n_layer, m.n_head, m.context, m.dropout) == (128, 6, 4, 2048, 0.1)
+        assert (cell.spec.batch_size, cell.spec.seq_len, cell.spec.lr, cell.spec.weight_decay) == (2, 2048, 5e-4, 0.0)
+    assert cells["additive"].model.options.rescale == 15.0 and cells["additive"].spec.model_kind == "own"
+    windowed = cells["windowed"].model.options
+    assert windowed.windows == (4, 8, 16, 32, 64, 2048) and windowed.rescale == 10.0
