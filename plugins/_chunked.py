@@ -97,7 +97,9 @@ def linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor,
         o_i = phi(q_i)^T (S_0 + sum_{j<=i} phi(k_j) v_j^T) / (phi(q_i)^T (z_0 + sum_{j<=i} phi(k_j)) + eps)
 
     phi_q, phi_k (B, H, T, h_k) > 0 and v (B, H, T, h_v); returns o (B, H, T, h_v) in v's
-    dtype and the state after position T. eps is added after the dot product.
+    dtype and the state after position T. eps is added after the dot product. Gradients
+    come from ``_LinearChunked``'s hand-written backward, which keeps only the inputs and the
+    carried states and recomputes the c x c scores.
     """
     out_dtype, T = v.dtype, v.shape[2]
     with torch.autocast(v.device.type, enabled=False):  # fp32: the state sums the whole sequence
@@ -105,21 +107,72 @@ def linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor,
         fq = _chunks(phi_q.float(), c, 0.0)  # (B, H, N, c, h_k)
         fk = _chunks(phi_k.float(), c, 0.0)  # (B, H, N, c, h_k) zero rows add nothing
         vc = _chunks(v.float(), c, 0.0)  # (B, H, N, c, h_v)
-        scores = (fq @ fk.transpose(-1, -2)).masked_fill_(_future(c, v.device), 0.0)  # (B, H, N, c, c)
-        # Chunk summaries, then an fp32 prefix sum over the T / c chunks: the carried state.
-        s_incl = (fk.transpose(-1, -2) @ vc).cumsum(dim=2)  # (B, H, N, h_k, h_v)
-        z_incl = fk.sum(dim=3).cumsum(dim=2)  # (B, H, N, h_k)
-        s0, z0 = state.s.float()[:, :, None], state.z.float()[:, :, None]  # (B, H, 1, h_k, h_v), (B, H, 1, h_k)
-        s_before = s0 + _exclusive(s_incl, torch.zeros_like(s_incl[:, :, :1]))  # (B, H, N, h_k, h_v)
-        z_before = z0 + _exclusive(z_incl, torch.zeros_like(z_incl[:, :, :1]))  # (B, H, N, h_k)
-        num = scores @ vc  # (B, H, N, c, h_v) intra-chunk
-        num += fq @ s_before  # (B, H, N, c, h_v) + carried state (in place: no second saved copy)
-        den = scores.sum(dim=-1, keepdim=True)  # (B, H, N, c, 1)
-        den += fq @ z_before[..., None]  # (B, H, N, c, 1)
-        o = num / (den + eps)  # (B, H, N, c, h_v) eps after the dot product
-        new = LinearState((s0[:, :, 0] + s_incl[:, :, -1]).contiguous(),  # (B, H, h_k, h_v) new tensors,
-                          (z0[:, :, 0] + z_incl[:, :, -1]).contiguous())  # (B, H, h_k) never the caller's
-    return _unchunk(o, T).to(out_dtype), new
+        s0 = torch.cat([state.s, state.z[..., None]], dim=-1).float()  # (B, H, h_k, h_v+1) [S_0, z_0]
+        o, final = _LinearChunked.apply(fq, fk, vc, s0, eps)  # (B, H, N, c, h_v), (B, H, h_k, h_v+1)
+        h_v = vc.shape[-1]
+        new = LinearState(final[..., :h_v].contiguous(), final[..., h_v].contiguous())  # new tensors,
+    return _unchunk(o, T).to(out_dtype), new  # never the caller's
+
+
+class _LinearChunked(torch.autograd.Function):
+    """Chunked causal linear attention with the normaliser as a ones column of V:
+
+        A_n = (Q_n K_n^T) * M            (c x c scores inside chunk n, M causal incl. diagonal)
+        S'_n = S'_0 + sum_{m<n} K_m^T [V_m, 1]                  (carried state, (h_k, h_v+1))
+        [num, den] = A_n [V_n, 1] + Q_n S'_n,   O_n = num / (den + eps)
+
+    Saves Q, K, V, the carried states S'_n and den; backward recomputes A_n, so training
+    memory stays O(T (h + c)) per head plus O(T / c h_k h_v) for the states.
+    """
+
+    @staticmethod
+    def forward(ctx, fq, fk, vc, s0, eps: float):
+        vx = _with_ones(vc)  # (B, H, N, c, h_v+1)
+        scores = (fq @ fk.transpose(-1, -2)).masked_fill_(_future(fq.shape[3], fq.device), 0.0)  # (B, H, N, c, c)
+        incl = (fk.transpose(-1, -2) @ vx).cumsum(dim=2)  # (B, H, N, h_k, h_v+1) fp32 prefix over chunks
+        before = s0[:, :, None] + _exclusive(incl, torch.zeros_like(incl[:, :, :1]))  # (B, H, N, h_k, h_v+1)
+        num = scores @ vx  # (B, H, N, c, h_v+1) intra-chunk
+        num += fq @ before  # (B, H, N, c, h_v+1) + carried state
+        del scores
+        h_v = vc.shape[-1]
+        den = num[..., h_v:] + eps  # (B, H, N, c, 1) eps after the dot product
+        o = num[..., :h_v] / den  # (B, H, N, c, h_v)
+        ctx.save_for_backward(fq, fk, vc, before, den, o)
+        return o, s0 + incl[:, :, -1]  # (B, H, N, c, h_v), (B, H, h_k, h_v+1)
+
+    @staticmethod
+    def backward(ctx, d_o, d_final):
+        fq, fk, vc, before, den, o = ctx.saved_tensors
+        vx = _with_ones(vc)  # (B, H, N, c, h_v+1)
+        causal = ~_future(fq.shape[3], fq.device)  # (c, c) True where j <= i
+        d_num = d_o / den  # (B, H, N, c, h_v) through o = num / den
+        d_den = -(d_o * o).sum(-1, keepdim=True) / den  # (B, H, N, c, 1)
+        d_numx = torch.cat([d_num, d_den], dim=-1)  # (B, H, N, c, h_v+1)
+        del d_num, d_den
+        # num = A V' + Q S': through the scores A (recomputed) and the carried state.
+        d_scores = (d_numx @ vx.transpose(-1, -2)) * causal  # (B, H, N, c, c)
+        d_q = d_scores @ fk + d_numx @ before.transpose(-1, -2)  # (B, H, N, c, h_k)
+        d_k = d_scores.transpose(-1, -2) @ fq  # (B, H, N, c, h_k)
+        del d_scores
+        scores = (fq @ fk.transpose(-1, -2)) * causal  # (B, H, N, c, c) recomputed
+        d_vx = scores.transpose(-1, -2) @ d_numx  # (B, H, N, c, h_v+1)
+        del scores
+        d_before = fq.transpose(-1, -2) @ d_numx  # (B, H, N, h_k, h_v+1)
+        # S'_n sums the chunks m < n (and the final state all of them): chunk m receives the
+        # gradients of every later state, a reverse exclusive prefix sum, plus the final's.
+        rev = d_before.flip(2).cumsum(2).flip(2)  # (B, H, N, h_k, h_v+1) sum over n >= m
+        later = _exclusive_rev(rev)  # (B, H, N, h_k, h_v+1) sum over n > m
+        if d_final is not None:
+            later = later + d_final[:, :, None]
+        d_k += vx @ later.transpose(-1, -2)  # (B, H, N, c, h_k)
+        d_vx += fk @ later  # (B, H, N, c, h_v+1)
+        d_s0 = rev[:, :, 0] + (d_final if d_final is not None else 0)  # (B, H, h_k, h_v+1)
+        return d_q, d_k, d_vx[..., :-1], d_s0, None
+
+
+def _exclusive_rev(rev: torch.Tensor) -> torch.Tensor:
+    """Sums over n > m from sums over n >= m (dim 2): shift left by one, zeros at the end."""
+    return torch.cat([rev[:, :, 1:], torch.zeros_like(rev[:, :, :1])], dim=2)
 
 
 def log_attention(q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor, state: LogState,

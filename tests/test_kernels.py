@@ -285,3 +285,28 @@ def test_backbone_mixers_train_a_step(registry):
             opt.zero_grad()
             losses.append(loss.item())
         assert losses[-1] < losses[0], (name, losses)
+
+
+@pytest.mark.parametrize("chunk", [5, 64])
+def test_linear_hand_written_backward_matches_autograd_of_the_cumsum_form(registry, chunk):
+    """The chunked kernel's own backward (scores recomputed, states carried) gives the
+    gradients plain autograd gives for the cumulative sum of outer products, for every
+    parameter and the input, with a chunk that does not divide T."""
+    cfg = make_config(registry, "linear", chunk=chunk)
+    mixer = make_mixer(registry, "linear", cfg).train()
+    x = torch.randn(2, 45, cfg.d_model, generator=torch.Generator().manual_seed(5)).requires_grad_()
+    w = torch.randn(2, 45, cfg.d_model, generator=torch.Generator().manual_seed(6))
+    (mixer(x) * w).sum().backward()
+    ours = [x.grad.clone()] + [p.grad.clone() for p in mixer.parameters()]
+    x.grad = None
+    mixer.zero_grad()
+    q, k, v = heads(mixer, x, cfg.n_head)
+    fq, fk = F.elu(q) + 1, F.elu(k) + 1  # (B, H, T, h)
+    S = torch.cumsum(fk[..., :, None] * v[..., None, :], dim=2)  # (B, H, T, h, h)
+    num = (fq[..., :, None] * S).sum(-2)  # (B, H, T, h)
+    den = (fq * fk.cumsum(2)).sum(-1, keepdim=True) + cfg.options.eps  # (B, H, T, 1)
+    y = mixer.c_proj((num / den).transpose(1, 2).reshape(2, 45, cfg.d_model))  # (B, T, D)
+    (y * w).sum().backward()
+    reference = [x.grad] + [p.grad for p in mixer.parameters()]
+    for a, b in zip(ours, reference):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
