@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .model import LanguageModel, ModelOutput, lm_loss
+from .model import IGNORE_INDEX, LanguageModel, ModelOutput, lm_loss
 from .variant import AuxLoss, MixerBuilder, MixerOutput
 
 RESIDUAL_ATTR = "attnbench_residual_projection"
@@ -114,11 +114,19 @@ class Backbone(LanguageModel):
         return F.linear(self.ln_f(x), self.wte.weight)  # (B, T, V) tied head, no bias
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> ModelOutput:
+        """Logits (B, T, V); with targets where some positions are ignored (-100, e.g. a
+        recall task scoring its answers only), the head runs on the scored positions alone
+        and ``logits`` is (N, V) for those N positions in order: the loss is the same, and
+        the vocabulary projection, which dominates a small model's cost, shrinks to N rows."""
         x = self._embed(idx, 0)  # (B, T, D)
         aux: list[AuxLoss] = []
         for block in self.blocks:
             x, block_aux = block(x)
             aux.extend(block_aux)
+        if targets is not None:
+            keep = targets != IGNORE_INDEX  # (B, T)
+            if not bool(keep.all()):
+                x, targets = x[keep], targets[keep]  # (N, D), (N,) scored positions only
         return lm_loss(self._head(x), targets, aux)
 
     def init_state(self, batch_size, max_len, device=None, dtype=None) -> BackboneState:

@@ -12,10 +12,12 @@ from torch import nn
 from .config import ModelConfig
 from .variant import AuxLoss
 
+IGNORE_INDEX = -100  # target of positions that are not scored
+
 
 @dataclass
 class ModelOutput:
-    logits: torch.Tensor  # (B, T, V)
+    logits: torch.Tensor  # (B, T, V); (N, V) for the scored positions when a model skips ignored ones
     loss: torch.Tensor | None = None  # () cross-entropy + sum of weighted aux means
     ce: torch.Tensor | None = None  # () mean next-token cross-entropy, nats
     aux: dict[str, torch.Tensor] = field(default_factory=dict)  # unweighted aux means
@@ -52,7 +54,7 @@ def lm_loss(
     if targets is None:
         return ModelOutput(logits)
     ce = F.cross_entropy(  # () upcast: log-softmax over the vocabulary in fp32
-        logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100
+        logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX
     )
     by_name: dict[str, list[AuxLoss]] = {}
     for a in aux:
