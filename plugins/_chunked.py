@@ -61,6 +61,15 @@ def log_init_state(batch: int, n_head: int, h_k: int, h_v: int, device=None) -> 
                     torch.full((batch, n_head, h_v), ninf, **f32))  # (B, H, h_v)
 
 
+def chunked_flops_per_token(d_model: int, n_head: int, head_dim: int, chunk: int, T: int) -> float:
+    """Analytic forward FLOPs per token of a chunked linear-attention layer at context T:
+    QKV and output projections 8 d^2; per head c x c scores 2 c h, scores @ [v, 1]
+    2 c (h+1), chunk summary phi(k)^T [v, 1] and carried-state read 2 * 2 h (h+1)
+    (element-wise feature maps, exponentials and logs not counted)."""
+    c, h = min(chunk, max(T, 1)), head_dim
+    return 8.0 * d_model * d_model + n_head * (2.0 * c * h + 2.0 * c * (h + 1) + 4.0 * h * (h + 1))
+
+
 def _chunks(x: torch.Tensor, c: int, pad: float) -> torch.Tensor:
     """(B, H, T, e) -> (B, H, N, c, e), N = ceil(T / c), the tail chunk filled with ``pad``."""
     B, H, T, e = x.shape

@@ -26,7 +26,7 @@ from torch import nn
 
 from harness import ModelConfig, Variant, hookimpl, mark_residual
 
-from ._chunked import LogState, log_attention, log_init_state
+from ._chunked import LogState, chunked_flops_per_token, log_attention, log_init_state
 from ._heinsen_model import HeinsenLM
 
 
@@ -94,11 +94,8 @@ def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
 
 
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
-    d, H, h = config.d_model, config.n_head, config.head_dim
-    c = min(_options(config).chunk_size, max(T, 1))
-    # As linear attention (projections 8 d^2; per head 2 c h scores, 2 c (h+1) mixing,
-    # 4 h (h+1) chunk summary and state read), exponentials and logs not counted.
-    return 8.0 * d * d + H * (2.0 * c * h + 2.0 * c * (h + 1) + 4.0 * h * (h + 1))
+    return chunked_flops_per_token(config.d_model, config.n_head, config.head_dim,
+                                   _options(config).chunk_size, T)
 
 
 @hookimpl

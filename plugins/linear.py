@@ -20,7 +20,7 @@ from torch import nn
 
 from harness import ModelConfig, Variant, hookimpl, mark_residual
 
-from ._chunked import LinearState, linear_attention, linear_init_state
+from ._chunked import LinearState, chunked_flops_per_token, linear_attention, linear_init_state
 
 
 @dataclass(frozen=True)
@@ -94,11 +94,8 @@ def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
 
 
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
-    d, H, h = config.d_model, config.n_head, config.head_dim
-    c = min(_options(config).chunk_size, max(T, 1))
-    # QKV and output projections 8 d^2; per head: c x c scores 2 c h, scores @ [v, 1]
-    # 2 c (h+1), chunk summary phi(k)^T [v, 1] and carried-state read 2 * 2 h (h+1).
-    return 8.0 * d * d + H * (2.0 * c * h + 2.0 * c * (h + 1) + 4.0 * h * (h + 1))
+    return chunked_flops_per_token(config.d_model, config.n_head, config.head_dim,
+                                   _options(config).chunk_size, T)
 
 
 @hookimpl
