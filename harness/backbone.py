@@ -70,6 +70,16 @@ class BackboneState:
     layers: tuple[Any, ...]  # one mixer state per layer
 
 
+def embed_with_positions(model: nn.Module, idx: torch.Tensor, start: int) -> torch.Tensor:
+    """Token plus learned absolute position embeddings of positions start.., then dropout:
+    idx (B, T) -> (B, T, D). ``model`` holds ``wte``, ``wpe``, ``drop`` and ``config``."""
+    T = idx.size(1)
+    if start + T > model.config.context:
+        raise ValueError(f"sequence of {start + T} tokens exceeds the model context {model.config.context}")
+    pos = torch.arange(start, start + T, device=idx.device)  # (T,)
+    return model.drop(model.wte(idx) + model.wpe(pos))  # (B, T, D)
+
+
 class Backbone(LanguageModel):
     """GPT-2-style decoder; ``build_mixer(config, layer_idx)`` supplies each token mixer."""
 
@@ -102,13 +112,7 @@ class Backbone(LanguageModel):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def _embed(self, idx: torch.Tensor, start: int) -> torch.Tensor:
-        T = idx.size(1)
-        if start + T > self.config.context:
-            raise ValueError(
-                f"sequence of {start + T} tokens exceeds the model context {self.config.context}"
-            )
-        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
-        return self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, D)
+        return embed_with_positions(self, idx, start)  # (B, T, D)
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(self.ln_f(x), self.wte.weight)  # (B, T, V) tied head, no bias

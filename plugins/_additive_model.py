@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness import LanguageModel, ModelConfig
+from harness.backbone import embed_with_positions
 from harness.model import ModelOutput, lm_loss
 
 from ._additive_ops import PoolSpec, compute_dtype, pool, step_global, step_window
@@ -153,13 +154,7 @@ class FastformerLM(LanguageModel):
             nn.init.zeros_(module.bias)
 
     def _embed(self, idx: torch.Tensor, start: int) -> torch.Tensor:
-        T = idx.size(1)
-        if start + T > self.config.context:
-            raise ValueError(
-                f"sequence of {start + T} tokens exceeds the model context {self.config.context}"
-            )
-        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
-        return self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, D)
+        return embed_with_positions(self, idx, start)  # (B, T, D)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> ModelOutput:
         u = self._embed(idx, 0)  # (B, T, D)
