@@ -130,11 +130,22 @@ def test_validate_command_exit_codes(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("attnbench: error: invalid suite")
 
 
-@pytest.mark.parametrize("name", ["quick", "smoke", "speed", "scaling", "lm-eval"])
+@pytest.mark.parametrize("name", ["quick", "smoke", "speed", "scaling", "lm-eval", "mqar-anchor", "mqar-linear-long"])
 def test_shipped_offline_suites_validate(name):
     result = run_cli("validate", f"suites/{name}.yaml")
     assert result.returncode == 0, result.stderr
     assert "ok" in result.stdout
+
+
+def test_long_linear_sweep_differs_from_the_anchor_sweep_only_in_budget():
+    """mqar-linear-long answers 'is linear only under-trained?' for the anchor's kv-sweep:
+    it must stay the same experiment at twice the steps."""
+    sweep = next(e for e in load_suite(REPO / "suites" / "mqar-anchor.yaml").experiments if e.name == "kv-sweep")
+    (long,) = load_suite(REPO / "suites" / "mqar-linear-long.yaml").experiments
+    assert long.variants == ["linear"] and "linear" in sweep.variants
+    assert long.model_dump(exclude={"variants", "train"}) == sweep.model_dump(exclude={"variants", "train"})
+    assert long.train.model_dump(exclude={"budget"}) == sweep.train.model_dump(exclude={"budget"})
+    assert long.train.budget.steps == 2 * sweep.train.budget.steps
 
 
 def test_seeds_suite_is_the_published_configuration(tmp_path, shared_data):
