@@ -28,6 +28,19 @@ def mark_residual(linear: nn.Linear) -> nn.Linear:
     return linear
 
 
+def split_heads(qkv: torch.Tensor, n_head: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A fused projection's output (B, T, 3D) as three (B, H, T, D/H) head tensors."""
+    B, T, D3 = qkv.shape
+    shape = (B, T, n_head, D3 // 3 // n_head)
+    return tuple(t.view(shape).transpose(1, 2) for t in qkv.chunk(3, dim=2))  # 3 x (B, H, T, h)
+
+
+def merge_heads(y: torch.Tensor) -> torch.Tensor:
+    """Per-head outputs (B, H, T, h) side by side: (B, T, H h)."""
+    B, H, T, h = y.shape
+    return y.transpose(1, 2).reshape(B, T, H * h)  # (B, T, H h)
+
+
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()

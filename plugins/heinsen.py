@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness import ModelConfig, Variant, hookimpl, mark_residual
+from harness import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
 
 from ._chunked import LogState, chunked_flops_per_token, log_attention, log_init_state
 from ._heinsen_model import HeinsenLM
@@ -58,14 +58,10 @@ class LogAttention(nn.Module):
         return f"n_head={self.n_head}, chunk_size={self.chunk_size}"
 
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        B, T, D = x.shape
-        q, k, log_v = self.c_attn(x).split(D, dim=2)  # 3 x (B, T, D)
-        shape = (B, T, self.n_head, D // self.n_head)
-        return tuple(t.view(shape).transpose(1, 2) for t in (q, k, log_v))  # 3 x (B, H, T, h)
+        return split_heads(self.c_attn(x), self.n_head)  # q, k, log v: 3 x (B, H, T, h)
 
     def _merge(self, y: torch.Tensor) -> torch.Tensor:
-        B, H, T, h = y.shape
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * h))  # (B, T, D) from the log-output
+        return self.c_proj(merge_heads(y))  # (B, T, D) from the log-output
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, log_v = self._heads(x)  # (B, H, T, h)

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import ModelConfig, Variant, hookimpl, mark_residual
+from harness import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
 
 from ._chunked import LinearState, chunked_flops_per_token, linear_attention, linear_init_state
 
@@ -59,16 +59,12 @@ class LinearAttention(nn.Module):
         return f"n_head={self.n_head}, chunk_size={self.chunk_size}, eps={self.eps:g}"
 
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        B, T, D = x.shape
-        q, k, v = self.c_attn(x).split(D, dim=2)  # 3 x (B, T, D)
-        shape = (B, T, self.n_head, D // self.n_head)
-        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))  # 3 x (B, H, T, h)
+        q, k, v = split_heads(self.c_attn(x), self.n_head)  # 3 x (B, H, T, h)
         # phi in fp32: under autocast the projections are half precision.
         return feature_map(q.float()), feature_map(k.float()), v  # (B, H, T, h)
 
     def _merge(self, y: torch.Tensor) -> torch.Tensor:
-        B, H, T, h = y.shape
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * h))  # (B, T, D)
+        return self.c_proj(merge_heads(y))  # (B, T, D)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fq, fk, v = self._heads(x)  # (B, H, T, h)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import ModelConfig, Variant, hookimpl, mark_residual
+from harness import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
 
 
 @dataclass(frozen=True)
@@ -34,14 +34,10 @@ class SoftmaxAttention(nn.Module):
         self.c_proj = mark_residual(nn.Linear(config.d_model, config.d_model, bias=config.bias))
 
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        B, T, D = x.shape
-        q, k, v = self.c_attn(x).split(D, dim=2)  # 3 x (B, T, D)
-        shape = (B, T, self.n_head, D // self.n_head)
-        return tuple(t.view(shape).transpose(1, 2) for t in (q, k, v))  # 3 x (B, H, T, h)
+        return split_heads(self.c_attn(x), self.n_head)  # 3 x (B, H, T, h)
 
     def _merge(self, y: torch.Tensor) -> torch.Tensor:
-        B, H, T, h = y.shape
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * h))  # (B, T, D)
+        return self.c_proj(merge_heads(y))  # (B, T, D)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self._heads(x)  # (B, H, T, h)
