@@ -26,9 +26,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from harness import Backbone, ModelConfig
-from harness.memory import measure_peak
-from harness.plugins import load_registry
+from attnbench import Backbone, ModelConfig
+from attnbench.experiments.speed.memory import measure_peak
+from attnbench.registry.loader import load_registry
 
 D_MODEL, N_HEAD, VOCAB = 128, 4, 256
 
@@ -135,7 +135,7 @@ def bare_mixer(name: str, window: int | None, T: int):
 
 
 def peak_setup(name: str, window: int | None, T: int, impl: str) -> Callable[[], None]:
-    """For harness.memory.measure_peak: one forward + backward of a bare mixer."""
+    """For attnbench.experiments.speed.memory.measure_peak: one forward + backward of a bare mixer."""
     mixer = bare_mixer(name, window, T)
     x = torch.randn(1, T, D_MODEL, generator=torch.Generator().manual_seed(0), requires_grad=True)
     forward = mixer if impl == "ours" else (lambda inp: reference_forward(mixer, inp))

@@ -3,11 +3,11 @@
     python benchmarks/bench_future.py [--quick]
 
 Measures one ``FutureAttention`` mixer (not the whole backbone) in training mode, forward
-plus backward of  mean(y^2) + coeff * aux,  for the lean path (``plugins.future``: blocked
+plus backward of  mean(y^2) + coeff * aux,  for the lean path (``attnbench.plugins.future``: blocked
 causal kernel with LSE, O(T fd) band, band target) and the straightforward explicit
-formulation (``plugins._future_reference``: full (T, T_w) matrices). A plain softmax layer
+formulation (``tests.references.future_reference``: full (T, T_w) matrices). A plain softmax layer
 (fused SDPA, no future band, no auxiliary loss) is listed for scale.
-Peak memory: ``harness.memory.measure_peak`` (fresh process, peak added by one call).
+Peak memory: ``attnbench.experiments.speed.memory.measure_peak`` (fresh process, peak added by one call).
 Time: ``time.perf_counter`` around whole calls after warm-up, implementations interleaved;\nmedian, min and max.
 """
 
@@ -22,12 +22,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # spawned children import this file
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.references
 
-from harness import MixerOutput, ModelConfig  # noqa: E402
-from harness.memory import measure_peak  # noqa: E402
-from plugins import future  # noqa: E402
-from plugins._future_reference import reference_forward  # noqa: E402
-from plugins.softmax import SoftmaxAttention  # noqa: E402
+from attnbench import MixerOutput, ModelConfig  # noqa: E402
+from attnbench.experiments.speed.memory import measure_peak  # noqa: E402
+from attnbench.plugins import future  # noqa: E402
+from attnbench.plugins.kernels import lse_merge  # noqa: E402
+from tests.references.future_reference import reference_forward  # noqa: E402
+from attnbench.plugins.softmax import SoftmaxAttention  # noqa: E402
 
 IMPLS = ("lean", "explicit", "softmax")
 
@@ -83,7 +85,7 @@ def main() -> None:
     print(f"# T={shape['T']} batch={shape['batch']} d={shape['d']} heads={shape['heads']} "
           f"future_dim={shape['fd']} context=T; lean blocks: causal "
           f"{future.query_block_rows(shape['batch'], shape['heads'], shape['T'])} rows, "
-          f"band {future.BAND_BLOCK} rows")
+          f"band {lse_merge.BAND_BLOCK} rows")
     peaks = {impl: measure_peak("bench_future:setup", impl=impl, **shape) for impl in IMPLS}
     times = time_calls({impl: setup(impl, **shape) for impl in IMPLS}, warmup, repeats)
     rows = {}

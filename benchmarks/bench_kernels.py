@@ -16,7 +16,7 @@ means the shared GPT-2 backbone with ``--layers`` layers (default 1). Prints:
      scaled 100x: finite, and its error against a float64 log-space quadratic at T = 1024.
   6. (--chunks) forward+backward time of the mixer per chunk size, to pick the default.
 Times are medians over interleaved repeats after a warm-up (time.perf_counter); peak
-memory is ``harness.memory.measure_peak`` (fresh process, peak RSS added by one call).
+memory is ``attnbench.experiments.speed.memory.measure_peak`` (fresh process, peak RSS added by one call).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from harness import Backbone, ModelConfig
-from harness.memory import measure_peak
-from harness.plugins import load_registry
-from plugins._chunked import linear_attention, linear_init_state, log_attention, log_init_state
-from plugins.linear import feature_map
+from attnbench import Backbone, ModelConfig
+from attnbench.experiments.speed.memory import measure_peak
+from attnbench.registry.loader import load_registry
+from attnbench.plugins.kernels.chunked import linear_attention, linear_init_state, log_attention, log_init_state
+from attnbench.plugins.linear import feature_map
 
 D_MODEL, N_HEAD, H_DIM, VOCAB = 128, 4, 32, 256
 VARIANTS = ("linear", "heinsen")

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import torch
 
-from harness.cells import expand
-from harness.data import load_corpus, sample_batch
-from harness.plugins import load_registry
-from harness.runner import run_suite
-from harness.store import Store
-from harness.suite import load_suite
-from harness.train import build_model, make_optimizer
+from attnbench.experiments.registry import expand_suite
+from attnbench.data.corpus import sample_batch
+from attnbench.data.loading import load_corpus
+from attnbench.registry.loader import load_registry
+from attnbench.run.runner import run_suite
+from attnbench.store.database import Store
+from attnbench.plan.suite import load_suite
+from attnbench.experiments.train.setup import build_model, make_optimizer
 
 SUITE = """
 version: 1
@@ -76,7 +77,7 @@ def main() -> None:
         suite_path.write_text(SUITE.format(steps=args.steps))
         registry = load_registry()
         suite = load_suite(suite_path)
-        [cell] = expand(suite, registry, corpus_hash=lambda s: load_corpus(s).sha256)
+        [cell] = expand_suite(suite, registry, corpus_hash=lambda s: load_corpus(s).sha256)
         variant, corpus = registry.get("softmax"), load_corpus(cell.data)
         bare, full = [], []
         for _ in range(args.repeats):  # interleaved, so drift in machine load hits both

@@ -1,25 +1,33 @@
 """attnbench: a fair, plugin-based benchmark harness for attention in causal LMs.
 
-Public API for plugin authors::
-
-    from harness import hookimpl, Variant, ModelConfig, MixerOutput, AuxLoss, mark_residual,
-                         split_heads, merge_heads
+``__all__`` is the plugin API: everything a plugin needs, and nothing a plugin must not
+rely on. Built-in plugins (``attnbench.plugins``) import only these names and torch.
 """
 
 from __future__ import annotations
 
-import pluggy
+__version__ = "0.2.0"
 
-__version__ = "0.1.0"
-
-hookimpl = pluggy.HookimplMarker("attnbench")
-
-from .backbone import Backbone, mark_residual, merge_heads, split_heads  # noqa: E402
-from .config import ModelConfig  # noqa: E402
-from .model import LanguageModel, ModelOutput  # noqa: E402
-from .variant import AuxLoss, MixerOutput, Variant  # noqa: E402
+from attnbench.contract.config import ModelConfig  # noqa: E402
+from attnbench.contract.hookspecs import hookimpl  # noqa: E402
+from attnbench.contract.task import IGNORE, Task, TaskBatch, TaskEval  # noqa: E402
+from attnbench.contract.variant import AuxLoss, MixerOutput, Variant  # noqa: E402
+from attnbench.data.heldout import RecallOptions, recall_line, recall_training_tensors  # noqa: E402
+from attnbench.errors import AttnbenchError, PluginError  # noqa: E402
+from attnbench.nn.backbone import Backbone, embed_with_positions, mark_residual, merge_heads, split_heads  # noqa: E402
+from attnbench.nn.model import LanguageModel, ModelOutput, lm_loss  # noqa: E402
+from attnbench.registry.loader import Registry, get_plugin_manager, load_registry  # noqa: E402
 
 __all__ = [
-    "AuxLoss", "Backbone", "LanguageModel", "MixerOutput", "ModelConfig", "ModelOutput",
-    "Variant", "__version__", "hookimpl", "mark_residual", "merge_heads", "split_heads",
+    # the contract: what a plugin implements
+    "hookimpl", "Variant", "MixerOutput", "AuxLoss", "ModelConfig", "Task", "TaskBatch", "TaskEval",
+    "IGNORE",
+    # the shared model around any mixer
+    "Backbone", "LanguageModel", "ModelOutput", "lm_loss", "embed_with_positions", "mark_residual",
+    "split_heads", "merge_heads",
+    # the text format of the recall task shared with the lm-eval recall task
+    "RecallOptions", "recall_line", "recall_training_tensors",
+    # errors a plugin may raise, and the registry loader
+    "AttnbenchError", "PluginError", "Registry", "get_plugin_manager", "load_registry",
+    "__version__",
 ]

@@ -1,6 +1,6 @@
 """Data-parallel training across processes started by ``torchrun`` (DDP).
 
-``torchrun --nproc_per_node=N -m harness run SUITE`` starts N copies of the command with
+``torchrun --nproc_per_node=N -m attnbench run SUITE`` starts N copies of the command with
 WORLD_SIZE / RANK / LOCAL_RANK / MASTER_ADDR / MASTER_PORT set; ``session`` joins them
 into one process group (NCCL on CUDA, gloo on CPU). Every helper here is the identity
 in a single process, so code that calls them runs unchanged without torchrun.
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .errors import DistributedError
+from attnbench.errors import DistributedError
 
 T = TypeVar("T")
 _ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -95,7 +95,7 @@ def init_from_env(device: torch.device) -> DistInfo:
         raise DistributedError(
             f"WORLD_SIZE={os.environ.get('WORLD_SIZE')} asks for data-parallel training, but "
             f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set; launch with "
-            "`torchrun --nproc_per_node=N -m harness run SUITE`"
+            "`torchrun --nproc_per_node=N -m attnbench run SUITE`"
         )
     if not dist.is_available():
         raise DistributedError("this torch build has no torch.distributed; data-parallel training needs it")

@@ -1,7 +1,7 @@
 """Typed errors. Every error a user can act on is an `AttnbenchError`.
 
 The CLI turns these into one-line messages in exactly one place
-(`harness.cli.main`); library code raises, never prints and exits.
+(`attnbench.cli.main`); library code raises, never prints and exits.
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from harness import ModelConfig, Variant, hookimpl
+from attnbench import ModelConfig, Variant, hookimpl
 
-from ._additive_model import FastformerLM, FastSelfAttention, state_elements
-from ._additive_ops import MAX_RESCALE, PoolSpec
+from attnbench.plugins.additive_model import FastformerLM, FastSelfAttention, state_elements
+from attnbench.plugins.kernels.additive import MAX_RESCALE, PoolSpec
 
 
 def _rule_seeds(n_layer: int, context: int) -> tuple[int, ...]:

@@ -37,10 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness import hookimpl
-from harness.errors import AttnbenchError
-from harness.model import LanguageModel
-from harness.task import Task, TaskBatch, TaskEval
+from attnbench import hookimpl
+from attnbench import AttnbenchError, LanguageModel, Task, TaskBatch, TaskEval
 
 LEVELS = 17  # pixel tokens 0..16 (scikit-learn's intensity levels)
 BOS = LEVELS  # token 17 starts every image

@@ -3,7 +3,7 @@
     o_i = log sum_{j<=i} exp(LSE_d(q_id + k_jd) + log V_j) - log sum_{j<=i} exp(LSE_d(q_id + k_jd))
 
 i.e. log of linear attention with phi = exp and values exp(log V) (spec 5.1). Computed by
-``plugins._chunked.log_attention``: chunkwise with running max-stabilisers, so it is
+``attnbench.plugins.kernels.chunked.log_attention``: chunkwise with running max-stabilisers, so it is
 overflow-free (finite and accurate with logits scaled 100x) and never materialises the
 [B, H, T, h_k, h_v] tensor of the reference; decoding carries a max-shifted state
 (S, z, running maxima of k and of log V) as an explicit value.
@@ -14,7 +14,7 @@ mixture and goes straight into the output projection, as the reference model fee
 to its Linear -> GLU; nothing exponentiates it back (that could overflow, and a linear
 map of the log-output is what the reference learns with).
 
-``build_model`` gives the variant's own reference model (``plugins._heinsen_model``).
+``build_model`` gives the variant's own reference model (``attnbench.plugins.heinsen_model``).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
+from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
 
-from ._chunked import LogState, chunked_flops_per_token, log_attention, log_init_state
-from ._heinsen_model import HeinsenLM
+from attnbench.plugins.kernels.chunked import LogState, chunked_flops_per_token, log_attention, log_init_state
+from attnbench.plugins.heinsen_model import HeinsenLM
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@
 
 No 1/sqrt(h) scaling, nothing applied to the values, eps = 1e-6 added after the dot
 product (as in fast-transformers). Training runs the chunkwise form of
-``plugins._chunked.linear_attention`` (masked c x c scores inside a chunk, carried state
+``attnbench.plugins.kernels.chunked.linear_attention`` (masked c x c scores inside a chunk, carried state
 across chunks: memory O(T d), never O(T h_k h_v)); decoding carries S (B, H, h, h) and
 z (B, H, h) as an explicit state, returned as new tensors on every step.
 """
@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
+from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
 
-from ._chunked import LinearState, chunked_flops_per_token, linear_attention, linear_init_state
+from attnbench.plugins.kernels.chunked import LinearState, chunked_flops_per_token, linear_attention, linear_init_state
 
 
 @dataclass(frozen=True)

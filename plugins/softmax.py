@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
+from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
 
 
 @dataclass(frozen=True)

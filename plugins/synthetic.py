@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from harness import hookimpl
-from harness.task import IGNORE, Task, TaskBatch
+from attnbench import hookimpl
+from attnbench import IGNORE, Task, TaskBatch
 
 # Sampling helpers ------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Byte-level associative recall: the training side of the `attnbench_recall` lm-eval task.
 
-Each example is one line of the text format of ``harness.lm_eval_data`` (key-value pairs,
+Each example is one line of the text format of ``attnbench.data.heldout`` (key-value pairs,
 a separator, then the queried keys each followed by its value)::
 
     d7 k2 a9 q4 m0 x2 e5 b8 | k2 q4 d7 a9
@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness import hookimpl
-from harness.lm_eval_data import RecallOptions, recall_line, recall_training_tensors
-from harness.task import Task, TaskBatch
+from attnbench import hookimpl
+from attnbench import RecallOptions, Task, TaskBatch, recall_line, recall_training_tensors
 
 BYTE_VOCAB = 256
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness import AuxLoss, Backbone, MixerOutput, ModelConfig, Variant, hookimpl, mark_residual
+from attnbench import AuxLoss, Backbone, MixerOutput, ModelConfig, Variant, hookimpl, mark_residual
 
 RELEASE = threading.Event()  # tests set this to let `hangs` return
 

@@ -23,9 +23,9 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600)
                           timeout=timeout, cwd=REPO)
 
 
-def python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def python(code: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, timeout=300)
+                          text=True, env={**os.environ, **(env or {})}, timeout=300, cwd=cwd)
 
 
 def fake_distribution(tmp_path: Path, name: str, entry_point: str, module_source: str | None = None,

@@ -12,14 +12,14 @@ import sys
 import pytest
 import torch
 
-from harness import distributed
-from harness.cli import main as cli_main
-from harness.errors import DistributedError, ExecutorError, SuiteError
-from harness.executors import make_executor
-from harness.plugins import load_registry
-from harness.runner import run_suite
-from harness.store import Store
-from harness.suite import load_suite
+from attnbench import distributed
+from attnbench.cli import main as cli_main
+from attnbench.errors import DistributedError, ExecutorError, SuiteError
+from attnbench.run.executors import make_executor
+from attnbench.registry.loader import load_registry
+from attnbench.run.runner import run_suite
+from attnbench.store.database import Store
+from attnbench.plan.suite import load_suite
 from tests.helpers import REPO, fake_distribution, run_cli, write_suite
 
 OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
@@ -127,7 +127,7 @@ def test_two_process_gloo_run_equals_single_process_run(tmp_path):
     ddp_store, single_store = tmp_path / "ddp" / "store.sqlite", tmp_path / "single" / "store.sqlite"
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         "-m", "harness", "run", str(suite), "--store", str(ddp_store), "--device", "cpu"],
+         "-m", "attnbench", "run", str(suite), "--store", str(ddp_store), "--device", "cpu"],
         capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, **OFFLINE})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("2 cells, 2 run, 0 already stored") == 1  # rank 0 alone reports
@@ -169,7 +169,7 @@ CRASHY = """
     import ray
 
     from harness import Variant, hookimpl
-    from plugins.softmax import SoftmaxAttention, flops_per_token, state_size
+    from attnbench.plugins.softmax import SoftmaxAttention, flops_per_token, state_size
 
 
     def build_mixer(config, layer_idx):
@@ -248,7 +248,7 @@ class _Interrupted(Exception):
 
 
 def test_interrupted_ray_run_resumes_and_stores_every_cell_once(tmp_path, ray_instance):
-    from harness.executors import RayExecutor
+    from attnbench.run.executors import RayExecutor
 
     class InterruptAtThirdCell(RayExecutor):
         """Cells 1-2 finish and are stored; cell 3 is in flight when the run is interrupted."""

@@ -3,22 +3,30 @@ form, no leak on the inference path, the auxiliary loss through the model contra
 
 from __future__ import annotations
 
+import functools
+
 import math
 
 import pytest
 import torch
 
-from harness import Backbone, MixerOutput, ModelConfig
-from harness.plugins import load_registry
-from harness.store import Store
-from harness.variant import state_numel
-import plugins.future
-from plugins._future_reference import reference_attention, reference_forward
-from plugins.future import FutureAttention, causal_attention_lse
-from plugins.softmax import SoftmaxAttention
+from attnbench import Backbone, MixerOutput, ModelConfig
+from attnbench.registry.loader import load_registry
+from attnbench.store.database import Store
+from attnbench.contract.variant import state_numel
+from attnbench.plugins.kernels import lse_merge
+from tests.references.future_reference import reference_attention, reference_forward
+from attnbench.plugins.future import FutureAttention
+from attnbench.plugins.kernels.lse_merge import causal_attention_lse
+from attnbench.plugins.softmax import SoftmaxAttention
 from tests.helpers import run_cli, write_suite
 
-VARIANT = load_registry().get("future")
+
+
+@functools.cache
+def _variant():
+    """The registered future variant (loaded on first use, never at import)."""
+    return load_registry().get("future")
 
 
 @pytest.fixture(params=["default-blocks", "small-blocks"])
@@ -26,20 +34,20 @@ def blocks(request, monkeypatch):
     """Run with the default block sizes (one block at test sizes) and with tiny ones (many
     blocks, a partial last block), so the multi-block paths are exercised too."""
     if request.param == "small-blocks":
-        monkeypatch.setattr(plugins.future, "SCORE_BLOCK_ELEMENTS", 1)  # 16-row query blocks
-        monkeypatch.setattr(plugins.future, "BAND_BLOCK", 8)
+        monkeypatch.setattr(lse_merge, "SCORE_BLOCK_ELEMENTS", 1)  # 16-row query blocks
+        monkeypatch.setattr(lse_merge, "BAND_BLOCK", 8)
     return request.param
 
 
 def _config(context=48, d=32, heads=4, n_layer=1, vocab=64, **options) -> ModelConfig:
     return ModelConfig(vocab_size=vocab, d_model=d, n_head=heads, n_layer=n_layer,
-                       context=context, options=VARIANT.make_options(options))
+                       context=context, options=_variant().make_options(options))
 
 
 def _mixer(config: ModelConfig, std: float = 0.3) -> FutureAttention:
     """A bare future layer with large weights, so attention is far from uniform."""
     torch.manual_seed(0)
-    mixer = VARIANT.build_mixer(config, 0)
+    mixer = _variant().build_mixer(config, 0)
     assert isinstance(mixer, FutureAttention)
     for p in mixer.parameters():
         torch.nn.init.normal_(p, std=std)
@@ -71,7 +79,7 @@ def test_lean_equals_explicit_outputs_aux_and_gradients(loss_type, detach, T, fd
     for g, g_ref in zip(grads, grads_ref):
         assert (g - g_ref).abs().max() <= 1e-5
     # The target carries gradient exactly when it is not detached: the grads differ.
-    mixer.opts = VARIANT.make_options(dict(future_dim=fd, loss_type=loss_type, detach_target=not detach))
+    mixer.opts = _variant().make_options(dict(future_dim=fd, loss_type=loss_type, detach_target=not detach))
     other = _fwd_bwd(mixer, mixer, x)[2]
     assert (other[0] - grads[0]).abs().max() > 1e-6
 
@@ -92,8 +100,8 @@ def test_reference_matches_a_per_row_loop():
 
 def test_causal_kernel_gradients_with_dropout_and_offset(monkeypatch):
     """The blocked kernel's hand-written backward (output and LSE) against finite differences."""
-    monkeypatch.setattr(plugins.future, "SCORE_BLOCK_ELEMENTS", 1)
-    monkeypatch.setattr(plugins.future, "MIN_QUERY_BLOCK", 2)  # blocks of rows 0-1, 2-3, 4
+    monkeypatch.setattr(lse_merge, "SCORE_BLOCK_ELEMENTS", 1)
+    monkeypatch.setattr(lse_merge, "MIN_QUERY_BLOCK", 2)  # blocks of rows 0-1, 2-3, 4
     torch.manual_seed(2)
     q = torch.randn(1, 2, 5, 3, dtype=torch.float64, requires_grad=True)
     k, v = (torch.randn(1, 2, 8, 3, dtype=torch.float64, requires_grad=True) for _ in range(2))
@@ -110,7 +118,7 @@ def test_causal_kernel_gradients_with_dropout_and_offset(monkeypatch):
 
 def _model(n_layer=4, context=40, **options) -> Backbone:
     torch.manual_seed(0)
-    return Backbone(_config(context=context, n_layer=n_layer, **options), VARIANT.build_mixer)
+    return Backbone(_config(context=context, n_layer=n_layer, **options), _variant().build_mixer)
 
 
 def test_layer_range_and_aux_aggregation_through_the_model():
@@ -159,7 +167,7 @@ def test_loss_switch_off_and_option_validation():
            {"future_dim": True}, {"detach_target": "yes"}]
     for raw in bad:
         with pytest.raises(ValueError):
-            VARIANT.make_options(raw)
+            _variant().make_options(raw)
     with pytest.raises(ValueError, match=r"future_dim must be in \[1, context - 1\] = \[1, 39\]"):
         _model(context=40, future_dim=40)
     with pytest.raises(ValueError, match="n_layer"):
@@ -179,7 +187,7 @@ def test_incremental_decoding_equals_parallel_form_up_to_context(chunk, blocks):
     assert (torch.cat(outs, 1) - full).abs().max() <= 1e-5
     for i in range(2):
         assert state_numel(state.layers[i]) == 2 * 64 * 32 * 2  # batch 2
-        assert VARIANT.state_size(model.config, i, 64) == 2 * 64 * 32
+        assert _variant().state_size(model.config, i, 64) == 2 * 64 * 32
 
 
 @pytest.mark.parametrize("training", [False, True])
@@ -217,7 +225,7 @@ SUITE = """
     version: 1
     name: future-e2e
     defaults:
-      data: {{source: text, path: {data}, max_bytes: 100000}}
+      data: {{source: builtin, max_bytes: 100000}}
       model: {{d_model: 32, n_layer: 2, n_head: 2}}
       train: {{batch_size: 2, seq_len: 32, lr: 1.0e-2, warmup_steps: 1, eval_interval: 6, eval_tokens: 512, log_interval: 3}}
     experiments:
@@ -230,8 +238,8 @@ SUITE = """
 """
 
 
-def test_trains_in_a_suite_beside_softmax_with_both_losses_stored(tmp_path, shared_data):
-    suite = write_suite(tmp_path / "s.yaml", SUITE.format(data=shared_data / "tinyshakespeare" / "input.txt"))
+def test_trains_in_a_suite_beside_softmax_with_both_losses_stored(tmp_path):
+    suite = write_suite(tmp_path / "s.yaml", SUITE.format())
     proc = run_cli("run", str(suite), "--store", str(tmp_path / "store.sqlite"))
     assert proc.returncode == 0, proc.stderr
     with Store(tmp_path / "store.sqlite") as store:

@@ -6,12 +6,12 @@ import io
 
 import torch
 
-from harness.gate import gate_variant
-from harness.plugins import get_plugin_manager, load_registry
-from harness.runner import run_suite
-from harness.store import Store
-from harness.suite import load_suite
-from plugins import softmax
+from attnbench.gate.verdicts import gate_variant
+from attnbench.registry.loader import get_plugin_manager, load_registry
+from attnbench.run.runner import run_suite
+from attnbench.store.database import Store
+from attnbench.plan.suite import load_suite
+from attnbench.plugins import softmax
 from tests import broken_variants
 from tests.helpers import fake_distribution, run_cli, write_suite
 

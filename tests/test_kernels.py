@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import Backbone, ModelConfig
-from harness.plugins import load_registry
+from attnbench import Backbone, ModelConfig
+from attnbench.registry.loader import load_registry
 
 VARIANTS = ("linear", "heinsen")
 

@@ -6,10 +6,10 @@ import types
 
 import pytest
 
-from harness import Variant, hookimpl
-from harness.errors import PluginError, UnknownVariantError
-from harness.plugins import get_plugin_manager, load_registry
-from plugins import softmax
+from attnbench import Variant, hookimpl
+from attnbench.errors import PluginError, UnknownVariantError
+from attnbench.registry.loader import get_plugin_manager, load_registry
+from attnbench.plugins import softmax
 from tests.helpers import fake_distribution as _fake_distribution
 from tests.helpers import python, run_cli
 
@@ -87,5 +87,5 @@ def test_unknown_variant_suggests_closest():
 
 
 def test_python_dash_m_harness_entry_point():
-    proc = python("import runpy, sys; sys.argv=['attnbench','list']; runpy.run_module('harness', run_name='__main__')")
+    proc = python("import runpy, sys; sys.argv=['attnbench','list']; runpy.run_module('attnbench', run_name='__main__')")
     assert proc.returncode == 0 and "softmax" in proc.stdout

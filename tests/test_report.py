@@ -22,12 +22,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.checks import CheckResult
-from harness.cli import main
-from harness.errors import ReportError
-from harness.report import write_report
-from harness.report.figures import make_palette
-from harness.store import Metric, Result, RunRecord, Store
+from attnbench.gate.checks import CheckResult
+from attnbench.cli import main
+from attnbench.errors import ReportError
+from attnbench.report import write_report
+from attnbench.report.figures import make_palette
+from attnbench.store.database import Metric, Result, RunRecord, Store
 from tests.helpers import run_cli, write_suite
 
 SUITE = """

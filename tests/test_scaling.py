@@ -9,13 +9,13 @@ import math
 import pytest
 import torch
 
-from harness.errors import SuiteError
-from harness.fits import fit_power_law
-from harness.plugins import load_registry
-from harness.runner import run_suite
-from harness.specs import ScalingSpec
-from harness.store import Store
-from harness.suite import load_suite
+from attnbench.errors import SuiteError
+from attnbench.fits import fit_power_law
+from attnbench.registry.loader import load_registry
+from attnbench.run.runner import run_suite
+from attnbench.plan.specs import ScalingSpec
+from attnbench.store.database import Store
+from attnbench.plan.suite import load_suite
 from tests.helpers import REPO, write_suite
 
 SUITE = """

@@ -19,15 +19,15 @@ import pytest
 import torch
 from torch import nn
 
-from harness import Variant, hookimpl
-from harness.cells import expand
-from harness.errors import SuiteError
-from harness.fits import crossover, loglog_slope, t_quantile_975
-from harness.plugins import get_plugin_manager, load_registry
-from harness.runner import run_suite
-from harness.specs import SpeedSpec
-from harness.store import Store
-from harness.suite import load_suite
+from attnbench import Variant, hookimpl
+from attnbench.experiments.registry import expand_suite
+from attnbench.errors import SuiteError
+from attnbench.fits import crossover, loglog_slope, t_quantile_975
+from attnbench.registry.loader import get_plugin_manager, load_registry
+from attnbench.run.runner import run_suite
+from attnbench.plan.specs import SpeedSpec
+from attnbench.store.database import Store
+from attnbench.plan.suite import load_suite
 from tests.helpers import REPO, run_cli, write_suite
 
 OOM_ABOVE = 16
@@ -197,8 +197,8 @@ def test_bench_rerun_reuses_everything(bench_store):
 PLUGIN_SRC = '''
 from torch import nn
 from harness import Variant, hookimpl
-from harness.cells import expand
-from harness.errors import SuiteError
+from attnbench.experiments.registry import expand_suite
+from attnbench.errors import SuiteError
 
 
 class TmpMixer(nn.Module):
@@ -316,4 +316,4 @@ def test_shipped_speed_suite_validates():
     suite = load_suite(REPO / "suites" / "speed.yaml")
     spec = suite.experiments[0].speed
     assert spec.sweep("train_step")[-1] == 16384 and suite.experiments[0].variants == "all"
-    assert expand(suite, load_registry())  # every registered variant, context covers 16384
+    assert expand_suite(suite, load_registry())  # every registered variant, context covers 16384

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import StoreError
-from harness.store import Metric, Result, RunRecord, Store
+from attnbench.errors import StoreError
+from attnbench.store.database import Metric, Result, RunRecord, Store
 
 PINNED_SCHEMA = [
     "CREATE INDEX checks_variant ON checks (variant, created_at)",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness.cells import expand
-from harness.errors import SuiteError, UnknownVariantError
-from harness.plugins import get_plugin_manager, load_registry
-from harness.suite import load_suite
-from plugins import softmax
+from attnbench.experiments.registry import expand_suite
+from attnbench.errors import SuiteError, UnknownVariantError
+from attnbench.registry.loader import get_plugin_manager, load_registry
+from attnbench.plan.suite import load_suite
+from attnbench.plugins import softmax
 from tests.helpers import REPO, run_cli, write_suite
 
 GOOD = """
@@ -41,7 +41,7 @@ def _error(tmp_path, body: str) -> str:
 
 def test_good_suite_expands_to_grid_times_seeds(tmp_path, registry):
     suite = load_suite(write_suite(tmp_path / "suite.yaml", GOOD))
-    cells = expand(suite, registry)
+    cells = expand_suite(suite, registry)
     assert len(cells) == 4
     assert {(c.spec.lr, c.seed) for c in cells} == {(1e-3, 0), (1e-3, 1), (3e-3, 0), (3e-3, 1)}
     assert all(c.model.d_model == 32 and c.model.context == 32 for c in cells)  # defaults merged
@@ -83,20 +83,20 @@ def test_unknown_key_is_rejected(tmp_path):
 def test_unknown_variant_did_you_mean_with_line(tmp_path, registry):
     suite = load_suite(write_suite(tmp_path / "suite.yaml", GOOD.replace("[softmax]", "[softmx]")))
     with pytest.raises(SuiteError, match=r"suite.yaml:9: experiments\[0\].variants\[0\]: unknown variant 'softmx'\. Did you mean 'softmax'"):
-        expand(suite, registry)
+        expand_suite(suite, registry)
 
 
 def test_unknown_variant_on_command_line(tmp_path, registry):
     suite = load_suite(write_suite(tmp_path / "suite.yaml", GOOD))
     with pytest.raises(UnknownVariantError, match="Did you mean 'softmax'"):
-        expand(suite, registry, only_variants=["sotfmax"])
+        expand_suite(suite, registry, only_variants=["sotfmax"])
 
 
 def test_unknown_variant_option_is_rejected(tmp_path, registry):
     body = GOOD.replace("        seeds: [0, 1]\n", "        seeds: [0, 1]\n        variant_options: {softmax: {window: 3}}\n")
     suite = load_suite(write_suite(tmp_path / "suite.yaml", body))
     with pytest.raises(SuiteError, match="variant 'softmax' takes no options"):
-        expand(suite, registry)
+        expand_suite(suite, registry)
 
 
 def test_include_merges_defaults_and_appends_experiments(tmp_path, registry):
@@ -111,7 +111,7 @@ def test_include_merges_defaults_and_appends_experiments(tmp_path, registry):
     """)
     suite = load_suite(tmp_path / "child.yaml")
     assert [e.name for e in suite.experiments] == ["a", "b"]
-    assert {c.model.d_model for c in expand(suite, registry)} == {16}
+    assert {c.model.d_model for c in expand_suite(suite, registry)} == {16}
 
 
 def test_include_cycle_is_reported(tmp_path):
@@ -159,7 +159,7 @@ def test_seeds_suite_is_the_published_configuration(tmp_path, shared_data):
                                "val_path": str(shared_data / "wikitext-2" / "test.txt")}
     path = tmp_path / "seeds-local.yaml"
     path.write_text(yaml.safe_dump(raw))
-    cells = {c.experiment: c for c in expand(load_suite(path), load_registry())}
+    cells = {c.experiment: c for c in expand_suite(load_suite(path), load_registry())}
     assert set(cells) == {"gpt2", "additive", "windowed"}
     for cell in cells.values():
         m = cell.model

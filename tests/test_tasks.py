@@ -1,4 +1,4 @@
-"""Synthetic tasks (plugins.synthetic) and the occluded-digits task (plugins.digits),
+"""Synthetic tasks (attnbench.plugins.synthetic) and the occluded-digits task (attnbench.plugins.digits),
 through the registry: determinism, answers correct by construction, only answers scored,
 option validation, coordinates, and the digits completion evaluator end to end."""
 
@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from harness import Backbone, LanguageModel, ModelConfig
-from harness.errors import AttnbenchError
-from harness.plugins import load_registry
-from harness.task import IGNORE, TaskBatch
+from attnbench import Backbone, LanguageModel, ModelConfig
+from attnbench.errors import AttnbenchError
+from attnbench.registry.loader import load_registry
+from attnbench.contract.task import IGNORE, TaskBatch
 
 SYNTHETIC = ("mqar", "noisy_recall", "selective_copy", "induction")
 SMALL = {  # small settings (small vocabularies make accidental collisions likely)

@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import AttnbenchError
-from . import cmd_bench, cmd_check, cmd_list, cmd_lm_eval, cmd_report, cmd_run, cmd_validate
+from attnbench.errors import AttnbenchError
+from attnbench.cli import cmd_bench
+from attnbench.cli import cmd_check
+from attnbench.cli import cmd_list
+from attnbench.cli import cmd_lm_eval
+from attnbench.cli import cmd_report
+from attnbench.cli import cmd_run
+from attnbench.cli import cmd_validate
 
 COMMANDS = (cmd_list, cmd_validate, cmd_run, cmd_check, cmd_bench, cmd_lm_eval, cmd_report)
 

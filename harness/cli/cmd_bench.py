@@ -13,14 +13,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..cells import Cell, expand
-from ..errors import SuiteError
-from ..provenance import device_name, resolve_device
-from ..runner import run_suite
-from ..speed_fits import BASELINE, curves_by_model, fit_results, stored_baseline
-from ..store import Store
-from ..suite import Suite
-from .common import add_store_option, registry_with_warnings, split_names
+from attnbench.experiments.registry import expand_suite
+from attnbench.plan.cells import Cell
+from attnbench.errors import SuiteError
+from attnbench.store.provenance import device_name, resolve_device
+from attnbench.run.runner import run_suite
+from attnbench.experiments.speed.fits import BASELINE, curves_by_model, fit_results, stored_baseline
+from attnbench.store.database import Store
+from attnbench.plan.suite import Suite
+from attnbench.cli.common import add_store_option
+from attnbench.cli.common import registry_with_warnings
+from attnbench.cli.common import split_names
 
 STATUS_MARK = {"oom": "OOM", "timeout": "timeout", "error": "error", "skipped": "-"}
 
@@ -155,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     dev = resolve_device(args.device or suite.device)
     with Store(args.store) as store:
         report = run_suite(suite, store, registry, device=args.device)
-        cells = expand(suite, registry, device=device_name(dev), corpus_hash=lambda spec: "")
+        cells = expand_suite(suite, registry, device=device_name(dev), corpus_hash=lambda spec: "")
         print(render(store, cells, device_name(dev)))
     print(f"\n{report.cells} cells, {report.ran} run, {report.skipped} already stored (store: {args.store})")
     return 1 if report.not_done else 0

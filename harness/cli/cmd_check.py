@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from ..checks import DEFAULT_LONG_T, DEFAULT_TIME_LIMIT_S, format_table
-from ..gate import gate_variant
-from ..provenance import resolve_device
-from ..store import Store
-from .common import add_store_option, registry_with_warnings
+from attnbench.gate.checks import DEFAULT_LONG_T, DEFAULT_TIME_LIMIT_S, format_table
+from attnbench.gate.verdicts import gate_variant
+from attnbench.store.provenance import resolve_device
+from attnbench.store.database import Store
+from attnbench.cli.common import add_store_option
+from attnbench.cli.common import registry_with_warnings
 
 
 def add_parser(sub) -> None:

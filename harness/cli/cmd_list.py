@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
-from ..gate import cached_verdict
-from ..provenance import resolve_device
-from ..store import Store
-from .common import add_store_option, registry_with_warnings
+from attnbench.gate.verdicts import cached_verdict
+from attnbench.registry.identity import variant_identity
+from attnbench.store.provenance import content_key, resolve_device
+from attnbench.store.database import Store
+from attnbench.cli.common import add_store_option
+from attnbench.cli.common import registry_with_warnings
 
 
 def _gate_column(registry, store_path: str, device: str) -> dict[str, str]:
@@ -29,12 +32,33 @@ def add_parser(sub) -> None:
     p = sub.add_parser("list", help="list registered variants, their plugin and capabilities")
     add_store_option(p)
     p.add_argument("--device", default="auto", help="device whose trust-gate verdicts to show")
+    p.add_argument("--json", action="store_true",
+                   help="print variants and tasks as JSON, with the source files hashed into each identity")
     p.set_defaults(func=run)
+
+
+def _json(registry, gate: dict[str, str]) -> str:
+    def item(x, **extra):
+        return {"name": x.name, "plugin": x.plugin, "distribution": x.distribution, "version": x.version,
+                "description": x.description, "source_files": list(x.source_files), **extra}
+
+    variants = []
+    for name in registry.names():
+        v = registry.variants[name]
+        identity = variant_identity(v)
+        variants.append(item(v, decode=v.decode, causal=v.causal, aux_loss=v.aux_loss,
+                             own_model=v.build_model is not None, checks=gate.get(name, "unchecked"),
+                             identity=content_key(identity)[:16], sources=identity["sources"]))
+    tasks = [item(t) for _, t in sorted(registry.tasks.items())]
+    return json.dumps({"variants": variants, "tasks": tasks}, indent=2)
 
 
 def run(args: argparse.Namespace) -> int:
     registry = registry_with_warnings()
     gate = _gate_column(registry, args.store, args.device)
+    if args.json:
+        print(_json(registry, gate))
+        return 0
     rows = [("variant", "plugin", "distribution", "decode", "capabilities", "checks", "description")]
     for name in registry.names():
         v = registry.variants[name]

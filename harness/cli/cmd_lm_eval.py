@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import harness.lm_eval_model  # noqa: F401  (registers --model attnbench)
+    import attnbench.experiments.lm_eval.model  # noqa: F401  (registers --model attnbench)
     from lm_eval.__main__ import cli_evaluate
 
     saved = sys.argv

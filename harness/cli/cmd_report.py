@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_store_option
+from attnbench.cli.common import add_store_option
 
 
 def add_parser(sub) -> None:
@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..report import write_report  # pandas and seaborn load only for this command
+    from attnbench.report import write_report  # pandas and seaborn load only for this command
 
     index = write_report(Path(args.store), args.suite, Path(args.out) if args.out else None)
     print(index)

@@ -10,14 +10,16 @@ import contextlib
 import sys
 from pathlib import Path
 
-from .. import distributed
-from ..errors import DistributedError
-from ..executors import EXECUTORS, make_executor
-from ..provenance import resolve_device
-from ..runner import run_suite
-from ..store import Store
-from ..suite import load_suite
-from .common import add_store_option, registry_with_warnings, split_names
+from attnbench import distributed
+from attnbench.errors import DistributedError
+from attnbench.run.executors import EXECUTORS, make_executor
+from attnbench.store.provenance import resolve_device
+from attnbench.run.runner import run_suite
+from attnbench.store.database import Store
+from attnbench.plan.suite import load_suite
+from attnbench.cli.common import add_store_option
+from attnbench.cli.common import registry_with_warnings
+from attnbench.cli.common import split_names
 
 
 def add_parser(sub) -> None:
@@ -52,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{suite.name}: {report.cells} cells, {report.ran} run, {report.skipped} already stored "
           f"(store: {args.store})")
     if args.report:  # the report shows unfinished cells too, so it is written either way
-        from ..report import write_report  # pandas and seaborn load only when reporting
+        from attnbench.report import write_report  # pandas and seaborn load only when reporting
 
         print(f"report: {write_report(Path(args.store), suite.name)}")
     if report.not_done:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..cells import expand
-from ..suite import load_suite
-from .common import registry_with_warnings
+from attnbench.experiments.registry import expand_suite
+from attnbench.plan.suite import load_suite
+from attnbench.cli.common import registry_with_warnings
 
 
 def add_parser(sub) -> None:
@@ -18,6 +18,6 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite)
-    cells = expand(suite, registry_with_warnings())
+    cells = expand_suite(suite, registry_with_warnings())
     print(f"{args.suite}: ok ({len(suite.experiments)} experiments, {len(cells)} cells)")
     return 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..plugins import Registry, load_registry
-from ..store import DEFAULT_STORE
+from attnbench.registry.loader import Registry, load_registry
+from attnbench.store.database import DEFAULT_STORE
 
 
 def add_store_option(parser: argparse.ArgumentParser) -> None:

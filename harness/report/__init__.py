@@ -1,6 +1,6 @@
 """Comparison reports generated from the results store only.
 
-    from harness.report import write_report
+    from attnbench.report import write_report
     index = write_report(Path("results/attnbench.sqlite"), suite=None, out_dir=None)
 
 writes ``<store folder>/reports/<suite>/index.html`` (self-contained page; for the
@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .build import build_report
-from .load import StoreData, load_store
-from .write import safe_name, write
+from attnbench.report.build import build_report
+from attnbench.report.load import StoreData
+from attnbench.report.load import load_store
+from attnbench.report.write import safe_name
+from attnbench.report.write import write
 
 __all__ = ["StoreData", "build_report", "load_store", "write_report"]
 
@@ -28,7 +30,7 @@ def write_report(store_path: Path, suite: str | None = None, out_dir: Path | Non
     ``out_dir``, else ``reports/<suite>/`` beside the store (``results/reports/<suite>/``
     for the default store ``results/attnbench.sqlite``).
 
-    Raises ``harness.errors.ReportError`` when the store is missing or not a store, or
+    Raises ``attnbench.errors.ReportError`` when the store is missing or not a store, or
     when ``suite`` is not in it."""
     data = load_store(Path(store_path), suite)
     report = build_report(data)

@@ -7,16 +7,18 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 
-from . import figures
-from .document import Report, Section
-from .downstream import lm_eval_sections
-from .gate import gate_section
-from .load import StoreData
-from .problems import find_problems
-from .provenance import provenance_section
-from .scaling import scaling_sections
-from .speed import speed_sections
-from .training import train_sections, variant_labels
+from attnbench.report import figures
+from attnbench.report.document import Report
+from attnbench.report.document import Section
+from attnbench.report.downstream import lm_eval_sections
+from attnbench.report.gate import gate_section
+from attnbench.report.load import StoreData
+from attnbench.report.problems import find_problems
+from attnbench.report.provenance import provenance_section
+from attnbench.report.scaling import scaling_sections
+from attnbench.report.speed import speed_sections
+from attnbench.report.training import train_sections
+from attnbench.report.training import variant_labels
 
 EMPTY_SUITE = "empty"
 

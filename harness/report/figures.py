@@ -19,7 +19,7 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure as MplFigure  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator  # noqa: E402
 
-from .document import Figure  # noqa: E402
+from attnbench.report.document import Figure  # noqa: E402
 
 Palette = dict[str, tuple[float, float, float]]
 FAILED_POINT = ("oom", "timeout", "error")

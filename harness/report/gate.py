@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .document import Section, Table
-from .load import StoreData
-from .values import MISSING, num
+from attnbench.report.document import Section
+from attnbench.report.document import Table
+from attnbench.report.load import StoreData
+from attnbench.report.values import MISSING
+from attnbench.report.values import num
 
 FAILING = ("fail", "error")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import ReportError
+from attnbench.errors import ReportError
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _TABLES = ("runs", "metrics", "results", "checks")

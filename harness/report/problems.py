@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .document import Problem
-from .gate import FAILING, suite_verdicts
-from .load import StoreData
+from attnbench.report.document import Problem
+from attnbench.report.gate import FAILING
+from attnbench.report.gate import suite_verdicts
+from attnbench.report.load import StoreData
 
 _POINT_FAILURES = ("oom", "timeout", "error")
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from .document import Section, Table
-from .load import StoreData
+from attnbench.report.document import Section
+from attnbench.report.document import Table
+from attnbench.report.load import StoreData
 
 
 def _git(p: dict[str, Any]) -> str:

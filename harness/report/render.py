@@ -12,8 +12,11 @@ from typing import Callable
 
 import pandas as pd
 
-from .document import Problem, Report, Section, Table
-from .values import MISSING
+from attnbench.report.document import Problem
+from attnbench.report.document import Report
+from attnbench.report.document import Section
+from attnbench.report.document import Table
+from attnbench.report.values import MISSING
 
 _BAD = re.compile(r"^(FAIL|ERROR|oom|timeout|timed out|out of memory|diverged|failed|error)\b")
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import figures
-from .document import Section, Table
-from .load import StoreData
-from .selection import model_label
-from .values import MISSING, MeanCI, ci_text, mean_ci, num
+from attnbench.report import figures
+from attnbench.report.document import Section
+from attnbench.report.document import Table
+from attnbench.report.load import StoreData
+from attnbench.report.selection import model_label
+from attnbench.report.values import MISSING
+from attnbench.report.values import MeanCI
+from attnbench.report.values import ci_text
+from attnbench.report.values import mean_ci
+from attnbench.report.values import num
 
 _X = {"params": ("n_params", "parameters"), "flops": ("train_flops", "training FLOPs")}
 

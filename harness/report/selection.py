@@ -8,7 +8,10 @@ from typing import Any
 
 import pandas as pd
 
-from .values import grid_point, is_number, key_of, mean_ci
+from attnbench.report.values import grid_point
+from attnbench.report.values import is_number
+from attnbench.report.values import key_of
+from attnbench.report.values import mean_ci
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,16 @@ from typing import Any
 
 import pandas as pd
 
-from . import figures
-from .document import Section, Table
-from .load import StoreData
-from .selection import model_label
-from .values import MISSING, bytes_text, is_number, num, seconds_text
+from attnbench.report import figures
+from attnbench.report.document import Section
+from attnbench.report.document import Table
+from attnbench.report.load import StoreData
+from attnbench.report.selection import model_label
+from attnbench.report.values import MISSING
+from attnbench.report.values import bytes_text
+from attnbench.report.values import is_number
+from attnbench.report.values import num
+from attnbench.report.values import seconds_text
 
 QUANTITY = {"time_s": "time", "peak_memory_bytes": "memory"}
 MODES = ("forward", "train_step", "decode")

@@ -10,12 +10,22 @@ from typing import Any
 
 import pandas as pd
 
-from . import figures
-from .document import Figure, Section, Table
-from .load import StoreData
-from .selection import Selection, select
-from .values import (MISSING, MeanCI, bytes_text, ci_text, is_number, mean_ci, num, point_text,
-                     seconds_text)
+from attnbench.report import figures
+from attnbench.report.document import Figure
+from attnbench.report.document import Section
+from attnbench.report.document import Table
+from attnbench.report.load import StoreData
+from attnbench.report.selection import Selection
+from attnbench.report.selection import select
+from attnbench.report.values import MISSING
+from attnbench.report.values import MeanCI
+from attnbench.report.values import bytes_text
+from attnbench.report.values import ci_text
+from attnbench.report.values import is_number
+from attnbench.report.values import mean_ci
+from attnbench.report.values import num
+from attnbench.report.values import point_text
+from attnbench.report.values import seconds_text
 
 AUX_PREFIX = "train/aux/"
 _HEADLINE = (("loss", "val_loss", "held-out loss (nats/token)"), ("bpb", "val_bpb", "bits per byte"),

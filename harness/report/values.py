@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ..fits import t_quantile_975
+from attnbench.fits import t_quantile_975
 
 MISSING = "—"
 # Coordinates of a cell that are not grid (hyper-parameter) coordinates.

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from .document import Report, Table
-from .render import to_html, to_markdown
-from .values import scalar
+from attnbench.report.document import Report
+from attnbench.report.document import Table
+from attnbench.report.render import to_html
+from attnbench.report.render import to_markdown
+from attnbench.report.values import scalar
 
 _OWNED = {"figures": (".png",), "tables": (".csv", ".parquet")}
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness import ModelConfig, Variant, hookimpl, mark_residual
+from attnbench import ModelConfig, Variant, hookimpl, mark_residual
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,71 @@
+"""A suite's `data:` mapping, and the held-out set type both text and tasks produce."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class DataSpec(BaseModel):
+    """Where the text comes from and how it is split (a suite's `data:` mapping)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: Literal["builtin", "stdlib", "text", "json", "parquet", "hf", "task"] = "stdlib"
+    path: str | list[str] | None = None  # local file(s), relative to the suite file
+    val_path: str | list[str] | None = None  # held-out file(s); else the tail of `path`
+    name: str | None = None  # hub dataset name (source: hf); shipped corpus (source: builtin, default tinyshakespeare)
+    config: str | None = None  # hub dataset config (source: hf)
+    split: str = "train"
+    val_split: str | None = None
+    text_field: str = "text"
+    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    max_bytes: int | None = Field(None, gt=0)  # cap on training bytes (head of the corpus)
+    tokenizer: Literal["bytes", "bpe", "pretrained"] = "bytes"
+    bpe_vocab_size: int = Field(4096, ge=260)
+    tokenizer_name: str | None = None  # for tokenizer: pretrained (needs the hub)
+    # source: task
+    task: str | None = None
+    task_options: dict[str, Any] = {}
+    train_examples: int = Field(20000, gt=0)
+    val_examples: int = Field(1000, gt=0)
+    train_settings: list[dict[str, Any]] = []  # option overrides mixed in equal parts for training
+    eval_settings: list[dict[str, Any]] = []  # option overrides, each evaluated separately
+
+    @model_validator(mode="after")
+    def _needs(self) -> "DataSpec":
+        if self.source == "task" and not self.task:
+            raise ValueError("data source 'task' needs 'task' (a registered task name; see `attnbench list`)")
+        if self.tokenizer == "pretrained" and not self.tokenizer_name:
+            raise ValueError("tokenizer 'pretrained' needs 'tokenizer_name'")
+        if self.source in ("text", "json", "parquet") and not self.path:
+            raise ValueError(f"data source {self.source!r} needs 'path' (a local file or list of files)")
+        if self.source == "hf" and not self.name:
+            raise ValueError("data source 'hf' needs 'name' (a hub dataset name)")
+        return self
+
+    def resolved(self, base_dir: Path) -> "DataSpec":
+        """Paths made absolute against the suite's folder."""
+
+        def fix(p: str | list[str] | None) -> str | list[str] | None:
+            if p is None:
+                return None
+            if isinstance(p, list):
+                return [str((base_dir / x).resolve()) for x in p]
+            return str((base_dir / p).resolve())
+
+        return self.model_copy(update={"path": fix(self.path), "val_path": fix(self.val_path)})
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """Held-out batches evaluated together; ``tags`` go on every row they produce."""
+
+    tags: dict[str, Any]
+    batches: list[tuple[torch.Tensor, torch.Tensor]]
+    bytes_per_token: float | None  # None when bits per byte do not apply (tasks)
+    scored: str = "all"  # "all" tokens, or "answers" only (tasks: accuracy is reported)

@@ -1,0 +1,102 @@
+"""Synthetic-task data for training: examples generated once per cell from the task's
+generator (train and held-out sets from disjoint seeds), scored on answer positions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attnbench.data.spec import DataSpec, EvalSet
+from attnbench.errors import DataError
+from attnbench.contract.task import IGNORE, Task, TaskBatch
+
+_CACHE: dict[str, "TaskData"] = {}
+_VAL_SEED_OFFSET = 1_000_003  # held-out examples come from a disjoint seed stream
+
+
+@dataclass(frozen=True)
+class TaskData:
+    task: Task
+    options: Any  # the base task options
+    train_inputs: torch.Tensor  # (N, T) int64
+    train_targets: torch.Tensor  # (N, T) int64, IGNORE except answers
+    evals: list[tuple[Any, TaskBatch]]  # (options, held-out examples) per eval setting
+    vocab_size: int
+    sha256: str
+    description: str
+    bytes_per_token = None
+
+    def train_batch(self, batch_size: int, seq_len: int, gen: torch.Generator):
+        ix = torch.randint(len(self.train_inputs), (batch_size,), generator=gen)  # (B,)
+        return self.train_inputs[ix], self.train_targets[ix]  # (B, T), (B, T)
+
+    def eval_sets(self, batch_size: int, seq_len: int, max_tokens: int) -> list[EvalSet]:
+        sets = []
+        for options, batch in self.evals:
+            tags = {"split": "val", "task": self.task.name, **self.task.coords(options)}
+            n = len(batch.inputs)
+            batches = [(batch.inputs[i : i + batch_size], batch.targets[i : i + batch_size])
+                       for i in range(0, n, batch_size)]
+            sets.append(EvalSet(tags, batches, None, scored="answers"))
+        return sets
+
+
+def _task(spec: DataSpec, registry) -> Task:
+    if registry is None:
+        from attnbench.registry.loader import load_registry
+
+        registry = load_registry()
+    return registry.get_task(spec.task)
+
+
+def _options(task: Task, base: dict[str, Any], override: dict[str, Any]) -> Any:
+    try:
+        return task.make_options({**base, **override})
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
+
+
+def task_vocab(spec: DataSpec, registry) -> int:
+    task = _task(spec, registry)
+    settings = spec.train_settings or [{}]
+    return max(task.vocab_size(_options(task, spec.task_options, s)) for s in [*settings, *spec.eval_settings])
+
+
+def task_seq_len(spec: DataSpec, registry) -> int:
+    task = _task(spec, registry)
+    lengths = {task.seq_len(_options(task, spec.task_options, s))
+               for s in [*(spec.train_settings or [{}]), *spec.eval_settings]}
+    if len(lengths) != 1:
+        raise DataError(f"task {spec.task!r}: all train/eval settings must share one seq_len, got {sorted(lengths)}")
+    return lengths.pop()
+
+
+def load_task_data(spec: DataSpec, registry) -> TaskData:
+    key = json.dumps(spec.model_dump(), sort_keys=True)
+    if key in _CACHE:
+        return _CACHE[key]
+    task = _task(spec, registry)
+    base = _options(task, spec.task_options, {})
+    settings = spec.train_settings or [{}]
+    per = -(-spec.train_examples // len(settings))  # ceil: equal parts of the mixture
+    parts = [task.generate(_options(task, spec.task_options, s), per, 2 * i) for i, s in enumerate(settings)]
+    inputs = torch.cat([p.inputs for p in parts])[: spec.train_examples]  # (N, T)
+    targets = torch.cat([p.targets for p in parts])[: spec.train_examples]  # (N, T)
+    evals = []
+    for j, s in enumerate(spec.eval_settings or [{}]):
+        options = _options(task, spec.task_options, s)
+        evals.append((options, task.generate(options, spec.val_examples, _VAL_SEED_OFFSET + j)))
+    if not (targets != IGNORE).any():
+        raise DataError(f"task {task.name!r} produced no scored positions")
+    h = hashlib.sha256(inputs.numpy().tobytes() + targets.numpy().tobytes())
+    for _, b in evals:
+        h.update(b.inputs.numpy().tobytes() + b.targets.numpy().tobytes())
+    vocab = task_vocab(spec, registry)
+    data = TaskData(task, base, inputs, targets, evals, vocab, h.hexdigest(),
+                    f"task:{task.name} {json.dumps(spec.task_options, sort_keys=True)}")
+    _CACHE[key] = data
+    return data

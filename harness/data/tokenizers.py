@@ -1,0 +1,89 @@
+"""Tokenizers: bytes (default), a byte-level BPE trained locally with HF `tokenizers`
+(cached by corpus hash and vocabulary size), or a named pretrained tokenizer (online)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import torch
+
+from attnbench.errors import DataError
+
+
+class ByteTokenizer:
+    name = "bytes"
+    vocab_size = 256
+
+    def encode(self, text: str) -> torch.Tensor:
+        return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8)  # (N,)
+
+    def decode(self, tokens: torch.Tensor | list[int]) -> str:
+        return bytes(int(t) for t in tokens).decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+    """Wraps a `tokenizers.Tokenizer`; ids are stored as int32."""
+
+    def __init__(self, tok, name: str) -> None:
+        self._tok, self.name = tok, name
+        self.vocab_size = tok.get_vocab_size()
+
+    def encode(self, text: str) -> torch.Tensor:
+        ids = []
+        for start in range(0, len(text), 1 << 20):  # 1 MB pieces keep memory flat
+            ids.extend(self._tok.encode(text[start : start + (1 << 20)]).ids)
+        return torch.tensor(ids, dtype=torch.int32)  # (N,)
+
+    def decode(self, tokens: torch.Tensor | list[int]) -> str:
+        return self._tok.decode([int(t) for t in tokens])
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("ATTNBENCH_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "attnbench"
+    )
+    return Path(root)
+
+
+def train_bpe(text: str, vocab_size: int) -> HFTokenizer:
+    """Byte-level BPE trained on `text`, cached under the cache dir by content hash."""
+    try:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    except ImportError as exc:
+        raise DataError("tokenizer 'bpe' needs the `tokenizers` package: pip install 'attnbench[bpe]'") from exc
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+    path = cache_dir() / "tokenizers" / f"bpe-{vocab_size}-{digest}.json"
+    if path.is_file():
+        return HFTokenizer(Tokenizer.from_file(str(path)), f"bpe-{vocab_size}")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tok.train_from_iterator((text[i : i + 100_000] for i in range(0, len(text), 100_000)), trainer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tok.save(str(tmp))
+    os.replace(tmp, path)
+    return HFTokenizer(tok, f"bpe-{vocab_size}")
+
+
+def pretrained(name: str) -> HFTokenizer:
+    """A named tokenizer: a local ``tokenizer.json`` (or a folder holding one), else a hub name."""
+    local = Path(name).expanduser()
+    if local.is_dir():
+        local = local / "tokenizer.json"
+    try:
+        from tokenizers import Tokenizer
+
+        if local.is_file():
+            return HFTokenizer(Tokenizer.from_file(str(local)), name)
+        return HFTokenizer(Tokenizer.from_pretrained(name), name)
+    except Exception as exc:
+        raise DataError(
+            f"could not load pretrained tokenizer {name!r}: {exc}. Give a local tokenizer.json (or its "
+            "folder) as tokenizer_name, or, offline, use tokenizer: bytes or bpe."
+        ) from exc

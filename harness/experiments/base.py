@@ -1,0 +1,67 @@
+"""What every experiment kind implements (the ``Kind`` protocol) and what it returns.
+
+The runner owns skipping, storing and provenance; a kind only computes. Kinds are found
+by name in ``experiments.registry`` (a table of "module:attribute", imported lazily).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from attnbench.store.database import Metric, Result
+
+Progress = Callable[[int, int, float | None], None]  # (step, total, last loss)
+
+
+@dataclass
+class CellOutcome:
+    status: str  # "done", "diverged", "oom", "timeout", "failed", ...
+    summary: dict[str, Any] = field(default_factory=dict)
+    metrics: list[Metric] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class RunContext:
+    device: torch.device
+    progress: Progress
+    checkpoint_dir: Path
+    store: Any  # attnbench.store.database.Store; kinds that read earlier cells (lm_eval) use it
+    registry: Any = None  # attnbench.registry.loader.Registry (variants and tasks)
+
+
+KindRunner = Callable[..., CellOutcome]
+# (experiment's cells, store, device) -> None: derived rows (fits, crossovers) computed
+# once every cell of an experiment is stored; must be idempotent (key derived rows by
+# the cell keys they were computed from).
+Finalizer = Callable[..., None]
+
+
+Linker = Callable[..., list]  # (suite, cells) -> cells: pairs cells with the cells they read
+
+
+@dataclass(frozen=True)
+class Kind:
+    """An experiment kind: how its cells run, what code they run, and what follows them.
+
+    ``code`` names the harness packages and modules whose code a cell of this kind runs;
+    their contents are hashed into its cell keys, so editing any of them re-runs exactly
+    the cells of the kinds that run it.
+    """
+
+    name: str
+    run: KindRunner
+    code: Sequence[str]
+    finalize: Finalizer | None = None  # derived rows once every cell of an experiment is stored
+    link: Linker | None = None  # called on the expanded (and keyed) cells of a suite
+    data_parallel: bool = False  # trains under torchrun on every rank
+    on_driver: bool = False  # runs in the driver process (reads earlier cells' results)
+
+
+# Code every kind runs: the plugin contract, the shared model and the data.
+COMMON_CODE = ("attnbench.contract", "attnbench.nn", "attnbench.data", "attnbench.experiments.base")

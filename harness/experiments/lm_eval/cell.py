@@ -1,0 +1,227 @@
+"""`lm_eval` experiments: lm-eval tasks on the checkpoints of a train experiment.
+
+Cells. ``link_lm_eval_cells`` (the kind's ``link``, called by ``expand_suite``) pairs each lm_eval cell with
+the cell of ``from_experiment`` that has its variant, model size and seed (one lm_eval
+cell per matching trained cell, every grid point of it), takes that cell's model config,
+makes the spec's paths absolute against the suite file, and folds the trained cell's key,
+the task files and lm-eval's version into the lm_eval cell's key: re-training a cell, or
+editing a task, re-evaluates it; nothing else does.
+
+Running. Each cell evaluates in a child Python process (``python -m attnbench.experiments.lm_eval.evaluate
+REQUEST.json``): lm-eval sets global seeds and logging, and the hub's offline switches
+(HF_DATASETS_OFFLINE / HF_HUB_OFFLINE) are read when ``datasets`` is imported, so they can
+only be set reliably for a fresh process.
+
+Rows. One result per (task, metric): name = the metric, value, unit, and tags ``task``,
+``metric``, ``filter``, ``stderr``, ``version``, ``n_samples``, ``higher_is_better``,
+``train_run_id``, ``train_cell_key`` (join with ``runs.cell_key`` of the training run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata as md
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from attnbench.plan.cells import Cell
+from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext
+from attnbench.store.provenance import content_key
+from attnbench.store.database import Result
+from attnbench.plan.suite import Suite, suite_error_at
+from attnbench.contract.variant import Variant
+
+_MATCH = ("d_model", "n_layer", "n_head", "mlp_ratio", "dropout", "bias")  # what "same model" means
+_UNITS = {"bits_per_byte": "bits/byte"}
+
+
+# -- cells ------------------------------------------------------------------------------
+def _dims(cell: Cell) -> tuple[Any, ...]:
+    return tuple(getattr(cell.model, k) for k in _MATCH)
+
+
+def _lm_eval_version() -> str:
+    try:
+        return md.version("lm_eval")
+    except md.PackageNotFoundError:
+        return "not installed"
+
+
+def _inputs_hash(folders: list[str] | None, paths: dict[str, str]) -> str:
+    """sha256 over what the tasks read: task definitions (YAML and Python files) under the
+    include folders, files named in ``paths``, (the harness code lm-eval runs is
+    in the cell key through the kind's ``code``)."""
+    h = hashlib.sha256()
+    for name, value in sorted(paths.items()):
+        if Path(value).is_file():
+            h.update(name.encode() + b"\0" + Path(value).read_bytes())
+    for folder in folders or []:
+        root = Path(folder)
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml", ".py") and p.is_file()):
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _source_error(suite: Suite, ei: int, src: str) -> str | None:
+    exps = {e.name: e for e in suite.experiments}
+    if src not in exps:
+        return f"no experiment named {src!r} in this suite; experiments: {sorted(exps)}"
+    spec = exps[src].spec()
+    if not getattr(spec, "checkpoint", False):
+        return (f"experiment {src!r} (kind {exps[src].kind}) keeps no checkpoints; name a train "
+                "experiment whose train.checkpoint is true")
+    return None
+
+
+def _link(cell: Cell, trained: Cell, spec: Any, tasks_hash: str) -> Cell:
+    linked = dataclasses.replace(cell, model=trained.model, spec=spec, key="", key_inputs={},
+                                 coords={**trained.coords, "from_experiment": trained.experiment})
+    if not cell.key:  # keys are not computed (``attnbench validate``)
+        return linked
+    inputs = {**cell.key_inputs, "config": linked.config_dict(), "train_cell_key": trained.key,
+              "lm_eval": {"version": _lm_eval_version(), "inputs_sha256": tasks_hash}}
+    return dataclasses.replace(linked, key=content_key(inputs), key_inputs=inputs)
+
+
+def link_lm_eval_cells(suite: Suite, cells: list[Cell]) -> list[Cell]:
+    """Replace each lm_eval cell by one cell per trained cell it evaluates (see the module
+    docstring); lm_eval cells go last so their checkpoints exist when they run. Raises
+    SuiteError naming the experiment when it matches no trained cell. Idempotent."""
+    if not any(c.kind == "lm_eval" and "from_experiment" not in c.coords for c in cells):
+        return cells
+    base = suite.path.parent if suite.path else Path.cwd()
+    index = {e.name: i for i, e in enumerate(suite.experiments)}
+    hashes: dict[str, str] = {}
+    out = [c for c in cells if c.kind != "lm_eval"]
+    for cell in cells:
+        if cell.kind != "lm_eval":
+            continue
+        if "from_experiment" in cell.coords:
+            out.append(cell)
+            continue
+        ei, src = index[cell.experiment], cell.spec.from_experiment
+        where = ("experiments", ei, "lm_eval", "from_experiment")
+        problem = _source_error(suite, ei, src)
+        if problem:
+            raise suite_error_at(suite, where, problem)
+        spec = cell.spec.resolved(base)
+        for folder in spec.include_path or []:
+            if not Path(folder).is_dir():
+                raise suite_error_at(suite, ("experiments", ei, "lm_eval", "include_path"),
+                                     f"task folder {folder} does not exist (paths are relative to the suite file)")
+        matches = [t for t in cells if t.experiment == src and t.variant == cell.variant
+                   and t.seed == cell.seed and _dims(t) == _dims(cell)]
+        if not matches:
+            raise suite_error_at(suite, ("experiments", ei), (
+                f"experiment {src!r} has no trained cell of variant {cell.variant!r}, model d_model "
+                f"{cell.model.d_model} x {cell.model.n_layer} layers x {cell.model.n_head} heads, seed "
+                f"{cell.seed}; give this lm_eval experiment the same variants, models and seeds "
+                "(e.g. through the suite's defaults)"))
+        key = json.dumps([spec.include_path, spec.paths])
+        if key not in hashes and cell.key:
+            hashes[key] = _inputs_hash(spec.include_path, spec.paths)
+        out.extend(_link(cell, t, spec, hashes.get(key, "")) for t in matches)
+    return out
+
+
+# -- running ----------------------------------------------------------------------------
+def _num(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def result_rows(results: dict[str, Any], train_run: dict[str, Any]) -> list[Result]:
+    """lm-eval's results dict -> one store row per (task, metric, filter)."""
+    rows = []
+    for task, metrics in results.get("results", {}).items():
+        n = (results.get("n-samples", {}).get(task) or {}).get("effective")
+        better = results.get("higher_is_better", {}).get(task, {})
+        for key, value in metrics.items():
+            if "," not in key or "_stderr," in key:
+                continue
+            metric, filt = key.split(",", 1)
+            rows.append(Result(metric, _num(value), _UNITS.get(metric, ""), {
+                "task": task, "metric": metric, "filter": filt,
+                "stderr": _num(metrics.get(f"{metric}_stderr,{filt}")),
+                "version": results.get("versions", {}).get(task), "n_samples": n,
+                "higher_is_better": better.get(metric),
+                "train_run_id": train_run["id"], "train_cell_key": train_run["cell_key"],
+            }))
+    return rows
+
+
+def _trained_run(ctx: RunContext, cell: Cell) -> dict[str, Any] | None:
+    key = cell.key_inputs.get("train_cell_key")
+    return next((r for r in ctx.store.runs(suite=cell.suite) if r["cell_key"] == key), None)
+
+
+def _child_error(proc: subprocess.CompletedProcess) -> str:
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    mine = [ln for ln in lines if ln.startswith("attnbench: error: ")]
+    if mine:
+        return mine[-1].removeprefix("attnbench: error: ")
+    return f"lm-eval exited with status {proc.returncode}: " + " | ".join(lines[-8:])
+
+
+def child_env(offline: bool) -> dict[str, str]:
+    env = dict(os.environ)
+    if offline:
+        env.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return env
+
+
+def run_lm_eval_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
+    from attnbench.nn.checkpoint import run_checkpoint
+    from attnbench.errors import CheckpointError
+
+    if "train_cell_key" not in cell.key_inputs:
+        return CellOutcome("failed", error="lm_eval cell is not linked to a trained cell: "
+                           "expand_suite must pass its cells through link_lm_eval_cells")
+    spec = cell.spec
+    train = _trained_run(ctx, cell)
+    if train is None or train["status"] != "done":
+        why = "was not stored" if train is None else f"ended with status {train['status']!r}"
+        return CellOutcome("skipped", error=f"its training cell in {spec.from_experiment!r} {why}; nothing to evaluate")
+    try:
+        checkpoint = run_checkpoint(ctx.store, train)
+    except CheckpointError as exc:
+        return CellOutcome("failed", error=str(exc))
+    with tempfile.TemporaryDirectory(prefix="attnbench-lm-eval-") as tmp:
+        request = {
+            "checkpoint": str(checkpoint), "device": str(ctx.device), "tasks": spec.tasks,
+            "include_path": spec.include_path, "metadata": {**spec.metadata, **spec.paths},
+            "limit": spec.limit, "num_fewshot": spec.num_fewshot, "batch_size": spec.batch_size,
+            "bootstrap_iters": spec.bootstrap_iters, "offline": spec.offline,
+            "output": str(Path(tmp) / "results.json"),
+        }
+        (Path(tmp) / "request.json").write_text(json.dumps(request))
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "attnbench.experiments.lm_eval.evaluate", str(Path(tmp) / "request.json")],
+                              capture_output=True, text=True, env=child_env(spec.offline))
+        elapsed = time.perf_counter() - started
+        if proc.returncode != 0:
+            return CellOutcome("failed", error=_child_error(proc))
+        results = json.loads(Path(request["output"]).read_text())
+    rows = result_rows(results, train)
+    summary = {
+        "train_run_id": train["id"], "train_cell_key": train["cell_key"], "checkpoint": str(checkpoint),
+        "tasks": spec.tasks, "limit": spec.limit, "eval_time_s": elapsed,
+        "lm_eval_version": _lm_eval_version(), "versions": results.get("versions", {}),
+        **{f"{r.tags['task']}/{r.name}": r.value for r in rows},
+    }
+    return CellOutcome("done", summary, results=rows)
+
+
+KIND = Kind("lm_eval", run_lm_eval_cell, code=(*COMMON_CODE, "attnbench.experiments.lm_eval"),
+            link=link_lm_eval_cells, on_driver=True)

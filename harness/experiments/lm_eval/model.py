@@ -1,0 +1,247 @@
+"""Trained attnbench checkpoints as an lm-eval model, registered as ``attnbench``.
+
+    lm-eval --model attnbench --model_args checkpoint=results/checkpoints/KEY.pt ...
+    lm-eval --model attnbench --model_args store=results/attnbench.sqlite,run=12 ...
+
+(through ``attnbench lm-eval``, which imports this module so lm-eval finds the model).
+Text is read as UTF-8 bytes, the harness's tokenizer. Scoring is exact next-token
+log-likelihood in fp32 (bf16 autocast for the matmuls on CUDA only):
+
+* ``loglikelihood``: log p(continuation | context) with ``is_greedy`` true when every
+  continuation byte is the argmax; an empty context is conditioned on the prefix byte.
+* ``loglikelihood_rolling``: lm-eval's standard disjoint windows (``get_rolling_token_windows``
+  with one token of context, then ``make_disjoint_window``): every byte is scored exactly
+  once, the first one given the prefix byte, and no window is longer than the model context.
+* ``generate_until``: greedy (or sampled) decoding through the model's incremental state
+  (``init_state``/``step``), stopping at any ``until`` string or after ``max_gen_toks`` bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import lm_eval.models  # noqa: F401  (lm-eval fills its built-in models only while its registry is empty)
+import torch
+import torch.nn.functional as F
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+from attnbench.nn.checkpoint import CheckpointMeta, find_run, load_checkpoint, run_checkpoint
+from attnbench.errors import CheckpointError
+from attnbench.nn.model import LanguageModel
+from attnbench.store.database import Store
+from attnbench.data.tokenizers import ByteTokenizer
+from attnbench.nn.precision import autocast_for
+
+log = logging.getLogger(__name__)
+
+NEWLINE = 10  # default prefix byte: byte models see documents separated by newlines
+DEFAULT_MAX_GEN_TOKS = 256
+
+
+def resolve_device(requested: str | None) -> torch.device:
+    """The device asked for, or CPU (with a warning) when it is a CUDA device that is absent."""
+    if requested in (None, "", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        log.warning("device %s requested but CUDA is not available; evaluating on cpu", requested)
+        return torch.device("cpu")
+    return device
+
+
+def _batch_size(value: Any) -> int:
+    if isinstance(value, str) and value.startswith("auto"):
+        log.warning("batch_size=%s: automatic batch sizing is not supported; using 16", value)
+        return 16
+    size = int(value)
+    if size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {value}")
+    return size
+
+
+def chunk_targets(tokens: list[int], first: int, context: int) -> list[tuple[list[int], int]]:
+    """Windows scoring tokens[first:] with at most ``context`` inputs each: (window tokens,
+    number of scored targets at its end). Each window carries as much preceding context as
+    fits. Needs first >= 1 (the first token of a sequence has nothing to condition on)."""
+    out = []
+    for start in range(first, len(tokens), context):
+        end = min(start + context, len(tokens))
+        out.append((tokens[max(0, end - context - 1) : end], end - start))
+    return out
+
+
+@register_model("attnbench")
+class AttnbenchLM(LM):
+    """An attnbench model behind lm-eval's ``LM`` interface (see the module docstring).
+
+    model_args: ``checkpoint=PATH`` or ``store=PATH,run=ID`` (run id or cell key), and
+    optionally ``device``, ``batch_size``, ``prefix_token`` (byte conditioning the first
+    scored byte of a document, default 10 = newline), ``max_gen_toks``.
+    """
+
+    def __init__(
+        self, checkpoint: str | None = None, store: str | None = None, run: str | int | None = None,
+        device: str | None = None, batch_size: int | str = 16, max_batch_size: int | None = None,
+        prefix_token: int | str = NEWLINE, max_gen_toks: int | str = DEFAULT_MAX_GEN_TOKS,
+        model: LanguageModel | None = None, info: dict[str, Any] | None = None, **unused: Any,
+    ) -> None:
+        super().__init__()
+        if unused:
+            log.warning("attnbench model: ignoring unknown model_args %s", sorted(unused))
+        if model is None:
+            model, meta = _load(checkpoint, store, run)
+            info = {**_meta_info(meta), **(info or {})}
+        self._device = resolve_device(device)
+        self.model = model.to(self._device).eval()
+        self.context = int(model.config.context)
+        if model.config.vocab_size != ByteTokenizer.vocab_size:
+            raise CheckpointError(
+                f"the model embeds {model.config.vocab_size} tokens, but the attnbench lm-eval model "
+                f"reads UTF-8 bytes ({ByteTokenizer.vocab_size}); only byte-level models can be evaluated"
+            )
+        self.batch_size = _batch_size(batch_size)
+        self.prefix_token = int(prefix_token)
+        if not 0 <= self.prefix_token < 256:
+            raise ValueError(f"prefix_token must be a byte value in [0, 255], got {prefix_token}")
+        self.max_gen_toks = int(max_gen_toks)
+        self.tokenizer = ByteTokenizer()
+        self.info = {**(info or {}), "context": self.context, "device": str(self._device),
+                     "prefix_token": self.prefix_token}
+        self._warned_no_step = False
+
+    @classmethod
+    def from_model(cls, model: LanguageModel, **kwargs: Any) -> "AttnbenchLM":
+        """Wrap a model already in memory (tests, notebooks) instead of a checkpoint."""
+        return cls(model=model, **kwargs)
+
+    def get_model_info(self) -> dict[str, Any]:
+        """Recorded by lm-eval in its results' ``config``."""
+        return {"attnbench": dict(self.info)}
+
+    # -- scoring -----------------------------------------------------------------------
+    def _encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    @torch.no_grad()
+    def score_windows(self, items: list[tuple[list[int], int]]) -> list[tuple[float, bool]]:
+        """(window tokens, n) -> (sum of log p of the last n tokens, all of them argmax).
+
+        Windows are sorted by length and right-padded into batches: the model is causal,
+        so padding after a row's last input never changes that row's scored logits.
+        """
+        results: list[tuple[float, bool]] = [(0.0, True)] * len(items)
+        order = sorted(range(len(items)), key=lambda i: -len(items[i][0]))
+        for b in range(0, len(order), self.batch_size):
+            idx = order[b : b + self.batch_size]
+            width = len(items[idx[0]][0]) - 1
+            inp = torch.zeros(len(idx), width, dtype=torch.long)  # (B, L) right-padded inputs
+            for row, i in enumerate(idx):
+                toks = items[i][0]
+                inp[row, : len(toks) - 1] = torch.tensor(toks[:-1])
+            inp = inp.to(self._device)
+            with autocast_for(self._device):
+                logits = self.model(inp).logits  # (B, L, V)
+            logp = F.log_softmax(logits.float(), dim=-1)  # (B, L, V) fp32: exact sums of many bytes
+            for row, i in enumerate(idx):
+                toks, n = items[i]
+                length = len(toks) - 1
+                target = torch.tensor(toks[-n:], device=self._device)  # (n,)
+                lp = logp[row, length - n : length]  # (n, V) the positions predicting the targets
+                total = lp.gather(-1, target[:, None]).sum().item()
+                greedy = bool((lp.argmax(-1) == target).all())
+                results[i] = (total, greedy)
+        return results
+
+    def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        items: list[tuple[list[int], int]] = []
+        owner: list[int] = []
+        for r, req in enumerate(requests):
+            context, continuation = req.args
+            ctx = self._encode(context) or [self.prefix_token]
+            cont = self._encode(continuation)
+            for window in chunk_targets(ctx + cont, len(ctx), self.context):
+                items.append(window)
+                owner.append(r)
+        scored = self.score_windows(items)
+        out = [(0.0, True)] * len(requests)
+        for r, (lp, greedy) in zip(owner, scored):
+            out[r] = (out[r][0] + lp, out[r][1] and greedy)
+        for req, res in zip(requests, out):
+            self.cache_hook.add_partial("loglikelihood", req.args, res)
+        return out
+
+    def rolling_windows(self, text: str) -> list[tuple[list[int], int]]:
+        """lm-eval's standard disjoint windows over a document, as (tokens, n scored)."""
+        windows = get_rolling_token_windows(self._encode(text), self.prefix_token, self.context, 1)
+        return [(ctx + pred, len(pred)) for ctx, pred in map(make_disjoint_window, windows)]
+
+    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+        items: list[tuple[list[int], int]] = []
+        owner: list[int] = []
+        for r, req in enumerate(requests):
+            for window in self.rolling_windows(req.args[0]):
+                items.append(window)
+                owner.append(r)
+        totals = [0.0] * len(requests)
+        for r, (lp, _) in zip(owner, self.score_windows(items)):
+            totals[r] += lp
+        for req, total in zip(requests, totals):
+            self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
+        return totals
+
+    # -- generation --------------------------------------------------------------------
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        from attnbench.experiments.lm_eval.generate import GenSettings, generate_batch
+
+        out: list[str | None] = [None] * len(requests)
+        groups: dict[tuple[int, str], list[int]] = {}
+        prompts, settings = [], []
+        for r, req in enumerate(requests):
+            context, kwargs = req.args
+            s = GenSettings.from_kwargs(kwargs, self.max_gen_toks, self.context)
+            prompt = (self._encode(context) or [self.prefix_token])[-(self.context - s.max_new) :]
+            prompts.append(prompt)
+            settings.append(s)
+            groups.setdefault((len(prompt), json.dumps(s.key())), []).append(r)
+        for members in groups.values():
+            for b in range(0, len(members), self.batch_size):
+                idx = members[b : b + self.batch_size]
+                texts, incremental = generate_batch(self.model, self._device, [prompts[i] for i in idx],
+                                                    settings[idx[0]])
+                if not incremental and not self._warned_no_step:
+                    log.warning("this model has no incremental decoding: generate_until re-runs the "
+                                "whole prefix for every generated byte (quadratic in length)")
+                    self._warned_no_step = True
+                for i, text in zip(idx, texts):
+                    out[i] = text
+                    self.cache_hook.add_partial("generate_until", requests[i].args, text)
+        return [o or "" for o in out]
+
+
+def _load(checkpoint: str | None, store: str | None, run: str | int | None) -> tuple[LanguageModel, CheckpointMeta]:
+    from attnbench.registry.loader import load_registry
+
+    if checkpoint and (store or run is not None):
+        raise CheckpointError("give either checkpoint=PATH or store=PATH,run=ID in model_args, not both")
+    if not checkpoint:
+        if not store or run is None:
+            raise CheckpointError(
+                "the attnbench model needs model_args checkpoint=PATH (a '<cell key>.pt' file) "
+                "or store=PATH,run=ID (a trained run in a results store)"
+            )
+        if not Path(store).is_file():
+            raise CheckpointError(f"results store {store} does not exist; pass the store the run was trained into")
+        with Store(store) as st:
+            checkpoint = str(run_checkpoint(st, find_run(st, run)))
+    return load_checkpoint(checkpoint, load_registry())
+
+
+def _meta_info(meta: CheckpointMeta) -> dict[str, Any]:
+    return {"variant": meta.variant, "checkpoint": meta.path, "cell_key": meta.cell_key,
+            "step": meta.step, "model_kind": meta.model_kind, "n_params": meta.n_params}
+

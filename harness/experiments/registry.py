@@ -1,0 +1,55 @@
+"""The experiment kinds, by name: a table of "module:attribute" imported on first use, so
+a new kind is one new module plus one line here, and no core module imports a kind."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Any, Callable
+
+from attnbench.data.spec import DataSpec
+from attnbench.errors import SuiteError
+from attnbench.experiments.base import Kind
+from attnbench.plan.cells import Cell, expand
+from attnbench.plan.suite import Suite
+from attnbench.registry.identity import code_hash
+from attnbench.registry.loader import Registry
+
+KIND_TABLE: dict[str, str] = {
+    "train": "attnbench.experiments.train.cell:KIND",
+    "speed": "attnbench.experiments.speed.cell:KIND",
+    "scaling": "attnbench.experiments.scaling:KIND",
+    "lm_eval": "attnbench.experiments.lm_eval.cell:KIND",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def get_kind(name: str) -> Kind:
+    if name not in KIND_TABLE:
+        raise SuiteError(f"unknown experiment kind {name!r}; kinds: {sorted(KIND_TABLE)}")
+    module, _, attr = KIND_TABLE[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+@functools.lru_cache(maxsize=None)
+def kind_code_hash(name: str) -> str:
+    """Content hash of the harness code a kind's cells run (part of their keys)."""
+    return code_hash(*get_kind(name).code)
+
+
+def expand_suite(
+    suite: Suite, registry: Registry, *, device: str = "", only_variants: list[str] | None = None,
+    corpus_hash: Callable[[DataSpec], str] | None = None,
+) -> list[Cell]:
+    """Every cell of a suite, keyed (when ``corpus_hash`` is given) and linked by its kind."""
+    cells = expand(suite, registry, device=device, only_variants=only_variants, corpus_hash=corpus_hash,
+                   kind_code=kind_code_hash if corpus_hash else None)
+    for name in dict.fromkeys(c.kind for c in cells):
+        kind = get_kind(name)
+        if kind.link is not None:
+            cells = kind.link(suite, cells)
+    return cells
+
+
+def kinds() -> dict[str, Any]:
+    return {name: get_kind(name) for name in KIND_TABLE}

@@ -1,0 +1,190 @@
+"""Training one `train` cell: AdamW, linear warmup + cosine decay, gradient clipping,
+periodic held-out evaluation, fp32 on CPU and bf16 autocast on CUDA, deterministic under
+the cell's seed, resumable from its last training state, stopped and recorded when it
+diverges. Budgets: steps, tokens, wall-clock seconds or training FLOPs.
+
+Under torchrun the same loop trains data-parallel (see ``attnbench.distributed``): the
+suite's batch_size is the global batch, each rank trains on its shard of it, and rank 0
+alone evaluates, checkpoints and reports; budgets count global tokens."""
+
+from __future__ import annotations
+
+import collections
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnbench import distributed
+from attnbench.contract.variant import Variant
+from attnbench.experiments.base import CellOutcome, Progress
+from attnbench.experiments.train import state as train_state
+from attnbench.experiments.train.evaluate import evaluate, headline
+from attnbench.experiments.train.setup import build_model, lr_at, make_optimizer, planned_steps
+from attnbench.nn.flops import model_facts
+from attnbench.nn.precision import autocast_for, compute_dtype
+from attnbench.plan.cells import Cell
+from attnbench.store.database import Metric, Result
+
+
+@dataclass
+class _Budget:
+    """When to stop: after ``steps``, or when ``seconds`` of training time are spent."""
+
+    steps: int | None
+    seconds: float | None
+    recent: collections.deque  # last step times (seconds)
+
+    def typical_step(self) -> float:
+        return statistics.median(self.recent) if self.recent else 0.0
+
+    def done(self, step: int, train_time: float) -> bool:
+        # A wall-clock budget stops where the next step would overshoot more than stopping
+        # now undershoots (a typical step: the median of recent ones, so one slow step does
+        # not end the run), so every variant's training time is within half a step of it.
+        if self.steps is not None:
+            return step >= self.steps
+        return train_time + 0.5 * self.typical_step() >= self.seconds
+
+    def fraction(self, step: int, train_time: float) -> float:
+        return step / self.steps if self.steps is not None else train_time / self.seconds
+
+
+def _facts(variant: Variant, cell: Cell, n_params: int) -> dict[str, Any]:
+    facts = model_facts(variant, cell.model, cell.spec.seq_len, n_params)
+    if cell.spec.model_kind == "own":  # declared facts describe the shared-backbone mixer
+        facts.update(state_elements=None, mixer_flops_per_token=None, fwd_flops_per_token=None,
+                     train_flops_per_token=None)
+    return facts
+
+
+def _seed_ranks(cell: Cell, rank_rngs: list[torch.Tensor], step: int) -> None:
+    """Each rank draws its own dropout masks, restored exactly on resume."""
+    if not distributed.active():
+        return
+    if len(rank_rngs) == distributed.world_size():
+        torch.set_rng_state(rank_rngs[distributed.rank()].cpu())
+    else:
+        torch.manual_seed(cell.seed + 1_000_003 * distributed.rank() + step)
+
+
+def _train_step(fwd: Any, model: torch.nn.Module, opt: torch.optim.Optimizer, data: Any,
+                cell: Cell, gen: torch.Generator, device: torch.device, lr: float) -> Any:
+    t = cell.spec
+    for group in opt.param_groups:
+        group["lr"] = lr
+    x, y = distributed.shard(*data.train_batch(t.batch_size, t.seq_len, gen))  # this rank's rows (B, T)
+    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    with autocast_for(device):
+        out = fwd(x, y)
+    out.loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return out
+
+
+def _log(p: train_state.TrainProgress, cell: Cell, out: Any, loss: float, lr: float) -> str | None:
+    """Curve points of a log step; the divergence message when the loss ran away."""
+    tokens = p.step * cell.spec.batch_size * cell.spec.seq_len
+    p.metrics.append(Metric(p.step, tokens, p.train_time, "train/loss", loss))
+    p.metrics.append(Metric(p.step, tokens, p.train_time, "train/lr", lr))
+    for name, value in out.aux.items():
+        p.metrics.append(Metric(p.step, tokens, p.train_time, f"train/aux/{name}", distributed.global_mean(value)))
+    limit = cell.spec.diverge_factor * math.log(cell.model.vocab_size)
+    if not math.isfinite(loss) or loss > limit:
+        return (f"training loss {loss:.4g} at step {p.step} (limit {limit:.3g} = "
+                f"{cell.spec.diverge_factor} x ln(vocab))")
+    return None
+
+
+def _evaluate(p: train_state.TrainProgress, model: Any, data: Any, cell: Cell, device: torch.device) -> list[Result]:
+    started = time.perf_counter()
+    rows = evaluate(model, data, cell, device)
+    p.eval_time += time.perf_counter() - started
+    p.headline = headline(rows)
+    tokens = p.step * cell.spec.batch_size * cell.spec.seq_len
+    p.metrics.extend(Metric(p.step, tokens, p.train_time, f"val/{k}", v) for k, v in p.headline.items())
+    return rows
+
+
+def _summary(p: train_state.TrainProgress, cell: Cell, facts: dict[str, Any], device: torch.device,
+             status: str, checkpoint: Path | None) -> dict[str, Any]:
+    tokens = p.step * cell.spec.batch_size * cell.spec.seq_len
+    tfpt = facts["train_flops_per_token"]
+    return {
+        **{f"val_{k}": v for k, v in p.headline.items()},
+        "budget": cell.spec.budget.model_dump(exclude_none=True), "steps": p.step, "tokens": tokens,
+        "train_flops": tfpt * tokens if tfpt else None,
+        "train_time_s": p.train_time, "eval_time_s": p.eval_time,
+        "tokens_per_s": tokens / p.train_time if p.train_time > 0 else None,
+        "dtype": compute_dtype(device), "resumed_from_step": p.resumed_from, "resume_error": p.resume_error,
+        "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+        "checkpoint": str(checkpoint) if checkpoint else None,
+        "diverged_at_step": p.step if status == "diverged" else None,
+        "world_size": distributed.world_size(), "dist_backend": distributed.backend(),
+        **facts,
+    }
+
+
+def train_cell(
+    cell: Cell, variant: Variant, data: Any, device: torch.device,
+    progress: Progress | None = None, checkpoint_dir: Path | None = None,
+) -> CellOutcome:
+    t = cell.spec
+    distributed.local_batch_size(t.batch_size)  # the global batch must split evenly over ranks
+    main = distributed.is_main()
+    torch.manual_seed(cell.seed)
+    model = build_model(variant, cell).to(device)
+    facts = _facts(variant, cell, model.num_params())
+    budget = _Budget(planned_steps(cell, facts["train_flops_per_token"]), t.budget.seconds,
+                     collections.deque(maxlen=16))
+    opt = make_optimizer(model, cell)
+    gen = torch.Generator().manual_seed(cell.seed)  # batch order: independent of model init
+    path = train_state.state_path(cell, checkpoint_dir)
+    p, rank_rngs = (train_state.resume(path, cell, model, opt, gen, device) if path
+                    else (train_state.TrainProgress(), []))
+    _seed_ranks(cell, rank_rngs, p.step)
+    fwd = distributed.wrap_model(model, device)  # DDP in a process group, else the model
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    status, error, rows = "done", None, []
+    model.train()
+    while not budget.done(p.step, p.train_time):
+        started = time.perf_counter()
+        lr = lr_at(p.step, budget.fraction(p.step, p.train_time), t.lr, t.warmup_steps, t.min_lr_ratio)
+        out = _train_step(fwd, model, opt, data, cell, gen, device, lr)
+        p.step += 1
+        log_now = p.step % t.log_interval == 0 or p.step == budget.steps
+        # .item() waits for the device: only on log steps, or every step of a seconds budget.
+        loss = distributed.global_mean(out.loss) if (log_now or budget.seconds is not None) else None
+        step_time = time.perf_counter() - started
+        if budget.seconds is not None:  # every rank counts the slowest rank's time: all stop together
+            step_time = distributed.slowest(step_time)
+        p.train_time += step_time
+        budget.recent.append(step_time)
+        done = budget.done(p.step, p.train_time)
+        if log_now or done:
+            error = _log(p, cell, out, loss, lr)
+            if error:
+                status = "diverged"
+                break
+            if progress:
+                progress(p.step, budget.steps or 0, loss)
+        if (p.step % t.eval_interval == 0 or done) and main:  # evaluated once, by rank 0
+            rows = _evaluate(p, model, data, cell, device)
+        saving = path is not None and p.step % t.checkpoint_interval == 0
+        if saving and not done:
+            train_state.save(path, cell, model, opt, gen, p)
+        if p.step % t.eval_interval == 0 or done or saving:
+            distributed.barrier()  # the other ranks wait here, outside their timed steps
+    checkpoint = None
+    if checkpoint_dir is not None and t.checkpoint and status == "done" and main:
+        checkpoint = train_state.save_final(checkpoint_dir, cell, model, p.step)
+    if path is not None and path.exists() and main:
+        path.unlink()
+    return CellOutcome(status, _summary(p, cell, facts, device, status, checkpoint), p.metrics, rows, error)

@@ -1,0 +1,57 @@
+"""What a training cell is made of: the model, the optimizer, the learning-rate schedule
+and the number of steps its budget allows."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnbench.contract.variant import Variant
+from attnbench.errors import TrainingError
+from attnbench.nn.backbone import Backbone
+from attnbench.nn.model import LanguageModel
+from attnbench.plan.cells import Cell
+
+
+def build_model(variant: Variant, cell: Cell) -> LanguageModel:
+    if cell.spec.model_kind == "own":
+        return variant.build_model(cell.model)
+    return Backbone(cell.model, variant.build_mixer)
+
+
+def planned_steps(cell: Cell, train_flops_per_token: float | None) -> int | None:
+    """Optimizer steps the budget allows; None for a wall-clock budget."""
+    budget, per_step = cell.spec.budget, cell.spec.batch_size * cell.spec.seq_len
+    if budget.steps is not None:
+        return budget.steps
+    if budget.tokens is not None:
+        return max(1, math.ceil(budget.tokens / per_step))
+    if budget.flops is not None:
+        if not train_flops_per_token:
+            raise TrainingError(
+                f"variant {cell.variant!r} declares no flops_per_token, so a FLOPs budget cannot "
+                "be converted to steps; use a steps, tokens or seconds budget for it"
+            )
+        return max(1, math.floor(budget.flops / (train_flops_per_token * per_step)))
+    return None
+
+
+def lr_at(step: int, progress: float, lr: float, warmup: int, min_ratio: float) -> float:
+    """Linear warmup over `warmup` steps, then cosine decay to lr * min_ratio as the
+    budget's progress (fraction of steps, or of seconds) goes from 0 to 1."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    p = min(1.0, max(0.0, progress))
+    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def make_optimizer(model: torch.nn.Module, cell: Cell) -> torch.optim.Optimizer:
+    """AdamW with weight decay on matrices only (not on biases, norms or gains)."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    other = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    t = cell.spec
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": t.weight_decay}, {"params": other, "weight_decay": 0.0}],
+        lr=t.lr, betas=(t.beta1, t.beta2),
+    )

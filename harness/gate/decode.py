@@ -1,0 +1,204 @@
+"""Trust-gate checks that use the decode contract: incremental = parallel, declared facts."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnbench.nn.backbone import Backbone
+from attnbench.gate.common import CHUNK_SIZES, FACTS_TOL, INCREMENTAL_T, INCREMENTAL_TOL, MIXED_SCHEDULE, STATE_LENGTHS, CheckContext, CheckResult, ContractError, build_mixer, fmt, is_worse, logits_of, models, normal, rel_dev, tokens, verdict
+from attnbench.contract.variant import MixerOutput, state_numel
+
+BATCH = 2
+
+
+def _step_through(model: nn.Module, idx: torch.Tensor, sizes: tuple[int, ...], state: Any,
+                  label: str, V: int) -> tuple[torch.Tensor, Any]:
+    """Feed idx (B, T) through ``model.step`` in chunks cycling through ``sizes``."""
+    B, T = idx.shape
+    outs: list[torch.Tensor] = []
+    pos, i = 0, 0
+    while pos < T:
+        n = min(sizes[i % len(sizes)], T - pos)
+        out, state = model.step(idx[:, pos : pos + n], state)
+        outs.append(logits_of(out, (B, n, V), f"{label} step"))  # (B, n, V)
+        pos, i = pos + n, i + 1
+    return torch.cat(outs, dim=1), state  # (B, T, V)
+
+
+def _first_over(got: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor) -> str:
+    per_pos = (got - ref).abs().nan_to_num(nan=math.inf).amax(dim=(0, 2)) / scale  # (T,)
+    bad = (per_pos > INCREMENTAL_TOL).nonzero()  # (k, 1)
+    return f", first over tolerance at position {int(bad[0, 0])}" if len(bad) else ""
+
+
+def check_incremental(ctx: CheckContext) -> CheckResult:
+    """``init_state``/``step`` fed 1, 3, 7, 64 tokens at a time (and a mixed schedule)
+    reproduce the parallel logits at T = 320 (eval mode, batch 2); stepping twice from one
+    saved state gives the same logits (``step`` must not mutate the state it was given).
+    """
+    name = "incremental_equals_parallel"
+    if ctx.variant.decode == "none":
+        return CheckResult(name, "skip", None, INCREMENTAL_TOL,
+                           "variant declares decode='none' (no incremental decoding)")
+    T, V = min(INCREMENTAL_T, ctx.config.context), ctx.config.vocab_size
+    schedules = [(f"chunks of {n}", (n,)) for n in CHUNK_SIZES]
+    schedules.append(("mixed chunks " + "/".join(map(str, MIXED_SCHEDULE)), MIXED_SCHEDULE))
+    worst, where, notes = 0.0, "", []
+    for label, model in models(ctx):
+        model.eval()
+        idx = tokens(ctx, BATCH, T, offset=5)  # (B, T)
+        with torch.no_grad():
+            ref = logits_of(model(idx), (BATCH, T, V), f"{label} forward")  # (B, T, V)
+            scale = ref.abs().max()
+
+            def fresh() -> Any:
+                return model.init_state(BATCH, T, device=ctx.device, dtype=torch.float32)
+
+            try:
+                fresh()
+            except NotImplementedError:
+                if label == "backbone":
+                    raise
+                notes.append(f"{label} has no init_state/step: checked the backbone only")
+                continue
+            for sched, sizes in schedules:
+                got, _ = _step_through(model, idx, sizes, fresh(), label, V)  # (B, T, V)
+                dev = rel_dev(got, ref, scale)
+                if is_worse(dev, worst):
+                    worst, where = dev, f"{label}, {sched}{_first_over(got, ref, scale)}"
+            # Branch: the same saved state stepped twice must give the same logits.
+            P = T // 2
+            _, saved = _step_through(model, idx[:, :P], (64,), fresh(), label, V)
+            first, _ = _step_through(model, idx[:, P : P + 7], (7,), saved, label, V)  # (B, 7, V)
+            again, _ = _step_through(model, idx[:, P : P + 7], (7,), saved, label, V)  # (B, 7, V)
+            for dev in (rel_dev(again, first, scale), rel_dev(first, ref[:, P : P + 7], scale)):
+                if is_worse(dev, worst):
+                    worst, where = dev, f"{label}, stepping twice from the state saved at {P}"
+    detail = (f"max |step logits - forward logits| / max |logits| = {fmt(worst)} at T={T}"
+              + (f", worst at {where}" if where else "") + "".join(f"; {n}" for n in notes))
+    return verdict(name, worst, INCREMENTAL_TOL, detail)
+
+
+def _n_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _unregistered(model: nn.Module) -> list[str]:
+    """Tensor attributes that are neither parameters nor buffers (invisible to .to(), counts)."""
+    found = []
+    for mod_name, module in model.named_modules():
+        for attr, value in vars(module).items():
+            if isinstance(value, torch.Tensor):
+                found.append(f"{mod_name}.{attr}" if mod_name else attr)
+    return found
+
+
+def _parameter_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> None:
+    """Measured parameter counts; the backbone's count must equal the sum of its parts."""
+    cfg = ctx.config
+    built = models(ctx)
+    backbone = built[0][1]
+    per_layer = [_n_params(build_mixer(ctx, i)) for i in range(cfg.n_layer)]
+    base = _n_params(Backbone(cfg, lambda c, i: nn.Identity()))
+    measured = _n_params(backbone)
+    parts = " + ".join(f"{n:,}" for n in per_layer)
+    notes.append(f"params: backbone {measured:,} (mixers {parts})")
+    if measured != base + sum(per_layer):
+        fails.append(f"backbone holds {measured:,} parameters, its parts {base + sum(per_layer):,}"
+                     ": parameters shared between layers or created lazily")
+    for label, model in built:
+        if label != "backbone":
+            notes.append(f"{label} {_n_params(model):,}")
+        stray = _unregistered(model)
+        if stray:
+            fails.append(f"{label} holds tensors that are not parameters or buffers (not counted, "
+                         f"not moved by .to(), not saved): {', '.join(stray[:5])}")
+
+
+def _state_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> float | None:
+    """state_numel after init_state(1, T) and T stepped tokens vs the declared state_size."""
+    v, cfg = ctx.variant, ctx.config
+    if v.state_size is None:
+        notes.append("state_size not declared")
+        return None
+    if v.decode == "none":
+        notes.append("state_size declared but decode='none': not measurable")
+        return None
+    worst, measured_at = 0.0, []
+    for layer in range(cfg.n_layer):
+        mixer = build_mixer(ctx, layer).eval()
+        for T in (min(T, cfg.context) for T in STATE_LENGTHS):
+            state = mixer.init_state(1, T, device=ctx.device, dtype=torch.float32)
+            x = normal(ctx, 1, T, cfg.d_model)  # (1, T, D)
+            pos, i = 0, 0
+            with torch.no_grad():
+                while pos < T:
+                    n = min((1, 7, 64)[i % 3], T - pos)
+                    y, state = mixer.step(x[:, pos : pos + n], state)  # (1, n, D)
+                    if not isinstance(y, torch.Tensor) or y.shape != (1, n, cfg.d_model):
+                        raise ContractError(f"mixer step returned {getattr(y, 'shape', type(y))} "
+                                            f"for input (1, {n}, {cfg.d_model})")
+                    pos, i = pos + n, i + 1
+            measured = state_numel(state)
+            declared = v.state_size(cfg, layer, T)
+            if not isinstance(declared, numbers.Integral):
+                fails.append(f"state_size(config, {layer}, {T}) returned {declared!r}, not an int")
+                return math.nan
+            measured_at.append(f"L{layer}/T={T}: {measured:,}")
+            worst = max(worst, abs(measured - int(declared)))
+            if measured != declared:
+                fails.append(f"layer {layer}, T={T}: state holds {measured:,} elements, "
+                             f"state_size declares {int(declared):,}")
+    notes.append("state " + ", ".join(measured_at))
+    return worst
+
+
+def _flops_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> None:
+    fn, cfg = ctx.variant.flops_per_token, ctx.config
+    if fn is None:
+        notes.append("flops_per_token not declared")
+        return
+    for layer in range(cfg.n_layer):
+        for T in (1, INCREMENTAL_T, ctx.long_T):
+            value = fn(cfg, layer, T)
+            if not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+                fails.append(f"flops_per_token(config, {layer}, {T}) = {value!r}, "
+                             "expected a finite positive number")
+                return
+    notes.append(f"flops/token L0 T={INCREMENTAL_T}: {float(fn(cfg, 0, INCREMENTAL_T)):.3g}")
+
+
+def _aux_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> None:
+    """``aux_loss`` is declared exactly when some layer returns auxiliary losses in training."""
+    config = ctx.config.replace(dropout=0.0)
+    layers = []
+    for layer in range(config.n_layer):
+        mixer = build_mixer(ctx, layer, config).train()
+        with torch.no_grad():
+            out = mixer(normal(ctx, 1, 16, config.d_model))  # (1, 16, D) or MixerOutput
+        if isinstance(out, MixerOutput) and out.aux:
+            layers.append(str(layer))
+    if bool(layers) != ctx.variant.aux_loss:
+        found = f"layers {', '.join(layers)} return" if layers else "no layer returns"
+        fails.append(f"aux_loss={ctx.variant.aux_loss} declared, but {found} auxiliary losses "
+                     "in training")
+    elif layers:
+        notes.append(f"aux losses from layers {', '.join(layers)}")
+
+
+def check_declared_facts(ctx: CheckContext) -> CheckResult:
+    """Declared state size (exact), flops_per_token (finite, positive), aux_loss (matches
+    what the mixers return in training); parameter counts measured and accounted for."""
+    fails: list[str] = []
+    notes: list[str] = []
+    _parameter_facts(ctx, fails, notes)
+    worst = _state_facts(ctx, fails, notes)
+    _flops_facts(ctx, fails, notes)
+    _aux_facts(ctx, fails, notes)
+    return CheckResult("declared_facts", "fail" if fails else "pass", worst, FACTS_TOL,
+                       "; ".join(fails + notes))

@@ -1,0 +1,74 @@
+"""The trust gate with its verdicts cached in the store under the variant's content key
+(variant code + gate code + settings + device + library versions): the checks run once
+per code version, and `attnbench run` refuses numbers from a variant that failed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attnbench.gate.checks import CHECKS, CheckResult, default_config, gate_key_inputs, run_checks
+from attnbench.contract.config import ModelConfig
+from attnbench.store.provenance import content_key, provenance
+from attnbench.store.database import Store
+from attnbench.contract.variant import Variant
+
+
+@dataclass(frozen=True)
+class Verdict:
+    variant: str
+    key: str
+    results: list[CheckResult]
+    cached: bool
+
+    @property
+    def failed(self) -> list[str]:
+        return [r.check for r in self.results if r.status in ("fail", "error")]
+
+
+def gate_config(variant: Variant, options: Any = None) -> ModelConfig:
+    config = default_config(variant)
+    return config if options is None else config.replace(options=options)
+
+
+def gate_key(variant: Variant, device: torch.device, options: Any = None) -> str:
+    return content_key(gate_key_inputs(variant, device, config=gate_config(variant, options)))
+
+
+def _from_rows(rows: list[dict[str, Any]]) -> list[CheckResult] | None:
+    by_name = {r["check_name"]: r for r in rows}
+    if set(by_name) != set(CHECKS):
+        return None
+    return [CheckResult(c, by_name[c]["status"], by_name[c]["figure"], by_name[c]["tolerance"],
+                        by_name[c]["detail"]) for c in CHECKS]
+
+
+def _cacheable(results: list[CheckResult]) -> bool:
+    """Verdicts shaped by machine load (time-outs) are not cached."""
+    return not any("timed out" in r.detail or r.detail.startswith("not run") for r in results)
+
+
+def gate_variant(
+    variant: Variant, store: Store | None, device: torch.device, *, options: Any = None,
+    use_cache: bool = True, **check_kwargs: Any,
+) -> Verdict:
+    config = gate_config(variant, options)
+    key = content_key(gate_key_inputs(variant, device, config=config, **{
+        k: v for k, v in check_kwargs.items() if k == "long_T"}))
+    if store is not None and use_cache:
+        cached = _from_rows(store.checks(gate_key=key))
+        if cached is not None:
+            return Verdict(variant.name, key, cached, True)
+    results = run_checks(variant, device=device, config=config, **check_kwargs)
+    if store is not None and _cacheable(results):
+        store.save_checks(key, variant.name, results, {**provenance(device), "gate_key": key})
+    return Verdict(variant.name, key, results, False)
+
+
+def cached_verdict(variant: Variant, store: Store, device: torch.device) -> Verdict | None:
+    """The stored verdict for the variant's current code with default options, if any."""
+    key = gate_key(variant, device)
+    results = _from_rows(store.checks(gate_key=key))
+    return Verdict(variant.name, key, results, True) if results else None

@@ -1,0 +1,143 @@
+"""Suite -> cells (variant x model size x data x budget x seed x grid point), each with
+a content key: a cell already stored under its key is skipped, and a code change of the
+variant or of the harness's compute modules gives a new key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel
+
+from attnbench.contract.config import ModelConfig
+from attnbench.data.spec import DataSpec
+from attnbench.data.loading import vocab_size_for
+from attnbench.data.tasks import task_seq_len
+from attnbench.errors import DataError, UnknownVariantError
+from attnbench.registry.loader import Registry, unknown_variant_message
+from attnbench.registry.identity import variant_identity
+from attnbench.store.provenance import content_key, library_versions
+from attnbench.plan.specs import ModelSpec
+from attnbench.plan.suite import Suite, suite_error_at
+
+BYTE_VOCAB = 256
+
+
+def _data_vocab(suite: Suite, ei: int, data: DataSpec | None, registry: Registry) -> int:
+    """Vocabulary of an experiment's data; for tasks also checks seq_len matches."""
+    if data is None:
+        return BYTE_VOCAB
+    try:
+        vocab = vocab_size_for(data, registry)
+        if data.source == "task":
+            exp = suite.experiments[ei]
+            need = task_seq_len(data, registry)
+            if getattr(exp.spec(), "seq_len", need) != need:
+                raise DataError(f"task {data.task!r} makes sequences of {need} tokens; set train.seq_len: {need}")
+    except (DataError, UnknownVariantError) as exc:
+        raise suite_error_at(suite, ("experiments", ei, "data"), str(exc)) from None
+    return vocab
+
+
+@dataclass(frozen=True)
+class Cell:
+    suite: str
+    experiment: str
+    kind: str
+    variant: str
+    model: ModelConfig
+    data: DataSpec | None
+    spec: BaseModel  # the experiment kind's mapping (TrainSpec for `train`), grid point applied
+    seed: int
+    coords: dict[str, Any] = field(hash=False)
+    key: str = ""
+    key_inputs: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def config_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.to_dict(),
+            "data": self.data.model_dump() if self.data else None,
+            self.kind: self.spec.model_dump(),
+            "seed": self.seed,
+        }
+
+
+def _model_config(spec: ModelSpec, context: int, options: Any, vocab: int) -> ModelConfig:
+    return ModelConfig(
+        vocab_size=vocab, d_model=spec.d_model, n_layer=spec.n_layer, n_head=spec.n_head,
+        context=spec.context or context, mlp_ratio=spec.mlp_ratio, dropout=spec.dropout,
+        bias=spec.bias, options=options,
+    )
+
+
+def expand(
+    suite: Suite,
+    registry: Registry,
+    *,
+    device: str = "",
+    only_variants: list[str] | None = None,
+    corpus_hash: Callable[[DataSpec], str] | None = None,
+    kind_code: Callable[[str], str] | None = None,
+) -> list[Cell]:
+    """All cells of a suite, validated against the registry. Keys are computed when
+    ``corpus_hash`` (it loads the data) and ``kind_code`` (the hash of the code a kind
+    runs) are given; ``validate`` passes neither. Kinds link their cells afterwards
+    (``experiments.registry.expand_suite`` does both)."""
+    if only_variants:
+        for name in only_variants:
+            if name not in registry.variants:
+                raise UnknownVariantError(unknown_variant_message(name, registry.names()))
+    base = suite.path.parent if suite.path else Path.cwd()
+    cells: list[Cell] = []
+    for ei, exp in enumerate(suite.experiments):
+        names = registry.names() if exp.variants == "all" else exp.variants
+        for vi, name in enumerate(names):
+            if name not in registry.variants:
+                raise suite_error_at(suite, ("experiments", ei, "variants", vi),
+                                     unknown_variant_message(name, registry.names()))
+        for name in exp.variant_options:
+            if name not in names:
+                raise suite_error_at(suite, ("experiments", ei, "variant_options", name),
+                                     f"options given for {name!r}, which this experiment does not run")
+        data = exp.data.resolved(base) if getattr(exp, "data", None) else None
+        data_hash = corpus_hash(data) if corpus_hash and data else ""
+        vocab = _data_vocab(suite, ei, data, registry)
+        for name in names:
+            if only_variants and name not in only_variants:
+                continue
+            variant = registry.get(name)
+            try:
+                options = variant.make_options(exp.variant_options.get(name))
+            except ValueError as exc:
+                raise suite_error_at(suite, ("experiments", ei, "variant_options", name), str(exc)) from None
+            for mi, mspec in enumerate(exp.models):
+                for point in exp.points():
+                    base_spec = exp.spec()
+                    spec = type(base_spec).model_validate({**base_spec.model_dump(), **point}) if point else base_spec
+                    if getattr(spec, "model_kind", "backbone") == "own" and variant.build_model is None:
+                        raise suite_error_at(suite, ("experiments", ei, exp.kind, "model_kind"),
+                                             f"variant {name!r} has no model of its own; use model_kind: backbone")
+                    try:
+                        model = _model_config(mspec, exp.context(spec), options, vocab)
+                    except ValueError as exc:
+                        raise suite_error_at(suite, ("experiments", ei, "models", mi), str(exc)) from None
+                    if model.context < exp.context(spec):
+                        raise suite_error_at(suite, ("experiments", ei, "models", mi, "context"),
+                                             f"context {model.context} is shorter than the {exp.kind} "
+                                             f"experiment needs ({exp.context(spec)})")
+                    for seed in exp.seeds:
+                        coords = {"variant": name, "model": mi, "d_model": model.d_model,
+                                  "n_layer": model.n_layer, "seed": seed, **point}
+                        cell = Cell(suite.name, exp.name, exp.kind, name, model, data, spec, seed, coords)
+                        if corpus_hash and kind_code:
+                            inputs = {
+                                "suite": suite.name, "experiment": exp.name, "kind": exp.kind,
+                                "config": cell.config_dict(), "corpus_sha256": data_hash,
+                                "variant": variant_identity(variant), "harness": kind_code(exp.kind),
+                                "device": device,
+                                "versions": {k: library_versions()[k] for k in ("torch", "python")},
+                            }
+                            cell = Cell(**{**cell.__dict__, "key": content_key(inputs), "key_inputs": inputs})
+                        cells.append(cell)
+    return cells

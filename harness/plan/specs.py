@@ -1,0 +1,312 @@
+"""Experiment specifications: what each `kind` of suite experiment accepts.
+
+Every experiment has the common fields of ``ExperimentBase``; its kind adds one mapping
+named after it (``train:``, ...). The suite validates against the union of all kinds.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from attnbench.data.spec import DataSpec
+
+
+class Budget(BaseModel):
+    """How much training each cell gets; exactly one key. The same budget object applies
+    to every variant of an experiment; what each actually consumed is recorded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    steps: int | None = Field(None, gt=0)  # optimizer steps
+    tokens: int | None = Field(None, gt=0)  # training tokens (batch x seq_len per step)
+    seconds: float | None = Field(None, gt=0)  # wall-clock training time (evaluation excluded)
+    flops: float | None = Field(None, gt=0)  # training FLOPs, from the analytic FLOPs per token
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "Budget":
+        given = [k for k, v in self.model_dump().items() if v is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of steps, tokens, seconds, flops (got {given or 'none'})")
+        return self
+
+    def kind(self) -> str:
+        return next(k for k, v in self.model_dump().items() if v is not None)
+
+
+class TrainSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    budget: Budget
+    batch_size: int = Field(8, gt=0)
+    seq_len: int = Field(128, gt=0)
+    lr: float = Field(1e-3, gt=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    warmup_steps: int = Field(20, ge=0)
+    weight_decay: float = Field(0.1, ge=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.95, ge=0, lt=1)
+    grad_clip: float = Field(1.0, gt=0)
+    eval_interval: int = Field(50, gt=0)
+    eval_tokens: int = Field(16384, gt=0)
+    log_interval: int = Field(10, gt=0)
+    model_kind: Literal["backbone", "own"] = "backbone"
+    checkpoint: bool = True  # keep the final model (for lm-eval and inspection)
+    checkpoint_interval: int = Field(100, ge=0)  # steps between resumable training states; 0 = off
+    diverge_factor: float = Field(3.0, gt=1)  # loss above factor * ln(vocab) counts as diverged
+
+
+class ModelSpec(BaseModel):
+    """Model size; `context` defaults to the training sequence length."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    d_model: int = Field(64, gt=0)
+    n_layer: int = Field(2, gt=0)
+    n_head: int = Field(2, gt=0)
+    context: int | None = Field(None, gt=0)
+    mlp_ratio: int = Field(4, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    bias: bool = True
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "ModelSpec":
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+        return self
+
+
+class ExperimentBase(BaseModel):
+    """Fields every experiment kind has: which variants, at which sizes, which seeds."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    variants: list[str] | Literal["all"] = "all"
+    variant_options: dict[str, dict[str, Any]] = {}
+    models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec()], min_length=1)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+
+    def spec(self) -> BaseModel:
+        """The kind-specific mapping (e.g. ``train:`` of a train experiment)."""
+        return getattr(self, self.kind)
+
+    def points(self) -> list[dict[str, Any]]:
+        """Hyper-parameter points; kinds without a grid have one empty point."""
+        return [{}]
+
+    def context(self, spec: BaseModel) -> int:
+        """Model context when a model spec leaves it unset."""
+        raise NotImplementedError
+
+
+class TrainExperiment(ExperimentBase):
+    kind: Literal["train"]
+    data: DataSpec = DataSpec()
+    train: TrainSpec
+    grid: dict[str, list[Any]] = {}
+
+    def points(self) -> list[dict[str, Any]]:
+        return grid_points(self.grid)
+
+    def context(self, spec: TrainSpec) -> int:
+        return spec.seq_len
+
+    @field_validator("grid")
+    @classmethod
+    def _grid_keys(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        known = set(TrainSpec.model_fields) - {"budget"}
+        for key, values in grid.items():
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"grid key {key!r} is not a train setting{hint}; allowed: {sorted(known)}")
+            if not values:
+                raise ValueError(f"grid key {key!r} has no values")
+        return grid
+
+    @model_validator(mode="after")
+    def _grid_points_valid(self) -> "TrainExperiment":
+        for point in grid_points(self.grid):
+            TrainSpec.model_validate({**self.train.model_dump(), **point})
+        return self
+
+
+def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Cartesian product of a grid, in key order; [{}] for an empty grid."""
+    points: list[dict[str, Any]] = [{}]
+    for key, values in grid.items():
+        points = [{**p, key: v} for p in points for v in values]
+    return points
+
+
+SPEED_MODES = ("forward", "train_step", "decode")
+
+
+class SpeedSpec(BaseModel):
+    """Speed and peak memory against sequence length (harness/speed.py).
+
+    Lengths are ``lengths`` when given, else T_min, 2 T_min, ... up to T_max. Each
+    (variant, model, seed) cell sweeps them upward per mode; a point that fails (out of
+    memory, over ``time_limit_s``, error) is stored as such and ends that mode's sweep.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    lengths: list[int] | None = None  # explicit sequence lengths
+    T_min: int = Field(256, gt=0)
+    T_max: int = Field(4096, gt=0)
+    modes: list[Literal["forward", "train_step", "decode"]] = Field(
+        default_factory=lambda: list(SPEED_MODES), min_length=1)
+    batch_size: int = Field(1, gt=0)
+    decode_contexts: list[int] | None = None  # context lengths for decode (default: the lengths)
+    decode_tokens: int = Field(8, gt=0)  # single-token steps per timed call (time is per token)
+    min_rounds: int = Field(3, gt=0)  # pytest-benchmark: rounds at least
+    max_time: float = Field(1.0, gt=0)  # pytest-benchmark: seconds of rounds when calls are fast
+    warmup: int = Field(1, ge=0)  # pytest-benchmark warm-up iterations; 0 = off
+    time_limit_s: float = Field(120.0, gt=0)  # per point: its isolated run (start, setup, one call)
+    memory_limit_gb: float | None = Field(None, gt=0)  # CPU cap per isolated point; default half the free memory
+    dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: fp32 on CPU, bf16 autocast on CUDA
+    threads: int | None = Field(None, gt=0)  # CPU threads (torch.set_num_threads); default torch's
+    fit_T_min: int = Field(0, ge=0)  # slopes fit the ok points with T >= this
+    model_kind: Literal["backbone", "own"] = "backbone"
+
+    @field_validator("lengths", "decode_contexts")
+    @classmethod
+    def _positive_sorted(cls, v: list[int] | None) -> list[int] | None:
+        if v is None:
+            return v
+        if not v or any(t <= 0 for t in v):
+            raise ValueError(f"give one or more positive lengths, got {v}")
+        return sorted(set(v))
+
+    @field_validator("modes")
+    @classmethod
+    def _unique_modes(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"modes are repeated: {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _range(self) -> "SpeedSpec":
+        if self.lengths is None and self.T_min > self.T_max:
+            raise ValueError(f"T_min ({self.T_min}) must be <= T_max ({self.T_max})")
+        return self
+
+    def sweep(self, mode: str) -> list[int]:
+        """The lengths one mode sweeps, increasing (decode: context lengths)."""
+        if mode == "decode" and self.decode_contexts is not None:
+            return list(self.decode_contexts)
+        if self.lengths is not None:
+            return list(self.lengths)
+        out, T = [], self.T_min
+        while T <= self.T_max:
+            out.append(T)
+            T *= 2
+        return out
+
+    def context_needed(self) -> int:
+        return max(max(self.sweep(m)) + (self.decode_tokens if m == "decode" else 0) for m in self.modes)
+
+
+class SpeedExperiment(ExperimentBase):
+    kind: Literal["speed"]
+    speed: SpeedSpec = SpeedSpec()
+
+    def context(self, spec: SpeedSpec) -> int:
+        return spec.context_needed()
+
+
+class ScalingSpec(TrainSpec):
+    """Training settings of a `scaling` experiment (harness/scaling.py): as `train`, but
+    each size's budget follows its measured parameter count N, from exactly one of
+    ``tokens_per_param`` (tokens = k N) or ``flops_per_param`` (training FLOPs = k N)."""
+
+    budget: Budget | None = None  # set per size from the rule; do not give it
+    tokens_per_param: float | None = Field(None, gt=0)
+    flops_per_param: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> "ScalingSpec":
+        if self.budget is not None:
+            raise ValueError("a scaling experiment sets each size's budget; remove 'budget' and "
+                             "give tokens_per_param or flops_per_param")
+        given = list(self.budget_rule())
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of tokens_per_param, flops_per_param (got {given or 'none'})")
+        return self
+
+    def budget_rule(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in ("tokens_per_param", "flops_per_param") if getattr(self, k) is not None}
+
+    def train_spec(self, n_params: int) -> TrainSpec:
+        """The TrainSpec of a model with ``n_params`` parameters."""
+        fields = self.model_dump(exclude={"budget", "tokens_per_param", "flops_per_param"})
+        if self.tokens_per_param is not None:
+            budget = {"tokens": max(1, math.ceil(self.tokens_per_param * n_params))}
+        else:
+            budget = {"flops": self.flops_per_param * n_params}
+        return TrainSpec.model_validate({**fields, "budget": budget})
+
+
+class ScalingExperiment(ExperimentBase):
+    kind: Literal["scaling"]
+    data: DataSpec = DataSpec()
+    scaling: ScalingSpec
+
+    def context(self, spec: ScalingSpec) -> int:
+        return spec.seq_len
+
+    @model_validator(mode="after")
+    def _three_sizes(self) -> "ScalingExperiment":
+        sizes = {m.model_dump_json() for m in self.models}
+        if len(sizes) < 3:
+            raise ValueError(f"a scaling fit needs at least 3 different model sizes in 'models', got {len(sizes)}")
+        return self
+
+
+class LmEvalSpec(BaseModel):
+    """lm-eval tasks on the checkpoints of a train experiment (harness/lm_eval_runner.py).
+
+    Paths (``include_path``, the values of ``paths``) are relative to the suite file and
+    made absolute before lm-eval runs; ``paths`` entries join ``metadata``, which lm-eval
+    hands to every task (e.g. ``text_path`` of the held-out text task).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tasks: list[str] = Field(min_length=1)  # lm-eval task, group or tag names
+    from_experiment: str = Field(min_length=1)  # experiment of this suite whose checkpoints are evaluated
+    include_path: str | list[str] | None = None  # folders of task YAML files
+    limit: int | float | None = Field(None, gt=0)  # documents per task (< 1: a fraction)
+    num_fewshot: int | None = Field(None, ge=0)
+    batch_size: int = Field(16, gt=0)
+    bootstrap_iters: int = Field(1000, ge=0)  # lm-eval's stderr resampling; 0 = no stderr
+    offline: bool = True  # switch the Hugging Face hub off: unreachable data fails at once
+    metadata: dict[str, Any] = {}
+    paths: dict[str, str] = {}
+
+    def resolved(self, base_dir: Any) -> "LmEvalSpec":
+        """A copy with every path made absolute against ``base_dir`` (the suite's folder)."""
+        from pathlib import Path
+
+        def fix(p: str) -> str:
+            return str((base_dir / Path(p).expanduser()).resolve())
+
+        inc = self.include_path
+        inc = None if inc is None else [fix(p) for p in ([inc] if isinstance(inc, str) else inc)]
+        return self.model_copy(update={"include_path": inc, "paths": {k: fix(v) for k, v in self.paths.items()}})
+
+
+class LmEvalExperiment(ExperimentBase):
+    """One cell per cell of ``lm_eval.from_experiment`` with this experiment's variant, model
+    size and seed; each evaluates that trained cell's checkpoint (and its key is part of
+    the lm_eval cell's key)."""
+
+    kind: Literal["lm_eval"]
+    lm_eval: LmEvalSpec
+
+    def context(self, spec: LmEvalSpec) -> int:
+        return 1  # nothing is trained here: the evaluated model keeps its trained context
+
+
+# The union every suite experiment is validated against; new kinds are added here.
+AnyExperiment = Annotated[Union[TrainExperiment, SpeedExperiment, ScalingExperiment, LmEvalExperiment],
+                          Field(discriminator="kind")]

@@ -1,0 +1,292 @@
+"""Suites: versioned, declarative YAML validated before anything runs.
+
+A suite file::
+
+    version: 1
+    name: quick
+    include: [common.yaml]          # mappings merged under this file; experiments appended
+    defaults: {model: {...}, data: {...}, train: {...}}
+    experiments:
+      - name: tiny
+        kind: train
+        variants: [softmax, toy]     # or "all"
+        models: [{d_model: 64, n_layer: 2, n_head: 2}]
+        train: {budget: {steps: 200}, lr: 1e-3}
+        grid: {lr: [1e-3, 3e-3]}     # every point runs
+        seeds: [0, 1]
+
+Every error names the file, the line, the key and what to do.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import yaml
+from pydantic import (
+    BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator,
+)
+
+from attnbench.errors import SuiteError
+from attnbench.plan.specs import AnyExperiment
+
+# Experiment kinds, read off the experiment models of the suite schema (specs.AnyExperiment).
+KINDS = tuple(get_args(m.model_fields["kind"].annotation)[0] for m in get_args(get_args(AnyExperiment)[0]))
+
+SUITE_VERSION = 1
+
+
+class Suite(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: Literal[1]
+    name: str = Field(min_length=1)
+    description: str = ""
+    include: list[str] = []
+    allow_failed_checks: bool = False
+    # Wall-clock budget of the trust gate's checks per variant (a hang is a failed check).
+    check_time_limit_s: float = Field(300.0, gt=0)
+    device: str = "auto"
+    # Fan-out executors (attnbench run --executor ray): times a cell whose task failed in
+    # the executor (a worker died) is run again, and the CPUs each cell's task reserves.
+    retries: int = Field(0, ge=0, le=10)
+    cpus_per_cell: int = Field(1, ge=1)
+    defaults: dict[str, Any] = {}
+    experiments: list[AnyExperiment] = Field(min_length=1)
+
+    # Set by load_suite, not by the YAML.
+    _path: Path | None = PrivateAttr(None)
+    _locate: Any = PrivateAttr(None)
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "Suite":
+        names = [e.name for e in self.experiments]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"experiment names must be unique; repeated: {dupes}")
+        return self
+
+
+# -- loading --------------------------------------------------------------------------
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+class _Source:
+    """A parsed YAML file: its data and node tree (for line numbers)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SuiteError(f"{path}: cannot read suite file: {exc.strerror}") from exc
+        try:
+            self.node = yaml.compose(text)
+            self.data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise SuiteError(f"{where}: YAML syntax error: {problem}. Fix the YAML at that line.") from exc
+        if self.data is None:
+            self.data = {}
+        if not isinstance(self.data, dict):
+            raise SuiteError(f"{path}:1: a suite must be a mapping of keys (version, name, experiments)")
+
+    def find(self, loc: tuple[Any, ...]) -> tuple[int | None, bool]:
+        """(1-based line of the deepest node along ``loc``, whether all of ``loc`` exists)."""
+        node, line = self.node, None
+        for part in loc:
+            line = node.start_mark.line + 1
+            if isinstance(node, yaml.MappingNode):
+                node = next((v for k, v in node.value if k.value == part), None)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                node = node.value[part]
+            else:
+                node = None
+            if node is None:
+                return line, False
+        return (node.start_mark.line + 1 if node is not None else line), True
+
+    def line(self, loc: tuple[Any, ...]) -> int | None:
+        return self.find(loc)[0]
+
+
+def _load_tree(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], list[tuple[_Source, int]], list[_Source]]:
+    """Merged raw mapping, the origin (file, index) of each experiment, and all sources."""
+    path = path.resolve()
+    if path in seen:
+        chain = " -> ".join(str(p) for p in (*seen, path))
+        raise SuiteError(f"{path}: include cycle: {chain}; remove one of the includes")
+    src = _Source(path)
+    includes = src.data.get("include", [])
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        raise SuiteError(f"{path}:{src.line(('include',))}: 'include' must be a list of file paths")
+    merged: dict[str, Any] = {}
+    origins: list[tuple[_Source, int]] = []
+    sources: list[_Source] = []
+    for inc in includes:
+        inc_path = path.parent / inc
+        if not inc_path.is_file():
+            raise SuiteError(
+                f"{path}:{src.line(('include',))}: included file {inc!r} not found "
+                f"(looked at {inc_path}); paths are relative to the including file"
+            )
+        data, inc_origins, inc_sources = _load_tree(inc_path, (*seen, path))
+        exps = merged.get("experiments", []) + data.pop("experiments", [])
+        origins += inc_origins
+        merged = _deep_merge(merged, data)
+        merged["experiments"] = exps
+        sources += inc_sources
+    own = {k: v for k, v in src.data.items() if k != "include"}
+    own_exps = own.pop("experiments", []) or []
+    if not isinstance(own_exps, list):
+        raise SuiteError(f"{path}:{src.line(('experiments',))}: 'experiments' must be a list")
+    exps = merged.get("experiments", [])
+    for i, exp in enumerate(own_exps):
+        name = exp.get("name") if isinstance(exp, dict) else None
+        replaced = [j for j, e in enumerate(exps) if isinstance(e, dict) and name and e.get("name") == name]
+        if replaced:  # same name as an included experiment: this file's version wins
+            exps[replaced[0]], origins[replaced[0]] = exp, (src, i)
+        else:
+            exps.append(exp)
+            origins.append((src, i))
+    merged = _deep_merge(merged, own)
+    merged["experiments"] = exps
+    return merged, origins, [src, *sources]
+
+
+def _apply_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    defaults = raw.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        return raw
+    out = dict(raw)
+    exps = []
+    for exp in raw.get("experiments", []):
+        if not isinstance(exp, dict):
+            exps.append(exp)
+            continue
+        e = dict(exp)
+        for key in ("data", "train"):
+            if isinstance(defaults.get(key), dict):
+                e[key] = _deep_merge(defaults[key], e.get(key) or {})
+        if isinstance(defaults.get("model"), dict):
+            models = e.get("models") or [{}]
+            if isinstance(models, list):
+                e["models"] = [_deep_merge(defaults["model"], m) if isinstance(m, dict) else m for m in models]
+        for key in ("variants", "seeds", "variant_options", "grid"):
+            if key in defaults and key not in e:
+                e[key] = copy.deepcopy(defaults[key])
+        exps.append(e)
+    out["experiments"] = exps
+    return out
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _fix_hint(err: dict[str, Any]) -> str:
+    kind = err["type"]
+    if kind == "missing":
+        return f"add the key {err['loc'][-1]!r}"
+    if kind == "extra_forbidden":
+        return "remove it or correct its spelling"
+    if kind.startswith("greater_than") or kind.startswith("less_than"):
+        return "use a value in range"
+    return "correct the value"
+
+
+def _normalise(err: dict[str, Any]) -> dict[str, Any]:
+    """Drop the union tag pydantic puts in experiment locations; name a missing kind."""
+    loc = tuple(err["loc"])
+    if len(loc) >= 3 and loc[0] == "experiments" and isinstance(loc[1], int) and loc[2] in KINDS:
+        loc = loc[:2] + loc[3:]
+    if err["type"] == "union_tag_not_found":
+        return {**err, "loc": (*loc, "kind"), "type": "missing", "msg": "Field required"}
+    if err["type"] == "union_tag_invalid":
+        return {**err, "loc": (*loc, "kind"), "msg": f"unknown experiment kind; use one of {list(KINDS)}"}
+    return {**err, "loc": loc}
+
+
+def _suite_error(exc: ValidationError, sources_by_loc) -> SuiteError:
+    lines = []
+    for err in map(_normalise, exc.errors()):
+        loc = tuple(err["loc"])
+        src, line = sources_by_loc(loc)
+        where = f"{src.path}:{line}" if line else str(src.path)
+        msg = err["msg"].removeprefix("Value error, ")
+        got = ""
+        if err["type"] not in ("missing", "model_type", "union_tag_invalid") and not isinstance(err.get("input"), dict):
+            got = f" (got {err.get('input')!r})"
+        lines.append(f"{where}: {_format_loc(loc) or '(top level)'}: {msg}{got}; {_fix_hint(err)}")
+    return SuiteError("invalid suite:\n  " + "\n  ".join(lines))
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Parse, merge includes and defaults, and validate a suite file."""
+    path = Path(path)
+    if not path.is_file():
+        raise SuiteError(f"suite file {path} not found")
+    raw, origins, sources = _load_tree(path, ())
+    main = sources[0]
+    raw.setdefault("name", path.stem)
+    raw = _apply_defaults(raw)
+
+    def locate(loc: tuple[Any, ...]) -> tuple[_Source, int | None]:
+        """File and line for an error at ``loc`` of the merged suite."""
+        if len(loc) >= 2 and loc[0] == "experiments" and isinstance(loc[1], int) and loc[1] < len(origins):
+            src, i = origins[loc[1]]
+            line, found = src.find(("experiments", i, *loc[2:]))
+            if found or len(loc) < 4:
+                return src, line
+            # The value may have been merged in from `defaults` (model/data/train).
+            rest = ("model", *loc[4:]) if loc[2] == "models" else loc[2:]
+            for s in sources:
+                d_line, d_found = s.find(("defaults", *rest))
+                if d_found:
+                    return s, d_line
+            return src, line
+        for s in sources:
+            if loc and loc[0] in s.data:
+                return s, s.line(loc)
+        return main, main.line(loc)
+
+    if "version" in raw and raw["version"] != SUITE_VERSION:
+        raise SuiteError(
+            f"{main.path}:{main.line(('version',))}: suite format version {raw['version']!r} "
+            f"is not supported; this attnbench reads version {SUITE_VERSION}"
+        )
+    try:
+        suite = Suite.model_validate(raw)
+    except ValidationError as exc:
+        raise _suite_error(exc, locate) from None
+    suite._path = path.resolve()
+    suite._locate = locate  # for errors found later against the registry
+    return suite
+
+
+def suite_error_at(suite: Suite, loc: tuple[Any, ...], message: str) -> SuiteError:
+    """A SuiteError naming file and line of ``loc`` in ``suite`` (after loading)."""
+    locate = suite._locate
+    if locate is None:
+        return SuiteError(f"{_format_loc(loc)}: {message}")
+    src, line = locate(loc)
+    return SuiteError(f"{src.path}:{line}: {_format_loc(loc)}: {message}")

@@ -1,0 +1,203 @@
+"""Where a suite's cells run: in this process (the default), or fanned out as Ray tasks.
+
+The runner decides what runs (cells already stored are skipped, the trust gate runs
+first) and stores what comes back; an executor only runs ``Task``s and hands back their
+values as they finish. The driver alone writes the store, so it stays consistent
+whichever executor ran the cells. Ray is imported only when asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from attnbench.errors import ExecutorError
+
+EXECUTORS = ("local", "ray")
+RAY_OBJECT_STORE_BYTES = 256 * 1024**2  # cells send back small records: keep Ray's shared memory small
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work: ``fn(*args)``, where fn is a module-level function (so a worker
+    process can import it) and args are picklable values."""
+
+    key: str  # unique among the tasks in flight (a cell key)
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    driver_kwargs: dict[str, Any] = field(default_factory=dict)  # added when run in this process
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    retries: int = 0  # re-runs after the executor failed to run it (a worker died, ...)
+    on_driver: bool = False  # run in this process (with driver_kwargs) even on a remote executor
+
+
+@dataclass
+class Finished:
+    """A task's value, or why the executor could not produce one."""
+
+    task: Task
+    value: Any = None
+    error: str | None = None  # set when the task failed in the executor after all retries
+    attempts: int = 1
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+
+def _run_here(task: Task, attempts: int = 1) -> Finished:
+    started = time.time()
+    value = task.fn(*task.args, **task.driver_kwargs)
+    return Finished(task, value, None, attempts, started, time.time())
+
+
+class Executor(ABC):
+    """Runs tasks; ``submit`` and ``drain`` return the tasks finished so far, in the
+    order they finished, each exactly once."""
+
+    name: str = ""
+    remote: bool = False  # True when tasks run in other processes (maybe other machines)
+
+    @abstractmethod
+    def submit(self, task: Task) -> list[Finished]:
+        """Start ``task``; return the tasks that finished meanwhile (maybe none)."""
+
+    def drain(self) -> list[Finished]:
+        """Wait for every task in flight; return them."""
+        return []
+
+    def close(self) -> None:
+        """Release what the executor started (a no-op for the in-process executor)."""
+
+    def __enter__(self) -> "Executor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class InProcessExecutor(Executor):
+    """Each task runs to completion in this process when it is submitted."""
+
+    name = "in-process"
+
+    def submit(self, task: Task) -> list[Finished]:
+        return [_run_here(task)]
+
+
+def _ray_call(fn: Callable[..., Any], args: tuple[Any, ...], num_cpus: float) -> Any:
+    """What a Ray worker runs: ``fn(*args)`` with torch using the CPUs the task reserved."""
+    import torch
+
+    torch.set_num_threads(max(1, int(num_cpus)))
+    return fn(*args)
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ExecutorError(
+            "--executor ray needs Ray, which is not installed: pip install 'attnbench[ray]'"
+        ) from exc
+    return ray
+
+
+class RayExecutor(Executor):
+    """Tasks as Ray tasks with their resource needs (CPUs, GPUs), retried when a worker
+    fails. Starts a small local Ray instance unless ``address`` names a running cluster
+    (or Ray is already initialised in this process, which is then left running)."""
+
+    name = "ray"
+    remote = True
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
+        ray = import_ray()
+        self._ray = ray
+        self._owned = not ray.is_initialized()
+        if self._owned:
+            kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
+            if address:
+                kwargs["address"] = address
+            else:  # a fresh instance on this machine, sized to it, never someone else's cluster
+                kwargs.update(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
+                              object_store_memory=RAY_OBJECT_STORE_BYTES)
+            try:
+                ray.init(**kwargs)
+            except Exception as exc:
+                where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+                raise ExecutorError(f"could not start or reach {where}: {type(exc).__name__}: {exc}") from exc
+        self.address = address or "local"
+        # What the instance we started has: a task asking for more would wait forever.
+        self._capacity = ray.cluster_resources() if self._owned and not address else None
+        self._remote = ray.remote(_ray_call)
+        self._pending: dict[Any, tuple[Task, int, float]] = {}  # ref -> (task, attempt, started)
+
+    def _launch(self, task: Task, attempt: int, started: float | None = None) -> None:
+        for resource, need, fix in (("CPU", task.num_cpus, "lower the suite's cpus_per_cell"),
+                                    ("GPU", task.num_gpus, "run with --device cpu")):
+            have = (self._capacity or {}).get(resource, 0.0)
+            if self._capacity is not None and need > have:
+                raise ExecutorError(
+                    f"a cell needs {need:g} {resource}(s) but the local Ray instance has {have:g}; "
+                    f"{fix}, or pass --address of a Ray cluster that has them"
+                )
+        ref = self._remote.options(
+            num_cpus=task.num_cpus, num_gpus=task.num_gpus, max_retries=0, name=f"cell-{task.key[:12]}",
+        ).remote(task.fn, task.args, task.num_cpus)
+        self._pending[ref] = (task, attempt, started if started is not None else time.time())
+
+    def submit(self, task: Task) -> list[Finished]:
+        if task.on_driver:
+            return [_run_here(task)]
+        self._launch(task, 1)
+        return self._collect(block=False)
+
+    def drain(self) -> list[Finished]:
+        done: list[Finished] = []
+        while self._pending:
+            done += self._collect(block=True)
+        return done
+
+    def _collect(self, block: bool) -> list[Finished]:
+        if not self._pending:
+            return []
+        refs = list(self._pending)
+        ready, _ = self._ray.wait(refs, num_returns=1 if block else len(refs), timeout=None if block else 0)
+        done = []
+        for ref in ready:
+            task, attempt, started = self._pending.pop(ref)
+            try:
+                done.append(Finished(task, self._ray.get(ref), None, attempt, started, time.time()))
+            except self._ray.exceptions.RayError as exc:
+                if attempt <= task.retries:
+                    self._launch(task, attempt + 1, started)
+                    continue
+                first = (str(exc).strip().splitlines() or [""])[0]
+                error = f"ray task failed after {attempt} attempt(s): {type(exc).__name__}: {first}"
+                done.append(Finished(task, None, error, attempt, started, time.time()))
+        return done
+
+    def close(self) -> None:
+        for ref in list(self._pending):  # interrupted: stop what still runs
+            try:
+                self._ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - it may have finished meanwhile; nothing to stop
+                pass
+        self._pending.clear()
+        if self._owned and self._ray.is_initialized():
+            self._ray.shutdown()
+
+
+def make_executor(name: str = "local", *, address: str | None = None) -> Executor:
+    """The executor ``attnbench run --executor NAME [--address ADDR]`` asks for."""
+    if name not in EXECUTORS:
+        raise ExecutorError(f"unknown executor {name!r}; use one of {list(EXECUTORS)}")
+    if address and name != "ray":
+        raise ExecutorError("--address names a Ray cluster; use it with --executor ray")
+    if name == "ray":
+        return RayExecutor(address)
+    return InProcessExecutor()

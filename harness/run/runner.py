@@ -1,0 +1,233 @@
+"""Running a suite: expand into cells, skip the ones already stored, run the rest, and
+store each finished cell atomically (so an interrupted suite resumes where it stopped).
+
+The cells run through an executor (``attnbench.run.executors``: here, or as Ray tasks); only
+this process (under torchrun: rank 0) writes the store."""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+import torch
+
+from attnbench import distributed
+from attnbench.experiments.registry import expand_suite
+from attnbench.plan.cells import Cell
+from attnbench.data.loading import load_corpus
+from attnbench.errors import DistributedError
+from attnbench.run.executors import Executor, Finished, InProcessExecutor, Task
+from attnbench.registry.loader import Registry
+from attnbench.store.provenance import device_name, provenance, resolve_device
+from attnbench.gate.verdicts import Verdict, gate_variant
+from attnbench.experiments.base import CellOutcome, RunContext
+from attnbench.experiments.registry import get_kind
+from attnbench.store.database import RunRecord, Store
+from attnbench.plan.suite import Suite
+from attnbench.contract.variant import Variant
+
+
+@dataclass
+class RunReport:
+    cells: int = 0
+    skipped: int = 0
+    ran: int = 0
+    not_done: list[str] = field(default_factory=list)  # "variant/experiment: status (error)"
+
+
+class ProgressLine:
+    """One updating status line on a terminal; plain lines when output is a file."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.tty = out, out.isatty()
+        self._last = 0.0
+
+    def cell(self, i: int, n: int, cell: Cell) -> Callable[[int, int, float | None], None]:
+        label = f"[{i}/{n}] {cell.experiment} {cell.variant} d{cell.model.d_model}x{cell.model.n_layer} seed {cell.seed}"
+        print(label, file=self.out, flush=True)
+
+        def update(step: int, total: int, loss: float | None) -> None:
+            now = time.monotonic()
+            if step != total and now - self._last < (0.5 if self.tty else 15.0):
+                return
+            self._last = now
+            msg = f"  step {step}/{total} loss {loss:.4f}" if loss is not None else f"  step {step}/{total}"
+            print(("\r" + msg) if self.tty else msg, end="" if self.tty and step != total else "\n",
+                  file=self.out, flush=True)
+
+        return update
+
+
+@dataclass(frozen=True)
+class CellJob:
+    """What running one cell needs, as plain values that can travel to another process."""
+
+    cell: Cell
+    variant: Variant
+    registry: Registry
+    device: str
+    checkpoint_dir: Path
+    gate: dict[str, Any]  # the trust gate's verdict: {"key": ..., "failed": [...]}
+    index: tuple[int, int]  # (i, n): the cell's place in the suite, for progress lines
+    context: dict[str, Any] = field(default_factory=dict)  # provenance from the driver (argv, executor)
+
+
+def cell_record(job: CellJob, outcome: CellOutcome, started: float, finished: float) -> RunRecord:
+    """The row set one cell stores, with provenance of the process that ran it."""
+    cell = job.cell
+    parallel = get_kind(cell.kind).data_parallel  # every torchrun rank runs it together
+    return RunRecord(
+        cell_key=cell.key, suite=cell.suite, experiment=cell.experiment, kind=cell.kind,
+        variant=cell.variant, status=outcome.status, seed=cell.seed, coords=cell.coords,
+        config={**cell.config_dict(), "key_inputs": cell.key_inputs},
+        provenance={**provenance(torch.device(job.device)), **job.context,
+                    "variant": cell.key_inputs.get("variant"),
+                    "corpus_sha256": cell.key_inputs.get("corpus_sha256"), "gate": job.gate,
+                    "distributed": {"world_size": distributed.world_size() if parallel else 1,
+                                    "backend": distributed.backend() if parallel else None}},
+        summary=outcome.summary, started_at=started, finished_at=finished, error=outcome.error,
+        metrics=outcome.metrics, results=outcome.results,
+    )
+
+
+def _agree(outcome: CellOutcome) -> CellOutcome:
+    """Under torchrun, a cell that failed on any rank is recorded as failed by rank 0."""
+    for r, (status, error) in enumerate(distributed.all_gather((outcome.status, outcome.error))):
+        if status != "done" and outcome.status == "done":
+            outcome.status, outcome.error = status, f"on rank {r}: {error}"
+    return outcome
+
+
+def run_cell(job: CellJob, *, store: Store | None = None, progress: ProgressLine | None = None,
+             out: TextIO | None = None) -> RunRecord | None:
+    """Run one cell where this is called (the driver, a Ray worker, each torchrun rank) and
+    return its record; None on torchrun ranks other than 0, which store nothing."""
+    cell, dev, out = job.cell, torch.device(job.device), out or sys.stderr
+    parallel = distributed.active() and get_kind(cell.kind).data_parallel
+    if distributed.active() and not parallel and not distributed.is_main():
+        return None  # rank 0 runs it alone
+    started = time.time()
+    ctx = RunContext(dev, (progress or ProgressLine(out)).cell(*job.index, cell), job.checkpoint_dir,
+                     store, job.registry)
+    try:
+        outcome = get_kind(cell.kind).run(cell, job.variant, ctx)
+    except torch.OutOfMemoryError as exc:
+        outcome = CellOutcome("oom", error=f"out of memory: {str(exc).splitlines()[0]}")
+    except Exception as exc:  # a broken plugin fails its cell, not the suite
+        outcome = CellOutcome("failed", error="".join(traceback.format_exception_only(exc)).strip())
+        traceback.print_exc(file=out)
+    if parallel:
+        outcome = _agree(outcome)
+    return cell_record(job, outcome, started, time.time()) if distributed.is_main() else None
+
+
+def _plan(suite: Suite, registry: Registry, dev: torch.device, only_variants: list[str] | None) -> list[Cell]:
+    cells = expand_suite(suite, registry, device=device_name(dev), only_variants=only_variants,
+                         corpus_hash=lambda spec: load_corpus(spec, registry).sha256)
+    for cell in cells:  # under torchrun: a global batch that does not split is refused up front
+        if get_kind(cell.kind).data_parallel and hasattr(cell.spec, "batch_size"):
+            try:
+                distributed.local_batch_size(cell.spec.batch_size)
+            except DistributedError as exc:
+                raise DistributedError(f"experiment {cell.experiment!r}: {exc}") from None
+    return cells
+
+
+class _SuiteRun:
+    """One driver's pass over a suite's cells: gate, submit, record, finalize."""
+
+    def __init__(self, suite: Suite, store: Store | None, registry: Registry, dev: torch.device,
+                 cells: list[Cell], out: TextIO, executor: Executor) -> None:
+        self.suite, self.store, self.registry, self.dev, self.cells = suite, store, registry, dev, cells
+        self.out, self.executor, self.main = out, executor, distributed.is_main()
+        self.report = RunReport(cells=len(cells))
+        self.progress = ProgressLine(out if self.main else io.StringIO())
+        self.checkpoint_dir = distributed.from_main(store.path.parent / "checkpoints" if self.main else None)
+        # A Ray worker sees the GPU Ray gave it as cuda:0.
+        self.job_device = "cuda" if executor.remote and dev.type == "cuda" else str(dev)
+        self.context = {"argv": sys.argv, "executor": executor.name}
+        self.verdicts: dict[tuple[str, str], Verdict] = {}
+        self.jobs: dict[str, CellJob] = {}
+
+    def verdict(self, cell: Cell, variant: Variant) -> Verdict:
+        """The trust gate runs (on the driver) before a variant's first cell, per options."""
+        gate_id = (cell.variant, repr(cell.model.options))
+        if gate_id not in self.verdicts:
+            if self.main:
+                print(f"checking {cell.variant} (trust gate) ...", file=self.out, flush=True)
+            self.verdicts[gate_id] = distributed.from_main(
+                gate_variant(variant, self.store, self.dev, options=cell.model.options,
+                             time_limit_s=self.suite.check_time_limit_s) if self.main else None)
+        return self.verdicts[gate_id]
+
+    def record(self, done: Finished) -> None:
+        if not self.main:
+            return
+        job = self.jobs[done.task.key]
+        rec = done.value if done.error is None else cell_record(
+            job, CellOutcome("failed", error=done.error), done.started_at, done.finished_at)
+        self.store.save_run(rec)
+        self.report.ran += 1
+        if rec.status != "done":
+            self.report.not_done.append(f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: "
+                                        f"{rec.status} ({rec.error})")
+            print(f"  {rec.status}: {rec.error}", file=self.out)
+
+    def submit(self, i: int, cell: Cell) -> None:
+        if distributed.from_main(self.store.has_run(cell.key) if self.main else None):
+            self.report.skipped += 1
+            return
+        variant = self.registry.get(cell.variant)
+        verdict = self.verdict(cell, variant)
+        if verdict.failed and not self.suite.allow_failed_checks:
+            self.report.not_done.append(
+                f"{cell.experiment}/{cell.variant} seed {cell.seed}: refused, failed checks "
+                f"{verdict.failed} (see `attnbench check {cell.variant}`; set allow_failed_checks: true "
+                "in the suite to record its numbers marked as failing)")
+            return
+        job = self.jobs[cell.key] = CellJob(
+            cell, variant, self.registry, self.job_device, self.checkpoint_dir,
+            {"key": verdict.key, "failed": verdict.failed}, (i, len(self.cells)), self.context)
+        kind = get_kind(cell.kind)
+        task = Task(cell.key, run_cell, (job,), {"store": self.store, "progress": self.progress, "out": self.out},
+                    num_cpus=self.suite.cpus_per_cell, num_gpus=1 if self.dev.type == "cuda" else 0,
+                    retries=self.suite.retries, on_driver=kind.on_driver)
+        if task.on_driver:  # it reads earlier cells from the store: store them first
+            for done in self.executor.drain():
+                self.record(done)
+        for done in self.executor.submit(task):
+            self.record(done)
+
+    def finish(self) -> RunReport:
+        for done in self.executor.drain():
+            self.record(done)
+        if self.main:
+            for name in dict.fromkeys(c.experiment for c in self.cells):
+                group = [c for c in self.cells if c.experiment == name]
+                finalize = get_kind(group[0].kind).finalize
+                if finalize is not None:
+                    finalize(group, self.store, self.dev)
+        return self.report
+
+
+def run_suite(
+    suite: Suite, store: Store | None, registry: Registry, *, device: str | None = None,
+    only_variants: list[str] | None = None, out: TextIO = sys.stderr, executor: Executor | None = None,
+) -> RunReport:
+    """Run every cell of ``suite`` not already in ``store`` and store each as it finishes.
+
+    ``executor`` runs the cells (default: here, one after another); this process alone
+    writes the store. Under torchrun every rank calls this; ``store`` is None on ranks
+    other than 0, and rank 0 decides for all of them what runs.
+    """
+    dev = resolve_device(device or suite.device)
+    cells = _plan(suite, registry, dev, only_variants)
+    run = _SuiteRun(suite, store, registry, dev, cells, out, executor or InProcessExecutor())
+    for i, cell in enumerate(cells, 1):
+        run.submit(i, cell)
+    return run.finish()
