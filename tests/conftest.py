@@ -26,3 +26,20 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture
+def registry():
+    """A fresh plugin manager and registry for this test (installed entry points)."""
+    from attnbench import get_plugin_manager, load_registry
+
+    return load_registry(get_plugin_manager())
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A temporary results store, open for this test."""
+    from attnbench.store.database import Store
+
+    with Store(tmp_path / "store.sqlite") as opened:
+        yield opened

@@ -7,12 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import Backbone, ModelConfig
-from harness.model import lm_loss
-from harness.plugins import load_registry
-from harness.store import Store
-from harness.variant import state_numel
-from plugins._additive_ops import PoolSpec, pool
+from attnbench import Backbone, ModelConfig
+from attnbench.nn.model import lm_loss
+from attnbench.registry.loader import load_registry
+from attnbench.store.database import Store
+from attnbench.contract.variant import state_numel
+from attnbench.plugins.kernels.additive import PoolSpec, pool
 from tests.helpers import run_cli, write_suite
 
 
@@ -287,7 +287,7 @@ SUITE = """
     version: 1
     name: additive-e2e
     defaults:
-      data: {{source: text, path: {data}, max_bytes: 100000}}
+      data: {{source: builtin, max_bytes: 100000}}
       model: {{d_model: 32, n_layer: 2, n_head: 2}}
       train: {{batch_size: 2, seq_len: 32, lr: 1.0e-2, warmup_steps: 1, eval_interval: 4, eval_tokens: 256, log_interval: 2, checkpoint: false}}
     experiments:
@@ -304,8 +304,8 @@ SUITE = """
 """
 
 
-def test_trains_in_a_suite_beside_softmax(tmp_path, shared_data):
-    suite = write_suite(tmp_path / "s.yaml", SUITE.format(data=shared_data / "tinyshakespeare" / "input.txt"))
+def test_trains_in_a_suite_beside_softmax(tmp_path):
+    suite = write_suite(tmp_path / "s.yaml", SUITE.format())
     proc = run_cli("run", str(suite), "--store", str(tmp_path / "store.sqlite"))
     assert proc.returncode == 0, proc.stderr
     with Store(tmp_path / "store.sqlite") as store:

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from harness.cells import expand
-from harness.data import load_corpus
-from harness.plugins import load_registry
-from harness.runner import run_suite
-from harness.store import Store
-from harness.suite import load_suite
+from attnbench.experiments.registry import expand_suite
+from attnbench.data.loading import load_corpus
+from attnbench.registry.loader import load_registry
+from attnbench.run.runner import run_suite
+from attnbench.store.database import Store
+from attnbench.plan.suite import load_suite
 from tests.helpers import REPO, run_cli, write_suite
 
 BASE = """
@@ -145,20 +145,20 @@ def test_task_training_reports_accuracy_tagged_with_difficulty(tmp_path):
 
 
 def test_task_seq_len_mismatch_is_a_suite_error(tmp_path):
-    from harness.errors import SuiteError
+    from attnbench.errors import SuiteError
 
     data = "{source: task, task: mqar, task_options: {vocab_size: 64, seq_len: 48, num_kv_pairs: 2}}"
     path = write_suite(tmp_path / "s.yaml", BASE.format(data=data, variants="[softmax]", train="{budget: {steps: 1}}"))
     with pytest.raises(SuiteError, match="set train.seq_len: 48"):
-        expand(load_suite(path), load_registry())
+        expand_suite(load_suite(path), load_registry())
 
 
-def test_bpe_tokenizer_trains_locally_and_reports_bits_per_byte(tmp_path, shared_data, monkeypatch):
+def test_bpe_tokenizer_trains_locally_and_reports_bits_per_byte(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNBENCH_CACHE", str(tmp_path / "cache"))
-    data = f"{{source: text, path: {shared_data / 'tinyshakespeare' / 'input.txt'}, tokenizer: bpe, bpe_vocab_size: 400, max_bytes: 300000}}"
+    data = "{source: builtin, tokenizer: bpe, bpe_vocab_size: 400, max_bytes: 300000}"
     path = write_suite(tmp_path / "s.yaml", BASE.format(data=data, variants="[softmax]", train="{budget: {steps: 10}}"))
     suite = load_suite(path)
-    [cell] = expand(suite, load_registry(), corpus_hash=lambda s: load_corpus(s).sha256)
+    [cell] = expand_suite(suite, load_registry(), corpus_hash=lambda s: load_corpus(s).sha256)
     corpus = load_corpus(cell.data)
     assert cell.model.vocab_size == 400 == corpus.vocab_size
     assert 1.5 < corpus.bytes_per_token < 4.0

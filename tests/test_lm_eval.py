@@ -11,20 +11,21 @@ import torch
 import torch.nn.functional as F
 from lm_eval.api.instance import Instance
 
-from harness import Backbone, ModelConfig
-from harness.cells import expand
-from harness.checkpoint import load_checkpoint
-from harness.data import load_corpus
-from harness.errors import CheckpointError, SuiteError
-from harness.generate import generate
-from harness.lm_eval_data import recall_training_tensors
-from harness.lm_eval_evaluate import evaluate_checkpoint, task_manager
-from harness.lm_eval_model import AttnbenchLM
-from harness.lm_eval_runner import link_lm_eval_cells
-from harness.plugins import load_registry
-from harness.store import Store
-from harness.suite import load_suite
-from harness.train import save_checkpoint
+from attnbench import Backbone, ModelConfig
+from attnbench.experiments.registry import expand_suite
+from attnbench.nn.checkpoint import load_checkpoint
+from attnbench.data.builtin import builtin_text
+from attnbench.data.loading import load_corpus
+from attnbench.errors import CheckpointError, SuiteError
+from attnbench.nn.generate import generate
+from attnbench.data.heldout import recall_training_tensors
+from attnbench.experiments.lm_eval.evaluate import evaluate_checkpoint, task_manager
+from attnbench.experiments.lm_eval.model import AttnbenchLM
+from attnbench.experiments.lm_eval.cell import link_lm_eval_cells
+from attnbench.registry.loader import load_registry
+from attnbench.store.database import Store
+from attnbench.plan.suite import load_suite
+from attnbench.nn.checkpoint import save_checkpoint
 from tests.helpers import REPO, run_cli, write_suite
 
 TASKS = REPO / "suites" / "lm_eval_tasks"
@@ -201,29 +202,30 @@ doc_to_target: page
 """
 
 
-def _suite(tmp_path, shared_data, steps: int = 30, text_seeds: str = "[0]"):
+def _suite(tmp_path, steps: int = 30, text_seeds: str = "[0]"):
     """Held-out text of 40 windows of 64 bytes. The harness scores byte t+1 given bytes <= t
     in windows of 64 and never scores its first byte; lm-eval scores every byte of its
     document, the first given the prefix byte. So the harness file is the prefix byte
     ("\\n") followed by the document lm-eval reads: both score the same 2560 bytes in the same
     windows (lm-eval's rolling windows with context 64), and bits per byte agree exactly up
     to float summation order."""
-    text = (shared_data / "wikitext-2" / "test.txt").read_text(encoding="utf-8")
+    text = builtin_text("tinyshakespeare")[-20000:]  # held out: the corpus's tail
     body = text.encode("ascii", "ignore")[: 40 * 64].decode("ascii")
     (tmp_path / "heldout_lm.txt").write_text(body)
     (tmp_path / "heldout_harness.txt").write_text("\n" + body)
     (tmp_path / "hub_tasks").mkdir(exist_ok=True)
     (tmp_path / "hub_tasks" / "hub.yaml").write_text(HUB_TASK)
-    train = shared_data / "tinyshakespeare" / "input.txt"
+    train = tmp_path / "train.txt"
+    train.write_text(builtin_text("tinyshakespeare")[:300000])
     return write_suite(tmp_path / "suite.yaml", SUITE.format(train=train, tasks=TASKS, steps=steps, text_seeds=text_seeds))
 
 
-def test_lm_eval_cells_are_keyed_by_their_trained_cells(tmp_path, shared_data):
+def test_lm_eval_cells_are_keyed_by_their_trained_cells(tmp_path):
     registry = load_registry()
 
     def cells(steps):
-        suite = load_suite(_suite(tmp_path, shared_data, steps))
-        out = expand(suite, registry, device="cpu", corpus_hash=lambda s: load_corpus(s, registry).sha256)
+        suite = load_suite(_suite(tmp_path, steps))
+        out = expand_suite(suite, registry, device="cpu", corpus_hash=lambda s: load_corpus(s, registry).sha256)
         return link_lm_eval_cells(suite, out)  # idempotent: expand may have linked them already
 
     first = cells(30)
@@ -236,9 +238,9 @@ def test_lm_eval_cells_are_keyed_by_their_trained_cells(tmp_path, shared_data):
     assert lm[0].spec.paths["text_path"] == str(tmp_path / "heldout_lm.txt")
     second = cells(31)  # a different training budget: new trained cell, so new lm_eval keys
     assert {c.key for c in second if c.kind == "lm_eval"}.isdisjoint(c.key for c in lm)
-    mismatched = load_suite(_suite(tmp_path, shared_data, 30, text_seeds="[5]"))
+    mismatched = load_suite(_suite(tmp_path, 30, text_seeds="[5]"))
     with pytest.raises(SuiteError, match="no trained cell of variant 'softmax'.*seed 5"):
-        link_lm_eval_cells(mismatched, expand(mismatched, registry))
+        link_lm_eval_cells(mismatched, expand_suite(mismatched, registry))
 
 
 def test_shipped_suite_validates():
@@ -246,8 +248,8 @@ def test_shipped_suite_validates():
     assert result.returncode == 0, result.stderr
 
 
-def test_suite_bpb_matches_harness_and_rows_join_their_training_run(tmp_path, shared_data):
-    suite, store_path = _suite(tmp_path, shared_data), tmp_path / "store.sqlite"
+def test_suite_bpb_matches_harness_and_rows_join_their_training_run(tmp_path):
+    suite, store_path = _suite(tmp_path), tmp_path / "store.sqlite"
     first = run_cli("run", str(suite), "--store", str(store_path), env=OFFLINE)
     assert first.returncode == 1, first.stderr  # the hub task cannot load offline
     assert "3 cells, 3 run, 0 already stored" in first.stdout

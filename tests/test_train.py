@@ -10,17 +10,17 @@ import time
 
 import torch
 
-from harness import Backbone, ModelConfig
-from harness.generate import generate
-from harness.plugins import load_registry
-from harness.store import Store
+from attnbench import Backbone, ModelConfig
+from attnbench.nn.generate import generate
+from attnbench.registry.loader import load_registry
+from attnbench.store.database import Store
 from tests.helpers import REPO, run_cli, write_suite
 
 SUITE = """
     version: 1
     name: e2e
     defaults:
-      data: {{source: text, path: {data}, max_bytes: 200000}}
+      data: {{source: builtin, max_bytes: 200000}}
       model: {{d_model: 32, n_layer: 1, n_head: 2}}
       train: {{batch_size: 4, seq_len: 32, lr: 1.0e-2, warmup_steps: 2, eval_interval: 10, eval_tokens: 2048, log_interval: 5}}
     experiments:
@@ -32,13 +32,12 @@ SUITE = """
 """
 
 
-def _suite(tmp_path, shared_data, steps=20, seeds="[0]"):
-    data = shared_data / "tinyshakespeare" / "input.txt"
-    return write_suite(tmp_path / "suite.yaml", SUITE.format(data=data, steps=steps, seeds=seeds))
+def _suite(tmp_path, steps=20, seeds="[0]"):
+    return write_suite(tmp_path / "suite.yaml", SUITE.format(steps=steps, seeds=seeds))
 
 
-def test_suite_trains_both_and_records_provenance_then_skips(tmp_path, shared_data):
-    suite, store_path = _suite(tmp_path, shared_data), tmp_path / "store.sqlite"
+def test_suite_trains_both_and_records_provenance_then_skips(tmp_path):
+    suite, store_path = _suite(tmp_path), tmp_path / "store.sqlite"
     first = run_cli("run", str(suite), "--store", str(store_path))
     assert first.returncode == 0, first.stderr
     assert "2 cells, 2 run, 0 already stored" in first.stdout
@@ -60,8 +59,8 @@ def test_suite_trains_both_and_records_provenance_then_skips(tmp_path, shared_da
     assert second.returncode == 0 and "2 cells, 0 run, 2 already stored" in second.stdout
 
 
-def test_sigkill_mid_suite_then_resume_has_no_duplicates_or_losses(tmp_path, shared_data):
-    suite = _suite(tmp_path, shared_data, steps=60, seeds="[0, 1, 2]")
+def test_sigkill_mid_suite_then_resume_has_no_duplicates_or_losses(tmp_path):
+    suite = _suite(tmp_path, steps=60, seeds="[0, 1, 2]")
     store_path = tmp_path / "store.sqlite"
     proc = subprocess.Popen(["attnbench", "run", str(suite), "--store", str(store_path)],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -86,8 +85,8 @@ def test_sigkill_mid_suite_then_resume_has_no_duplicates_or_losses(tmp_path, sha
         assert all(len(store.metrics(r["id"], "train/loss")) == 12 for r in runs)
 
 
-def test_same_seed_same_numbers_different_store(tmp_path, shared_data):
-    suite = _suite(tmp_path, shared_data, steps=10)
+def test_same_seed_same_numbers_different_store(tmp_path):
+    suite = _suite(tmp_path, steps=10)
     losses = []
     for name in ("a.sqlite", "b.sqlite"):
         assert run_cli("run", str(suite), "--store", str(tmp_path / name), "--variants", "softmax").returncode == 0
