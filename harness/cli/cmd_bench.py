@@ -51,6 +51,7 @@ def add_parser(sub) -> None:
                    help="pytest-benchmark seconds of rounds per point when calls are fast")
     p.add_argument("--fit-min-T", dest="fit_min_T", type=int, default=0, help="fit slopes over T >= this")
     p.add_argument("--threads", type=int, help="CPU threads for the timed code (default: torch's)")
+    p.add_argument("--compile", action="store_true", help="torch.compile forward and train_step points (recorded)")
     p.set_defaults(func=run)
 
 
@@ -68,6 +69,8 @@ def bench_suite(args: argparse.Namespace) -> Suite:
     }
     if args.threads:
         speed["threads"] = args.threads
+    if args.compile:
+        speed["compile"] = True
     if args.lengths:
         speed["lengths"] = _ints(args.lengths)
     else:

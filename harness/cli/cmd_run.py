@@ -16,7 +16,7 @@ from attnbench.run.executors import EXECUTORS, make_executor
 from attnbench.store.provenance import resolve_device
 from attnbench.run.runner import run_suite
 from attnbench.store.database import Store
-from attnbench.plan.suite import load_suite
+from attnbench.plan.suite import load_suite, with_compile
 from attnbench.cli.common import add_store_option
 from attnbench.cli.common import registry_with_warnings
 from attnbench.cli.common import split_names
@@ -31,6 +31,8 @@ def add_parser(sub) -> None:
     p.add_argument("--executor", choices=EXECUTORS, default="local",
                    help="where cells run: 'local' (this process, default) or 'ray' (one Ray task per cell)")
     p.add_argument("--address", help="Ray cluster address for --executor ray (default: a local Ray instance)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the models of every train, scaling and speed experiment (opt-in; recorded)")
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="do not write the suite's report (reports/<suite>/ beside the store) at the end")
     p.set_defaults(func=run)
@@ -38,6 +40,8 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite)
+    if args.compile:
+        suite = with_compile(suite)
     registry = registry_with_warnings()
     if distributed.requested() and args.executor != "local":
         raise DistributedError("torchrun trains each cell across its processes; it cannot be combined "

@@ -55,6 +55,7 @@ class TrainSpec(BaseModel):
     checkpoint: bool = True  # keep the final model (for lm-eval and inspection)
     checkpoint_interval: int = Field(100, ge=0)  # steps between resumable training states; 0 = off
     diverge_factor: float = Field(3.0, gt=1)  # loss above factor * ln(vocab) counts as diverged
+    compile: bool = False  # torch.compile the model for training (opt-in; recorded with the result)
 
 
 class ModelSpec(BaseModel):
@@ -168,6 +169,7 @@ class SpeedSpec(BaseModel):
     threads: int | None = Field(None, gt=0)  # CPU threads (torch.set_num_threads); default torch's
     fit_T_min: int = Field(0, ge=0)  # slopes fit the ok points with T >= this
     model_kind: Literal["backbone", "own"] = "backbone"
+    compile: bool = False  # torch.compile forward and train_step points (decode runs eagerly; recorded)
 
     @field_validator("lengths", "decode_contexts")
     @classmethod

@@ -283,6 +283,20 @@ def load_suite(path: str | Path) -> Suite:
     return suite
 
 
+def with_compile(suite: Suite) -> Suite:
+    """The suite with ``compile: true`` on every experiment whose settings have it (the CLI's
+    ``--compile``); part of each cell's config, so compiled cells get keys of their own."""
+    experiments = []
+    for exp in suite.experiments:
+        spec = exp.spec()
+        if "compile" in type(spec).model_fields:
+            exp = exp.model_copy(update={exp.kind: spec.model_copy(update={"compile": True})})
+        experiments.append(exp)
+    out = suite.model_copy(update={"experiments": experiments})
+    out._path, out._locate = suite._path, suite._locate
+    return out
+
+
 def suite_error_at(suite: Suite, loc: tuple[Any, ...], message: str) -> SuiteError:
     """A SuiteError naming file and line of ``loc`` in ``suite`` (after loading)."""
     locate = suite._locate

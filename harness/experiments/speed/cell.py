@@ -116,7 +116,7 @@ def point_rows(mode: str, T: int, status: str, peak: PeakMemory | None, timing: 
     """The "time_s" and "peak_memory_bytes" rows of one point."""
     extra = timing.extra if timing is not None else {}
     base: dict[str, Any] = {"mode": mode, "T": T, "dtype": DTYPE_LABELS.get(dtype, dtype),
-                            "batch_size": batch_size, **_path_tags(extra)}
+                            "batch_size": batch_size, "compile": extra.get("compile"), **_path_tags(extra)}
     if mode == "decode":
         base.update(context=T, decode_tokens=decode_tokens, state_bytes=extra.get("state_bytes"))
     t_status = timing.status if timing is not None else status
@@ -195,7 +195,8 @@ def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
                 ctx.progress(done, total, None)
                 continue
             specs = [PointSpec(cell.variant, mode, T, cell.model, spec.batch_size, str(device), dtype,
-                               cell.seed, spec.decode_tokens, spec.model_kind, builder) for T in lengths]
+                               cell.seed, spec.decode_tokens, spec.model_kind, compile=spec.compile, builder=builder)
+                     for T in lengths]
             peaks = isolate(specs, spec.time_limit_s, limit, spec.threads,
                             progress=lambda i, d=done: ctx.progress(d + i, total, None))
             ok = [s for s in specs if s.T in peaks and peaks[s.T].status == "ok"]
@@ -216,6 +217,7 @@ def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
             counts[r.tags["status"]] = counts.get(r.tags["status"], 0) + 1
     summary = {
         "device": device_name(device), "dtype": DTYPE_LABELS.get(dtype, dtype), "threads": threads,
+        "compile": spec.compile,
         "n_params": _n_params(variant, cell, spec.model_kind), "memory_limit_bytes": limit,
         "lengths": {m: spec.sweep(m) for m in spec.modes}, "points": counts, "first_failure": failures,
         "benchmark": {"tool": "pytest-benchmark", "version": version,

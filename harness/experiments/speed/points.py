@@ -37,6 +37,7 @@ import torch
 
 from attnbench.nn.backbone import Backbone
 from attnbench.contract.config import ModelConfig
+from attnbench.nn.compile import maybe_compile
 from attnbench.nn.model import LanguageModel
 from attnbench.contract.variant import state_tensors
 
@@ -71,6 +72,7 @@ class PointSpec:
     seed: int
     decode_tokens: int = 8
     model_kind: str = "backbone"  # "backbone" (shared GPT-2 + mixer) or "own"
+    compile: bool = False  # torch.compile forward / train_step (decode runs eagerly, recorded)
     # build_mixer (backbone) or build_model (own); None: the child looks the variant up.
     builder: Callable[..., Any] | None = field(default=None, compare=False)
 
@@ -118,16 +120,19 @@ def build_point(spec: PointSpec) -> Point:
     model = _build_model(spec).to(device)
     B, T, V = spec.batch_size, spec.T, spec.config.vocab_size
     cast = lambda: autocast(device, spec.dtype)  # noqa: E731  (a fresh context per use)
+    call, info = maybe_compile(model, spec.compile and spec.mode != "decode")
+    if spec.compile and spec.mode == "decode":
+        info = {"compile": "not applied: decode steps run eagerly"}
     if spec.mode == "forward":
         model.eval()
         x = torch.randint(0, V, (B, T), device=device)  # (B, T)
 
         def run() -> None:
             with torch.no_grad(), cast():
-                model(x)  # logits (B, T, V)
+                call(x)  # logits (B, T, V)
             _sync(device)
 
-        return Point(run, model, B * T, 1)
+        return Point(run, model, B * T, 1, info)
     if spec.mode == "train_step":
         model.train()
         x = torch.randint(0, V, (B, T + 1), device=device)  # (B, T+1)
@@ -136,15 +141,17 @@ def build_point(spec: PointSpec) -> Point:
 
         def run() -> None:
             with cast():
-                out = model(inputs, targets)
+                out = call(inputs, targets)
             out.loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             _sync(device)
 
-        run()  # allocates AdamW's moments: persistent state, like the parameters
-        return Point(run, model, B * T, 1)
-    return _decode_point(spec, model, device, cast)
+        run()  # allocates AdamW's moments (and compiles, when asked): persistent state
+        return Point(run, model, B * T, 1, info)
+    point = _decode_point(spec, model, device, cast)
+    point.info.update(info)
+    return point
 
 
 def _decode_point(spec: PointSpec, model: LanguageModel, device: torch.device, cast) -> Point:

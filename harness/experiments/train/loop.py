@@ -25,6 +25,7 @@ from attnbench.experiments.base import CellOutcome, Progress
 from attnbench.experiments.train import state as train_state
 from attnbench.experiments.train.evaluate import evaluate, headline
 from attnbench.experiments.train.setup import build_model, lr_at, make_optimizer, planned_steps
+from attnbench.nn.compile import maybe_compile
 from attnbench.nn.flops import model_facts
 from attnbench.nn.precision import autocast_for, compute_dtype
 from attnbench.plan.cells import Cell
@@ -149,7 +150,8 @@ def train_cell(
     p, rank_rngs = (train_state.resume(path, cell, model, opt, gen, device) if path
                     else (train_state.TrainProgress(), []))
     _seed_ranks(cell, rank_rngs, p.step)
-    fwd = distributed.wrap_model(model, device)  # DDP in a process group, else the model
+    compiled, compile_info = maybe_compile(model, t.compile)
+    fwd = distributed.wrap_model(compiled, device)  # DDP in a process group, else the model
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     status, error, rows = "done", None, []
@@ -187,4 +189,5 @@ def train_cell(
         checkpoint = train_state.save_final(checkpoint_dir, cell, model, p.step)
     if path is not None and path.exists() and main:
         path.unlink()
-    return CellOutcome(status, _summary(p, cell, facts, device, status, checkpoint), p.metrics, rows, error)
+    summary = {**_summary(p, cell, facts, device, status, checkpoint), **compile_info}
+    return CellOutcome(status, summary, p.metrics, rows, error)

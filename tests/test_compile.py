@@ -1,0 +1,51 @@
+"""`compile: true` (suite) / `--compile` (CLI): the model trains through torch.compile, the
+result says so, the cell gets a key of its own, and the numbers match eager training."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnbench.store.database import Store
+from tests.helpers import run_cli, write_suite
+
+SUITE = """
+version: 1
+name: compile-check
+experiments:
+  - name: t
+    kind: train
+    variants: [softmax]
+    data: {source: builtin, max_bytes: 50000}
+    models: [{d_model: 16, n_layer: 1, n_head: 2}]
+    train: {batch_size: 2, seq_len: 16, budget: {steps: 2}, eval_interval: 2, eval_tokens: 64,
+            log_interval: 1, checkpoint: false}
+"""
+
+
+@pytest.mark.slow
+def test_compiled_training_is_recorded_keyed_apart_and_matches_eager(tmp_path):
+    suite, store = write_suite(tmp_path / "s.yaml", SUITE), tmp_path / "s.sqlite"
+    eager = run_cli("run", str(suite), "--store", str(store), "--no-report")
+    assert eager.returncode == 0, eager.stderr
+    compiled = run_cli("run", str(suite), "--store", str(store), "--no-report", "--compile")
+    assert compiled.returncode == 0, compiled.stderr
+    assert "1 run, 0 already stored" in compiled.stdout  # not the eager cell's key
+    with Store(store) as s:
+        runs = {r["summary"]["compile"]: r for r in s.runs(suite="compile-check")}
+    assert set(runs) == {False, True}
+    assert runs[True]["summary"]["compile_backend"] == "inductor"
+    assert runs[True]["config"]["train"]["compile"] is True
+    assert runs[True]["summary"]["val_loss"] == pytest.approx(runs[False]["summary"]["val_loss"], rel=1e-4)
+
+
+def test_speed_points_record_compile_and_decode_stays_eager(tmp_path):
+    from attnbench import ModelConfig, load_registry
+    from attnbench.experiments.speed.points import PointSpec, build_point
+
+    variant = load_registry().get("softmax")
+    config = ModelConfig(vocab_size=32, d_model=16, n_layer=1, n_head=2, context=32)
+    spec = PointSpec("softmax", "decode", 8, config, 1, "cpu", "fp32", 0, 2, "backbone",
+                     compile=True, builder=variant.build_mixer)
+    point = build_point(spec)
+    point.run()
+    assert point.info["compile"] == "not applied: decode steps run eagerly"
