@@ -36,6 +36,9 @@ def test_compiled_training_is_recorded_keyed_apart_and_matches_eager(tmp_path):
     assert runs[True]["summary"]["compile_backend"] == "inductor"
     assert runs[True]["config"]["train"]["compile"] is True
     assert runs[True]["summary"]["val_loss"] == pytest.approx(runs[False]["summary"]["val_loss"], rel=1e-4)
+    eager_summary = runs[False]["summary"]  # MFU against the measured fp32 matmul peak of this CPU
+    assert eager_summary["peak_flops_per_s"] > 0 and eager_summary["peak_method"].startswith("best of")
+    assert 0 < eager_summary["mfu"] < 1
 
 
 def test_speed_points_record_compile_and_decode_stays_eager(tmp_path):

@@ -130,7 +130,7 @@ def test_validate_command_exit_codes(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("attnbench: error: invalid suite")
 
 
-@pytest.mark.parametrize("name", ["quick", "smoke", "speed", "scaling", "lm-eval", "mqar-anchor", "mqar-linear-long"])
+@pytest.mark.parametrize("name", ["quick", "smoke", "speed", "scaling", "lm-eval", "mqar-anchor", "mqar-linear-long", "gpu"])
 def test_shipped_offline_suites_validate(name):
     result = run_cli("validate", f"suites/{name}.yaml")
     assert result.returncode == 0, result.stderr

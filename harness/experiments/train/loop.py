@@ -27,6 +27,7 @@ from attnbench.experiments.train.evaluate import evaluate, headline
 from attnbench.experiments.train.setup import build_model, lr_at, make_optimizer, planned_steps
 from attnbench.nn.compile import maybe_compile
 from attnbench.nn.flops import model_facts
+from attnbench.nn.peak import mfu
 from attnbench.nn.precision import autocast_for, compute_dtype
 from attnbench.plan.cells import Cell
 from attnbench.store.database import Metric, Result
@@ -190,4 +191,6 @@ def train_cell(
     if path is not None and path.exists() and main:
         path.unlink()
     summary = {**_summary(p, cell, facts, device, status, checkpoint), **compile_info}
+    summary.update(mfu(facts["train_flops_per_token"], summary["tokens_per_s"], device,
+                       "bf16" if device.type == "cuda" else "fp32"))
     return CellOutcome(status, summary, p.metrics, rows, error)

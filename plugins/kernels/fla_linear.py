@@ -1,0 +1,37 @@
+"""Causal linear attention through flash-linear-attention's Triton kernels (``fla``): the
+library path researchers compare against. Optional, CUDA only; the feature map is applied
+before the call, and the normaliser is ours, so the equation is exactly the chunked kernel's:
+
+    o_i = phi(q_i)^T sum_{j<=i} phi(k_j) v_j^T / (phi(q_i)^T sum_{j<=i} phi(k_j) + eps)
+
+Choosing it where it cannot run is an error naming why, never a silent fallback.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+FLA_OP = "fla.ops.linear_attn.chunk_linear_attn"
+
+
+def fla_unavailable(device: torch.device) -> str | None:
+    """Why the fla path cannot run on ``device``, or None when it can."""
+    if device.type != "cuda":
+        return f"the fla kernels run on CUDA only (this model is on {device})"
+    if importlib.util.find_spec("fla") is None:
+        return "flash-linear-attention is not installed (pip install flash-linear-attention)"
+    return None
+
+
+def fla_linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor, eps: float) -> torch.Tensor:
+    """phi_q, phi_k (B, H, T, h_k) > 0, v (B, H, T, h_v) -> o (B, H, T, h_v), from an empty state."""
+    from fla.ops.linear_attn import chunk_linear_attn
+
+    q, k, vv = (t.transpose(1, 2).contiguous() for t in (phi_q, phi_k, v))  # (B, T, H, h) fla's layout
+    num, _ = chunk_linear_attn(q, k, vv, scale=1.0, normalize=False)  # (B, T, H, h_v) phi(q)^T S_i
+    num = num.transpose(1, 2).float()  # (B, H, T, h_v)
+    z = phi_k.float().cumsum(dim=2)  # (B, H, T, h_k) fp32: the running sum of the whole prefix
+    den = (phi_q.float() * z).sum(-1, keepdim=True) + eps  # (B, H, T, 1) eps after the dot product
+    return (num / den).to(v.dtype)  # (B, H, T, h_v)
