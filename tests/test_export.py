@@ -60,7 +60,7 @@ def test_exported_model_matches_attnbench_logits_and_greedy_generation(registry,
     ours, _ = load_checkpoint(ckpt, registry)
     hf = AutoModelForCausalLM.from_pretrained(str(out), trust_remote_code=True).eval()
     tok = AutoTokenizer.from_pretrained(str(out))
-    text = "To be, or not to be: that is the question. ¿Qué?"
+    text = "To be, or not to be:\nthat is the question. ¿Qué? Ċ"  # Ċ: the newline's byte-level symbol
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert ids == list(text.encode("utf-8"))  # the byte-level tokenizer is attnbench's bytes
     assert tok.decode(ids) == text
@@ -69,8 +69,11 @@ def test_exported_model_matches_attnbench_logits_and_greedy_generation(registry,
         torch.testing.assert_close(hf(x).logits, ours(x).logits, atol=1e-5, rtol=0)
     prompt = x[:, :20]
     expected = generate(ours, prompt, 16)  # (1, 36) attnbench's greedy decoding
+    steps, step = [], hf.model.step
+    hf.model.step = lambda idx, state: steps.append(idx.size(1)) or step(idx, state)
     got = hf.generate(prompt, max_new_tokens=16, do_sample=False)
     assert torch.equal(got, expected)
+    assert steps == [20] + [1] * 15  # the prompt in one step, then one token per step: the variant's state
 
 
 def test_export_refuses_overwrites_and_names_a_missing_plugin(registry, tmp_path):
@@ -99,7 +102,7 @@ def test_lm_eval_model_args_batch_size_unknown_names_and_help(registry, tmp_path
         AttnbenchLM.create_from_arg_string(f"checkpoint={ckpt},batchsize=4")
     helped = run_cli("lm-eval", "--help")
     assert helped.returncode == 0, helped.stderr[-2000:]
-    ours, theirs = helped.stdout.find("prefix_token"), helped.stdout.find("--model_args")
+    ours, theirs = helped.stdout.find("prefix_token"), helped.stdout.find("usage:")
     assert 0 <= ours < theirs  # attnbench's model arguments come before lm-eval's help
 
 

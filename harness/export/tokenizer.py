@@ -5,7 +5,8 @@ character of byte b has id b, behind a ByteLevel pre-tokenizer that does not spl
 ``encode(text)`` is then ``list(text.encode("utf-8"))``, attnbench's ``ByteTokenizer``.
 BPE models: the trained tokenizer.json the checkpoint kept, unchanged.
 The beginning-of-text token is the newline, the prefix attnbench's lm-eval model
-conditions a document's first token on, so ``lm_eval --model hf`` scores the same way.
+conditions a document's first token on, so ``lm_eval --model hf`` scores the same way
+(so ``decode(..., skip_special_tokens=True)`` drops newlines: decode without it).
 """
 
 from __future__ import annotations
@@ -61,8 +62,11 @@ def write_tokenizer(out_dir: Path, tokenizer_json: str | None, context: int) -> 
     text = tokenizer_json if tokenizer_json is not None else byte_tokenizer_json()
     tok = Tokenizer.from_str(text)
     prefix = tok.id_to_token(prefix_token_id(tokenizer_json))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=prefix, eos_token=prefix,
-                                   model_max_length=context, clean_up_tokenization_spaces=False)
+    # The newline doubles as bos (lm-eval's prefix), eos and pad: the vocabulary has no spare id.
+    # split_special_tokens: text is always encoded as text, never matched against them.
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=prefix, eos_token=prefix, pad_token=prefix,
+                                   split_special_tokens=True, model_max_length=context,
+                                   clean_up_tokenization_spaces=False)
     fast.save_pretrained(str(out_dir))
     kind = "bytes" if tokenizer_json is None else "trained"
     json.loads((out_dir / "tokenizer.json").read_text())  # what was written parses

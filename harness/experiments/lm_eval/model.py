@@ -152,7 +152,7 @@ class AttnbenchLM(LM):
 
     # -- scoring -----------------------------------------------------------------------
     def _encode(self, text: str) -> list[int]:
-        return [int(t) for t in self.tokenizer.encode(text)] if text else []
+        return self.tokenizer.encode(text).tolist() if text else []
 
     @torch.no_grad()
     def score_windows(self, items: list[tuple[list[int], int]]) -> list[tuple[float, bool]]:
