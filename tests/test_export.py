@@ -85,6 +85,9 @@ def test_export_refuses_overwrites_and_names_a_missing_plugin(registry, tmp_path
     assert refused.returncode == 2 and "not empty" in refused.stderr and "--overwrite" in refused.stderr
     assert (out / "keep.txt").read_text() == "mine"  # nothing already there is lost
     assert run_cli("export", str(ckpt), str(out), "--overwrite").returncode == 0
+    untokenized = _checkpoint(registry, tmp_path, "linear", vocab=300)  # a BPE model from before checkpoints kept it
+    refused = run_cli("export", str(untokenized), str(tmp_path / "bpe"))
+    assert refused.returncode == 2 and "keeps no tokenizer" in refused.stderr and not (tmp_path / "bpe").exists()
     config = json.loads((out / "config.json").read_text())
     config.update(variant="no-such-variant", plugin_distribution="attnbench-no-such-plugin")
     (out / "config.json").write_text(json.dumps(config))

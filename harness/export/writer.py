@@ -89,6 +89,9 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, registry: Any
     _target(out_dir, overwrite)
     model, meta = load_checkpoint(checkpoint, registry)
     variant = registry.get(meta.variant)
+    if meta.tokenizer is None and int(meta.config.get("vocab_size", 256)) != 256:
+        raise ExportError(f"checkpoint {meta.path} embeds {meta.config['vocab_size']} tokens but keeps no "
+                          "tokenizer (it predates checkpoints keeping them); re-train it to export it")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:

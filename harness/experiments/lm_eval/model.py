@@ -39,6 +39,7 @@ from attnbench.data.tokenizers import ByteTokenizer
 from attnbench.nn.precision import autocast_for
 
 log = logging.getLogger(__name__)
+DEFAULT_MAX_GEN_TOKS = 256
 
 # model_args, as `attnbench lm-eval --help` lists them (lm-eval's --batch_size, --max_batch_size
 # and --device fill in the ones model_args leaves out).
@@ -50,10 +51,8 @@ MODEL_ARGS = {
     "batch_size": "sequences scored per forward pass (default 16)",
     "max_batch_size": "accepted for lm-eval's --max_batch_size; unused",
     "prefix_token": "token id the first token of a document is conditioned on (default: newline)",
-    "max_gen_toks": f"most tokens generate_until writes (default {256})",
+    "max_gen_toks": f"most tokens generate_until writes (default {DEFAULT_MAX_GEN_TOKS})",
 }
-
-DEFAULT_MAX_GEN_TOKS = 256
 
 
 def resolve_device(requested: str | None) -> torch.device:
@@ -127,7 +126,7 @@ class AttnbenchLM(LM):
         self.prefix_token = _prefix(prefix_token, tokenizer_json, model.config.vocab_size)
         self.max_gen_toks = int(max_gen_toks)
         self.info = {**(info or {}), "context": self.context, "device": str(self._device),
-                     "prefix_token": self.prefix_token}
+                     "prefix_token": self.prefix_token, "tokenizer": "bytes" if tokenizer_json is None else "trained"}
         self._warned_no_step = False
 
     @classmethod
