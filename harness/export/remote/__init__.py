@@ -1,3 +1,3 @@
 """The remote-code modules copied into every export folder (``auto_map`` points at them).
-They import only transformers, torch and attnbench's public API, never each other's
-absolute names, so they work both here and from transformers' module cache."""
+They import transformers, torch and the installed attnbench, and each other only
+relatively, so they work both here and from transformers' module cache."""
