@@ -53,3 +53,11 @@ class ExecutorError(AttnbenchError):
 
 class ReportError(AttnbenchError):
     """A report that cannot be made: no store at the path, not a store, unknown suite."""
+
+
+class ExportError(AttnbenchError):
+    """A Hugging Face export that cannot be written (the hf extra missing, an existing folder)."""
+
+
+class ModelArgsError(AttnbenchError):
+    """lm-eval ``model_args`` the attnbench model does not accept (unknown name, bad value)."""

@@ -24,9 +24,23 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def model_help() -> str:
+    """The attnbench model's arguments, printed before lm-eval's own --help."""
+    from attnbench.experiments.lm_eval.model import MODEL_ARGS
+
+    lines = ["attnbench model (--model attnbench --model_args NAME=VALUE,...):"]
+    lines += [f"  {name:<15} {what}" for name, what in MODEL_ARGS.items()]
+    lines += ["Exported models (`attnbench export`) run as --model hf --model_args pretrained=DIR,trust_remote_code=True.",
+              "", "lm-eval's own arguments follow.", ""]
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     import attnbench.experiments.lm_eval.model  # noqa: F401  (registers --model attnbench)
     from lm_eval.__main__ import cli_evaluate
+
+    if any(a in ("-h", "--help") for a in args.lm_eval_args):
+        print(model_help(), flush=True)
 
     saved = sys.argv
     sys.argv = ["lm-eval", *args.lm_eval_args]

@@ -36,6 +36,7 @@ class Corpus:
     bytes_per_token: float  # held-out UTF-8 bytes per token: 1.0 for the byte tokenizer
     sha256: str  # of the training and held-out tokens, recorded with every run
     description: str
+    tokenizer_json: str | None = None  # tokenizer.json of a trained/pretrained tokenizer; None: bytes
 
     def train_batch(self, batch_size: int, seq_len: int, gen: torch.Generator):
         return sample_batch(self.train, batch_size, seq_len, gen)
@@ -156,7 +157,8 @@ def _load_cached(spec_json: str) -> Corpus:
         spec.source, spec.source)
     if spec.path:
         desc += f":{spec.path}"
-    return Corpus(train, val, tok.vocab_size, bytes_per_token, digest, f"{desc} [{tok.name}]")
+    return Corpus(train, val, tok.vocab_size, bytes_per_token, digest, f"{desc} [{tok.name}]",
+                  tok.to_json() if hasattr(tok, "to_json") else None)
 
 
 def sample_batch(

@@ -39,6 +39,10 @@ class HFTokenizer:
     def decode(self, tokens: torch.Tensor | list[int]) -> str:
         return self._tok.decode([int(t) for t in tokens])
 
+    def to_json(self) -> str:
+        """The tokenizer.json text: kept in checkpoints so trained models can be evaluated and exported."""
+        return self._tok.to_str()
+
 
 def cache_dir() -> Path:
     root = os.environ.get("ATTNBENCH_CACHE") or os.path.join(

@@ -3,7 +3,8 @@
 A final checkpoint (written by ``attnbench.experiments.train.loop.save_checkpoint``) is a dict::
 
     {"model": state_dict, "config": ModelConfig.to_dict() (options as a dict),
-     "variant": name, "model_kind": "backbone" | "own", "cell_key": key, "step": int}
+     "variant": name, "model_kind": "backbone" | "own", "cell_key": key, "step": int,
+     "tokenizer": tokenizer.json text (absent for byte-level models)}
 
 It is read with ``torch.load(weights_only=True)``: tensors and plain values only, no code.
 """
@@ -38,6 +39,7 @@ class CheckpointMeta:
     cell_key: str | None
     step: int | None
     n_params: int
+    tokenizer: str | None = None  # the trained tokenizer's tokenizer.json; None: UTF-8 bytes
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -66,20 +68,33 @@ def _read(path: Path) -> dict[str, Any]:
     return payload
 
 
-def _config(payload: dict[str, Any], variant: Any, path: Path) -> ModelConfig:
-    raw = dict(payload["config"])
+def _config(raw_config: dict[str, Any], variant: Any, path: str) -> ModelConfig:
+    raw = dict(raw_config)
     known = {f.name for f in dataclasses.fields(ModelConfig)}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise CheckpointError(f"checkpoint {path}: unknown model config keys {unknown}")
+        raise CheckpointError(f"{path}: unknown model config keys {unknown}")
     try:
         options = variant.make_options(raw.pop("options", None))
         return ModelConfig(**raw, options=options)
     except (TypeError, ValueError) as exc:
         raise CheckpointError(
-            f"checkpoint {path}: its model config no longer validates for variant "
+            f"{path}: its model config no longer validates for variant "
             f"{variant.name!r} ({exc}); the plugin's options changed since it was trained"
         ) from exc
+
+
+def build_model(variant: Any, kind: str, raw_config: dict[str, Any], where: str) -> LanguageModel:
+    """An untrained model of ``variant`` (``kind`` "backbone" or "own") from a stored config
+    dict (``ModelConfig.to_dict()``); ``where`` names the source in error messages."""
+    config = _config(raw_config, variant, where)
+    if kind == "own":
+        if variant.build_model is None:
+            raise CheckpointError(f"{where}: variant {variant.name!r} no longer has a model of its own")
+        return variant.build_model(config)
+    if kind == "backbone":
+        return Backbone(config, variant.build_mixer)
+    raise CheckpointError(f"{where}: model_kind {kind!r} is neither 'backbone' nor 'own'")
 
 
 def load_checkpoint(path: str | Path, registry: Any) -> tuple[LanguageModel, CheckpointMeta]:
@@ -97,16 +112,7 @@ def load_checkpoint(path: str | Path, registry: Any) -> tuple[LanguageModel, Che
             f"checkpoint {path} holds a model of variant {name!r}, which no installed plugin "
             f"registers ({exc}). Install the plugin that provides it."
         ) from None
-    config = _config(payload, variant, path)
-    kind = payload["model_kind"]
-    if kind == "own":
-        if variant.build_model is None:
-            raise CheckpointError(f"checkpoint {path}: variant {name!r} no longer has a model of its own")
-        model = variant.build_model(config)
-    elif kind == "backbone":
-        model = Backbone(config, variant.build_mixer)
-    else:
-        raise CheckpointError(f"checkpoint {path}: model_kind {kind!r} is neither 'backbone' nor 'own'")
+    model = build_model(variant, payload["model_kind"], payload["config"], f"checkpoint {path}")
     try:
         model.load_state_dict(payload["model"])
     except RuntimeError as exc:
@@ -115,8 +121,9 @@ def load_checkpoint(path: str | Path, registry: Any) -> tuple[LanguageModel, Che
             f"({str(exc).splitlines()[0]}); its code changed since training. Re-train the cell."
         ) from exc
     model.eval()
-    meta = CheckpointMeta(str(path.resolve()), name, kind, dict(payload["config"]),
-                          payload.get("cell_key"), payload.get("step"), model.num_params())
+    meta = CheckpointMeta(str(path.resolve()), name, payload["model_kind"], dict(payload["config"]),
+                          payload.get("cell_key"), payload.get("step"), model.num_params(),
+                          payload.get("tokenizer"))
     return model, meta
 
 

@@ -284,6 +284,9 @@ class LmEvalSpec(BaseModel):
     offline: bool = True  # switch the Hugging Face hub off: unreachable data fails at once
     metadata: dict[str, Any] = {}
     paths: dict[str, str] = {}
+    # attnbench: the checkpoint through `--model attnbench`; hf: exported into the store's
+    # folder (exports/) and scored through lm-eval's `--model hf` (needs attnbench[hf]).
+    model: Literal["attnbench", "hf"] = "attnbench"
 
     def resolved(self, base_dir: Any) -> "LmEvalSpec":
         """A copy with every path made absolute against ``base_dir`` (the suite's folder)."""

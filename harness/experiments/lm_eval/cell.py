@@ -181,9 +181,21 @@ def child_env(offline: bool) -> dict[str, str]:
     return env
 
 
+def _hf_export(ctx: RunContext, checkpoint: Path, train: dict[str, Any]) -> str:
+    """The Hugging Face export of a trained cell's checkpoint, in the store's exports/ folder
+    (written once per trained cell: its key names the folder)."""
+    from attnbench.export.writer import export_checkpoint
+    from attnbench.registry.loader import load_registry
+
+    out = Path(ctx.store.path).parent / "exports" / train["cell_key"]
+    if not (out / "config.json").is_file():
+        export_checkpoint(checkpoint, out, ctx.registry or load_registry(), overwrite=True)
+    return str(out)
+
+
 def run_lm_eval_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
     from attnbench.nn.checkpoint import run_checkpoint
-    from attnbench.errors import CheckpointError
+    from attnbench.errors import AttnbenchError
 
     if "train_cell_key" not in cell.key_inputs:
         return CellOutcome("failed", error="lm_eval cell is not linked to a trained cell: "
@@ -195,14 +207,15 @@ def run_lm_eval_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutco
         return CellOutcome("skipped", error=f"its training cell in {spec.from_experiment!r} {why}; nothing to evaluate")
     try:
         checkpoint = run_checkpoint(ctx.store, train)
-    except CheckpointError as exc:
+        hf_export = _hf_export(ctx, checkpoint, train) if spec.model == "hf" else None
+    except AttnbenchError as exc:
         return CellOutcome("failed", error=str(exc))
     with tempfile.TemporaryDirectory(prefix="attnbench-lm-eval-") as tmp:
         request = {
             "checkpoint": str(checkpoint), "device": str(ctx.device), "tasks": spec.tasks,
             "include_path": spec.include_path, "metadata": {**spec.metadata, **spec.paths},
             "limit": spec.limit, "num_fewshot": spec.num_fewshot, "batch_size": spec.batch_size,
-            "bootstrap_iters": spec.bootstrap_iters, "offline": spec.offline,
+            "bootstrap_iters": spec.bootstrap_iters, "offline": spec.offline, "hf_export": hf_export,
             "output": str(Path(tmp) / "results.json"),
         }
         (Path(tmp) / "request.json").write_text(json.dumps(request))
@@ -216,12 +229,13 @@ def run_lm_eval_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutco
     rows = result_rows(results, train)
     summary = {
         "train_run_id": train["id"], "train_cell_key": train["cell_key"], "checkpoint": str(checkpoint),
-        "tasks": spec.tasks, "limit": spec.limit, "eval_time_s": elapsed,
+        "tasks": spec.tasks, "limit": spec.limit, "eval_time_s": elapsed, "model": spec.model,
+        "hf_export": hf_export,
         "lm_eval_version": _lm_eval_version(), "versions": results.get("versions", {}),
         **{f"{r.tags['task']}/{r.name}": r.value for r in rows},
     }
     return CellOutcome("done", summary, results=rows)
 
 
-KIND = Kind("lm_eval", run_lm_eval_cell, code=(*COMMON_CODE, "attnbench.experiments.lm_eval"),
+KIND = Kind("lm_eval", run_lm_eval_cell, code=(*COMMON_CODE, "attnbench.experiments.lm_eval", "attnbench.export"),
             link=link_lm_eval_cells, on_driver=True)

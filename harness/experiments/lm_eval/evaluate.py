@@ -42,15 +42,20 @@ def evaluate_checkpoint(
     checkpoint: str, tasks: list[str], *, include_path: list[str] | None = None,
     metadata: dict[str, Any] | None = None, device: str | None = None, batch_size: int = 16,
     limit: int | float | None = None, num_fewshot: int | None = None, bootstrap_iters: int = 1000,
-    lm: Any = None,
+    lm: Any = None, hf_export: str | None = None,
 ) -> dict[str, Any]:
-    """lm-eval's results for one checkpoint (or an ``AttnbenchLM`` given as ``lm``): the
-    ``results``, ``versions``, ``n-samples``, ``higher_is_better`` and ``config`` entries."""
+    """lm-eval's results for one checkpoint (or an ``AttnbenchLM`` given as ``lm``, or an
+    exported folder ``hf_export`` scored by lm-eval's own ``hf`` model): the ``results``,
+    ``versions``, ``n-samples``, ``higher_is_better`` and ``config`` entries."""
     from lm_eval import simple_evaluate
 
     from attnbench.experiments.lm_eval.model import AttnbenchLM
 
-    if lm is None:
+    if lm is None and hf_export:
+        from lm_eval.models.huggingface import HFLM
+
+        lm = HFLM(pretrained=hf_export, trust_remote_code=True, device=device or "cpu", batch_size=batch_size)
+    elif lm is None:
         lm = AttnbenchLM(checkpoint=checkpoint, device=device, batch_size=batch_size)
     manager = task_manager(include_path, tasks, dict(metadata or {}))
     out = simple_evaluate(model=lm, tasks=list(tasks), task_manager=manager, limit=limit,
@@ -69,6 +74,7 @@ def child_main(argv: list[str]) -> int:
             metadata=request.get("metadata"), device=request.get("device"),
             batch_size=request.get("batch_size", 16), limit=request.get("limit"),
             num_fewshot=request.get("num_fewshot"), bootstrap_iters=request.get("bootstrap_iters", 1000),
+            hf_export=request.get("hf_export"),
         )
     except AttnbenchError as exc:
         print(f"attnbench: error: {exc}", file=sys.stderr)

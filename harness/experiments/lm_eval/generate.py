@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -80,10 +80,13 @@ def _pick(logits: torch.Tensor, s: GenSettings, gen: torch.Generator) -> torch.T
 
 @torch.no_grad()
 def generate_batch(
-    model: Any, device: torch.device, prompts: list[list[int]], s: GenSettings
+    model: Any, device: torch.device, prompts: list[list[int]], s: GenSettings,
+    decode: Callable[[list[int]], str] | None = None,
 ) -> tuple[list[str], bool]:
     """Continuations of equal-length prompts, each cut before its first stop string, and
-    whether the model's incremental state was used (False: whole prefix re-run per byte)."""
+    whether the model's incremental state was used (False: whole prefix re-run per byte).
+    ``decode`` turns token ids into text (None: the ids are UTF-8 bytes)."""
+    as_bytes = bytes if decode is None else (lambda ids: decode(ids).encode("utf-8"))
     idx = torch.tensor(prompts, dtype=torch.long, device=device)  # (B, P)
     B, P = idx.shape
     gen = torch.Generator().manual_seed(s.seed)
@@ -94,14 +97,14 @@ def generate_batch(
     seq = idx  # (B, P + generated so far), only used without incremental state
     with autocast_for(device):
         logits, state = model.step(idx, state) if state is not None else (model(idx).logits, None)  # (B, P, V)
-    bufs = [bytearray() for _ in range(B)]
+    bufs: list[list[int]] = [[] for _ in range(B)]
     done = [False] * B
     for i in range(s.max_new):
         nxt = _pick(logits[:, -1], s, gen)  # (B,)
         for b, tok in enumerate(nxt.tolist()):
             if not done[b]:
                 bufs[b].append(tok)
-                done[b] = _first_stop(bytes(bufs[b]), s.until) is not None
+                done[b] = _first_stop(as_bytes(bufs[b]), s.until) is not None
         if all(done) or i + 1 == s.max_new:
             break
         with autocast_for(device):
@@ -112,6 +115,7 @@ def generate_batch(
                 logits = model(seq).logits  # (B, P + i + 1, V)
     out = []
     for buf in bufs:
-        cut = _first_stop(bytes(buf), s.until)
-        out.append(bytes(buf[:cut] if cut is not None else buf).decode("utf-8", errors="replace"))
+        text = as_bytes(buf)
+        cut = _first_stop(text, s.until)
+        out.append(text[:cut].decode("utf-8", errors="replace"))
     return out, state is not None

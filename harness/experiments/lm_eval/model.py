@@ -4,7 +4,8 @@
     lm-eval --model attnbench --model_args store=results/attnbench.sqlite,run=12 ...
 
 (through ``attnbench lm-eval``, which imports this module so lm-eval finds the model).
-Text is read as UTF-8 bytes, the harness's tokenizer. Scoring is exact next-token
+Text is read with the checkpoint's tokenizer: UTF-8 bytes, or the BPE it was trained with
+(kept in the checkpoint). Scoring is exact next-token
 log-likelihood in fp32 (bf16 autocast for the matmuls on CUDA only):
 
 * ``loglikelihood``: log p(continuation | context) with ``is_greedy`` true when every
@@ -31,16 +32,27 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from attnbench.nn.checkpoint import CheckpointMeta, find_run, load_checkpoint, run_checkpoint
-from attnbench.errors import CheckpointError
+from attnbench.errors import CheckpointError, ModelArgsError
 from attnbench.nn.model import LanguageModel
 from attnbench.store.database import Store
 from attnbench.data.tokenizers import ByteTokenizer
 from attnbench.nn.precision import autocast_for
 
 log = logging.getLogger(__name__)
-
-NEWLINE = 10  # default prefix byte: byte models see documents separated by newlines
 DEFAULT_MAX_GEN_TOKS = 256
+
+# model_args, as `attnbench lm-eval --help` lists them (lm-eval's --batch_size, --max_batch_size
+# and --device fill in the ones model_args leaves out).
+MODEL_ARGS = {
+    "checkpoint": "a '<cell key>.pt' checkpoint file of a trained cell",
+    "store": "a results store (with run=) to take the checkpoint of a stored train run from",
+    "run": "that run's id or cell key (8+ characters)",
+    "device": "cpu, cuda, cuda:N (default: cuda when available)",
+    "batch_size": "sequences scored per forward pass (default 16)",
+    "max_batch_size": "accepted for lm-eval's --max_batch_size; unused",
+    "prefix_token": "token id the first token of a document is conditioned on (default: newline)",
+    "max_gen_toks": f"most tokens generate_until writes (default {DEFAULT_MAX_GEN_TOKS})",
+}
 
 
 def resolve_device(requested: str | None) -> torch.device:
@@ -52,6 +64,16 @@ def resolve_device(requested: str | None) -> torch.device:
         log.warning("device %s requested but CUDA is not available; evaluating on cpu", requested)
         return torch.device("cpu")
     return device
+
+
+def _reject_unknown(given: dict[str, Any]) -> None:
+    import difflib
+
+    unknown = sorted(set(given) - set(MODEL_ARGS))
+    if unknown:
+        hints = [f"{u!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(u, list(MODEL_ARGS), 1))
+                 else repr(u) for u in unknown]
+        raise ModelArgsError(f"unknown attnbench model_args {', '.join(hints)}; accepted: {', '.join(MODEL_ARGS)}")
 
 
 def _batch_size(value: Any) -> int:
@@ -79,40 +101,44 @@ def chunk_targets(tokens: list[int], first: int, context: int) -> list[tuple[lis
 class AttnbenchLM(LM):
     """An attnbench model behind lm-eval's ``LM`` interface (see the module docstring).
 
-    model_args: ``checkpoint=PATH`` or ``store=PATH,run=ID`` (run id or cell key), and
-    optionally ``device``, ``batch_size``, ``prefix_token`` (byte conditioning the first
-    scored byte of a document, default 10 = newline), ``max_gen_toks``.
+    model_args: see ``MODEL_ARGS`` (``checkpoint=PATH`` or ``store=PATH,run=ID``); unknown
+    ones are refused with the accepted list.
     """
 
     def __init__(
         self, checkpoint: str | None = None, store: str | None = None, run: str | int | None = None,
         device: str | None = None, batch_size: int | str = 16, max_batch_size: int | None = None,
-        prefix_token: int | str = NEWLINE, max_gen_toks: int | str = DEFAULT_MAX_GEN_TOKS,
-        model: LanguageModel | None = None, info: dict[str, Any] | None = None, **unused: Any,
+        prefix_token: int | str | None = None, max_gen_toks: int | str = DEFAULT_MAX_GEN_TOKS,
+        model: LanguageModel | None = None, info: dict[str, Any] | None = None,
+        tokenizer_json: str | None = None, **unknown: Any,
     ) -> None:
         super().__init__()
-        if unused:
-            log.warning("attnbench model: ignoring unknown model_args %s", sorted(unused))
+        _reject_unknown(unknown)
         if model is None:
             model, meta = _load(checkpoint, store, run)
             info = {**_meta_info(meta), **(info or {})}
+            tokenizer_json = meta.tokenizer
         self._device = resolve_device(device)
         self.model = model.to(self._device).eval()
         self.context = int(model.config.context)
-        if model.config.vocab_size != ByteTokenizer.vocab_size:
-            raise CheckpointError(
-                f"the model embeds {model.config.vocab_size} tokens, but the attnbench lm-eval model "
-                f"reads UTF-8 bytes ({ByteTokenizer.vocab_size}); only byte-level models can be evaluated"
-            )
+        self.tokenizer = _tokenizer(tokenizer_json, model.config.vocab_size)
         self.batch_size = _batch_size(batch_size)
-        self.prefix_token = int(prefix_token)
-        if not 0 <= self.prefix_token < 256:
-            raise ValueError(f"prefix_token must be a byte value in [0, 255], got {prefix_token}")
+        self.prefix_token = _prefix(prefix_token, tokenizer_json, model.config.vocab_size)
         self.max_gen_toks = int(max_gen_toks)
-        self.tokenizer = ByteTokenizer()
         self.info = {**(info or {}), "context": self.context, "device": str(self._device),
-                     "prefix_token": self.prefix_token}
+                     "prefix_token": self.prefix_token, "tokenizer": "bytes" if tokenizer_json is None else "trained"}
         self._warned_no_step = False
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict[str, Any] | None = None) -> "AttnbenchLM":
+        """model_args, then lm-eval's --batch_size/--max_batch_size/--device where model_args has none
+        (lm-eval's own version passes both and fails on a repeated keyword)."""
+        from lm_eval.utils import simple_parse_args_string
+
+        args = simple_parse_args_string(arg_string or "")
+        _reject_unknown(args)
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k in MODEL_ARGS}
+        return cls(**{**extra, **args})
 
     @classmethod
     def from_model(cls, model: LanguageModel, **kwargs: Any) -> "AttnbenchLM":
@@ -125,7 +151,7 @@ class AttnbenchLM(LM):
 
     # -- scoring -----------------------------------------------------------------------
     def _encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
+        return self.tokenizer.encode(text).tolist() if text else []
 
     @torch.no_grad()
     def score_windows(self, items: list[tuple[list[int], int]]) -> list[tuple[float, bool]]:
@@ -208,11 +234,12 @@ class AttnbenchLM(LM):
             prompts.append(prompt)
             settings.append(s)
             groups.setdefault((len(prompt), json.dumps(s.key())), []).append(r)
+        decode = None if isinstance(self.tokenizer, ByteTokenizer) else self.tokenizer.decode
         for members in groups.values():
             for b in range(0, len(members), self.batch_size):
                 idx = members[b : b + self.batch_size]
                 texts, incremental = generate_batch(self.model, self._device, [prompts[i] for i in idx],
-                                                    settings[idx[0]])
+                                                    settings[idx[0]], decode)
                 if not incremental and not self._warned_no_step:
                     log.warning("this model has no incremental decoding: generate_until re-runs the "
                                 "whole prefix for every generated byte (quadratic in length)")
@@ -221,6 +248,36 @@ class AttnbenchLM(LM):
                     out[i] = text
                     self.cache_hook.add_partial("generate_until", requests[i].args, text)
         return [o or "" for o in out]
+
+
+def _tokenizer(tokenizer_json: str | None, vocab_size: int) -> Any:
+    """The checkpoint's tokenizer: bytes, or its trained tokenizer.json."""
+    if tokenizer_json is None:
+        if vocab_size != ByteTokenizer.vocab_size:
+            raise CheckpointError(
+                f"the model embeds {vocab_size} tokens but its checkpoint keeps no tokenizer, so its text "
+                "encoding is unknown; re-train it with this version of attnbench (checkpoints now keep it)")
+        return ByteTokenizer()
+    from tokenizers import Tokenizer
+
+    from attnbench.data.tokenizers import HFTokenizer
+
+    tok = HFTokenizer(Tokenizer.from_str(tokenizer_json), "checkpoint")
+    if tok.vocab_size > vocab_size:
+        raise CheckpointError(f"the checkpoint's tokenizer has {tok.vocab_size} tokens, the model embeds {vocab_size}")
+    return tok
+
+
+def _prefix(value: int | str | None, tokenizer_json: str | None, vocab_size: int) -> int:
+    from attnbench.export.tokenizer import prefix_token_id
+
+    try:
+        token = prefix_token_id(tokenizer_json) if value is None else int(value)
+    except ValueError as exc:
+        raise ModelArgsError(str(exc)) from None
+    if not 0 <= token < vocab_size:
+        raise ModelArgsError(f"prefix_token must be a token id in [0, {vocab_size - 1}], got {value}")
+    return token
 
 
 def _load(checkpoint: str | None, store: str | None, run: str | int | None) -> tuple[LanguageModel, CheckpointMeta]:

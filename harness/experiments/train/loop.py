@@ -187,7 +187,8 @@ def train_cell(
             distributed.barrier()  # the other ranks wait here, outside their timed steps
     checkpoint = None
     if checkpoint_dir is not None and t.checkpoint and status == "done" and main:
-        checkpoint = train_state.save_final(checkpoint_dir, cell, model, p.step)
+        checkpoint = train_state.save_final(checkpoint_dir, cell, model, p.step,
+                                            getattr(data, "tokenizer_json", None))
     if path is not None and path.exists() and main:
         path.unlink()
     summary = {**_summary(p, cell, facts, device, status, checkpoint), **compile_info}

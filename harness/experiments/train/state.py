@@ -84,9 +84,12 @@ def save(path: Path, cell: Cell, model: LanguageModel, opt: torch.optim.Optimize
     })
 
 
-def save_final(checkpoint_dir: Path, cell: Cell, model: LanguageModel, step: int) -> Path:
-    """The trained model, for lm-eval, export and fine-tuning."""
+def save_final(checkpoint_dir: Path, cell: Cell, model: LanguageModel, step: int,
+               tokenizer: str | None = None) -> Path:
+    """The trained model, for lm-eval, export and fine-tuning; ``tokenizer`` is the
+    tokenizer.json text of a non-byte tokenizer (what evaluation and export must encode with)."""
     path = checkpoint_dir / f"{cell.key}.pt"
+    extra = {"tokenizer": tokenizer} if tokenizer else {}
     save_checkpoint(path, {"model": model.state_dict(), "config": cell.model.to_dict(), "variant": cell.variant,
-                           "model_kind": cell.spec.model_kind, "cell_key": cell.key, "step": step})
+                           "model_kind": cell.spec.model_kind, "cell_key": cell.key, "step": step, **extra})
     return path
