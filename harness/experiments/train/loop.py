@@ -115,21 +115,22 @@ def _evaluate(p: train_state.TrainProgress, model: Any, data: Any, cell: Cell, d
 
 
 def _summary(p: train_state.TrainProgress, cell: Cell, facts: dict[str, Any], device: torch.device,
-             status: str, checkpoint: Path | None) -> dict[str, Any]:
+             status: str, checkpoint: Path | None, compile_info: dict[str, Any]) -> dict[str, Any]:
     tokens = p.step * cell.spec.batch_size * cell.spec.seq_len
     tfpt = facts["train_flops_per_token"]
+    tokens_per_s = tokens / p.train_time if p.train_time > 0 else None
     return {
         **{f"val_{k}": v for k, v in p.headline.items()},
         "budget": cell.spec.budget.model_dump(exclude_none=True), "steps": p.step, "tokens": tokens,
         "train_flops": tfpt * tokens if tfpt else None,
         "train_time_s": p.train_time, "eval_time_s": p.eval_time,
-        "tokens_per_s": tokens / p.train_time if p.train_time > 0 else None,
+        "tokens_per_s": tokens_per_s, **mfu(tfpt, tokens_per_s, device, "bf16" if device.type == "cuda" else "fp32"),
         "dtype": compute_dtype(device), "resumed_from_step": p.resumed_from, "resume_error": p.resume_error,
         "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "checkpoint": str(checkpoint) if checkpoint else None,
         "diverged_at_step": p.step if status == "diverged" else None,
         "world_size": distributed.world_size(), "dist_backend": distributed.backend(),
-        **facts,
+        **facts, **compile_info,
     }
 
 
@@ -191,7 +192,5 @@ def train_cell(
                                             getattr(data, "tokenizer_json", None))
     if path is not None and path.exists() and main:
         path.unlink()
-    summary = {**_summary(p, cell, facts, device, status, checkpoint), **compile_info}
-    summary.update(mfu(facts["train_flops_per_token"], summary["tokens_per_s"], device,
-                       "bf16" if device.type == "cuda" else "fp32"))
+    summary = _summary(p, cell, facts, device, status, checkpoint, compile_info)
     return CellOutcome(status, summary, p.metrics, rows, error)
