@@ -21,6 +21,7 @@ z (B, H, h) as an explicit state, returned as new tensors on every step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import difflib
 import math
@@ -40,6 +41,7 @@ class LinearOptions:
     on CPU, h = 32; see benchmarks/bench_kernels.py). eps: added to the normaliser.
     feature_map: phi, one of elu (elu + 1, default), relu, softmax, taylor, performer."""
 
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"feature_map": ("elu", "relu", "softmax", "taylor", "performer")}
     chunk_size: int = 64
     eps: float = 1e-6
     feature_map: str = "elu"
@@ -59,7 +61,7 @@ def _options(config: ModelConfig) -> LinearOptions:
     return config.options if isinstance(config.options, LinearOptions) else LinearOptions()
 
 
-FEATURE_MAPS = ("elu", "relu", "softmax", "taylor", "performer")
+FEATURE_MAPS = LinearOptions.CHOICES["feature_map"]
 
 
 def feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -80,16 +82,14 @@ def taylor_features(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.ones_like(x[..., :1]), x, outer], dim=-1)  # (..., 1 + h + h^2)
 
 
-def performer_features(x: torch.Tensor, w: torch.Tensor, is_query: bool) -> torch.Tensor:
-    """FAVOR+ (Choromanski et al. 2021, eq. positive features): phi(x) = exp(w_m.x' - |x'|^2/2)
-    / sqrt(m), x' = x / h^(1/4); bounded by exp(|w_m|^2 / 2), so keys need no shift. Queries
-    are shifted by their own row max (cancels in num / den), keys never: that would be causal
-    only per token, and a max over positions would leak."""
+def performer_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """FAVOR+ (Choromanski et al. 2021, positive random features): phi(x) = exp(w_m.x' -
+    |x'|^2 / 2) / sqrt(m), x' = x / h^(1/4). Bounded by exp(|w_m|^2 / 2) since w.x' - |x'|^2/2
+    <= |w|^2 / 2, so neither queries nor keys need a shift (a max over positions would
+    leak; a per-row query shift would rescale eps)."""
     h, m = x.shape[-1], w.shape[0]
     x = x / h ** 0.25  # (..., h)
     proj = x @ w.to(x.dtype).T - 0.5 * (x * x).sum(-1, keepdim=True)  # (..., m) log features
-    if is_query:
-        proj = proj - proj.amax(dim=-1, keepdim=True).detach()  # (..., m) per-row shift
     return torch.exp(proj) / math.sqrt(m)  # (..., m) > 0
 
 
@@ -118,7 +118,7 @@ class LinearAttention(nn.Module):
     def extra_repr(self) -> str:
         return f"n_head={self.n_head}, chunk_size={self.chunk_size}, eps={self.eps:g}, feature_map={self.feature_map}"
 
-    def _phi(self, x: torch.Tensor, is_query: bool) -> torch.Tensor:
+    def _phi(self, x: torch.Tensor) -> torch.Tensor:
         """The feature map on (B, H, T, h) -> (B, H, T, F)."""
         if self.feature_map == "elu":
             return feature_map(x)
@@ -128,13 +128,13 @@ class LinearAttention(nn.Module):
             return torch.softmax(x, dim=-1)
         if self.feature_map == "taylor":
             return taylor_features(x)
-        return performer_features(x, self.features, is_query)
+        return performer_features(x, self.features)
 
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = split_heads(self.c_attn(x), self.n_head)  # 3 x (B, H, T, h)
         # phi in fp32 (fp64 when given fp64): under autocast the projections are half precision.
         dt = torch.float64 if q.dtype == torch.float64 else torch.float32
-        return self._phi(q.to(dt), True), self._phi(k.to(dt), False), v  # (B, H, T, F), (B, H, T, F), (B, H, T, h)
+        return self._phi(q.to(dt)), self._phi(k.to(dt)), v  # (B, H, T, F), (B, H, T, F), (B, H, T, h)
 
     def _merge(self, y: torch.Tensor) -> torch.Tensor:
         return self.c_proj(merge_heads(y))  # (B, T, D)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -28,6 +29,21 @@ def _gate_column(registry, store_path: str, device: str) -> dict[str, str]:
     return out
 
 
+def _options(variant) -> list[str]:
+    """'name=default' per option of the variant's options dataclass, with the accepted
+    values where it declares them (a ``CHOICES`` class attribute: option -> values)."""
+    if variant.options is None or not dataclasses.is_dataclass(variant.options):
+        return []
+    choices = getattr(variant.options, "CHOICES", {})
+    out = []
+    for f in dataclasses.fields(variant.options):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)")
+        one_of = f" (one of {', '.join(map(str, choices[f.name]))})" if f.name in choices else ""
+        out.append(f"{f.name}={default!r}{one_of}")
+    return out
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("list", help="list registered variants, their plugin and capabilities")
     add_store_option(p)
@@ -48,7 +64,8 @@ def _json(registry, gate: dict[str, str]) -> str:
         identity = variant_identity(v)
         variants.append(item(v, decode=v.decode, causal=v.causal, aux_loss=v.aux_loss,
                              own_model=v.build_model is not None, checks=gate.get(name, "unchecked"),
-                             identity=content_key(identity)[:16], sources=identity["sources"]))
+                             identity=content_key(identity)[:16], sources=identity["sources"],
+                             options=_options(v)))
     tasks = [item(t) for _, t in sorted(registry.tasks.items())]
     return json.dumps({"variants": variants, "tasks": tasks}, indent=2)
 
@@ -67,6 +84,12 @@ def run(args: argparse.Namespace) -> int:
         rows.append((name, v.plugin, v.distribution, v.decode, ",".join(caps),
                      gate.get(name, "unchecked"), v.description))
     _print_table(rows)
+    with_options = [(name, _options(registry.variants[name])) for name in registry.names()]
+    if any(opts for _, opts in with_options):
+        print("\nvariant options (suite: variant_options: {variant: {option: value}})")
+        for name, opts in with_options:
+            if opts:
+                print(f"  {name}: " + "; ".join(opts))
     if registry.tasks:
         print()
         tasks = [("task", "plugin", "distribution", "description")]
