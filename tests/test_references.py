@@ -152,3 +152,47 @@ def test_seeds_suite_runs_the_reference_eps_and_gelu():
     assert by["additive"].variant_options["additive"]["eps_compat"] is True
     assert by["windowed"].variant_options["windowed"]["eps_compat"] is True
     assert all(m.activation == "gelu_tanh" for m in by["gpt2"].models)
+
+
+def future64(q, k, v, Kf, Vf, bk, bv, fd: int, C: int) -> torch.Tensor:
+    """Future attention (variants.md 6.3) for one head in float64, with the reference's
+    biases on the future K/V projections: F = (Q K_f + b_k) / sqrt(h), y += P_band V_f + b_v."""
+    T, h = q.shape
+    Tw = min(T + fd, C)
+    logits = torch.full((T, Tw), float("-inf"), dtype=q.dtype)  # (T, Tw) omni logits
+    A = q @ k.T / math.sqrt(h)  # (T, T)
+    Fs = (q @ Kf[:, : Tw - 1] + bk[:, : Tw - 1]) / math.sqrt(h)  # (T, Tw-1): column c = position c+1
+    for i in range(T):
+        logits[i, : i + 1] = A[i, : i + 1]
+        hi = min(i + fd, Tw - 1)
+        logits[i, i + 1 : hi + 1] = Fs[i, i : hi]
+    P = torch.softmax(logits, dim=-1)  # (T, Tw)
+    causal = torch.tril(P[:, :T])  # (T, T)
+    band = P[:, 1:Tw] * torch.ones(T, Tw - 1, dtype=q.dtype).triu(0).tril(fd - 1)  # (T, Tw-1) i < j <= i+fd
+    return causal @ v + band @ Vf[: Tw - 1] + bv  # (T, h)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_future_matches_the_reference_with_future_biases(registry, bias):
+    C, fd, T = 24, 5, 20
+    options = registry.get("future").make_options({"future_dim": fd})
+    cfg = ModelConfig(vocab_size=64, d_model=16, n_layer=1, n_head=2, context=C, bias=bias, options=options)
+    torch.manual_seed(0)
+    mixer = registry.get("future").build_mixer(cfg, 0).double().eval()
+    assert (mixer.k_future_bias is not None) == bias and (mixer.v_future_bias is not None) == bias
+    with torch.no_grad():
+        for p in (mixer.k_future, mixer.v_future, mixer.k_future_bias, mixer.v_future_bias):
+            if p is not None:
+                p.normal_(0.0, 0.5)  # trained-looking: the biases matter
+    seen = []
+    mixer.c_proj.register_forward_pre_hook(lambda mod, args: seen.append(args[0]))
+    x = torch.randn(1, T, 16, dtype=torch.float64)
+    with torch.no_grad():
+        mixer(x)
+        q, k, v = (t.view(T, 2, 8).transpose(0, 1) for t in mixer.c_attn(x)[0].split(16, dim=-1))  # (H, T, h)
+    zero = torch.zeros(2, 1, C - 1, dtype=torch.float64)
+    bk = mixer.k_future_bias.detach() if bias else zero
+    bv = mixer.v_future_bias.detach() if bias else torch.zeros(2, 1, 8, dtype=torch.float64)
+    ref = torch.cat([future64(q[h], k[h], v[h], mixer.k_future[h].detach(), mixer.v_future[h].detach(),
+                              bk[h], bv[h], fd, C) for h in range(2)], dim=-1)  # (T, D)
+    assert (seen[0][0] - ref).abs().max() <= 1e-10
