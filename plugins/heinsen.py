@@ -6,10 +6,13 @@ i.e. log of linear attention with phi = exp and values exp(log V) (spec 5.1). Co
 ``attnbench.plugins.kernels.chunked.log_attention``: chunkwise with running max-stabilisers, so it is
 causal at every magnitude (every stabiliser a row sees depends on positions <= its own) and
 never materialises the [B, H, T, h_k, h_v] tensor of the reference; decoding carries the
-log-space state (log S, log z, running key max) as an explicit value. Tested (tests/test_kernels.py,
-tests/test_references.py) against a float64 direct evaluation with log V of std up to
-50 and an early token with k = -150, log V = 200: 1e-4 relative; a later change moves no
-earlier output. Runs in float64 when given float64.
+log-space state (log S, log z, running key max) as an explicit value. Tested
+(tests/test_kernels.py) against a float64 term-by-term evaluation: with log V of std up to
+50 and an early token with k = -150, log V = 200 (q, k std 1), and with q, k std 10 and
+log V std 20: within 1e-4 relative; a later change moves no earlier output (1e-6). With
+q, k x100 outputs and gradients stay finite and causal but fp32 is not accurate (a row's
+q spread of ~10^2 puts its pair weights outside fp32); the float64 run is exact there.
+Runs in float64 when given float64.
 
 In the shared backbone one mixer is: x (B, T, D) -> q, k, log V per head (one Linear
 D -> 3D) -> log attention -> o (B, H, T, h) -> W_o. The output o is the *log* of the

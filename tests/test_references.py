@@ -4,6 +4,7 @@ and the options that match the references where ours differ by default."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -115,10 +116,13 @@ def test_validate_accepts_feature_maps_and_suggests_for_a_misspelling(tmp_path):
 
 
 def test_list_shows_the_options_of_each_variant():
-    out = run_cli("list")
+    out = run_cli("list", "--options")
     assert out.returncode == 0, out.stderr
     assert "linear: chunk_size=64; eps=1e-06; feature_map='elu' (one of elu, relu, softmax, taylor, performer)" in out.stdout
     assert "additive: rescale=15.0; eps_compat=False" in out.stdout
+    listed = json.loads(run_cli("list", "--json").stdout)
+    linear = next(v for v in listed["variants"] if v["name"] == "linear")
+    assert "feature_map='elu' (one of elu, relu, softmax, taylor, performer)" in linear["options"]
 
 
 def test_gelu_tanh_backbone_is_gpt2_gelu_new_and_recorded():

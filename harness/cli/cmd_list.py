@@ -48,6 +48,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("list", help="list registered variants, their plugin and capabilities")
     add_store_option(p)
     p.add_argument("--device", default="auto", help="device whose trust-gate verdicts to show")
+    p.add_argument("--options", action="store_true",
+                   help="also list each variant's options with defaults and accepted values")
     p.add_argument("--json", action="store_true",
                    help="print variants and tasks as JSON, with the source files hashed into each identity")
     p.set_defaults(func=run)
@@ -84,17 +86,17 @@ def run(args: argparse.Namespace) -> int:
         rows.append((name, v.plugin, v.distribution, v.decode, ",".join(caps),
                      gate.get(name, "unchecked"), v.description))
     _print_table(rows)
-    with_options = [(name, _options(registry.variants[name])) for name in registry.names()]
-    if any(opts for _, opts in with_options):
-        print("\nvariant options (suite: variant_options: {variant: {option: value}})")
-        for name, opts in with_options:
-            if opts:
-                print(f"  {name}: " + "; ".join(opts))
     if registry.tasks:
         print()
         tasks = [("task", "plugin", "distribution", "description")]
         tasks += [(t.name, t.plugin, t.distribution, t.description) for _, t in sorted(registry.tasks.items())]
         _print_table(tasks)
+    if args.options:
+        print("\nvariant options (suite: variant_options: {variant: {option: value}})")
+        for name in registry.names():
+            opts = _options(registry.variants[name])
+            if opts:
+                print(f"  {name}: " + "; ".join(opts))
     return 0
 
 
