@@ -148,6 +148,11 @@ class FutureAttention(SoftmaxAttention):
         H, h, C = config.n_head, config.head_dim, config.context
         self.k_future = nn.Parameter(torch.empty(H, h, C - 1))  # column c: position c + 1
         self.v_future = nn.Parameter(torch.empty(H, C - 1, h))
+        # With bias on, the reference's future K/V projections carry biases too (zeros at
+        # init): b_k per future position, added to q . K_future before the 1/sqrt(h), and
+        # b_v added to every row's future output.
+        self.k_future_bias = nn.Parameter(torch.zeros(H, 1, C - 1)) if config.bias else None
+        self.v_future_bias = nn.Parameter(torch.zeros(H, 1, h)) if config.bias else None
         self.init_weights()
 
     def init_weights(self) -> None:
@@ -159,10 +164,17 @@ class FutureAttention(SoftmaxAttention):
         seed = int(torch.randint(0, 2**62, ())) if dropout_p > 0 else 0
         out_c, lse_c = causal_attention_lse(q, k, v, offset, dropout_p, seed)
         # out_c (B, H, T, h), lse_c (B, H, T)
-        s, vw = band_scores(q, fp32(self.k_future), fp32(self.v_future).transpose(1, 2),
+        q_f, k_f = q, fp32(self.k_future)  # (B, H, T, h), (H, h, C-1)
+        if self.k_future_bias is not None:  # (q . K_f + b_k) / sqrt(h) as one product over h+1
+            r = math.sqrt((q.size(-1) + 1) / q.size(-1))  # band_scores divides by sqrt(h+1)
+            q_f = torch.cat([q * r, torch.full_like(q[..., :1], r)], dim=-1)  # (B, H, T, h+1)
+            k_f = torch.cat([k_f, fp32(self.k_future_bias)], dim=1)  # (H, h+1, C-1)
+        s, vw = band_scores(q_f, k_f, fp32(self.v_future).transpose(1, 2),
                             first_pos=1, offset=offset, last=self.context - 1,
                             fd=self.opts.future_dim)  # s (B, H, nb, blk, W), vw (H, nb, W, h)
         out_f, lse_all = band_attend(s, vw, lse_c, q.size(2), dropout_p)  # (B, H, T, h), (B, H, T)
+        if self.v_future_bias is not None:
+            out_f = out_f + fp32(self.v_future_bias)[None]  # (B, H, T, h) every row, as the reference
         y = torch.exp(lse_c - lse_all)[..., None] * out_c + out_f  # (B, H, T, h)
         return y, out_f, lse_c
 

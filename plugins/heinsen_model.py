@@ -6,7 +6,7 @@ re-implemented from the spec (shared/design/variants.md, 5.3) with the bugs of 5
     logits = LN_f(x) E^T                                   (tied head, no dropout, no MLP)
 
 Differences from the reference, all fixes: ``repr`` works; decoding state is an explicit
-value (EmbedPosition's last log x_t and each layer's max-shifted LogState, each tensor
+value (EmbedPosition's last log x_t and each layer's log-space LogState, each tensor
 owning only its own storage) instead of module attributes holding a view of a
 [B, H, T, h_k, h_v] tensor; the position recurrence and the attention run in fp32 in eval
 too, and the recurrence never forms an unbounded cumulative sum (see ``log_linear_scan``).
@@ -43,11 +43,12 @@ def log_linear_scan(log_a: torch.Tensor, log_b: torch.Tensor, log_x0: torch.Tens
     c = min(chunk, T)
     N = -(-T // c)
     pad = (0, 0, 0, N * c - T)  # padded tail positions are dropped; zeros keep them finite
-    la = F.pad(log_a.float(), pad).view(B, N, c, d)  # (B, N, c, d)
-    lb = F.pad(log_b.float(), pad).view(B, N, c, d)  # (B, N, c, d)
+    dt = torch.float64 if log_a.dtype == torch.float64 else torch.float32  # fp64 for reference runs
+    la = F.pad(log_a.to(dt), pad).view(B, N, c, d)  # (B, N, c, d)
+    lb = F.pad(log_b.to(dt), pad).view(B, N, c, d)  # (B, N, c, d)
     A = la.cumsum(dim=2)  # (B, N, c, d) within-chunk log-decay, bounded length
     inner = A + torch.logcumsumexp(lb - A, dim=2)  # (B, N, c, d) the chunk's own inputs, x_start = 0
-    starts = [log_x0.float()]  # log x before each chunk, (B, d) each
+    starts = [log_x0.to(dt)]  # log x before each chunk, (B, d) each
     for n in range(N - 1):
         starts.append(torch.logaddexp(A[:, n, -1] + starts[-1], inner[:, n, -1]))  # (B, d)
     start = torch.stack(starts, dim=1)  # (B, N, d)
@@ -68,7 +69,8 @@ class EmbedPosition(nn.Module):
 
     def forward(self, x: torch.Tensor, log_x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x (B, T, d), log_x0 (B, d) -> x + log x_t (B, T, d), last log x_t (B, d)."""
-        a, l = self.proj(x).float().chunk(2, dim=-1)  # (B, T, d) each, fp32 for the scan
+        dt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        a, l = self.proj(x).to(dt).chunk(2, dim=-1)  # (B, T, d) each, fp32 (fp64) for the scan
         with torch.autocast(x.device.type, enabled=False):  # fp32 in train and eval alike
             log_x = log_linear_scan(F.logsigmoid(a), l, log_x0)  # (B, T, d)
         return x + log_x.to(x.dtype), log_x[:, -1].contiguous()
@@ -88,8 +90,8 @@ class ResidualLayer(nn.Module):
     def extra_repr(self) -> str:
         return f"n_head={self.n_head}, d_k={self.d_k}, d_v={self.d_v}, chunk_size={self.chunk_size}"
 
-    def init_state(self, batch_size: int, device=None) -> LogState:
-        return log_init_state(batch_size, self.n_head, self.d_k, self.d_v, device)
+    def init_state(self, batch_size: int, device=None, dtype=None) -> LogState:
+        return log_init_state(batch_size, self.n_head, self.d_k, self.d_v, device, dtype)
 
     def forward(self, x: torch.Tensor, state: LogState) -> tuple[torch.Tensor, LogState]:
         B, T, _ = x.shape
@@ -125,11 +127,12 @@ class HeinsenLM(LanguageModel):
         nn.init.uniform_(self.embed.weight, -1.0 / math.sqrt(d), 1.0 / math.sqrt(d))
 
     def init_state(self, batch_size, max_len, device=None, dtype=None) -> HeinsenLMState:
-        """Fresh state; fp32 whatever ``dtype`` is asked (running sums and log x)."""
+        """Fresh state; fp32 unless float64 is asked (running sums and log x)."""
         device = device or self.embed.weight.device
+        dt = torch.float64 if dtype == torch.float64 else torch.float32
         return HeinsenLMState(
-            torch.zeros(batch_size, self.config.d_model, device=device, dtype=torch.float32),  # (B, d)
-            tuple(layer.init_state(batch_size, device) for layer in self.layers),
+            torch.zeros(batch_size, self.config.d_model, device=device, dtype=dt),  # (B, d)
+            tuple(layer.init_state(batch_size, device, dt) for layer in self.layers),
         )
 
     def step(self, idx: torch.Tensor, state: HeinsenLMState) -> tuple[torch.Tensor, HeinsenLMState]:
@@ -143,5 +146,6 @@ class HeinsenLM(LanguageModel):
         return logits, HeinsenLMState(log_x, tuple(layers))
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> ModelOutput:
-        logits, _ = self.step(idx, self.init_state(idx.size(0), idx.size(1), idx.device))  # (B, T, V)
+        state = self.init_state(idx.size(0), idx.size(1), idx.device, self.embed.weight.dtype)
+        logits, _ = self.step(idx, state)  # (B, T, V)
         return lm_loss(logits, targets)

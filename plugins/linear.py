@@ -1,7 +1,15 @@
 """Causal linear attention (Katharopoulos et al., "Transformers are RNNs", 2020):
 
     o_i = phi(q_i)^T S_i / (phi(q_i)^T z_i + eps),   S_i = sum_{j<=i} phi(k_j) v_j^T,
-    z_i = sum_{j<=i} phi(k_j),   phi(x) = elu(x) + 1,   then W_o        (per head, h = D / H)
+    z_i = sum_{j<=i} phi(k_j),   phi(x) = elu(x) + 1 by default,   then W_o   (per head, h = D / H)
+
+``feature_map`` picks phi (``FEATURE_MAPS``; fast-transformers takes any map, and the Based
+paper compares several on MQAR): elu (elu + 1), relu, softmax (softmax over the head
+dimension: positive, normalised), taylor (2nd-order Taylor of exp(q.k / sqrt(h)), as in
+Based: [1, x / h^(1/4), x (x) x / (sqrt(2) sqrt(h))], 1 + h + h^2 features) and performer
+(FAVOR+ positive random features of exp(q.k / sqrt(h)), 2h orthogonal Gaussian features;
+redraw policy: drawn once when the mixer is built, from the build seed, kept as a buffer
+that checkpoints save, never redrawn, so training, evaluation and decoding use one draw).
 
 No 1/sqrt(h) scaling, nothing applied to the values, eps = 1e-6 added after the dot
 product (as in fast-transformers). Training runs the chunkwise form of
@@ -13,6 +21,10 @@ z (B, H, h) as an explicit state, returned as new tensors on every step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
+
+import difflib
+import math
 
 import torch
 import torch.nn.functional as F
@@ -26,20 +38,30 @@ from attnbench.plugins.kernels.chunked import LinearState, chunked_flops_per_tok
 @dataclass(frozen=True)
 class LinearOptions:
     """chunk_size: positions per chunk of the parallel form (64 was fastest at T = 1k-16k
-    on CPU, h = 32; see benchmarks/bench_kernels.py). eps: added to the normaliser."""
+    on CPU, h = 32; see benchmarks/bench_kernels.py). eps: added to the normaliser.
+    feature_map: phi, one of elu (elu + 1, default), relu, softmax, taylor, performer."""
 
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"feature_map": ("elu", "relu", "softmax", "taylor", "performer")}
     chunk_size: int = 64
     eps: float = 1e-6
+    feature_map: str = "elu"
 
     def __post_init__(self) -> None:
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive integer, got {self.chunk_size!r}")
         if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 < self.eps < 1:
             raise ValueError(f"eps must be a number in (0, 1), got {self.eps!r}")
+        if self.feature_map not in FEATURE_MAPS:
+            close = difflib.get_close_matches(str(self.feature_map), FEATURE_MAPS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"feature_map must be one of {list(FEATURE_MAPS)}, got {self.feature_map!r}{hint}")
 
 
 def _options(config: ModelConfig) -> LinearOptions:
     return config.options if isinstance(config.options, LinearOptions) else LinearOptions()
+
+
+FEATURE_MAPS = LinearOptions.CHOICES["feature_map"]
 
 
 def feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -47,36 +69,87 @@ def feature_map(x: torch.Tensor) -> torch.Tensor:
     return F.elu(x).add_(1.0)  # same shape as x; in place: elu's backward keeps its input, not its output
 
 
+def feature_dim(name: str, h: int) -> int:
+    """Features per head of each map: h, except taylor 1 + h + h^2 and performer 2h."""
+    return {"taylor": 1 + h + h * h, "performer": 2 * h}.get(name, h)
+
+
+def taylor_features(x: torch.Tensor) -> torch.Tensor:
+    """Based's 2nd-order Taylor map: phi(q).phi(k) = 1 + q.k / sqrt(h) + (q.k)^2 / (2h) > 0."""
+    h = x.shape[-1]
+    x = x / h ** 0.25  # (..., h) so that q.k becomes q.k / sqrt(h)
+    outer = (x[..., :, None] * x[..., None, :]).flatten(-2) / math.sqrt(2.0)  # (..., h^2)
+    return torch.cat([torch.ones_like(x[..., :1]), x, outer], dim=-1)  # (..., 1 + h + h^2)
+
+
+def performer_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """FAVOR+ (Choromanski et al. 2021, positive random features): phi(x) = exp(w_m.x' -
+    |x'|^2 / 2) / sqrt(m), x' = x / h^(1/4). Bounded by exp(|w_m|^2 / 2) since w.x' - |x'|^2/2
+    <= |w|^2 / 2, so neither queries nor keys need a shift (a max over positions would
+    leak; a per-row query shift would rescale eps)."""
+    h, m = x.shape[-1], w.shape[0]
+    x = x / h ** 0.25  # (..., h)
+    proj = x @ w.to(x.dtype).T - 0.5 * (x * x).sum(-1, keepdim=True)  # (..., m) log features
+    return torch.exp(proj) / math.sqrt(m)  # (..., m) > 0
+
+
+def orthogonal_gaussian(m: int, h: int) -> torch.Tensor:
+    """m x h rows: blocks of orthonormal rows scaled to chi(h) norms (FAVOR+'s ORF draw)."""
+    blocks = []
+    for _ in range(-(-m // h)):
+        q, _ = torch.linalg.qr(torch.randn(h, h))  # (h, h) orthonormal columns
+        blocks.append(q.T)
+    norms = torch.randn(m, h).norm(dim=-1, keepdim=True)  # (m, 1) chi(h)
+    return torch.cat(blocks)[:m] * norms  # (m, h)
+
+
 class LinearAttention(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
         opts = _options(config)
         self.n_head, self.chunk_size, self.eps = config.n_head, opts.chunk_size, opts.eps
+        self.feature_map = opts.feature_map
         self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
         self.c_proj = mark_residual(nn.Linear(config.d_model, config.d_model, bias=config.bias))
+        if self.feature_map == "performer":  # drawn once, never redrawn (see module docstring)
+            h = config.head_dim
+            self.register_buffer("features", orthogonal_gaussian(feature_dim("performer", h), h))
 
     def extra_repr(self) -> str:
-        return f"n_head={self.n_head}, chunk_size={self.chunk_size}, eps={self.eps:g}"
+        return f"n_head={self.n_head}, chunk_size={self.chunk_size}, eps={self.eps:g}, feature_map={self.feature_map}"
+
+    def _phi(self, x: torch.Tensor) -> torch.Tensor:
+        """The feature map on (B, H, T, h) -> (B, H, T, F)."""
+        if self.feature_map == "elu":
+            return feature_map(x)
+        if self.feature_map == "relu":
+            return F.relu(x)
+        if self.feature_map == "softmax":
+            return torch.softmax(x, dim=-1)
+        if self.feature_map == "taylor":
+            return taylor_features(x)
+        return performer_features(x, self.features)
 
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = split_heads(self.c_attn(x), self.n_head)  # 3 x (B, H, T, h)
-        # phi in fp32: under autocast the projections are half precision.
-        return feature_map(q.float()), feature_map(k.float()), v  # (B, H, T, h)
+        # phi in fp32 (fp64 when given fp64): under autocast the projections are half precision.
+        dt = torch.float64 if q.dtype == torch.float64 else torch.float32
+        return self._phi(q.to(dt)), self._phi(k.to(dt)), v  # (B, H, T, F), (B, H, T, F), (B, H, T, h)
 
     def _merge(self, y: torch.Tensor) -> torch.Tensor:
         return self.c_proj(merge_heads(y))  # (B, T, D)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        fq, fk, v = self._heads(x)  # (B, H, T, h)
+        fq, fk, v = self._heads(x)  # (B, H, T, F), (B, H, T, F), (B, H, T, h)
         B, H, _, h = v.shape
-        y, _ = linear_attention(fq, fk, v, linear_init_state(B, H, h, h, x.device),
+        y, _ = linear_attention(fq, fk, v, linear_init_state(B, H, fk.shape[-1], h, x.device, fk.dtype),
                                 self.chunk_size, self.eps)  # (B, H, T, h)
         return self._merge(y)
 
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> LinearState:
-        """Zero S and z. Kept in fp32 whatever ``dtype`` is asked: they are running sums."""
+        """Zero S and z. Kept in fp32 unless float64 is asked: they are running sums."""
         h = self.c_attn.out_features // 3 // self.n_head
-        return linear_init_state(batch_size, self.n_head, h, h, device)
+        return linear_init_state(batch_size, self.n_head, feature_dim(self.feature_map, h), h, device, dtype)
 
     def step(self, x: torch.Tensor, state: LinearState) -> tuple[torch.Tensor, LinearState]:
         fq, fk, v = self._heads(x)  # (B, H, t, h)
@@ -86,12 +159,14 @@ class LinearAttention(nn.Module):
 
 def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
     h = config.head_dim
-    return config.n_head * (h * h + h)  # S and z, independent of T
+    f = feature_dim(_options(config).feature_map, h)
+    return config.n_head * (f * h + f)  # S (F x h) and z (F), independent of T
 
 
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
-    return chunked_flops_per_token(config.d_model, config.n_head, config.head_dim,
-                                   _options(config).chunk_size, T)
+    opts = _options(config)
+    return chunked_flops_per_token(config.d_model, config.n_head, config.head_dim, opts.chunk_size, T,
+                                   feature_dim(opts.feature_map, config.head_dim))
 
 
 @hookimpl
@@ -100,7 +175,7 @@ def attnbench_register_variants(register) -> None:
         Variant(
             name="linear",
             build_mixer=LinearAttention,
-            description="Causal linear attention, phi = elu + 1 (Katharopoulos 2020), chunkwise, recurrent decoding",
+            description="Causal linear attention, phi = elu + 1 or another feature map (Katharopoulos 2020), chunkwise, recurrent decoding",
             options=LinearOptions,
             decode="recurrent",
             state_size=state_size,

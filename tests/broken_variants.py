@@ -16,6 +16,9 @@ bad_shape         returns (B, T, D/2)                                 error (eve
 bad_dtype         returns float64 for a float32 input                 error (every forward)
 raises            its builder raises                                  error (every check)
 hangs             forward blocks until RELEASE is set                 error: timed out
+chunk_normalised  softmax stabilised by one max per 64-row chunk taken  leak at scale
+                  over all its scores, later positions included: exact
+                  at init, leaks once logits outgrow exp's range
 """
 
 from __future__ import annotations
@@ -90,6 +93,26 @@ class Overflowy(MaskedAttention):
     def softmax(self, s: torch.Tensor) -> torch.Tensor:
         e = torch.exp(s)  # (B, H, T, T) no max-subtraction: overflows for s > 88 in fp32
         return e / e.sum(dim=-1, keepdim=True)  # (B, H, T, T)
+
+
+class ChunkNormalised(MaskedAttention):
+    """Broken: exp(s - m_chunk) / sum exp(s - m_chunk) with one m per 64 query rows, the max
+    over all their scores, masked future ones included. It cancels exactly, so at init
+    (logits O(1)) outputs are causal to rounding; once a later logit exceeds an earlier
+    row's by > ~87, that row's weights underflow and its output depends on the future."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = map(self.heads, self.c_attn(x).split(D, dim=2))  # 3 x (B, H, T, h)
+        raw = (q @ k.transpose(-1, -2)).float() / q.size(-1) ** 0.5  # (B, H, T, T) future included
+        c = 64
+        m = torch.cat([raw[:, :, a : a + c].detach().amax(dim=(-1, -2), keepdim=True).expand(-1, -1, min(c, T - a), 1)
+                       for a in range(0, T, c)], dim=2)  # (B, H, T, 1) one max per chunk, later keys in it (a constant)
+        keep = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # (T, T)
+        e = torch.exp(raw - m).masked_fill(~keep, 0.0)  # (B, H, T, T)
+        p = e / e.sum(dim=-1, keepdim=True).clamp_min(1e-30)  # (B, H, T, T)
+        y = p.to(v.dtype) @ v  # (B, H, T, h)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
 
 
 class Nondeterministic(MaskedAttention):
@@ -220,6 +243,7 @@ def attnbench_register_variants(register) -> None:
     plain("leaky", Leaky)
     plain("grad_leaky", GradLeaky)
     plain("overflowy", Overflowy)
+    plain("chunk_normalised", ChunkNormalised)
     plain("nondeterministic", Nondeterministic)
     plain("bad_shape", BadShape)
     plain("bad_dtype", BadDtype)

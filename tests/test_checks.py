@@ -21,11 +21,13 @@ BUILTINS = ["additive", "future", "heinsen", "linear", "softmax", "windowed"]
 
 # variant -> the checks that must fail; every other check must pass or skip.
 CAUGHT_BY = {
-    "leaky": {"no_future_leak_forward", "no_future_leak_backward"},
+    "leaky": {"no_future_leak_forward", "no_future_leak_backward", "leak_at_scale"},
     "grad_leaky": {"no_future_leak_backward"},
-    "drifty": {"incremental_equals_parallel"},
-    "overflowy": {"finite_long_inputs"},
-    "nondeterministic": {"deterministic"},
+    "drifty": {"incremental_equals_parallel", "incremental_at_scale"},
+    "overflowy": {"finite_long_inputs", "leak_at_scale", "float64_at_scale"},
+    # the float64 run builds the mixer a second time: different gains, different outputs
+    "nondeterministic": {"deterministic", "float64_at_scale"},
+    "chunk_normalised": {"leak_at_scale"},  # causal at init scale, leaks at trained scale
     "wrong_state_size": {"declared_facts"},
     "own_model_leaky": {"no_future_leak_forward"},  # the backbone with its mixer is fine
     "undeclared_aux": {"declared_facts"},
@@ -57,8 +59,24 @@ def test_builtin_variant_passes_every_applicable_check(name, registry):
     bad = {c: r.detail for c, r in results.items() if r.status not in ("pass", "skip")}
     assert not bad, bad
     skipped = {c for c, r in results.items() if r.status == "skip"}
-    assert skipped == ({"incremental_equals_parallel"} if variant.decode == "none" else set())
+    no_decode = {"incremental_equals_parallel", "incremental_at_scale"} if variant.decode == "none" else set()
+    assert skipped == {"autocast_at_scale"} | no_decode  # autocast: CUDA only
+    assert "CUDA only" in results["autocast_at_scale"].detail
     assert "params: backbone" in results["declared_facts"].detail
+    for check in ("leak_at_scale", "float64_at_scale"):  # verdicts name the magnitudes tried
+        assert "magnitudes tried: weights x1, x4, x16" in results[check].detail, results[check].detail
+
+
+def test_leak_only_at_trained_magnitudes_names_check_magnitude_and_position(broken_results):
+    results = _by_check(broken_results["chunk_normalised"])
+    assert results["no_future_leak_forward"].status == "pass"  # invisible at init scale
+    leak = results["leak_at_scale"]
+    assert leak.status == "fail" and leak.figure > 1e-2
+    match = re.search(r"worst at weights x(\d+), perturbed after t=(\d+), first leaking position (\d+)", leak.detail)
+    assert match, leak.detail
+    assert int(match.group(1)) > 1 and int(match.group(3)) <= int(match.group(2))
+    table = format_table({"chunk_normalised": broken_results["chunk_normalised"]})
+    assert "chunk_normalised / leak_at_scale: FAIL" in table and "first leaking position" in table
 
 
 @pytest.mark.parametrize("name", sorted(CAUGHT_BY))
@@ -97,7 +115,8 @@ def test_contract_violations_are_errors_and_other_variants_still_checked(broken)
     results = check_variants([broken.get(n) for n in names], long_T=256, time_limit_s=120)
     assert torch.equal(torch.rand(3), expected_next), "run_checks changed the caller's RNG state"
     assert all(r.status == "error" and "deliberately broken builder" in r.detail
-               for r in results["raises"])
+               for r in results["raises"] if r.check != "autocast_at_scale")
+    assert _by_check(results["raises"])["autocast_at_scale"].status == "skip"  # CPU: never builds
     for name, word in (("bad_shape", "shape (2, 9, 16) for input (2, 9, 32)"),
                        ("bad_dtype", "torch.float64 for a torch.float32 input")):
         by = _by_check(results[name])
@@ -130,7 +149,8 @@ def test_hang_is_reported_as_timeout_and_abandoned(broken):
 def test_table_has_one_row_per_variant_and_column_per_check(broken_results):
     lines = format_table(broken_results).splitlines()
     assert lines[0].split() == ["variant", "leak-fwd", "leak-bwd", "incremental", "finite",
-                                "determinism", "facts"]
+                                "determinism", "facts", "leak@scale", "incr@scale", "f64@scale",
+                                "amp@scale"]
     rows = {line.split()[0]: line for line in lines[1 : 1 + len(CAUGHT_BY)]}
     assert set(rows) == set(CAUGHT_BY)
     assert rows["leaky"].split()[1:5] == ["FAIL", rows["leaky"].split()[2], "FAIL",
@@ -149,3 +169,11 @@ def test_gate_key_tracks_code_version(broken):
     bumped = gate_key_inputs(type(variant)(**{**variant.__dict__, "version": "2"}), "cpu")
     assert content_key(bumped) != content_key(inputs)
     assert content_key(gate_key_inputs(variant, "cpu")) == content_key(inputs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA only: bf16/fp16 autocast checks need a GPU")
+def test_autocast_at_scale_on_cuda_records_per_dtype_tolerances(registry):
+    results = _by_check(run_checks(registry.get("softmax"), device="cuda", long_T=256))
+    amp = results["autocast_at_scale"]
+    assert amp.status == "pass", amp.detail
+    assert "bf16 x16: leak" in amp.detail and "(tol 0.02)" in amp.detail and "fp16 x4: leak" in amp.detail

@@ -129,7 +129,8 @@ def test_layer_range_and_aux_aggregation_through_the_model():
     assert model.blocks[1].mixer.k_future.shape == (H, h, C - 1)
     assert model.blocks[1].mixer.v_future.shape == (H, C - 1, h)
     plain = Backbone(_config(context=40, n_layer=4), SoftmaxAttention)
-    assert model.num_params() - plain.num_params() == 2 * 2 * 32 * (C - 1)
+    bias = H * (C - 1) + H * h  # future K/V biases (bias on, as the reference)
+    assert model.num_params() - plain.num_params() == 2 * (2 * 32 * (C - 1) + bias)
 
     per_layer = []
     hooks = [b.mixer.register_forward_hook(lambda m, i, o: per_layer.append(o.aux[0].value.detach()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -28,10 +29,27 @@ def _gate_column(registry, store_path: str, device: str) -> dict[str, str]:
     return out
 
 
+def _options(variant) -> list[str]:
+    """'name=default' per option of the variant's options dataclass, with the accepted
+    values where it declares them (a ``CHOICES`` class attribute: option -> values)."""
+    if variant.options is None or not dataclasses.is_dataclass(variant.options):
+        return []
+    choices = getattr(variant.options, "CHOICES", {})
+    out = []
+    for f in dataclasses.fields(variant.options):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)")
+        one_of = f" (one of {', '.join(map(str, choices[f.name]))})" if f.name in choices else ""
+        out.append(f"{f.name}={default!r}{one_of}")
+    return out
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("list", help="list registered variants, their plugin and capabilities")
     add_store_option(p)
     p.add_argument("--device", default="auto", help="device whose trust-gate verdicts to show")
+    p.add_argument("--options", action="store_true",
+                   help="also list each variant's options with defaults and accepted values")
     p.add_argument("--json", action="store_true",
                    help="print variants and tasks as JSON, with the source files hashed into each identity")
     p.set_defaults(func=run)
@@ -48,7 +66,8 @@ def _json(registry, gate: dict[str, str]) -> str:
         identity = variant_identity(v)
         variants.append(item(v, decode=v.decode, causal=v.causal, aux_loss=v.aux_loss,
                              own_model=v.build_model is not None, checks=gate.get(name, "unchecked"),
-                             identity=content_key(identity)[:16], sources=identity["sources"]))
+                             identity=content_key(identity)[:16], sources=identity["sources"],
+                             options=_options(v)))
     tasks = [item(t) for _, t in sorted(registry.tasks.items())]
     return json.dumps({"variants": variants, "tasks": tasks}, indent=2)
 
@@ -72,6 +91,12 @@ def run(args: argparse.Namespace) -> int:
         tasks = [("task", "plugin", "distribution", "description")]
         tasks += [(t.name, t.plugin, t.distribution, t.description) for _, t in sorted(registry.tasks.items())]
         _print_table(tasks)
+    if args.options:
+        print("\nvariant options (suite: variant_options: {variant: {option: value}})")
+        for name in registry.names():
+            opts = _options(registry.variants[name])
+            if opts:
+                print(f"  {name}: " + "; ".join(opts))
     return 0
 
 

@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+ACTIVATIONS = ("gelu", "gelu_tanh")
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -24,6 +26,7 @@ class ModelConfig:
     dropout: float = 0.0
     bias: bool = True
     options: Any = field(default=None, compare=True)
+    activation: str = "gelu"  # backbone MLP: "gelu" (exact erf) or "gelu_tanh" (HF GPT-2's gelu_new)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layer", "n_head", "context", "mlp_ratio"):
@@ -33,6 +36,8 @@ class ModelConfig:
             raise ValueError(
                 f"ModelConfig.d_model ({self.d_model}) must be divisible by n_head ({self.n_head})"
             )
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"ModelConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ModelConfig.dropout must be in [0, 1), got {self.dropout}")
 
@@ -46,6 +51,8 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (options flattened to a dict) for content keys and the store."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "options"}
+        if self.activation == "gelu":  # the default is left out: keys of earlier cells stay valid
+            del out["activation"]
         opts = self.options
         if dataclasses.is_dataclass(opts):
             opts = dataclasses.asdict(opts)

@@ -24,6 +24,7 @@ from attnbench.gate.common import DEFAULT_LONG_T, DETERMINISTIC_TOL, FACTS_TOL, 
 from attnbench.gate.decode import check_declared_facts, check_incremental
 from attnbench.gate.leak import check_backward_leak, check_forward_leak
 from attnbench.gate.numeric import check_deterministic, check_finite
+from attnbench.gate.scale import FLOAT64_TOL, SCALE_FACTORS, SCALE_LEAK_TOL, check_autocast_at_scale, check_float64_at_scale, check_incremental_at_scale, check_leak_at_scale
 from attnbench.contract.config import ModelConfig
 from attnbench.registry.identity import code_hash, variant_identity
 from attnbench.store.provenance import device_name
@@ -41,6 +42,10 @@ CHECKS: tuple[str, ...] = (
     "finite_long_inputs",
     "deterministic",
     "declared_facts",
+    "leak_at_scale",
+    "incremental_at_scale",
+    "float64_at_scale",
+    "autocast_at_scale",
 )
 _FUNCS: dict[str, Check] = {
     "no_future_leak_forward": check_forward_leak,
@@ -49,6 +54,10 @@ _FUNCS: dict[str, Check] = {
     "finite_long_inputs": check_finite,
     "deterministic": check_deterministic,
     "declared_facts": check_declared_facts,
+    "leak_at_scale": check_leak_at_scale,
+    "incremental_at_scale": check_incremental_at_scale,
+    "float64_at_scale": check_float64_at_scale,
+    "autocast_at_scale": check_autocast_at_scale,
 }
 _SHORT = {
     "no_future_leak_forward": "leak-fwd",
@@ -57,6 +66,10 @@ _SHORT = {
     "finite_long_inputs": "finite",
     "deterministic": "determinism",
     "declared_facts": "facts",
+    "leak_at_scale": "leak@scale",
+    "incremental_at_scale": "incr@scale",
+    "float64_at_scale": "f64@scale",
+    "autocast_at_scale": "amp@scale",
 }
 DEFAULT_TIME_LIMIT_S = 300.0
 # The code a verdict depends on: the gate itself and the shared model it builds.
@@ -209,7 +222,10 @@ def format_table(results: dict[str, list[CheckResult]], *, verbose: bool = False
         f"max|d y_t/d x_>t| (tol {LEAK_BACKWARD_TOL:g}); incremental max|d logits|/max|logits| "
         f"at T={INCREMENTAL_T} (tol {INCREMENTAL_TOL:g}); finite max|output or grad| at inputs "
         f"x{INPUT_SCALE:g}; determinism max|run1-run2| (tol {DETERMINISTIC_TOL:g}); facts "
-        f"|state elements - declared| (tol {FACTS_TOL:g})"
+        f"|state elements - declared| (tol {FACTS_TOL:g}); @scale: mixer weights "
+        f"x{'/'.join(f'{f:g}' for f in SCALE_FACTORS)} with an extreme early token, leak "
+        f"relative (tol {SCALE_LEAK_TOL:g}), fp32 vs float64 relative (tol {FLOAT64_TOL:g}), "
+        "amp per dtype on CUDA only"
     )
     for name, rs in results.items():
         for r in rs:

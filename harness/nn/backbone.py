@@ -47,9 +47,10 @@ class MLP(nn.Module):
         hidden = config.mlp_ratio * config.d_model
         self.c_fc = nn.Linear(config.d_model, hidden, bias=config.bias)
         self.c_proj = mark_residual(nn.Linear(hidden, config.d_model, bias=config.bias))
+        self.approximate = "tanh" if config.activation == "gelu_tanh" else "none"  # gelu_new when tanh
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(F.gelu(self.c_fc(x)))  # (B, T, D)
+        return self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate))  # (B, T, D)
 
 
 class Block(nn.Module):

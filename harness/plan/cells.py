@@ -67,7 +67,7 @@ def _model_config(spec: ModelSpec, context: int, options: Any, vocab: int) -> Mo
     return ModelConfig(
         vocab_size=vocab, d_model=spec.d_model, n_layer=spec.n_layer, n_head=spec.n_head,
         context=spec.context or context, mlp_ratio=spec.mlp_ratio, dropout=spec.dropout,
-        bias=spec.bias, options=options,
+        bias=spec.bias, options=options, activation=spec.activation,
     )
 
 

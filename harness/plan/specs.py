@@ -69,6 +69,7 @@ class ModelSpec(BaseModel):
     mlp_ratio: int = Field(4, gt=0)
     dropout: float = Field(0.0, ge=0, lt=1)
     bias: bool = True
+    activation: Literal["gelu", "gelu_tanh"] = "gelu"  # backbone MLP; gelu_tanh = HF GPT-2's gelu_new
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelSpec":

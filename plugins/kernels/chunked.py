@@ -8,21 +8,37 @@ instead of the O(T h_k h_v) of a cumulative sum of outer products.
 
 The same functions serve training (no initial state) and decoding (``step`` passes the
 previous state and gets a new one back; the tensors it was given are never modified).
-Everything runs in fp32 with autocast disabled: the state is a sum over the whole
-sequence, and the log-space variant exponentiates, which half precision cannot hold.
+Everything runs in fp32 with autocast disabled (float64 when given float64, for reference
+runs): the state is a sum over the whole sequence, and the log-space variant
+exponentiates, which half precision cannot hold.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-# exp(k - ref) is capped at exp(LEVEL) and the stabiliser levels are LEVEL apart: with the
-# query factor >= exp(-LEVEL - 17) for any product that can move an fp32 sum, neither factor
-# leaves the normal fp32 range (e^-87 .. e^88).
+# Key and value factors exp(x - ref) are capped at exp(LEVEL) and the references are LEVEL
+# apart: every factor a row reads stays inside the normal fp32 range (e^-87 .. e^88).
 LEVEL = 40.0
+# Query factors, pair weights, chunk summaries and numerators below exp(-CUT) of their
+# reference are dropped (value 0, no gradient): 1 / x in the backward then stays below
+# e^CUT, and no inf meets a 0 (NaN). fp32 could not add such terms to the others anyway.
+CUT = {torch.float32: 70.0, torch.float64: 700.0}
+
+
+def _cut_exp(x: torch.Tensor, cut: float) -> torch.Tensor:
+    """exp(x) where x > -cut, else exactly 0 with no gradient (where, not a product)."""
+    keep = x > -cut  # same shape as x
+    return torch.where(keep, torch.exp(x.clamp_min(-cut)), 0.0)
+
+
+def _cut(x: torch.Tensor, cut: float, fill: float = 0.0) -> torch.Tensor:
+    """x where x > exp(-cut), else ``fill`` with no gradient."""
+    return torch.where(x > math.exp(-cut), x, fill)
 
 
 @dataclass(frozen=True)
@@ -35,39 +51,44 @@ class LinearState:
 
 @dataclass(frozen=True)
 class LogState:
-    """Recurrent state of log-space (phi = exp) attention, stored max-shifted (fp32).
+    """Recurrent state of log-space (phi = exp) attention: log S, log z and the running key
+    maximum the stabilisers need (fp32, or fp64)."""
 
-    The true sums are S = s * exp(m_k[:, None] + m_v[None, :]) and Z = z * exp(m_k): the
-    running maxima keep every stored entry <= the number of tokens seen.
-    """
-
-    s: torch.Tensor  # (B, H, h_k, h_v) sum_j exp(k_j - m_k) exp(log v_j - m_v)^T
-    z: torch.Tensor  # (B, H, h_k) sum_j exp(k_j - m_k)
-    m_k: torch.Tensor  # (B, H, h_k) running max of k per channel; -inf before any token
-    m_v: torch.Tensor  # (B, H, h_v) running max of log V per channel; -inf before any token
+    log_s: torch.Tensor  # (B, H, h_k, h_v) log sum_j exp(k_jd + log V_je); -inf before any token
+    log_z: torch.Tensor  # (B, H, h_k) log sum_j exp(k_jd); -inf before any token
+    m_k: torch.Tensor  # (B, H, h_k) running max of k~_jd = k_jd - kappa_j per channel; -inf before any token
 
 
-def linear_init_state(batch: int, n_head: int, h_k: int, h_v: int, device=None) -> LinearState:
-    f32 = dict(device=device, dtype=torch.float32)
-    return LinearState(torch.zeros(batch, n_head, h_k, h_v, **f32),  # (B, H, h_k, h_v)
-                       torch.zeros(batch, n_head, h_k, **f32))  # (B, H, h_k)
+def linear_init_state(batch: int, n_head: int, h_k: int, h_v: int, device=None,
+                      dtype: torch.dtype | None = None) -> LinearState:
+    kw = dict(device=device, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+    return LinearState(torch.zeros(batch, n_head, h_k, h_v, **kw),  # (B, H, h_k, h_v)
+                       torch.zeros(batch, n_head, h_k, **kw))  # (B, H, h_k)
 
 
-def log_init_state(batch: int, n_head: int, h_k: int, h_v: int, device=None) -> LogState:
-    ninf, f32 = float("-inf"), dict(device=device, dtype=torch.float32)
-    return LogState(torch.zeros(batch, n_head, h_k, h_v, **f32),  # (B, H, h_k, h_v)
-                    torch.zeros(batch, n_head, h_k, **f32),  # (B, H, h_k)
-                    torch.full((batch, n_head, h_k), ninf, **f32),  # (B, H, h_k)
-                    torch.full((batch, n_head, h_v), ninf, **f32))  # (B, H, h_v)
+def log_init_state(batch: int, n_head: int, h_k: int, h_v: int, device=None,
+                   dtype: torch.dtype | None = None) -> LogState:
+    kw = dict(device=device, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+    ninf = float("-inf")
+    return LogState(torch.full((batch, n_head, h_k, h_v), ninf, **kw),  # (B, H, h_k, h_v)
+                    torch.full((batch, n_head, h_k), ninf, **kw),  # (B, H, h_k)
+                    torch.full((batch, n_head, h_k), ninf, **kw))  # (B, H, h_k)
 
 
-def chunked_flops_per_token(d_model: int, n_head: int, head_dim: int, chunk: int, T: int) -> float:
+def _compute_dtype(*xs: torch.Tensor) -> torch.dtype:
+    """float64 when any input is float64 (reference runs, the gate), else fp32."""
+    return torch.float64 if any(x.dtype == torch.float64 for x in xs) else torch.float32
+
+
+def chunked_flops_per_token(d_model: int, n_head: int, head_dim: int, chunk: int, T: int,
+                            n_features: int | None = None) -> float:
     """Analytic forward FLOPs per token of a chunked linear-attention layer at context T:
-    QKV and output projections 8 d^2; per head c x c scores 2 c h, scores @ [v, 1]
-    2 c (h+1), chunk summary phi(k)^T [v, 1] and carried-state read 2 * 2 h (h+1)
-    (element-wise feature maps, exponentials and logs not counted)."""
+    QKV and output projections 8 d^2; per head (F = n_features, default h) c x c scores
+    2 c F, scores @ [v, 1] 2 c (h+1), chunk summary phi(k)^T [v, 1] and carried-state read
+    2 * 2 F (h+1) (element-wise feature maps, exponentials and logs not counted)."""
     c, h = min(chunk, max(T, 1)), head_dim
-    return 8.0 * d_model * d_model + n_head * (2.0 * c * h + 2.0 * c * (h + 1) + 4.0 * h * (h + 1))
+    f = n_features or h
+    return 8.0 * d_model * d_model + n_head * (2.0 * c * f + 2.0 * c * (h + 1) + 4.0 * f * (h + 1))
 
 
 def _chunks(x: torch.Tensor, c: int, pad: float) -> torch.Tensor:
@@ -106,17 +127,18 @@ def linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor,
         o_i = phi(q_i)^T (S_0 + sum_{j<=i} phi(k_j) v_j^T) / (phi(q_i)^T (z_0 + sum_{j<=i} phi(k_j)) + eps)
 
     phi_q, phi_k (B, H, T, h_k) > 0 and v (B, H, T, h_v); returns o (B, H, T, h_v) in v's
-    dtype and the state after position T. eps is added after the dot product. Gradients
+    dtype and the state after position T (float64 when given float64, else fp32). eps is
+    added after the dot product. Gradients
     come from ``_LinearChunked``'s hand-written backward, which keeps only the inputs and the
     carried states and recomputes the c x c scores.
     """
-    out_dtype, T = v.dtype, v.shape[2]
-    with torch.autocast(v.device.type, enabled=False):  # fp32: the state sums the whole sequence
+    out_dtype, T, dt = v.dtype, v.shape[2], _compute_dtype(phi_q, phi_k, v)
+    with torch.autocast(v.device.type, enabled=False):  # fp32 (or fp64): the state sums the whole sequence
         c = min(chunk, T)
-        fq = _chunks(phi_q.float(), c, 0.0)  # (B, H, N, c, h_k)
-        fk = _chunks(phi_k.float(), c, 0.0)  # (B, H, N, c, h_k) zero rows add nothing
-        vc = _chunks(v.float(), c, 0.0)  # (B, H, N, c, h_v)
-        s0 = torch.cat([state.s, state.z[..., None]], dim=-1).float()  # (B, H, h_k, h_v+1) [S_0, z_0]
+        fq = _chunks(phi_q.to(dt), c, 0.0)  # (B, H, N, c, h_k)
+        fk = _chunks(phi_k.to(dt), c, 0.0)  # (B, H, N, c, h_k) zero rows add nothing
+        vc = _chunks(v.to(dt), c, 0.0)  # (B, H, N, c, h_v)
+        s0 = torch.cat([state.s, state.z[..., None]], dim=-1).to(dt)  # (B, H, h_k, h_v+1) [S_0, z_0]
         o, final = _LinearChunked.apply(fq, fk, vc, s0, eps)  # (B, H, N, c, h_v), (B, H, h_k, h_v+1)
         h_v = vc.shape[-1]
         new = LinearState(final[..., :h_v].contiguous(), final[..., h_v].contiguous())  # new tensors,
@@ -192,70 +214,70 @@ def log_attention(q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor, state: 
 
     i.e. the log of linear attention with phi = exp and values exp(log V). q, k (B, H, T,
     h_k), log_v (B, H, T, h_v); returns o (B, H, T, h_v) in log_v's dtype and the state.
+    Computes in float64 when given float64, else fp32.
 
-    Stabilisers (all detached; each cancels exactly, so gradients are unchanged):
-    * m_t = running max of k per channel (causal); each chunk factors
-      exp(q_id + k_jd) = exp(q_id + r_d - L_i) exp(k_jd - r_d) exp(L_i), with the per-row
-      shift L_i = max_d(q_id + m_id) (cancels in the ratio) and a reference r_d: the max at
-      the chunk start, raised in steps of LEVEL for channels whose max grew inside the chunk,
-      so the query factor is <= 1 and the key factor <= exp(LEVEL) for every pair j <= i.
-    * log V is shifted by its running max per channel at the chunk end, added back to o.
-    * across chunks the state is summed in log space (logcumsumexp over T / c chunk
-      summaries), then re-read relative to each chunk's references: every entry <= T.
+    Stabilisers (detached; each cancels exactly; every one a row reads is causal):
+    * per key token kappa_j = max_d k_jd moves into its values: k~_jd = k_jd - kappa_j <= 0
+      and log V~_je = log V_je + kappa_j; the normaliser is one more value column, log
+      value kappa_j. (A token with tiny keys and a huge log V keeps its product.)
+    * keys: the row shift L_i = max_d(q_id + m_id), m = running max of k~ per channel,
+      and per chunk a key reference r_d (m at its first position, raised in steps of
+      LEVEL for channels whose max grew inside the chunk): query factor <= 1, key <= e^LEVEL.
+    * values: per column the same scheme: reference = max of everything before the chunk
+      and of its first position, LEVEL higher for rows whose running max outgrew it.
+    * across chunks the state is a log-space sum (logcumsumexp over T / c summaries).
+    Terms below exp(-CUT) of their reference are dropped (see CUT). Tested in
+    tests/test_kernels.py against float64: 1e-4 relative with log V std <= 50 and the early
+    k = -150 / log V = 200 token, and with q, k std 10; causal (1e-6) at every magnitude
+    tried. Not accurate in fp32 once a row's q spread nears 10^2 (e.g. q, k x100): finite
+    and causal there, exact in float64.
     """
     out_dtype, (B, H, T, hk), hv = log_v.dtype, q.shape, log_v.shape[-1]
-    ninf, tiny = float("-inf"), torch.finfo(torch.float32).tiny
-    with torch.autocast(q.device.type, enabled=False):  # fp32: exponentials and log-sums
+    dt = _compute_dtype(q, k, log_v)
+    ninf, tiny, cut = float("-inf"), torch.finfo(dt).tiny, CUT[dt]
+    with torch.autocast(q.device.type, enabled=False):  # exponentials and log-sums: fp32 or fp64
         c = min(chunk, T)
-        qc = _chunks(q.float(), c, 0.0)  # (B, H, N, c, h_k)
-        kc = _chunks(k.float(), c, ninf)  # (B, H, N, c, h_k) padded keys weigh exp(-inf) = 0
-        lvc = _chunks(log_v.float(), c, ninf)  # (B, H, N, c, h_v)
+        q, k, log_v = q.to(dt), k.to(dt), log_v.to(dt)
+        with torch.no_grad():
+            kappa = k.amax(dim=-1, keepdim=True)  # (B, H, T, 1) per key token
+        qc = _chunks(q, c, 0.0)  # (B, H, N, c, h_k)
+        kc = _chunks(k - kappa, c, ninf)  # (B, H, N, c, h_k) k~ <= 0; padded keys weigh 0
+        lvc = _chunks(F.pad(log_v, (0, 1)) + kappa, c, ninf)  # (B, H, N, c, h_v+1) log V~, kappa for z
         N = qc.shape[2]
-        m0_k, m0_v = state.m_k.float(), state.m_v.float()  # (B, H, h_k), (B, H, h_v)
-        with torch.no_grad():  # stabilisers: constants that cancel, no gradient through them
+        log_s0 = torch.cat([state.log_s, state.log_z[..., None]], dim=-1).to(dt)  # (B, H, h_k, h_v+1)
+        with torch.no_grad():  # key stabilisers
             run = torch.cummax(kc.reshape(B, H, N * c, hk), dim=2).values  # (B, H, N*c, h_k)
-            mk = torch.maximum(run, m0_k[:, :, None]).view(B, H, N, c, hk)  # (B, H, N, c, h_k) running max of k
-            base = mk[:, :, :, :1]  # (B, H, N, 1, h_k) at each chunk's first position
-            end = mk[:, :, :, -1]  # (B, H, N, h_k) at each chunk's last position
-            row = (qc + mk).amax(dim=-1, keepdim=True)  # (B, H, N, c, 1) L_i: the largest q_id + k_jd, j <= i
-            mv = torch.maximum(torch.cummax(lvc.amax(dim=3), dim=2).values, m0_v[:, :, None])  # (B, H, N, h_v)
-            # The max only grows inside a chunk, so its largest growth is end - base.
-            n_levels = int(torch.div(end - base.squeeze(3), LEVEL, rounding_mode="floor").max()) + 1
-        q_base = torch.exp(qc + base - row)  # (B, H, N, c, h_k) <= 1 since base <= m_i
-        mvx = F.pad(mv, (0, 1))  # (B, H, N, h_v+1) value references; 0 for the ones column
-        vx = _with_ones(torch.exp(lvc - mv[:, :, :, None]))  # (B, H, N, c, h_v+1) <= 1
-        if n_levels == 1:  # usual case: every key < base + LEVEL, one reference per chunk
-            k_base = torch.exp(kc - base)  # (B, H, N, c, h_k) <= exp(LEVEL)
-            scores = q_base @ k_base.transpose(-1, -2)  # (B, H, N, c, c)
-            sums = k_base.transpose(-1, -2) @ vx  # (B, H, N, h_k, h_v+1) chunk summary, x exp(-base)
-            ref_sums = base.squeeze(3)  # (B, H, N, h_k)
-        else:  # a key channel jumped by > LEVEL inside a chunk (e.g. logits x100)
-            level = torch.div(mk - base, LEVEL, rounding_mode="floor")  # (B, H, N, c, h_k)
-            scores = torch.zeros(B, H, N, c, c, device=q.device)  # (B, H, N, c, c)
-            for lvl in range(n_levels):
-                ref = base + lvl * LEVEL  # (B, H, N, 1, h_k) reference of channels at this level
-                q_f = torch.exp(torch.where(level == lvl, qc + ref - row, ninf))  # (B, H, N, c, h_k) <= 1
-                k_f = torch.exp((kc - ref).clamp_max(LEVEL))  # (B, H, N, c, h_k) cap hits only pairs j > i
-                scores = scores + q_f @ k_f.transpose(-1, -2)  # (B, H, N, c, c)
-            sums = torch.exp(kc - end[:, :, :, None]).transpose(-1, -2) @ vx  # (B, H, N, h_k, h_v+1) <= c
-            ref_sums = end  # (B, H, N, h_k)
-        scores = scores.masked_fill_(_future(c, q.device), 0.0)  # (B, H, N, c, c) causal
-        # Chunk summaries as absolute logs (their references added back) for the scan.
-        log_sums = sums.clamp_min(tiny).log() + ref_sums[..., None] + mvx[:, :, :, None]  # (B, H, N, h_k, h_v+1)
-        log_incl = torch.logcumsumexp(log_sums, dim=2)  # (B, H, N, h_k, h_v+1) log-space scan over chunks
-        log_before = _exclusive(log_incl, torch.full_like(log_incl[:, :, :1], ninf))  # (B, H, N, h_k, h_v+1)
-        s0 = torch.cat([state.s, state.z[..., None]], dim=-1).float()  # (B, H, h_k, h_v+1)
-        mvx0 = F.pad(m0_v, (0, 1))  # (B, H, h_v+1)
-        ref_k = base.squeeze(3)  # (B, H, N, h_k)
-        carried = (torch.exp(log_before - ref_k[..., None] - mvx[:, :, :, None])  # (B, H, N, h_k, h_v+1)
-                   + s0[:, :, None] * torch.exp(m0_k[:, :, None] - ref_k)[..., None]
-                   * torch.exp(mvx0[:, :, None] - mvx)[:, :, :, None])  # initial state, re-referenced
-        num = scores @ vx + q_base @ carried  # (B, H, N, c, h_v+1) both scaled by exp(-L_i)
-        # log V shift added back; the normaliser holds the e^0 term of the row max, so >= ~1.
-        o = num[..., :hv].clamp_min(tiny).log() + mv[:, :, :, None] - num[..., hv:].log()  # (B, H, N, c, h_v)
-        m_k, mvx_T = end[:, :, -1], mvx[:, :, -1]  # (B, H, h_k), (B, H, h_v+1)
-        final = (torch.exp(log_incl[:, :, -1] - m_k[..., None] - mvx_T[:, :, None])  # (B, H, h_k, h_v+1)
-                 + s0 * torch.exp(m0_k - m_k)[..., None] * torch.exp(mvx0 - mvx_T)[:, :, None])
-        new = LogState(final[..., :hv].contiguous(), final[..., hv].contiguous(),
-                       m_k.contiguous(), mv[:, :, -1].contiguous())
+            mk = torch.maximum(run, state.m_k.to(dt)[:, :, None]).view(B, H, N, c, hk)  # (B, H, N, c, h_k)
+            base_k, end_k = mk[:, :, :, :1], mk[:, :, :, -1:]  # (B, H, N, 1, h_k) each
+            row = (qc + mk).amax(dim=-1, keepdim=True)  # (B, H, N, c, 1) L_i
+            level_k = torch.div(mk - base_k, LEVEL, rounding_mode="floor")  # (B, H, N, c, h_k)
+            end_v = lvc.amax(dim=3, keepdim=True)  # (B, H, N, 1, h_v+1) chunk max, finite
+        scores = torch.zeros(B, H, N, c, c, device=q.device, dtype=dt)  # (B, H, N, c, c)
+        for lvl in range(int(level_k.max()) + 1):  # usually one level
+            ref = base_k + lvl * LEVEL  # (B, H, N, 1, h_k)
+            q_f = _cut_exp(torch.where(level_k == lvl, qc + ref - row, ninf), cut)  # (B, H, N, c, h_k) <= 1
+            k_f = torch.exp((kc - ref).clamp_max(LEVEL))  # (B, H, N, c, h_k) cap hits only j > i
+            scores = scores + q_f @ k_f.transpose(-1, -2)  # (B, H, N, c, c)
+        scores = _cut(scores, cut).masked_fill(_future(c, q.device), 0.0)  # (B, H, N, c, c) x exp(-L_i)
+        sums = torch.exp(kc - end_k).transpose(-1, -2) @ torch.exp(lvc - end_v)  # (B, H, N, h_k, h_v+1) <= c
+        log_sums = _cut(sums, cut, tiny).log() + end_k.transpose(-1, -2) + end_v  # (B, H, N, h_k, h_v+1) absolute
+        log_incl = torch.logaddexp(torch.logcumsumexp(log_sums, dim=2), log_s0[:, :, None])  # (B, H, N, h_k, h_v+1)
+        log_before = _exclusive(log_incl, log_s0[:, :, None])  # (B, H, N, h_k, h_v+1) state before chunk n
+        with torch.no_grad():  # value stabilisers
+            base_v = torch.maximum(log_before.amax(dim=3), lvc[:, :, :, 0])[:, :, :, None]  # (B, H, N, 1, h_v+1)
+            run_v = torch.maximum(torch.cummax(lvc, dim=3).values, base_v)  # (B, H, N, c, h_v+1)
+            level_v = torch.div(run_v - base_v, LEVEL, rounding_mode="floor")  # (B, H, N, c, h_v+1)
+        q_base = _cut_exp(qc + base_k - row, cut)  # (B, H, N, c, h_k) <= 1
+        carried_log = log_before - base_k.transpose(-1, -2)  # (B, H, N, h_k, h_v+1) per key reference
+        num = None
+        for lvl in range(int(level_v.max()) + 1):  # usually one; each row keeps its own level's result
+            ref = base_v + lvl * LEVEL  # (B, H, N, 1, h_v+1)
+            v_f = torch.exp((lvc - ref).clamp_max(LEVEL))  # (B, H, N, c, h_v+1) cap hits only j > i
+            s_f = torch.exp(carried_log - ref)  # (B, H, N, h_k, h_v+1) <= T
+            part = scores @ v_f + q_base @ s_f  # (B, H, N, c, h_v+1) x exp(-L_i - ref)
+            num = part if num is None else torch.where(level_v == lvl, part, num)
+        log_num = _cut(num, cut, tiny).log() + (base_v + level_v * LEVEL)  # (B, H, N, c, h_v+1) L_i cancels
+        o = log_num[..., :hv] - log_num[..., hv:]  # (B, H, N, c, h_v) log numerator - log normaliser
+        final = log_incl[:, :, -1]  # (B, H, h_k, h_v+1)
+        new = LogState(final[..., :hv].contiguous(), final[..., hv].contiguous(), end_k[:, :, -1, 0].contiguous())
     return _unchunk(o, T).to(out_dtype), new

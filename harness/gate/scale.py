@@ -1,0 +1,197 @@
+"""Trust-gate checks at the magnitudes trained models reach (issue 17).
+
+At initialisation q.k logits and values are O(1), where a stabiliser that peeks at later
+positions (a per-chunk max, a per-chunk normaliser) still gives causal-looking outputs.
+These checks scale each bare mixer's projection weights (every parameter with >= 2 dims)
+by ``SCALE_FACTORS`` (x16 turns the default config's O(1) q.k logits into O(10^2..10^3),
+q, k and values into O(10); the extreme token doubles that), plant one extreme token early,
+and cut at positions inside 64-token chunks of a sequence several chunks long. Then:
+
+* leak_at_scale: perturbing every position after t (and scaling the token after t up by
+  ``EXTREME``) leaves outputs at <= t unchanged to ``SCALE_LEAK_TOL``, relative;
+* incremental_at_scale: ``step`` fed 1 and 7 tokens at a time reproduces the forward;
+* float64_at_scale: the fp32 output agrees with a float64 run of the same mixer;
+* autocast_at_scale (CUDA only): the leak and float64 checks under bf16 and fp16
+  autocast, with the tolerances of each dtype in ``AUTOCAST_TOL``.
+
+Every verdict names the magnitudes it tried; a failure names the magnitude, the cut and
+the first position over tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnbench.gate.common import CheckContext, CheckResult, ContractError, build_mixer, fmt, is_worse, mixer_y, normal, verdict
+
+SCALE_FACTORS = (1.0, 4.0, 16.0)  # projection weights x this
+EXTREME, EXTREME_POS = 2.0, 2  # one early token (and the first perturbed one) x this again
+SCALE_T = 260  # four 64-token chunks and a partial one
+SCALE_CUTS = (40, 100, 131, 258)  # t: inside chunks (not at multiples of 64), and the end
+SCALE_LEAK_TOL = 1e-5  # max |d y[<=t]| / max |y[<=t]|
+SCALE_INCREMENTAL_TOL = 1e-4  # max |step y - forward y| / max |forward y|
+FLOAT64_TOL = 1e-3  # max |y32 - y64| / max |y64|: fp32 rounding of O(10^3) logits
+# (built-ins measured 2.7e-7 .. 3.6e-5 on CPU at these magnitudes)
+# dtype -> (leak tol, float64-agreement tol, magnitudes): half precision rounds inputs to
+# 8 (bf16) or 11 (fp16) bits, and fp16 overflows past 65504, so it stops at x4.
+# Not yet measured on a GPU: first figures will say whether these are right.
+AUTOCAST_TOL: dict[str, tuple[float, float, tuple[float, ...]]] = {
+    "bf16": (2e-2, 1e-1, (1.0, 4.0, 16.0)),
+    "fp16": (2e-3, 2e-2, (1.0, 4.0)),
+}
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+BATCH = 2
+
+
+def _scaled_mixer(ctx: CheckContext, factor: float, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """Layer 0's bare mixer, eval mode, projection weights x ``factor``, in ``dtype``."""
+    mixer = build_mixer(ctx, 0, ctx.config.replace(dropout=0.0)).eval()
+    with torch.no_grad():
+        for p in mixer.parameters():
+            if p.dim() >= 2 and p.is_floating_point():
+                p.mul_(factor)
+    return mixer.to(dtype)
+
+
+def _inputs(ctx: CheckContext, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    x = normal(ctx, BATCH, SCALE_T, ctx.config.d_model, offset=7)  # (B, T, D)
+    x[:, EXTREME_POS] *= EXTREME  # one early extreme token
+    return x.to(dtype)
+
+
+def _perturbed(ctx: CheckContext, x: torch.Tensor, t: int) -> torch.Tensor:
+    noise = normal(ctx, *x.shape, offset=100 + t).to(x.dtype)  # (B, T, D)
+    out = x.clone()  # (B, T, D)
+    out[:, t + 1 :] += noise[:, t + 1 :]  # every later position differs
+    if t + 1 < x.shape[1]:
+        out[:, t + 1] *= EXTREME  # and the first of them is extreme
+    return out
+
+
+def _first_over(got: torch.Tensor, ref: torch.Tensor, scale: float, tol: float) -> int | None:
+    per_pos = (got.double() - ref.double()).abs().nan_to_num(nan=math.inf).amax(dim=(0, 2)) / scale  # (T,)
+    bad = (per_pos > tol).nonzero()  # (k, 1)
+    return int(bad[0, 0]) if len(bad) else None
+
+
+def _magnitudes(factors: tuple[float, ...]) -> str:
+    return (f"magnitudes tried: weights x{', x'.join(f'{f:g}' for f in factors)}; token "
+            f"{EXTREME_POS} and the first perturbed token x{EXTREME:g}; T={SCALE_T}, "
+            f"cuts t={'/'.join(map(str, SCALE_CUTS))}")
+
+
+def _leak(ctx: CheckContext, factor: float, amp: torch.dtype | None, tol: float) -> tuple[float, str]:
+    """Worst relative change of outputs at <= t when positions > t change; where it was."""
+    mixer, x = _scaled_mixer(ctx, factor), _inputs(ctx)
+    worst, where = 0.0, ""
+    with torch.no_grad(), torch.autocast(ctx.device.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
+        ref = mixer_y(mixer(x)).float()  # (B, T, D)
+        for t in SCALE_CUTS:
+            got = mixer_y(mixer(_perturbed(ctx, x, t))).float()  # (B, T, D)
+            scale = float(ref[:, : t + 1].abs().max())
+            dev = float((got[:, : t + 1] - ref[:, : t + 1]).abs().max()) / max(scale, 1e-30)
+            if not math.isfinite(float(got.abs().max())):
+                dev = math.nan
+            if is_worse(dev, worst):
+                first = _first_over(got[:, : t + 1], ref[:, : t + 1], scale, tol)
+                worst, where = dev, (f"weights x{factor:g}, perturbed after t={t}"
+                                     + (f", first leaking position {first}" if first is not None else ""))
+    return worst, where
+
+
+def check_leak_at_scale(ctx: CheckContext) -> CheckResult:
+    """Outputs at <= t must not move when positions > t change, at every magnitude."""
+    worst, where = 0.0, ""
+    for factor in SCALE_FACTORS:
+        dev, at = _leak(ctx, factor, None, SCALE_LEAK_TOL)
+        if is_worse(dev, worst):
+            worst, where = dev, at
+    detail = (f"max |d y[<=t]| / max |y[<=t]| = {fmt(worst)}" + (f", worst at {where}" if where else "")
+              + f"; {_magnitudes(SCALE_FACTORS)}")
+    return verdict("leak_at_scale", worst, SCALE_LEAK_TOL, detail)
+
+
+def _step_all(mixer: nn.Module, x: torch.Tensor, size: int, dtype: torch.dtype) -> torch.Tensor:
+    B, T, _ = x.shape
+    state: Any = mixer.init_state(B, T, device=x.device, dtype=dtype)
+    outs = []
+    for pos in range(0, T, size):
+        y, state = mixer.step(x[:, pos : pos + size], state)  # (B, n, D)
+        outs.append(mixer_y(y))
+    return torch.cat(outs, dim=1)  # (B, T, D)
+
+
+def check_incremental_at_scale(ctx: CheckContext) -> CheckResult:
+    """``step`` (1 and 7 tokens at a time) equals the forward, at every magnitude."""
+    name = "incremental_at_scale"
+    if ctx.variant.decode == "none":
+        return CheckResult(name, "skip", None, SCALE_INCREMENTAL_TOL,
+                           "variant declares decode='none' (no incremental decoding)")
+    worst, where = 0.0, ""
+    for factor in SCALE_FACTORS:
+        mixer, x = _scaled_mixer(ctx, factor), _inputs(ctx)
+        with torch.no_grad():
+            ref = mixer_y(mixer(x)).float()  # (B, T, D)
+            scale = float(ref.abs().max())
+            for size in (1, 7):
+                got = _step_all(mixer, x, size, torch.float32).float()  # (B, T, D)
+                if got.shape != ref.shape:
+                    raise ContractError(f"step returned {tuple(got.shape)} in all; expected {tuple(ref.shape)}")
+                dev = float((got - ref).abs().max()) / max(scale, 1e-30)
+                dev = dev if math.isfinite(float(got.abs().max())) else math.nan
+                if is_worse(dev, worst):
+                    first = _first_over(got, ref, scale, SCALE_INCREMENTAL_TOL)
+                    worst, where = dev, (f"weights x{factor:g}, steps of {size}"
+                                         + (f", first over tolerance at position {first}" if first is not None else ""))
+    detail = (f"max |step y - forward y| / max |y| = {fmt(worst)}" + (f", worst at {where}" if where else "")
+              + f"; {_magnitudes(SCALE_FACTORS)}")
+    return verdict(name, worst, SCALE_INCREMENTAL_TOL, detail)
+
+
+def _against_float64(ctx: CheckContext, factor: float, amp: torch.dtype | None) -> float:
+    """max |y - y64| / max |y64| for one magnitude (y in fp32, or under ``amp`` autocast)."""
+    x = _inputs(ctx)
+    with torch.no_grad():
+        y64 = mixer_y(_scaled_mixer(ctx, factor, torch.float64)(x.double()))  # (B, T, D)
+        if y64.dtype != torch.float64:
+            raise ContractError(f"mixer returned {y64.dtype} for a float64 input; expected float64")
+        with torch.autocast(ctx.device.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
+            y = mixer_y(_scaled_mixer(ctx, factor)(x)).double()  # (B, T, D)
+    dev = float((y - y64).abs().max()) / max(float(y64.abs().max()), 1e-300)
+    return dev if math.isfinite(dev) else math.nan
+
+
+def check_float64_at_scale(ctx: CheckContext) -> CheckResult:
+    """The fp32 mixer agrees with the same mixer in float64, at every magnitude."""
+    worst, where = 0.0, ""
+    for factor in SCALE_FACTORS:
+        dev = _against_float64(ctx, factor, None)
+        if is_worse(dev, worst):
+            worst, where = dev, f"weights x{factor:g}"
+    detail = (f"max |y32 - y64| / max |y64| = {fmt(worst)}" + (f", worst at {where}" if where else "")
+              + f"; {_magnitudes(SCALE_FACTORS)}")
+    return verdict("float64_at_scale", worst, FLOAT64_TOL, detail)
+
+
+def check_autocast_at_scale(ctx: CheckContext) -> CheckResult:
+    """Under CUDA: leak and float64 agreement in bf16 and fp16 autocast, per-dtype tolerances."""
+    name = "autocast_at_scale"
+    if ctx.device.type != "cuda":
+        return CheckResult(name, "skip", None, None,
+                           f"CUDA only (device {ctx.device.type}): bf16/fp16 autocast is checked on a GPU")
+    status, worst, parts = "pass", 0.0, []
+    for label, (leak_tol, f64_tol, factors) in AUTOCAST_TOL.items():
+        amp = _AUTOCAST_DTYPES[label]
+        for factor in factors:
+            leak, at = _leak(ctx, factor, amp, leak_tol)
+            agree = _against_float64(ctx, factor, amp)
+            ok = all(math.isfinite(v) for v in (leak, agree)) and leak <= leak_tol and agree <= f64_tol
+            worst = leak if is_worse(leak, worst) else worst
+            parts.append(f"{label} x{factor:g}: leak {fmt(leak)} (tol {leak_tol:g}), vs float64 "
+                         f"{fmt(agree)} (tol {f64_tol:g})" + ("" if ok else f" FAIL at {at}"))
+            status = status if ok else "fail"
+    return CheckResult(name, status, worst, None, "; ".join(parts) + f"; {_magnitudes(SCALE_FACTORS)}")
