@@ -53,3 +53,7 @@ class ExecutorError(AttnbenchError):
 
 class ReportError(AttnbenchError):
     """A report that cannot be made: no store at the path, not a store, unknown suite."""
+
+
+class TrackerError(AttnbenchError):
+    """An experiment tracker that is unknown or whose library is not installed."""
