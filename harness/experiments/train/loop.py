@@ -174,7 +174,7 @@ def train_cell(
                 status = "diverged"
                 break
             if progress:
-                progress(p.step, budget.steps or 0, loss)
+                progress(p.step, budget.steps or 0, loss, val=p.headline.get("loss"))
         if (p.step % t.eval_interval == 0 or done) and main:  # evaluated once, by rank 0
             rows = _evaluate(p, model, data, cell, device)
         saving = path is not None and p.step % t.checkpoint_interval == 0
