@@ -36,8 +36,8 @@ def _tokenizer(path: Path) -> None:
 def test_relative_tokenizer_and_data_paths_resolve_against_the_suite_file(tmp_path):
     folder = tmp_path / "elsewhere"
     (folder / "corpus").mkdir(parents=True)
-    (folder / "corpus" / "train.txt").write_text("a b " * 400)
-    (folder / "corpus" / "val.txt").write_text("b a " * 100)
+    (folder / "corpus" / "train.txt").write_text("a b " * 20000)
+    (folder / "corpus" / "val.txt").write_text("b a " * 5000)
     _tokenizer(folder / "tok" / "tokenizer.json")
     suite = write_suite(folder / "paths.yaml", SUITE)
     result = run_cli("run", str(suite), "--store", str(tmp_path / "s.sqlite"), "--no-report",

@@ -59,7 +59,8 @@ def test_a_plugin_tracker_receives_every_stored_cell(tmp_path):
     from attnbench.plan.suite import load_suite
     from attnbench.run.runner import run_suite
     from attnbench.store.database import Store
-    from attnbench.track.base import TrackerSpec, make_trackers, registered_trackers
+    from attnbench.track.base import TrackerSpec
+    from attnbench.track.registry import make_trackers, registered_trackers
 
     seen = []
 

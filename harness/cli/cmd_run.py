@@ -17,7 +17,7 @@ from attnbench.run.progress import silence_third_party_bars
 from attnbench.store.provenance import resolve_device
 from attnbench.run.runner import run_suite
 from attnbench.store.database import Store
-from attnbench.track.base import make_trackers
+from attnbench.track.registry import make_trackers
 from attnbench.plan.suite import load_suite
 from attnbench.cli.common import add_store_option
 from attnbench.cli.common import registry_with_warnings

@@ -1,4 +1,4 @@
-"""The tracker contract and how trackers are found (the `attnbench_register_trackers` hook).
+"""The tracker contract (trackers are found in ``track.registry``).
 
 A tracker receives each cell's record once the store holds it: its training curve points
 (step, name, value), its eval rows and speed points (results with their tags)."""
@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
-
-from attnbench.errors import PluginError, TrackerError
+from typing import Any, Callable, Protocol
 
 
 class Tracker(Protocol):
@@ -30,40 +28,6 @@ class TrackerSpec:
     make: Callable[[Path, str], Tracker]
     description: str = ""
     extra: str = ""  # the pip extra that installs its library, e.g. "tensorboard"
-
-
-def registered_trackers(plugins: Iterable[tuple[str, Any]] = ()) -> dict[str, TrackerSpec]:
-    """Every tracker: the built-ins, those installed plugins register, and ``plugins``
-    ((name, module-or-object) pairs registered in-process)."""
-    from attnbench.registry.loader import get_plugin_manager
-    from attnbench.track import builtin
-
-    loaded = get_plugin_manager([("attnbench-trackers", builtin), *plugins])
-    found: dict[str, TrackerSpec] = {}
-    for impl in loaded.manager.hook.attnbench_register_trackers.get_hookimpls():
-        def register(spec: Any, _plugin: str = impl.plugin_name) -> None:
-            if not isinstance(spec, TrackerSpec):
-                raise PluginError(f"plugin {_plugin!r} registered {type(spec).__name__}; pass a TrackerSpec")
-            if spec.name in found:
-                raise PluginError(f"tracker {spec.name!r} is registered twice (plugin {_plugin!r})")
-            found[spec.name] = spec
-        impl.function(register=register)
-    return found
-
-
-def make_trackers(names: list[str], out_dir: Path, suite: str,
-                  plugins: Iterable[tuple[str, Any]] = ()) -> list[Tracker]:
-    """The trackers named (``--track`` or the suite's ``track:``), each writing under
-    ``out_dir``; an unknown name or a missing library is an error before anything runs."""
-    if not names:
-        return []
-    known = registered_trackers(plugins)
-    out = []
-    for name in names:
-        if name not in known:
-            raise TrackerError(f"unknown tracker {name!r}; available: {sorted(known)}")
-        out.append(known[name].make(out_dir / name, suite))
-    return out
 
 
 def track_record(trackers: list[Tracker], record: Any) -> None:
