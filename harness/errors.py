@@ -61,3 +61,7 @@ class ExportError(AttnbenchError):
 
 class ModelArgsError(AttnbenchError):
     """lm-eval ``model_args`` the attnbench model does not accept (unknown name, bad value)."""
+
+
+class TrackerError(AttnbenchError):
+    """An experiment tracker that is unknown or whose library is not installed."""

@@ -8,6 +8,7 @@ import sys
 from attnbench.errors import AttnbenchError
 from attnbench.cli import cmd_bench
 from attnbench.cli import cmd_check
+from attnbench.cli import cmd_docs
 from attnbench.cli import cmd_export
 from attnbench.cli import cmd_list
 from attnbench.cli import cmd_lm_eval
@@ -16,7 +17,7 @@ from attnbench.cli import cmd_run
 from attnbench.cli import cmd_validate
 
 COMMANDS = (cmd_list, cmd_validate, cmd_run, cmd_check, cmd_bench, cmd_lm_eval, cmd_report,
-            cmd_export)
+            cmd_export, cmd_docs)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,10 +13,12 @@ from pathlib import Path
 from attnbench import distributed
 from attnbench.errors import DistributedError
 from attnbench.run.executors import EXECUTORS, make_executor
+from attnbench.run.progress import silence_third_party_bars
 from attnbench.store.provenance import resolve_device
 from attnbench.run.runner import run_suite
 from attnbench.store.database import Store
 from attnbench.plan.suite import load_suite, with_compile
+from attnbench.track.registry import make_trackers
 from attnbench.cli.common import add_store_option
 from attnbench.cli.common import registry_with_warnings
 from attnbench.cli.common import split_names
@@ -25,6 +27,9 @@ from attnbench.cli.common import split_names
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run a suite; cells already stored are skipped")
     p.add_argument("suite", help="path to a suite YAML file")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a suite setting, validated like the file (repeatable): "
+                        "defaults.train.lr=1e-3, experiments.NAME.seeds=[0,1]")
     add_store_option(p)
     p.add_argument("--variants", help="comma-separated variants to run (default: the suite's)")
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: the suite's, else auto)")
@@ -33,13 +38,18 @@ def add_parser(sub) -> None:
     p.add_argument("--address", help="Ray cluster address for --executor ray (default: a local Ray instance)")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the models of every train, scaling and speed experiment (opt-in; recorded)")
+
+    p.add_argument("--track", action="append", default=[], metavar="NAME",
+                   help="mirror curves, eval rows and speed points to a tracker (tensorboard, wandb, mlflow, "
+                        "or a plugin's), under tracking/NAME/ beside the store; repeatable; adds to the suite's")
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="do not write the suite's report (reports/<suite>/ beside the store) at the end")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    suite = load_suite(args.suite)
+    silence_third_party_bars()  # datasets', the hub's and lm-eval's bars would interleave with ours
+    suite = load_suite(args.suite, args.overrides)
     if args.compile:
         suite = with_compile(suite)
     registry = registry_with_warnings()
@@ -52,9 +62,13 @@ def run(args: argparse.Namespace) -> int:
             run_suite(suite, None, registry, device=str(info.device), only_variants=split_names(args.variants))
             return 0
         store = stack.enter_context(Store(args.store))
+        trackers = make_trackers(list(dict.fromkeys([*suite.track, *args.track])),
+                                 Path(args.store).parent / "tracking", suite.name)
+        for tracker in trackers:
+            stack.callback(tracker.close)
         executor = stack.enter_context(make_executor(args.executor, address=args.address))
         report = run_suite(suite, store, registry, device=str(info.device) if info else args.device,
-                           only_variants=split_names(args.variants), executor=executor)
+                           only_variants=split_names(args.variants), executor=executor, trackers=trackers)
     print(f"{suite.name}: {report.cells} cells, {report.ran} run, {report.skipped} already stored "
           f"(store: {args.store})")
     if args.report:  # the report shows unfinished cells too, so it is written either way

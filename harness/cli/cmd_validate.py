@@ -13,11 +13,14 @@ from attnbench.cli.common import registry_with_warnings
 def add_parser(sub) -> None:
     p = sub.add_parser("validate", help="validate a suite file without running it")
     p.add_argument("suite", help="path to a suite YAML file")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a suite setting, validated like the file (repeatable): "
+                        "defaults.train.lr=1e-3, experiments.NAME.seeds=[0,1]")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    suite = load_suite(args.suite)
+    suite = load_suite(args.suite, args.overrides)
     cells = expand_suite(suite, registry_with_warnings())
     print(f"{args.suite}: ok ({len(suite.experiments)} experiments, {len(cells)} cells)")
     return 0

@@ -7,7 +7,7 @@ may gain parameters in later versions but never loses one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pluggy
 
@@ -34,4 +34,13 @@ def attnbench_register_tasks(register: Callable[["Task"], None]) -> None:
 
     :param register: call once per task with a ``attnbench.contract.task.Task``; a name another
         plugin already registered is an error naming both.
+    """
+
+
+@hookspec
+def attnbench_register_trackers(register: Callable[[Any], None]) -> None:
+    """Register experiment trackers (curves, eval rows and speed points mirrored beside the store).
+
+    :param register: call once per tracker with a ``attnbench.track.base.TrackerSpec``;
+        ``attnbench run --track NAME`` or the suite's ``track:`` chooses it.
     """

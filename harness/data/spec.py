@@ -15,7 +15,7 @@ class DataSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    source: Literal["builtin", "stdlib", "text", "json", "parquet", "hf", "task"] = "stdlib"
+    source: Literal["builtin", "stdlib", "text", "json", "parquet", "hf", "task"] = "builtin"
     path: str | list[str] | None = None  # local file(s), relative to the suite file
     val_path: str | list[str] | None = None  # held-out file(s); else the tail of `path`
     name: str | None = None  # hub dataset name (source: hf); shipped corpus (source: builtin, default tinyshakespeare)
@@ -27,7 +27,7 @@ class DataSpec(BaseModel):
     max_bytes: int | None = Field(None, gt=0)  # cap on training bytes (head of the corpus)
     tokenizer: Literal["bytes", "bpe", "pretrained"] = "bytes"
     bpe_vocab_size: int = Field(4096, ge=260)
-    tokenizer_name: str | None = None  # for tokenizer: pretrained (needs the hub)
+    tokenizer_name: str | None = None  # tokenizer: pretrained; a hub name, or a tokenizer.json / folder relative to the suite file
     # source: task
     task: str | None = None
     task_options: dict[str, Any] = {}
@@ -58,7 +58,17 @@ class DataSpec(BaseModel):
                 return [str((base_dir / x).resolve()) for x in p]
             return str((base_dir / p).resolve())
 
-        return self.model_copy(update={"path": fix(self.path), "val_path": fix(self.val_path)})
+        return self.model_copy(update={"path": fix(self.path), "val_path": fix(self.val_path),
+                                       "tokenizer_name": self._tokenizer_file(base_dir)})
+
+    def _tokenizer_file(self, base_dir: Path) -> str | None:
+        """A tokenizer_name that names a file or folder beside the suite, made absolute; a hub
+        name (nothing there) is kept as written."""
+        name = self.tokenizer_name
+        if name is None or Path(name).is_absolute():
+            return name
+        local = (base_dir / Path(name).expanduser()).resolve()
+        return str(local) if local.exists() else name
 
 
 @dataclass(frozen=True)

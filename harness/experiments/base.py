@@ -14,7 +14,8 @@ import torch
 
 from attnbench.store.database import Metric, Result
 
-Progress = Callable[[int, int, float | None], None]  # (step, total, last loss)
+# (step, total, last train loss, *, val=last val loss, label=e.g. "forward T=256")
+Progress = Callable[..., None]
 
 
 @dataclass

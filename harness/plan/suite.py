@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from attnbench.errors import SuiteError
+from attnbench.plan import overrides as ov_
 from attnbench.plan.specs import AnyExperiment
 
 # Experiment kinds, read off the experiment models of the suite schema (specs.AnyExperiment).
@@ -52,16 +53,24 @@ class Suite(BaseModel):
     # the executor (a worker died) is run again, and the CPUs each cell's task reserves.
     retries: int = Field(0, ge=0, le=10)
     cpus_per_cell: int = Field(1, ge=1)
+    # Experiment trackers every cell is mirrored to (tensorboard, wandb, mlflow, a plugin's); `--track` adds.
+    track: list[str] = []
     defaults: dict[str, Any] = {}
     experiments: list[AnyExperiment] = Field(min_length=1)
 
     # Set by load_suite, not by the YAML.
     _path: Path | None = PrivateAttr(None)
     _locate: Any = PrivateAttr(None)
+    _overrides: tuple[str, ...] = PrivateAttr(())
 
     @property
     def path(self) -> Path | None:
         return self._path
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The `--set KEY=VALUE` overrides applied on loading, as given."""
+        return self._overrides
 
     @model_validator(mode="after")
     def _unique_names(self) -> "Suite":
@@ -240,18 +249,23 @@ def _suite_error(exc: ValidationError, sources_by_loc) -> SuiteError:
     return SuiteError("invalid suite:\n  " + "\n  ".join(lines))
 
 
-def load_suite(path: str | Path) -> Suite:
-    """Parse, merge includes and defaults, and validate a suite file."""
+def load_suite(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Suite:
+    """Parse, merge includes, apply `--set` overrides and defaults, and validate a suite file."""
     path = Path(path)
     if not path.is_file():
         raise SuiteError(f"suite file {path} not found")
     raw, origins, sources = _load_tree(path, ())
     main = sources[0]
+    sets = [ov_.parse_override(text) for text in overrides]
+    raw = ov_.apply_overrides(raw, sets)
     raw.setdefault("name", path.stem)
-    raw = _apply_defaults(raw)
+    raw = ov_.force_defaults(_apply_defaults(raw), sets)
 
     def locate(loc: tuple[Any, ...]) -> tuple[_Source, int | None]:
-        """File and line for an error at ``loc`` of the merged suite."""
+        """File and line for an error at ``loc`` of the merged suite (or the override)."""
+        ov = ov_.matching(sets, raw, loc)
+        if ov is not None:
+            return ov_.CommandLine(ov), None
         if len(loc) >= 2 and loc[0] == "experiments" and isinstance(loc[1], int) and loc[1] < len(origins):
             src, i = origins[loc[1]]
             line, found = src.find(("experiments", i, *loc[2:]))
@@ -280,6 +294,7 @@ def load_suite(path: str | Path) -> Suite:
         raise _suite_error(exc, locate) from None
     suite._path = path.resolve()
     suite._locate = locate  # for errors found later against the registry
+    suite._overrides = tuple(overrides)
     return suite
 
 

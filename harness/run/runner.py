@@ -12,7 +12,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 import torch
 
@@ -22,6 +22,7 @@ from attnbench.plan.cells import Cell
 from attnbench.data.loading import load_corpus
 from attnbench.errors import DistributedError
 from attnbench.run.executors import Executor, Finished, InProcessExecutor, Task
+from attnbench.run.progress import ProgressLine
 from attnbench.registry.loader import Registry
 from attnbench.store.provenance import device_name, provenance, resolve_device
 from attnbench.gate.verdicts import Verdict, gate_variant
@@ -30,6 +31,7 @@ from attnbench.experiments.registry import get_kind
 from attnbench.store.database import RunRecord, Store
 from attnbench.plan.suite import Suite
 from attnbench.contract.variant import Variant
+from attnbench.track.base import Tracker, track_record
 
 
 @dataclass
@@ -38,29 +40,6 @@ class RunReport:
     skipped: int = 0
     ran: int = 0
     not_done: list[str] = field(default_factory=list)  # "variant/experiment: status (error)"
-
-
-class ProgressLine:
-    """One updating status line on a terminal; plain lines when output is a file."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out, self.tty = out, out.isatty()
-        self._last = 0.0
-
-    def cell(self, i: int, n: int, cell: Cell) -> Callable[[int, int, float | None], None]:
-        label = f"[{i}/{n}] {cell.experiment} {cell.variant} d{cell.model.d_model}x{cell.model.n_layer} seed {cell.seed}"
-        print(label, file=self.out, flush=True)
-
-        def update(step: int, total: int, loss: float | None) -> None:
-            now = time.monotonic()
-            if step != total and now - self._last < (0.5 if self.tty else 15.0):
-                return
-            self._last = now
-            msg = f"  step {step}/{total} loss {loss:.4f}" if loss is not None else f"  step {step}/{total}"
-            print(("\r" + msg) if self.tty else msg, end="" if self.tty and step != total else "\n",
-                  file=self.out, flush=True)
-
-        return update
 
 
 @dataclass(frozen=True)
@@ -142,7 +121,7 @@ class _SuiteRun:
     """One driver's pass over a suite's cells: gate, submit, record, finalize."""
 
     def __init__(self, suite: Suite, store: Store | None, registry: Registry, dev: torch.device,
-                 cells: list[Cell], out: TextIO, executor: Executor) -> None:
+                 cells: list[Cell], out: TextIO, executor: Executor, trackers: list[Tracker] = ()) -> None:
         self.suite, self.store, self.registry, self.dev, self.cells = suite, store, registry, dev, cells
         self.out, self.executor, self.main = out, executor, distributed.is_main()
         self.report = RunReport(cells=len(cells))
@@ -150,9 +129,10 @@ class _SuiteRun:
         self.checkpoint_dir = distributed.from_main(store.path.parent / "checkpoints" if self.main else None)
         # A Ray worker sees the GPU Ray gave it as cuda:0.
         self.job_device = "cuda" if executor.remote and dev.type == "cuda" else str(dev)
-        self.context = {"argv": sys.argv, "executor": executor.name}
+        self.context = {"argv": sys.argv, "executor": executor.name, "overrides": list(suite.overrides)}
         self.verdicts: dict[tuple[str, str], Verdict] = {}
         self.jobs: dict[str, CellJob] = {}
+        self.trackers = list(trackers)  # mirrors of each stored cell (the store stays the truth)
 
     def verdict(self, cell: Cell, variant: Variant) -> Verdict:
         """The trust gate runs (on the driver) before a variant's first cell, per options."""
@@ -163,6 +143,11 @@ class _SuiteRun:
             self.verdicts[gate_id] = distributed.from_main(
                 gate_variant(variant, self.store, self.dev, options=cell.model.options,
                              time_limit_s=self.suite.check_time_limit_s) if self.main else None)
+            verdict = self.verdicts[gate_id]
+            if self.main:
+                result = f"failed {verdict.failed}" if verdict.failed else "passed"
+                source = "verdict cached in the store for this code" if verdict.cached else "checks ran now"
+                print(f"  trust gate {cell.variant}: {result} ({source})", file=self.out, flush=True)
         return self.verdicts[gate_id]
 
     def record(self, done: Finished) -> None:
@@ -173,6 +158,7 @@ class _SuiteRun:
             job, CellOutcome("failed", error=done.error), done.started_at, done.finished_at)
         self.store.save_run(rec)
         self.report.ran += 1
+        track_record(self.trackers, rec)
         if rec.status != "done":
             self.report.not_done.append(f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: "
                                         f"{rec.status} ({rec.error})")
@@ -218,6 +204,7 @@ class _SuiteRun:
 def run_suite(
     suite: Suite, store: Store | None, registry: Registry, *, device: str | None = None,
     only_variants: list[str] | None = None, out: TextIO = sys.stderr, executor: Executor | None = None,
+    trackers: list[Tracker] = (),
 ) -> RunReport:
     """Run every cell of ``suite`` not already in ``store`` and store each as it finishes.
 
@@ -227,7 +214,7 @@ def run_suite(
     """
     dev = resolve_device(device or suite.device)
     cells = _plan(suite, registry, dev, only_variants)
-    run = _SuiteRun(suite, store, registry, dev, cells, out, executor or InProcessExecutor())
+    run = _SuiteRun(suite, store, registry, dev, cells, out, executor or InProcessExecutor(), trackers)
     for i, cell in enumerate(cells, 1):
         run.submit(i, cell)
     return run.finish()

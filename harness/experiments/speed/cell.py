@@ -198,7 +198,8 @@ def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
                                cell.seed, spec.decode_tokens, spec.model_kind, compile=spec.compile, builder=builder)
                      for T in lengths]
             peaks = isolate(specs, spec.time_limit_s, limit, spec.threads,
-                            progress=lambda i, d=done: ctx.progress(d + i, total, None))
+                            progress=lambda i, d=done, ls=lengths, m=mode: ctx.progress(
+                                d + i, total, None, label=f"{m} T={ls[i - 1]}"))
             ok = [s for s in specs if s.T in peaks and peaks[s.T].status == "ok"]
             timing = time_sweep(ok, options, Path(tmp) / mode) if ok else None
             if timing is not None:

@@ -177,10 +177,10 @@ def train_cell(
             if error:
                 status = "diverged"
                 break
-            if progress:
-                progress(p.step, budget.steps or 0, loss)
         if (p.step % t.eval_interval == 0 or done) and main:  # evaluated once, by rank 0
             rows = _evaluate(p, model, data, cell, device)
+        if (log_now or done) and progress:  # after evaluating, so the line shows this step's val loss
+            progress(p.step, budget.steps or 0, loss, val=p.headline.get("loss"))
         saving = path is not None and p.step % t.checkpoint_interval == 0
         if saving and not done:
             train_state.save(path, cell, model, opt, gen, p)

@@ -1,0 +1,139 @@
+"""`--set KEY=VALUE` overrides of a suite, applied to the merged YAML before validation.
+
+Keys are dotted paths into the suite (``defaults.train.lr``, ``device``); experiments are
+addressed by name (``experiments.text.seeds``). Values are YAML (``[0, 1]``, ``{steps: 50}``);
+numbers YAML reads as strings (``1e-3``) are taken as numbers.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from attnbench.errors import SuiteError
+
+
+@dataclass(frozen=True)
+class Override:
+    text: str  # as given on the command line
+    path: tuple[str, ...]
+    value: Any
+
+
+def _number(raw: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def parse_override(text: str) -> Override:
+    key, sep, raw = text.partition("=")
+    path = tuple(part.strip() for part in key.split("."))
+    if not sep or not all(path):
+        raise SuiteError(f"--set {text!r}: write KEY=VALUE with a dotted key, e.g. --set defaults.train.lr=1e-3")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise SuiteError(f"--set {text!r}: the value is not valid YAML ({exc}); quote it or fix it") from None
+    return Override(text, path, _number(value) if isinstance(value, str) else value)
+
+
+def _experiment_index(raw: dict[str, Any], name: str, ov: Override) -> int:
+    names = [e.get("name") for e in raw.get("experiments", []) if isinstance(e, dict)]
+    if name in names:
+        return names.index(name)
+    close = difflib.get_close_matches(name, [n for n in names if isinstance(n, str)], n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise SuiteError(f"--set {ov.text!r}: the suite has no experiment named {name!r}; {hint}"
+                     f"experiments: {names}")
+
+
+def target(raw: dict[str, Any], ov: Override) -> tuple[Any, ...]:
+    """The override's location in the merged suite (experiment names made indices)."""
+    if ov.path[0] == "experiments":
+        if len(ov.path) < 3:
+            raise SuiteError(f"--set {ov.text!r}: address a setting of one experiment, "
+                             "e.g. experiments.NAME.seeds=[0,1]")
+        return ("experiments", _experiment_index(raw, ov.path[1], ov), *ov.path[2:])
+    return ov.path
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[Override]) -> dict[str, Any]:
+    """A copy of ``raw`` with each override set, in order (missing mappings are created)."""
+    out = copy.deepcopy(raw)
+    for ov in overrides:
+        loc = target(out, ov)
+        node: Any = out
+        for i, part in enumerate(loc[:-1]):
+            child = node[part] if isinstance(part, int) else node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, (dict, list)):
+                where = ".".join(map(str, ov.path[: i + 1]))
+                raise SuiteError(f"--set {ov.text!r}: {where} is {child!r}, not a mapping; "
+                                 f"set {where} itself instead")
+            node = child
+        node[loc[-1]] = copy.deepcopy(ov.value)
+    return out
+
+
+def matching(overrides: list[Override], raw: dict[str, Any], loc: tuple[Any, ...]) -> Override | None:
+    """The last override that set the value at error location ``loc`` (None if none did):
+    directly, or through ``defaults`` (``defaults.model`` fills each of ``models``)."""
+    for ov in reversed(overrides):
+        try:
+            at = target(raw, ov)
+        except SuiteError:
+            continue
+        if tuple(loc[: len(at)]) == at:
+            return ov
+        if at[0] == "defaults" and len(loc) > 2 and loc[0] == "experiments":
+            rest = loc[2:]
+            if rest and rest[0] == "models":
+                rest = ("model", *rest[2:])
+            if tuple(rest[: len(at) - 1]) == at[1:]:
+                return ov
+    return None
+
+
+def force_defaults(raw: dict[str, Any], overrides: list[Override]) -> dict[str, Any]:
+    """After ``defaults`` are merged in: a ``defaults.*`` override also replaces the value an
+    experiment sets itself (a command-line setting wins over the file), wherever that
+    experiment has the section (``train`` of a speed experiment is left absent)."""
+    out = copy.deepcopy(raw)
+    for ov in overrides:
+        if ov.path[0] != "defaults" or len(ov.path) < 2:
+            continue
+        section, rest = ov.path[1], ov.path[2:]
+        for exp in out.get("experiments", []):
+            if not isinstance(exp, dict):
+                continue
+            if section == "model" and isinstance(exp.get("models"), list):
+                targets = [m for m in exp["models"] if isinstance(m, dict)]
+            elif not rest:
+                exp[section] = copy.deepcopy(ov.value)
+                continue
+            else:
+                targets = [exp[section]] if isinstance(exp.get(section), dict) else []
+            for node in targets:
+                for part in rest[:-1]:
+                    node = node.setdefault(part, {})
+                    if not isinstance(node, dict):
+                        break
+                else:
+                    node[rest[-1]] = copy.deepcopy(ov.value)
+    return out
+
+
+class CommandLine:
+    """Stands in for a suite file in error messages about an override."""
+
+    def __init__(self, ov: Override) -> None:
+        self.path = f"--set {ov.text}"

@@ -1,0 +1,265 @@
+"""The suite reference (Markdown) and the JSON Schema of suite files, generated from the
+pydantic models of plan/specs.py and plan/suite.py (`attnbench docs` writes both)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import types
+import typing
+from typing import Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from attnbench.data.spec import DataSpec
+from attnbench.plan import specs
+from attnbench.plan.suite import Suite
+
+SCHEMA_FILE = "suite.schema.json"
+REFERENCE_FILE = "suite-reference.md"
+# Keys of `defaults:` and where each lands in every experiment (plan/suite._apply_defaults).
+DEFAULTS_KEYS = {"model": specs.ModelSpec, "data": DataSpec, "train": specs.TrainSpec}
+DEFAULTS_COPIED = ("variants", "seeds", "variant_options", "grid")
+
+# (heading, model, the YAML key it sits under, a short example)
+SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
+    ("Suite (top level)", Suite, "", "version: 1\nname: mine\nexperiments: [...]"),
+    ("Every experiment", specs.ExperimentBase, "experiments[]",
+     "- name: text\n  kind: train\n  variants: [softmax, linear]\n  seeds: [0, 1]\n"
+     "  variant_options: {linear: {feature_map: elu}}"),
+    ("Model size", specs.ModelSpec, "models[] / defaults.model", "models: [{d_model: 128, n_layer: 4, n_head: 4}]"),
+    ("Data", DataSpec, "data / defaults.data",
+     "data: {source: builtin}                # Tiny Shakespeare, shipped\n"
+     "data: {source: text, path: corpus.txt, tokenizer: bpe, bpe_vocab_size: 8192}\n"
+     "data: {source: task, task: mqar, task_options: {num_kv_pairs: 4}}"),
+    ("Budget", specs.Budget, "train.budget", "budget: {steps: 2000}   # or tokens / seconds / flops"),
+    ("Training (kind: train)", specs.TrainExperiment, "experiments[]", "kind: train\ngrid: {lr: [1.0e-3, 3.0e-3]}"),
+    ("Training settings", specs.TrainSpec, "train / defaults.train",
+     "train: {budget: {steps: 500}, batch_size: 8, seq_len: 128, lr: 3.0e-3}"),
+    ("Speed (kind: speed)", specs.SpeedExperiment, "experiments[]", "kind: speed"),
+    ("Speed settings", specs.SpeedSpec, "speed", "speed: {T_min: 128, T_max: 1024, modes: [forward, decode]}"),
+    ("Scaling (kind: scaling)", specs.ScalingExperiment, "experiments[]", "kind: scaling"),
+    ("Scaling settings", specs.ScalingSpec, "scaling", "scaling: {tokens_per_param: 4, seq_len: 128}"),
+    ("lm-eval (kind: lm_eval)", specs.LmEvalExperiment, "experiments[]", "kind: lm_eval"),
+    ("lm-eval settings", specs.LmEvalSpec, "lm_eval",
+     "lm_eval: {from_experiment: text, tasks: [attnbench_recall], include_path: lm_eval_tasks}"),
+]
+
+# Meanings of keys whose model line carries no comment.
+MEANINGS = {
+    "version": "suite format version; this attnbench reads 1",
+    "name": "suite: defaults to the file name; experiment: unique within the suite (addressed by `--set experiments.NAME...`)",
+    "description": "one line shown in the report",
+    "include": "other suite files (relative to this one): their mappings merged under this file, experiments appended",
+    "allow_failed_checks": "record numbers of variants that failed the trust gate (marked as failing) instead of refusing them",
+    "device": "cpu, cuda, cuda:1 ... or auto (CUDA when available); `--device` overrides",
+    "cpus_per_cell": "CPUs each cell's Ray task reserves (`--executor ray`)",
+    "defaults": "settings merged into every experiment: see `defaults` above",
+    "experiments": "the experiments; each `kind` adds its own mapping (train, speed, scaling, lm_eval)",
+    "kind": "the experiment kind",
+    "variants": "registered variant names (`attnbench list`), or all",
+    "variant_options": "per variant, its own options (validated against its options dataclass): {NAME: {key: value}}",
+    "models": "model sizes; each runs every variant and seed",
+    "seeds": "seeds; each is one cell (same batches for every variant)",
+    "grid": "train settings to sweep: {key: [values]}; every point runs",
+    "batch_size": "sequences per step (global batch under torchrun)",
+    "seq_len": "training sequence length T",
+    "lr": "peak learning rate (AdamW)",
+    "min_lr_ratio": "cosine decay ends at lr * min_lr_ratio",
+    "warmup_steps": "linear warm-up steps",
+    "weight_decay": "AdamW weight decay on matrices (not biases, norms, gains)",
+    "beta1": "AdamW beta1",
+    "beta2": "AdamW beta2",
+    "grad_clip": "gradient-norm clip",
+    "eval_interval": "steps between held-out evaluations (and at the end)",
+    "eval_tokens": "held-out tokens per evaluation",
+    "log_interval": "steps between training-curve points",
+    "model_kind": "backbone: the shared backbone around the mixer; own: the variant's own model",
+    "d_model": "width", "n_layer": "layers", "n_head": "heads", "mlp_ratio": "MLP width / d_model",
+    "dropout": "dropout probability", "bias": "biases in linear layers and norms",
+    "source": "builtin (shipped Tiny Shakespeare), stdlib (this Python's standard library), local text/json/parquet files, hf (hub), task (synthetic)",
+    "split": "hub split for training (source: hf)", "val_split": "hub split held out (source: hf)",
+    "text_field": "column holding the text (json, parquet, hf)",
+    "val_fraction": "tail of the text held out when no val_path / val_split is given",
+    "tokenizer": "bytes (default; bits per byte compare across everything), bpe (trained locally), pretrained",
+    "bpe_vocab_size": "vocabulary of the locally trained BPE (tokenizer: bpe)",
+    "task": "registered task name (source: task; `attnbench list`)", "task_options": "the task's options",
+    "train_examples": "synthetic training examples (source: task)", "val_examples": "held-out examples (source: task)",
+    "tasks": "lm-eval task, group or tag names", "num_fewshot": "lm-eval few-shot examples",
+    "limit": "documents per task (< 1: a fraction)",
+}
+
+WHERE_FILES_GO = """\
+## Where files are written
+
+- **Results store**: `results/attnbench.sqlite` (`--store PATH` picks another file).
+- **Reports**: `reports/<suite>/` beside the store (`results/reports/<suite>/index.html`
+  for the default store); `attnbench report --out DIR` writes elsewhere.
+- **Checkpoints**: `checkpoints/` beside the store (final models of `train` cells with
+  `checkpoint: true`, and resumable training states every `checkpoint_interval` steps).
+- **Tokenizers**: a `bpe` tokenizer is trained locally on the training text; a `pretrained`
+  one is read from `tokenizer_name`, which is a hub name or a `tokenizer.json` / folder
+  relative to the suite file.
+- **Paths in a suite** (`data.path`, `data.val_path`, `data.tokenizer_name` when it names a
+  file, `include`, lm-eval `include_path` and `paths`) are relative to the suite file.
+"""
+
+
+def _comments(model: type[BaseModel]) -> dict[str, str]:
+    """Trailing `# ...` comments of a model's field lines: the fields' descriptions."""
+    out: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
+            continue
+        try:
+            lines = inspect.getsource(cls).splitlines()
+        except (OSError, TypeError):
+            continue
+        for i, line in enumerate(lines):
+            m = re.match(r"\s+(\w+): .*?#\s*(.+)$", line)
+            if m:
+                out[m.group(1)] = m.group(2).strip()
+            elif m := re.match(r"\s+(\w+): ", line):
+                above = []  # a comment block right above the field
+                for prev in reversed(lines[:i]):
+                    c = re.match(r"\s+#\s*(.+)$", prev)
+                    if not c:
+                        break
+                    above.insert(0, c.group(1))
+                if above:
+                    out[m.group(1)] = " ".join(above)
+    return {**MEANINGS, **out}
+
+
+def type_name(ann: Any) -> str:
+    origin, args = get_origin(ann), get_args(ann)
+    if origin is typing.Annotated:
+        return type_name(args[0])
+    if origin in (Union, types.UnionType):
+        return " | ".join(type_name(a) for a in args)
+    if origin is Literal:
+        return " | ".join(json.dumps(a) for a in args)
+    if origin in (list, dict):
+        return f"{origin.__name__}[{', '.join(type_name(a) for a in args)}]"
+    if ann is type(None):
+        return "null"
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return f"mapping ({ann.__name__})"
+    return getattr(ann, "__name__", str(ann)).replace("typing.", "")
+
+
+def _constraints(field: Any) -> str:
+    ops = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "length >="}
+    out = []
+    for meta in field.metadata:
+        for attr, sym in ops.items():
+            if getattr(meta, attr, None) is not None:
+                out.append(f"{sym} {getattr(meta, attr)}")
+    return ", ".join(out)
+
+
+def _default(field: Any) -> str:
+    if field.is_required():
+        return "required"
+    value = field.default_factory() if field.default is PydanticUndefined else field.default
+    if isinstance(value, BaseModel):
+        value = value.model_dump(exclude_defaults=True) or "(its defaults)"
+    if isinstance(value, list):
+        value = [v.model_dump(exclude_defaults=True) if isinstance(v, BaseModel) else v for v in value]
+    return f"`{json.dumps(value, default=str)}`"
+
+
+def _table(model: type[BaseModel], only_own: bool) -> list[str]:
+    notes = _comments(model)
+    base_fields = specs.ExperimentBase.model_fields if only_own else {}
+    rows = ["| key | type | default | constraint | meaning |", "|---|---|---|---|---|"]
+    for name, field in model.model_fields.items():
+        if name in base_fields:
+            continue
+        text = notes.get(name, "").replace("|", "\\|")
+        kind = type_name(field.annotation).replace("|", "\\|")
+        rows.append(f"| `{name}` | {kind} | {_default(field)} | {_constraints(field)} | {text} |")
+    return rows
+
+
+def _doc(model: type[BaseModel]) -> str:
+    doc = inspect.getdoc(model) or ""
+    inherited = any(doc == inspect.getdoc(b) for b in model.__mro__[1:] if b is not object)
+    return "" if inherited else " ".join(doc.split())
+
+
+def reference_markdown() -> str:
+    """The suite reference: every key with type, default, constraint, meaning, example."""
+    out = ["# Suite reference", "",
+           "Generated from the pydantic models by `attnbench docs`; do not edit by hand. The JSON",
+           f"Schema for editors is [`{SCHEMA_FILE}`]({SCHEMA_FILE}) (add "
+           f"`# yaml-language-server: $schema=../docs/{SCHEMA_FILE}` to a suite).", "",
+           "## `defaults`", "",
+           f"`defaults.model`, `defaults.data` and `defaults.train` are merged under each experiment's "
+           f"own `models[]`, `data` and `train` (the experiment's keys win); "
+           f"{', '.join(f'`defaults.{k}`' for k in DEFAULTS_COPIED)} are copied into experiments that "
+           "do not set them. `attnbench run/validate SUITE --set KEY=VALUE` overrides any key "
+           "(`--set defaults.train.lr=1e-3` also replaces experiments' own `train.lr`; "
+           "`--set experiments.NAME.seeds=[0,1]` addresses one experiment by name).", ""]
+    for title, model, where, example in SECTIONS:
+        only_own = model in (specs.TrainExperiment, specs.SpeedExperiment, specs.ScalingExperiment,
+                             specs.LmEvalExperiment)
+        out += [f"## {title}", ""]
+        if where:
+            out += [f"Under `{where}`." + (" Adds to *Every experiment*:" if only_own else ""), ""]
+        if _doc(model):
+            out += [_doc(model), ""]
+        out += [*_table(model, only_own), "", "```yaml", example, "```", ""]
+    return "\n".join(out) + "\n" + WHERE_FILES_GO
+
+
+def _relax(node: Any, keep: set[str]) -> Any:
+    """Drop `required` lists except the keys in ``keep``: defaults and includes may supply
+    the rest, so a suite file alone need not carry them."""
+    if isinstance(node, dict):
+        out = {k: _relax(v, keep) for k, v in node.items() if k != "required"}
+        kept = [r for r in node.get("required", []) if r in keep]
+        if kept:
+            out["required"] = kept
+        return out
+    if isinstance(node, list):
+        return [_relax(v, keep) for v in node]
+    return node
+
+
+def suite_schema() -> dict[str, Any]:
+    """JSON Schema (2020-12) of a suite *file*: the models' schema, with `defaults` typed and
+    only `version`, `kind` and experiment `name` required (the rest may come from
+    defaults or includes)."""
+    schema = _relax(Suite.model_json_schema(), keep={"version", "kind", "name"})
+    schema["required"] = ["version"]
+    defs = schema.setdefault("$defs", {})
+    for model in DEFAULTS_KEYS.values():
+        defs.setdefault(model.__name__, _relax(model.model_json_schema(ref_template="#/$defs/{model}"),
+                                               keep=set()))
+        defs[model.__name__].pop("$defs", None)
+    base = specs.ExperimentBase.model_json_schema()["properties"]
+    schema["properties"]["defaults"] = {
+        "type": "object", "additionalProperties": False,
+        "description": "Merged under every experiment (model, data, train) or copied into it.",
+        "properties": {**{k: {"$ref": f"#/$defs/{m.__name__}"} for k, m in DEFAULTS_KEYS.items()},
+                       **{k: _relax(base[k], set()) for k in DEFAULTS_COPIED if k in base},
+                       "grid": {"type": "object", "additionalProperties": {"type": "array"}}},
+    }
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "attnbench suite"
+    return schema
+
+
+def write_docs(out_dir: Any) -> list[Any]:
+    """Write the reference and the schema into ``out_dir``; returns the paths written."""
+    from pathlib import Path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ref, schema = out / REFERENCE_FILE, out / SCHEMA_FILE
+    ref.write_text(reference_markdown(), encoding="utf-8")
+    schema.write_text(json.dumps(suite_schema(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return [ref, schema]

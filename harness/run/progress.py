@@ -1,0 +1,95 @@
+"""Progress of a suite: one live line per cell on a terminal (step/total, tokens/s, last
+train and val loss, ETA of the cell and of the suite), plain periodic lines otherwise."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, TextIO
+
+from attnbench.plan.cells import Cell
+
+PLAIN_INTERVAL_S = 15.0  # between plain lines when output is not a terminal
+LIVE_INTERVAL_S = 0.5
+
+# Third-party progress bars (datasets, the hub, lm-eval's tqdm) would interleave with ours.
+QUIET_ENV = {"HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
+
+
+def silence_third_party_bars() -> None:
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    try:
+        import datasets
+
+        datasets.disable_progress_bars()
+    except ImportError:
+        pass
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None or seconds < 0:
+        return "?"
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _tokens_per_step(cell: Cell) -> int | None:
+    spec = cell.spec
+    batch, seq = getattr(spec, "batch_size", None), getattr(spec, "seq_len", None)
+    return batch * seq if batch and seq and cell.kind in ("train", "scaling") else None
+
+
+class ProgressLine:
+    """One updating status line per cell on a terminal; plain lines when output is a file."""
+
+    def __init__(self, out: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
+        self.out, self.clock = out, clock
+        self.tty = bool(getattr(out, "isatty", lambda: False)())
+        self._last = 0.0
+        self._cell_times: list[float] = []  # seconds of the cells finished in this run
+
+    def _suite_eta(self, i: int, n: int, cell_eta: float | None) -> float | None:
+        """This cell's ETA plus the cells after it at the mean duration of those finished."""
+        if cell_eta is None:
+            return None
+        if i == n:
+            return cell_eta
+        if not self._cell_times:
+            return None
+        return cell_eta + (n - i) * sum(self._cell_times) / len(self._cell_times)
+
+    def cell(self, i: int, n: int, cell: Cell) -> Callable[..., None]:
+        label = f"[{i}/{n}] {cell.experiment} {cell.variant} d{cell.model.d_model}x{cell.model.n_layer} seed {cell.seed}"
+        print(label, file=self.out, flush=True)
+        started, per_step = self.clock(), _tokens_per_step(cell)
+        state: dict[str, Any] = {"val": None, "done": False}
+
+        def update(step: int, total: int, loss: float | None, *, val: float | None = None,
+                   label: str | None = None) -> None:
+            now = self.clock()
+            state["val"] = val if val is not None else state["val"]
+            finished = total > 0 and step >= total
+            if finished and not state["done"]:
+                state["done"] = True
+                self._cell_times.append(now - started)
+            if not finished and now - self._last < (LIVE_INTERVAL_S if self.tty else PLAIN_INTERVAL_S):
+                return
+            self._last = now
+            elapsed = now - started
+            eta = elapsed * (total - step) / step if step and total else None
+            parts = [f"  step {step}/{total}" if total else f"  step {step}"]
+            if label:
+                parts.append(label)
+            if per_step and elapsed > 0:
+                parts.append(f"{step * per_step / elapsed:,.0f} tok/s")
+            if loss is not None:
+                parts.append(f"loss {loss:.4f}")
+            if state["val"] is not None:
+                parts.append(f"val {state['val']:.4f}")
+            parts.append(f"ETA cell {duration(eta)}, suite {duration(self._suite_eta(i, n, eta))}")
+            msg = " | ".join(parts)
+            print(("\r\033[K" + msg) if self.tty else msg, end="" if self.tty and not finished else "\n",
+                  file=self.out, flush=True)
+
+        return update

@@ -1,0 +1,103 @@
+"""Built-in trackers, registered through the same hook as a plugin's: TensorBoard event
+files, Weights & Biases in offline mode, MLflow's local file store. Each library is an
+optional extra, imported only when its tracker is chosen."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from attnbench.contract.hookspecs import hookimpl
+from attnbench.errors import TrackerError
+from attnbench.track.base import TrackerSpec
+
+
+def _require(module: str, extra: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise TrackerError(f"tracker needs {module!r} ({exc}); install it with "
+                           f"pip install 'attnbench[{extra}]' -c constraints.txt") from None
+
+
+def run_name(cell: dict[str, Any]) -> str:
+    """One tracker run per cell: experiment/variant/model/seed (and grid point)."""
+    coords = {k: v for k, v in cell["coords"].items() if k not in ("variant", "seed", "d_model", "n_layer")}
+    point = ",".join(f"{k}={v}" for k, v in sorted(coords.items()) if k != "model")
+    return "/".join(filter(None, (cell["experiment"], cell["variant"], f"m{coords.get('model', 0)}",
+                                  f"seed{cell['seed']}", point)))
+
+
+def result_tag(r: Any) -> str:
+    """A result's scalar name with its tags: ``eval/loss/num_kv_pairs=4``, ``speed/forward/T=256/time_s``."""
+    tags = dict(r.tags)
+    if "mode" in tags and "T" in tags:
+        return f"speed/{tags.pop('mode')}/T={tags.pop('T')}/{r.name}"
+    rest = ",".join(f"{k}={v}" for k, v in sorted(tags.items()) if isinstance(v, (int, float, str)))
+    return "/".join(filter(None, ("eval", r.name, rest)))
+
+
+class TensorBoardTracker:
+    def __init__(self, out_dir: Path, suite: str) -> None:
+        self.module = _require("torch.utils.tensorboard", "tensorboard")
+        _require("tensorboard", "tensorboard")
+        self.root = out_dir / suite
+
+    def log_cell(self, cell, metrics, results) -> None:
+        writer = self.module.SummaryWriter(log_dir=str(self.root / run_name(cell)))
+        for m in metrics:
+            writer.add_scalar(m.name, m.value, global_step=m.step)
+        last = max((m.step for m in metrics), default=0)
+        for r in results:
+            if isinstance(r.value, (int, float)):
+                writer.add_scalar(result_tag(r), r.value, global_step=last)
+        writer.close()
+
+    def close(self) -> None:
+        pass
+
+
+class WandbTracker:
+    def __init__(self, out_dir: Path, suite: str) -> None:
+        self.wandb, self.dir, self.suite = _require("wandb", "wandb"), out_dir, suite
+        out_dir.mkdir(parents=True, exist_ok=True)
+
+    def log_cell(self, cell, metrics, results) -> None:
+        run = self.wandb.init(project=self.suite, name=run_name(cell), dir=str(self.dir), mode="offline",
+                              config={"cell_key": cell["key"], **cell["coords"]}, reinit=True)
+        for m in metrics:
+            run.log({m.name: m.value}, step=m.step)
+        run.summary.update({result_tag(r): r.value for r in results if isinstance(r.value, (int, float))})
+        run.finish()
+
+    def close(self) -> None:
+        pass
+
+
+class MlflowTracker:
+    def __init__(self, out_dir: Path, suite: str) -> None:
+        self.mlflow = _require("mlflow", "mlflow")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.mlflow.set_tracking_uri(out_dir.resolve().as_uri())
+        self.mlflow.set_experiment(suite)
+
+    def log_cell(self, cell, metrics, results) -> None:
+        with self.mlflow.start_run(run_name=run_name(cell)):
+            self.mlflow.set_tags({"cell_key": cell["key"], "status": cell["status"]})
+            for m in metrics:
+                self.mlflow.log_metric(m.name.replace("/", "."), m.value, step=m.step)
+            for r in results:
+                if isinstance(r.value, (int, float)):
+                    self.mlflow.log_metric(result_tag(r).replace("/", ".").replace("=", "_").replace(",", "_"),
+                                           r.value)
+
+    def close(self) -> None:
+        pass
+
+
+@hookimpl
+def attnbench_register_trackers(register) -> None:
+    register(TrackerSpec("tensorboard", TensorBoardTracker, "TensorBoard event files (offline)", "tensorboard"))
+    register(TrackerSpec("wandb", WandbTracker, "Weights & Biases, offline mode (sync later)", "wandb"))
+    register(TrackerSpec("mlflow", MlflowTracker, "MLflow local file store", "mlflow"))
