@@ -33,18 +33,23 @@ from torch import nn
 from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
 
 from attnbench.plugins.kernels.chunked import LinearState, chunked_flops_per_token, linear_attention, linear_init_state
+from attnbench.plugins.kernels.fla_linear import FLA_OP, fla_linear_attention, fla_unavailable
 
 
 @dataclass(frozen=True)
 class LinearOptions:
     """chunk_size: positions per chunk of the parallel form (64 was fastest at T = 1k-16k
     on CPU, h = 32; see benchmarks/bench_kernels.py). eps: added to the normaliser.
-    feature_map: phi, one of elu (elu + 1, default), relu, softmax, taylor, performer."""
+    feature_map: phi, one of elu (elu + 1, default), relu, softmax, taylor, performer.
+    kernel: the parallel form's kernel: chunked (ours) or fla (flash-linear-attention's Triton
+    kernel, CUDA only; decoding stays on ours, so the gate checks one against the other)."""
 
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"feature_map": ("elu", "relu", "softmax", "taylor", "performer")}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"feature_map": ("elu", "relu", "softmax", "taylor", "performer"),
+                                                     "kernel": ("chunked", "fla")}
     chunk_size: int = 64
     eps: float = 1e-6
     feature_map: str = "elu"
+    kernel: str = "chunked"
 
     def __post_init__(self) -> None:
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
@@ -55,6 +60,8 @@ class LinearOptions:
             close = difflib.get_close_matches(str(self.feature_map), FEATURE_MAPS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ValueError(f"feature_map must be one of {list(FEATURE_MAPS)}, got {self.feature_map!r}{hint}")
+        if self.kernel not in self.CHOICES["kernel"]:
+            raise ValueError(f"kernel must be one of {list(self.CHOICES['kernel'])}, got {self.kernel!r}")
 
 
 def _options(config: ModelConfig) -> LinearOptions:
@@ -108,7 +115,7 @@ class LinearAttention(nn.Module):
         super().__init__()
         opts = _options(config)
         self.n_head, self.chunk_size, self.eps = config.n_head, opts.chunk_size, opts.eps
-        self.feature_map = opts.feature_map
+        self.feature_map, self.kernel = opts.feature_map, opts.kernel
         self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
         self.c_proj = mark_residual(nn.Linear(config.d_model, config.d_model, bias=config.bias))
         if self.feature_map == "performer":  # drawn once, never redrawn (see module docstring)
@@ -117,6 +124,12 @@ class LinearAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return f"n_head={self.n_head}, chunk_size={self.chunk_size}, eps={self.eps:g}, feature_map={self.feature_map}"
+
+    def describe_path(self) -> dict[str, object]:
+        """What runs: recorded with every speed figure."""
+        parallel = FLA_OP if self.kernel == "fla" else "chunked.linear_attention"
+        return {"kernel": parallel, "decode_kernel": "chunked.linear_attention", "chunk_size": self.chunk_size,
+                "feature_map": self.feature_map}
 
     def _phi(self, x: torch.Tensor) -> torch.Tensor:
         """The feature map on (B, H, T, h) -> (B, H, T, F)."""
@@ -142,6 +155,11 @@ class LinearAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fq, fk, v = self._heads(x)  # (B, H, T, F), (B, H, T, F), (B, H, T, h)
         B, H, _, h = v.shape
+        if self.kernel == "fla":
+            reason = fla_unavailable(x.device)
+            if reason:  # never a silent fallback to the chunked kernel
+                raise RuntimeError(f"linear attention kernel 'fla' cannot run: {reason}; use kernel: chunked")
+            return self._merge(fla_linear_attention(fq, fk, v, self.eps))  # (B, T, D)
         y, _ = linear_attention(fq, fk, v, linear_init_state(B, H, fk.shape[-1], h, x.device, fk.dtype),
                                 self.chunk_size, self.eps)  # (B, H, T, h)
         return self._merge(y)
