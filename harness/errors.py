@@ -53,3 +53,7 @@ class ExecutorError(AttnbenchError):
 
 class ReportError(AttnbenchError):
     """A report that cannot be made: no store at the path, not a store, unknown suite."""
+
+
+class DeviceError(AttnbenchError):
+    """A device (--device, a suite's `device:`) that this machine does not have."""

@@ -13,8 +13,9 @@ from attnbench.cli import cmd_lm_eval
 from attnbench.cli import cmd_report
 from attnbench.cli import cmd_run
 from attnbench.cli import cmd_validate
+from attnbench.cli import cmd_store
 
-COMMANDS = (cmd_list, cmd_validate, cmd_run, cmd_check, cmd_bench, cmd_lm_eval, cmd_report)
+COMMANDS = (cmd_list, cmd_validate, cmd_run, cmd_check, cmd_bench, cmd_lm_eval, cmd_report, cmd_store)
 
 
 def build_parser() -> argparse.ArgumentParser:

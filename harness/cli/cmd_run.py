@@ -31,6 +31,9 @@ def add_parser(sub) -> None:
     p.add_argument("--executor", choices=EXECUTORS, default="local",
                    help="where cells run: 'local' (this process, default) or 'ray' (one Ray task per cell)")
     p.add_argument("--address", help="Ray cluster address for --executor ray (default: a local Ray instance)")
+    p.add_argument("--retry-failed", action=argparse.BooleanOptionalAction, default=None,
+                   help="run again cells whose stored attempt failed (default: the suite's retry_failed, "
+                        "which defaults to yes); earlier attempts stay in the store")
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="do not write the suite's report (reports/<suite>/ beside the store) at the end")
     p.set_defaults(func=run)
@@ -45,12 +48,17 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         info = stack.enter_context(distributed.session(resolve_device(args.device or suite.device)))
         if info is not None and info.rank != 0:  # rank 0 alone opens the store and reports
-            run_suite(suite, None, registry, device=str(info.device), only_variants=split_names(args.variants))
+            run_suite(suite, None, registry, device=str(info.device), only_variants=split_names(args.variants),
+                      retry_failed=args.retry_failed)
             return 0
         store = stack.enter_context(Store(args.store))
+        if store.imported:
+            print(f"imported {len(store.imported)} finished cells that an earlier run could not write "
+                  f"(from {args.store}.unsaved/)", file=sys.stderr)
         executor = stack.enter_context(make_executor(args.executor, address=args.address))
         report = run_suite(suite, store, registry, device=str(info.device) if info else args.device,
-                           only_variants=split_names(args.variants), executor=executor)
+                           only_variants=split_names(args.variants), executor=executor,
+                           retry_failed=args.retry_failed)
     print(f"{suite.name}: {report.cells} cells, {report.ran} run, {report.skipped} already stored "
           f"(store: {args.store})")
     if args.report:  # the report shows unfinished cells too, so it is written either way

@@ -18,6 +18,7 @@ from pathlib import Path
 from attnbench.report.build import build_report
 from attnbench.report.load import StoreData
 from attnbench.report.load import load_store
+from attnbench.report.write import folder_name
 from attnbench.report.write import safe_name
 from attnbench.report.write import write
 
@@ -34,5 +35,5 @@ def write_report(store_path: Path, suite: str | None = None, out_dir: Path | Non
     when ``suite`` is not in it."""
     data = load_store(Path(store_path), suite)
     report = build_report(data)
-    folder = Path(out_dir) if out_dir is not None else Path(store_path).parent / "reports" / safe_name(report.suite)
+    folder = Path(out_dir) if out_dir is not None else Path(store_path).parent / "reports" / folder_name(report.suite)
     return write(report, folder)

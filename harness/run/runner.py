@@ -153,6 +153,7 @@ class _SuiteRun:
         self.context = {"argv": sys.argv, "executor": executor.name}
         self.verdicts: dict[tuple[str, str], Verdict] = {}
         self.jobs: dict[str, CellJob] = {}
+        self.retry_failed: bool | None = None  # None: the suite's retry_failed
 
     def verdict(self, cell: Cell, variant: Variant) -> Verdict:
         """The trust gate runs (on the driver) before a variant's first cell, per options."""
@@ -171,7 +172,7 @@ class _SuiteRun:
         job = self.jobs[done.task.key]
         rec = done.value if done.error is None else cell_record(
             job, CellOutcome("failed", error=done.error), done.started_at, done.finished_at)
-        self.store.save_run(rec)
+        self.store.save_run_or_set_aside(rec)
         self.report.ran += 1
         if rec.status != "done":
             self.report.not_done.append(f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: "
@@ -179,7 +180,8 @@ class _SuiteRun:
             print(f"  {rec.status}: {rec.error}", file=self.out)
 
     def submit(self, i: int, cell: Cell) -> None:
-        if distributed.from_main(self.store.has_run(cell.key) if self.main else None):
+        retry = self.suite.retry_failed if self.retry_failed is None else self.retry_failed
+        if distributed.from_main(self.store.settled(cell.key, retry) if self.main else None):
             self.report.skipped += 1
             return
         variant = self.registry.get(cell.variant)
@@ -218,16 +220,19 @@ class _SuiteRun:
 def run_suite(
     suite: Suite, store: Store | None, registry: Registry, *, device: str | None = None,
     only_variants: list[str] | None = None, out: TextIO = sys.stderr, executor: Executor | None = None,
+    retry_failed: bool | None = None,
 ) -> RunReport:
     """Run every cell of ``suite`` not already in ``store`` and store each as it finishes.
 
     ``executor`` runs the cells (default: here, one after another); this process alone
     writes the store. Under torchrun every rank calls this; ``store`` is None on ranks
-    other than 0, and rank 0 decides for all of them what runs.
+    other than 0, and rank 0 decides for all of them what runs. A cell whose stored attempt
+    failed runs again when ``retry_failed`` (None: the suite's setting, default yes).
     """
     dev = resolve_device(device or suite.device)
     cells = _plan(suite, registry, dev, only_variants)
     run = _SuiteRun(suite, store, registry, dev, cells, out, executor or InProcessExecutor())
+    run.retry_failed = retry_failed
     for i, cell in enumerate(cells, 1):
         run.submit(i, cell)
     return run.finish()

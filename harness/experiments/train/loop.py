@@ -185,6 +185,6 @@ def train_cell(
     checkpoint = None
     if checkpoint_dir is not None and t.checkpoint and status == "done" and main:
         checkpoint = train_state.save_final(checkpoint_dir, cell, model, p.step)
-    if path is not None and path.exists() and main:
-        path.unlink()
+    if path is not None and main:
+        path.unlink(missing_ok=True)  # another driver that ran this cell may have removed it first
     return CellOutcome(status, _summary(p, cell, facts, device, status, checkpoint), p.metrics, rows, error)
