@@ -157,9 +157,12 @@ class Store:
         """Store results that an earlier run could not write; each file goes once stored."""
         imported = []
         for path in sidefile.pending(self.path):
-            run = sidefile.read(path)
+            try:
+                run = sidefile.read(path)
+            except FileNotFoundError:  # another driver opening the store imported it
+                continue
             self.save_run(run)
-            path.unlink()
+            path.unlink(missing_ok=True)
             imported.append(run.cell_key)
         return imported
 
