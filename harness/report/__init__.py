@@ -27,7 +27,8 @@ __all__ = ["StoreData", "build_report", "load_store", "write_report"]
 def write_report(store_path: Path, suite: str | None = None, out_dir: Path | None = None) -> Path:
     """Make the report of ``suite`` (default: the suite of the most recent run) from the
     store at ``store_path`` and return the path of its ``index.html``. The folder is
-    ``out_dir``, else ``reports/<suite>/`` beside the store (a hash suffix where the name had to be changed) (``results/reports/<suite>/``
+    ``out_dir``, else ``reports/<suite>/`` beside the store (with a hash suffix where the
+    suite's name had to be changed to be a folder name) (``results/reports/<suite>/``
     for the default store ``results/attnbench.sqlite``).
 
     Raises ``attnbench.errors.ReportError`` when the store is missing or not a store, or
