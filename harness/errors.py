@@ -65,3 +65,6 @@ class ModelArgsError(AttnbenchError):
 
 class TrackerError(AttnbenchError):
     """An experiment tracker that is unknown or whose library is not installed."""
+
+class DeviceError(AttnbenchError):
+    """A device (--device, a suite's `device:`) that this machine does not have."""

@@ -4,7 +4,6 @@ models, and every shipped suite valid against the schema with a standard validat
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest

@@ -9,9 +9,8 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from attnbench import Backbone, ModelConfig
+from attnbench import ModelConfig
 from attnbench.gate.checks import run_checks
 from attnbench.plan.suite import load_suite
 from tests.helpers import REPO, run_cli, write_suite

@@ -12,7 +12,6 @@ import importlib
 import io
 import math
 import sys
-import textwrap
 import time
 
 import pytest

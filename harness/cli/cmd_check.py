@@ -9,6 +9,8 @@ from attnbench.gate.verdicts import gate_variant
 from attnbench.store.provenance import resolve_device
 from attnbench.store.database import Store
 from attnbench.cli.common import add_store_option
+from attnbench.cli.common import positive_int
+from attnbench.cli.common import positive_seconds
 from attnbench.cli.common import registry_with_warnings
 
 
@@ -19,8 +21,8 @@ def add_parser(sub) -> None:
     add_store_option(p)
     p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: auto)")
     p.add_argument("--no-cache", action="store_true", help="re-run checks even if a verdict is stored")
-    p.add_argument("--long-T", type=int, default=DEFAULT_LONG_T, help="length of the long-input check")
-    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, help="seconds per variant")
+    p.add_argument("--long-T", type=positive_int, default=DEFAULT_LONG_T, help="length of the long-input check")
+    p.add_argument("--time-limit", type=positive_seconds, default=DEFAULT_TIME_LIMIT_S, help="seconds per variant")
     p.add_argument("--verbose", action="store_true", help="print each check's detail line")
     p.set_defaults(func=run)
 

@@ -42,6 +42,9 @@ def add_parser(sub) -> None:
     p.add_argument("--track", action="append", default=[], metavar="NAME",
                    help="mirror curves, eval rows and speed points to a tracker (tensorboard, wandb, mlflow, "
                         "or a plugin's), under tracking/NAME/ beside the store; repeatable; adds to the suite's")
+    p.add_argument("--retry-failed", action=argparse.BooleanOptionalAction, default=None,
+                   help="run again cells whose stored attempt failed (default: the suite's retry_failed, "
+                        "which defaults to yes); earlier attempts stay in the store")
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="do not write the suite's report (reports/<suite>/ beside the store) at the end")
     p.set_defaults(func=run)
@@ -59,16 +62,21 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         info = stack.enter_context(distributed.session(resolve_device(args.device or suite.device)))
         if info is not None and info.rank != 0:  # rank 0 alone opens the store and reports
-            run_suite(suite, None, registry, device=str(info.device), only_variants=split_names(args.variants))
+            run_suite(suite, None, registry, device=str(info.device), only_variants=split_names(args.variants),
+                      retry_failed=args.retry_failed)
             return 0
         store = stack.enter_context(Store(args.store))
+        if store.imported:
+            print(f"imported {len(store.imported)} finished cells that an earlier run could not write "
+                  f"(from {args.store}.unsaved/)", file=sys.stderr)
         trackers = make_trackers(list(dict.fromkeys([*suite.track, *args.track])),
                                  Path(args.store).parent / "tracking", suite.name)
         for tracker in trackers:
             stack.callback(tracker.close)
         executor = stack.enter_context(make_executor(args.executor, address=args.address))
         report = run_suite(suite, store, registry, device=str(info.device) if info else args.device,
-                           only_variants=split_names(args.variants), executor=executor, trackers=trackers)
+                           only_variants=split_names(args.variants), executor=executor, trackers=trackers,
+                           retry_failed=args.retry_failed)
     print(f"{suite.name}: {report.cells} cells, {report.ran} run, {report.skipped} already stored "
           f"(store: {args.store})")
     if args.report:  # the report shows unfinished cells too, so it is written either way

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from attnbench.registry.loader import Registry, load_registry
@@ -26,3 +27,25 @@ def split_names(raw: str | None) -> list[str] | None:
     if not raw:
         return None
     return [n.strip() for n in raw.split(",") if n.strip()]
+
+
+def positive_int(raw: str) -> int:
+    """An argparse type: a whole number above 0 (argparse names the option in its error)."""
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number; give one above 0") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{raw} must be above 0")
+    return value
+
+
+def positive_seconds(raw: str) -> float:
+    """An argparse type: a finite number of seconds above 0."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{raw} must be a finite number of seconds above 0")
+    return value

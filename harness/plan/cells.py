@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from attnbench.contract.config import ModelConfig
 from attnbench.data.spec import DataSpec
+from attnbench.data.files import check_data_files
 from attnbench.data.loading import vocab_size_for
 from attnbench.data.tasks import task_seq_len
 from attnbench.errors import DataError, UnknownVariantError
@@ -29,6 +30,7 @@ def _data_vocab(suite: Suite, ei: int, data: DataSpec | None, registry: Registry
     if data is None:
         return BYTE_VOCAB
     try:
+        check_data_files(data, getattr(suite.experiments[ei].spec(), "seq_len", None))
         vocab = vocab_size_for(data, registry)
         if data.source == "task":
             exp = suite.experiments[ei]
@@ -88,6 +90,12 @@ def expand(
         for name in only_variants:
             if name not in registry.variants:
                 raise UnknownVariantError(unknown_variant_message(name, registry.names()))
+        runs = list(dict.fromkeys(n for e in suite.experiments
+                                  for n in (registry.names() if e.variants == "all" else e.variants)))
+        missing = [n for n in only_variants if n not in runs]
+        if missing:
+            raise UnknownVariantError(f"--variants names {', '.join(missing)}, which suite {suite.name!r} does "
+                                      f"not run; it runs: {', '.join(runs)}. Name some of those.")
     base = suite.path.parent if suite.path else Path.cwd()
     cells: list[Cell] = []
     for ei, exp in enumerate(suite.experiments):
@@ -101,8 +109,11 @@ def expand(
                 raise suite_error_at(suite, ("experiments", ei, "variant_options", name),
                                      f"options given for {name!r}, which this experiment does not run")
         data = exp.data.resolved(base) if getattr(exp, "data", None) else None
-        data_hash = corpus_hash(data) if corpus_hash and data else ""
         vocab = _data_vocab(suite, ei, data, registry)
+        try:
+            data_hash = corpus_hash(data) if corpus_hash and data else ""
+        except DataError as exc:
+            raise suite_error_at(suite, ("experiments", ei, "data"), str(exc)) from None
         for name in names:
             if only_variants and name not in only_variants:
                 continue

@@ -22,8 +22,8 @@ class Budget(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     steps: int | None = Field(None, gt=0)  # optimizer steps
     tokens: int | None = Field(None, gt=0)  # training tokens (batch x seq_len per step)
-    seconds: float | None = Field(None, gt=0)  # wall-clock training time (evaluation excluded)
-    flops: float | None = Field(None, gt=0)  # training FLOPs, from the analytic FLOPs per token
+    seconds: float | None = Field(None, gt=0, allow_inf_nan=False)  # wall-clock training time (evaluation excluded)
+    flops: float | None = Field(None, gt=0, allow_inf_nan=False)  # training FLOPs, from the analytic FLOPs per token
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "Budget":

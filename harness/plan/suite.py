@@ -47,7 +47,7 @@ class Suite(BaseModel):
     include: list[str] = []
     allow_failed_checks: bool = False
     # Wall-clock budget of the trust gate's checks per variant (a hang is a failed check).
-    check_time_limit_s: float = Field(300.0, gt=0)
+    check_time_limit_s: float = Field(300.0, gt=0, allow_inf_nan=False)
     device: str = "auto"
     # Fan-out executors (attnbench run --executor ray): times a cell whose task failed in
     # the executor (a worker died) is run again, and the CPUs each cell's task reserves.
@@ -55,6 +55,10 @@ class Suite(BaseModel):
     cpus_per_cell: int = Field(1, ge=1)
     # Experiment trackers every cell is mirrored to (tensorboard, wandb, mlflow, a plugin's); `--track` adds.
     track: list[str] = []
+
+    # A re-run retries cells whose stored attempt failed (a crash is not a result; a
+    # diverged run is); `attnbench run --no-retry-failed` overrides it.
+    retry_failed: bool = True
     defaults: dict[str, Any] = {}
     experiments: list[AnyExperiment] = Field(min_length=1)
 
@@ -103,6 +107,12 @@ class _Source:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise SuiteError(f"{path}: cannot read suite file: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise SuiteError(f"{path}: a suite file is UTF-8 YAML text, but byte {exc.start} is not UTF-8; "
+                             "pass the suite's .yaml file") from None
+        if not text.strip():
+            raise SuiteError(f"{path}:1: the suite file is empty; a suite needs at least `version: 1` "
+                             "and `experiments:` (see suites/smoke.yaml)")
         try:
             self.node = yaml.compose(text)
             self.data = yaml.safe_load(text)
@@ -111,6 +121,7 @@ class _Source:
             where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
             problem = getattr(exc, "problem", None) or str(exc)
             raise SuiteError(f"{where}: YAML syntax error: {problem}. Fix the YAML at that line.") from exc
+        _no_duplicate_keys(path, self.node)
         if self.data is None:
             self.data = {}
         if not isinstance(self.data, dict):
@@ -133,6 +144,23 @@ class _Source:
 
     def line(self, loc: tuple[Any, ...]) -> int | None:
         return self.find(loc)[0]
+
+
+def _no_duplicate_keys(path: Path, node: Any) -> None:
+    """YAML lets a later key silently replace an earlier one; a suite refuses it."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                line = key.start_mark.line + 1
+                if key.value in seen:
+                    raise SuiteError(f"{path}:{line}: key {key.value!r} appears twice in one mapping (first at "
+                                     f"line {seen[key.value]}); the later one would silently win. Keep one.")
+                seen[key.value] = line
+            _no_duplicate_keys(path, value)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _no_duplicate_keys(path, item)
 
 
 def _load_tree(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], list[tuple[_Source, int]], list[_Source]]:

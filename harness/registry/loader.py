@@ -57,6 +57,7 @@ def get_plugin_manager(
     loaded = LoadedPlugins(pm)
     if entry_points:
         allowed = _allowed_names()
+        _check_allowed(allowed, [ep.name for ep in md.entry_points(group=ENTRY_POINT_GROUP)])
         for ep in md.entry_points(group=ENTRY_POINT_GROUP):
             if allowed is not None and ep.name not in allowed:
                 continue
@@ -79,6 +80,16 @@ def get_plugin_manager(
         loaded.distributions[name] = "(in-process)"
     _check_pending(pm)
     return loaded
+
+
+def _check_allowed(allowed: set[str] | None, installed: list[str]) -> None:
+    """A name in ATTNBENCH_PLUGINS that no installed plugin has would load nothing, silently."""
+    unknown = sorted((allowed or set()) - set(installed))
+    if unknown:
+        hints = [n + (f" (did you mean {c[0]!r}?)" if (c := difflib.get_close_matches(n, installed, n=1)) else "")
+                 for n in unknown]
+        raise PluginError(f"{PLUGINS_ENV} names {', '.join(hints)}, which no installed plugin provides; "
+                          f"installed: {', '.join(sorted(installed))}. Fix the names or unset {PLUGINS_ENV}.")
 
 
 def _check_pending(pm: pluggy.PluginManager) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from attnbench.report.build import build_report
 from attnbench.report.load import StoreData
 from attnbench.report.load import load_store
-from attnbench.report.write import safe_name
+from attnbench.report.write import folder_name
 from attnbench.report.write import write
 
 __all__ = ["StoreData", "build_report", "load_store", "write_report"]
@@ -27,12 +27,13 @@ __all__ = ["StoreData", "build_report", "load_store", "write_report"]
 def write_report(store_path: Path, suite: str | None = None, out_dir: Path | None = None) -> Path:
     """Make the report of ``suite`` (default: the suite of the most recent run) from the
     store at ``store_path`` and return the path of its ``index.html``. The folder is
-    ``out_dir``, else ``reports/<suite>/`` beside the store (``results/reports/<suite>/``
+    ``out_dir``, else ``reports/<suite>/`` beside the store (with a hash suffix where the
+    suite's name had to be changed to be a folder name) (``results/reports/<suite>/``
     for the default store ``results/attnbench.sqlite``).
 
     Raises ``attnbench.errors.ReportError`` when the store is missing or not a store, or
     when ``suite`` is not in it."""
     data = load_store(Path(store_path), suite)
     report = build_report(data)
-    folder = Path(out_dir) if out_dir is not None else Path(store_path).parent / "reports" / safe_name(report.suite)
+    folder = Path(out_dir) if out_dir is not None else Path(store_path).parent / "reports" / folder_name(report.suite)
     return write(report, folder)

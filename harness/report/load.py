@@ -10,15 +10,15 @@ files cannot be created and no writer can be active) the file is read as immutab
 from __future__ import annotations
 
 import difflib
-import json
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from attnbench.errors import ReportError
+from attnbench.store import jsonsafe
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _TABLES = ("runs", "metrics", "results", "checks")
@@ -48,6 +48,8 @@ class StoreData:
     checks: pd.DataFrame
     migrations: list[str]
     all_variants: list[str]
+    # Earlier attempts at the suite's cells (retried failures, conflicting merged results).
+    attempts: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def runs_of(self, kind: str) -> pd.DataFrame:
         return self.runs[self.runs["kind"] == kind]
@@ -90,7 +92,7 @@ def _frame(db: sqlite3.Connection, sql: str, args: tuple[Any, ...] = ()) -> pd.D
 
 def _decode(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
     for col in columns:
-        frame[col] = [json.loads(v) if isinstance(v, str) else {} for v in frame[col]]
+        frame[col] = [jsonsafe.loads(v) if isinstance(v, str) else {} for v in frame[col]]
     return frame
 
 
@@ -133,9 +135,11 @@ def load_store(path: Path, suite: str | None) -> StoreData:
         results = _decode(_frame(db, f"SELECT * FROM results WHERE run_id IN ({_suite_ids(where)}) "
                                      "ORDER BY run_id, rowid", args), ("tags",))
         checks = _decode(_frame(db, "SELECT * FROM checks ORDER BY variant, created_at"), ("provenance",))
+        attempts = (_frame(db, "SELECT * FROM attempts WHERE cell_key IN (SELECT cell_key FROM runs WHERE "
+                           f"{where}) ORDER BY started_at, id", args) if "attempts" in names else pd.DataFrame())
         all_variants = sorted({r[0] for r in db.execute("SELECT variant FROM runs UNION SELECT variant FROM checks")})
     except sqlite3.DatabaseError as exc:
         raise ReportError(f"cannot read results store {path}: {exc}") from exc
     finally:
         db.close()
-    return StoreData(path, suite, suites, runs, metrics, results, checks, migrations, all_variants)
+    return StoreData(path, suite, suites, runs, metrics, results, checks, migrations, all_variants, attempts)

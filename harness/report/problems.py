@@ -27,6 +27,19 @@ def _runs(data: StoreData) -> list[Problem]:
     return out
 
 
+def _attempts(data: StoreData) -> list[Problem]:
+    """Earlier attempts at a cell: a failure that was retried, or a second result a merge kept."""
+    if data.attempts.empty:
+        return []
+    runs = data.runs.set_index("cell_key")
+    out = []
+    for _, a in data.attempts.iterrows():
+        r = runs.loc[a["cell_key"]]
+        out.append(Problem("earlier attempt", r["variant"], f"{r['experiment']} ({r['kind']}, seed {r['seed']})",
+                           f"{a['status']} ({a['reason']}); stored now: {r['status']}", a["error"] or ""))
+    return out
+
+
 def _points(data: StoreData) -> list[Problem]:
     speed = data.runs_of("speed").set_index("id")
     res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
@@ -52,4 +65,4 @@ def _gate(data: StoreData) -> list[Problem]:
 def find_problems(data: StoreData) -> list[Problem]:
     if data.runs.empty:
         return []
-    return _runs(data) + _points(data) + _gate(data)
+    return _runs(data) + _attempts(data) + _points(data) + _gate(data)

@@ -4,7 +4,9 @@ writer made earlier in ``figures/`` and ``tables/`` are replaced, nothing else i
 
 from __future__ import annotations
 
+import hashlib
 import os
+import uuid
 import re
 from pathlib import Path
 
@@ -23,6 +25,13 @@ def safe_name(name: str) -> str:
     """A file or folder name from any text: [A-Za-z0-9._-] kept, the rest '_', no leading dot."""
     out = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
     return out[:120]
+
+
+def folder_name(suite: str) -> str:
+    """A report folder per suite: a name that ``safe_name`` changed gets a hash of the
+    original, so two suites differing only in dropped characters never share a folder."""
+    safe = safe_name(suite)
+    return safe if safe == suite else f"{safe[:111]}-{hashlib.sha256(suite.encode()).hexdigest()[:8]}"
 
 
 def _unique(names: list[str]) -> list[str]:
@@ -48,7 +57,7 @@ def _parquet_ready(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")  # one per writer
     tmp.write_bytes(data)
     os.replace(tmp, path)
 

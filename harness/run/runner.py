@@ -121,7 +121,8 @@ class _SuiteRun:
     """One driver's pass over a suite's cells: gate, submit, record, finalize."""
 
     def __init__(self, suite: Suite, store: Store | None, registry: Registry, dev: torch.device,
-                 cells: list[Cell], out: TextIO, executor: Executor, trackers: list[Tracker] = ()) -> None:
+                 cells: list[Cell], out: TextIO, executor: Executor, trackers: list[Tracker] = (),
+                 retry_failed: bool | None = None) -> None:
         self.suite, self.store, self.registry, self.dev, self.cells = suite, store, registry, dev, cells
         self.out, self.executor, self.main = out, executor, distributed.is_main()
         self.report = RunReport(cells=len(cells))
@@ -133,6 +134,7 @@ class _SuiteRun:
         self.verdicts: dict[tuple[str, str], Verdict] = {}
         self.jobs: dict[str, CellJob] = {}
         self.trackers = list(trackers)  # mirrors of each stored cell (the store stays the truth)
+        self.retry_failed = suite.retry_failed if retry_failed is None else retry_failed
 
     def verdict(self, cell: Cell, variant: Variant) -> Verdict:
         """The trust gate runs (on the driver) before a variant's first cell, per options."""
@@ -156,7 +158,7 @@ class _SuiteRun:
         job = self.jobs[done.task.key]
         rec = done.value if done.error is None else cell_record(
             job, CellOutcome("failed", error=done.error), done.started_at, done.finished_at)
-        self.store.save_run(rec)
+        self.store.save_run_or_set_aside(rec)
         self.report.ran += 1
         track_record(self.trackers, rec)
         if rec.status != "done":
@@ -165,7 +167,7 @@ class _SuiteRun:
             print(f"  {rec.status}: {rec.error}", file=self.out)
 
     def submit(self, i: int, cell: Cell) -> None:
-        if distributed.from_main(self.store.has_run(cell.key) if self.main else None):
+        if distributed.from_main(self.store.settled(cell.key, self.retry_failed) if self.main else None):
             self.report.skipped += 1
             return
         variant = self.registry.get(cell.variant)
@@ -205,16 +207,19 @@ def run_suite(
     suite: Suite, store: Store | None, registry: Registry, *, device: str | None = None,
     only_variants: list[str] | None = None, out: TextIO = sys.stderr, executor: Executor | None = None,
     trackers: list[Tracker] = (),
+    retry_failed: bool | None = None,
 ) -> RunReport:
     """Run every cell of ``suite`` not already in ``store`` and store each as it finishes.
 
     ``executor`` runs the cells (default: here, one after another); this process alone
     writes the store. Under torchrun every rank calls this; ``store`` is None on ranks
-    other than 0, and rank 0 decides for all of them what runs.
+    other than 0, and rank 0 decides for all of them what runs. A cell whose stored attempt
+    failed runs again when ``retry_failed`` (None: the suite's setting, default yes).
     """
     dev = resolve_device(device or suite.device)
     cells = _plan(suite, registry, dev, only_variants)
-    run = _SuiteRun(suite, store, registry, dev, cells, out, executor or InProcessExecutor(), trackers)
+    run = _SuiteRun(suite, store, registry, dev, cells, out, executor or InProcessExecutor(), trackers,
+                    retry_failed)
     for i, cell in enumerate(cells, 1):
         run.submit(i, cell)
     return run.finish()

@@ -1,122 +1,36 @@
 """The results store: one SQLite file (WAL), named ordered migrations, provenance on
 every run. A cell's rows are written in a single transaction, so a killed process leaves
 either the whole cell or nothing, and two processes finishing the same cell store it once.
+Opening checks that the file is an intact, writable store before any compute is spent; a
+failed cell's row is replaced by its retry, the old attempt kept in ``attempts``.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import sqlite3
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 from attnbench.errors import StoreError
+from attnbench.store import jsonsafe
+from attnbench.store import sidefile
+from attnbench.store.records import Metric, Result, RunRecord
+from attnbench.store.schema import migrate
+
+__all__ = ["Metric", "Result", "RunRecord", "Store", "DEFAULT_STORE", "RETRYABLE"]
 
 DEFAULT_STORE = Path("results") / "attnbench.sqlite"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-
-# (name, sql). Append only: never edit or reorder an applied migration.
-MIGRATIONS: tuple[tuple[str, str], ...] = (
-    (
-        "0001_initial",
-        """
-        CREATE TABLE runs (
-            id INTEGER PRIMARY KEY,
-            cell_key TEXT NOT NULL UNIQUE,
-            suite TEXT NOT NULL,
-            experiment TEXT NOT NULL,
-            kind TEXT NOT NULL,
-            variant TEXT NOT NULL,
-            status TEXT NOT NULL,
-            seed INTEGER,
-            coords TEXT NOT NULL,
-            config TEXT NOT NULL,
-            provenance TEXT NOT NULL,
-            summary TEXT NOT NULL,
-            error TEXT,
-            started_at REAL NOT NULL,
-            finished_at REAL NOT NULL
-        );
-        CREATE INDEX runs_suite ON runs (suite, experiment, variant);
-        CREATE TABLE metrics (
-            run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-            step INTEGER NOT NULL,
-            tokens INTEGER NOT NULL,
-            elapsed_s REAL NOT NULL,
-            name TEXT NOT NULL,
-            value REAL
-        );
-        CREATE INDEX metrics_run ON metrics (run_id, name, step);
-        CREATE TABLE results (
-            run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-            name TEXT NOT NULL,
-            value REAL,
-            unit TEXT NOT NULL DEFAULT '',
-            tags TEXT NOT NULL DEFAULT '{}'
-        );
-        CREATE INDEX results_run ON results (run_id, name);
-        CREATE TABLE checks (
-            gate_key TEXT NOT NULL,
-            variant TEXT NOT NULL,
-            check_name TEXT NOT NULL,
-            status TEXT NOT NULL,
-            figure REAL,
-            tolerance REAL,
-            detail TEXT NOT NULL,
-            provenance TEXT NOT NULL,
-            created_at REAL NOT NULL,
-            PRIMARY KEY (gate_key, check_name)
-        );
-        CREATE INDEX checks_variant ON checks (variant, created_at);
-        """,
-    ),
-)
+# Statuses that are not results: the next run tries the cell again (a diverged run is a result).
+RETRYABLE = ("failed",)
+_RECOVER = ("restore it from a backup, or salvage it with `sqlite3 {p} .recover | sqlite3 {p}.recovered`, "
+            "or pass another --store")
 
 
-@dataclass
-class Metric:
-    step: int
-    tokens: int
-    elapsed_s: float
-    name: str
-    value: float | None
-
-
-@dataclass
-class Result:
-    name: str
-    value: float | None
-    unit: str = ""
-    tags: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class RunRecord:
-    """Everything one finished cell stores; written atomically by ``Store.save_run``."""
-
-    cell_key: str
-    suite: str
-    experiment: str
-    kind: str
-    variant: str
-    status: str  # "done", "diverged", "failed", "oom", "timeout", "check_failed"
-    seed: int | None
-    coords: dict[str, Any]
-    config: dict[str, Any]
-    provenance: dict[str, Any]
-    summary: dict[str, Any]
-    started_at: float
-    finished_at: float
-    error: str | None = None
-    metrics: list[Metric] = field(default_factory=list)
-    results: list[Result] = field(default_factory=list)
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, default=str)
+_dumps = jsonsafe.dumps
 
 
 class Store:
@@ -126,15 +40,20 @@ class Store:
         self.path = Path(path)
         self._check_is_sqlite()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._check_writable()
         try:
             self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
             self._db.row_factory = sqlite3.Row
             self._db.execute("PRAGMA busy_timeout=60000")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA foreign_keys=ON")
-            self._migrate()
+            self._check_intact()
+            with self._write() as db:
+                migrate(db, self.path)
+            self.imported = self._import_set_aside()
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open results store {self.path}: {exc}") from exc
+            raise StoreError(f"cannot open results store {self.path}: {exc}; "
+                             + _RECOVER.format(p=self.path)) from exc
 
     def _check_is_sqlite(self) -> None:
         if not self.path.exists():
@@ -148,6 +67,24 @@ class Store:
                 f"{self.path} is not a SQLite database (it starts with {head[:8]!r}); "
                 "nothing was written to it. Pass another path with --store, or move the file away."
             )
+
+    def _check_writable(self) -> None:
+        """WAL mode writes the file and two side files beside it: all must be writable."""
+        folder = self.path.parent
+        if self.path.exists() and not os.access(self.path, os.W_OK):
+            raise StoreError(f"results store {self.path} is read-only; nothing was run. Make it "
+                             f"writable (chmod u+w {self.path}) or pass another --store")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise StoreError(f"the folder {folder} of results store {self.path} is not writable "
+                             f"(SQLite keeps its -wal and -shm files there); nothing was run. Make it "
+                             f"writable (chmod u+w {folder}) or pass another --store")
+
+    def _check_intact(self) -> None:
+        """SQLite's quick_check (pages and indexes, without the slow cross-checks)."""
+        problems = [r[0] for r in self._db.execute("PRAGMA quick_check(5)")]
+        if problems != ["ok"]:
+            raise StoreError(f"results store {self.path} is corrupt ({'; '.join(problems)}); nothing was "
+                             "run. " + _RECOVER.format(p=self.path).capitalize())
 
     def close(self) -> None:
         self._db.close()
@@ -169,30 +106,6 @@ class Store:
             raise
         self._db.execute("COMMIT")
 
-    # -- schema -------------------------------------------------------------------------
-    def _migrate(self) -> None:
-        """Apply pending migrations under the write lock, so two processes opening a new
-        store at once cannot both apply them."""
-        with self._write() as db:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations "
-                "(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, applied_at REAL NOT NULL)"
-            )
-            applied = [r["name"] for r in db.execute("SELECT name FROM schema_migrations ORDER BY id")]
-            known = [name for name, _ in MIGRATIONS]
-            if applied != known[: len(applied)]:
-                raise StoreError(
-                    f"results store {self.path} has migrations {applied} that this attnbench does "
-                    f"not know (it knows {known}); it was written by a newer or different version. "
-                    "Upgrade attnbench or use another --store."
-                )
-            for name, sql in MIGRATIONS[len(applied):]:
-                for statement in filter(str.strip, sql.split(";")):
-                    db.execute(statement)
-                db.execute(
-                    "INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)", (name, time.time())
-                )
-
     def schema(self) -> list[str]:
         """The schema's SQL, for pinning in tests."""
         rows = self._db.execute(
@@ -200,34 +113,67 @@ class Store:
         )
         return [" ".join(r["sql"].split()) for r in rows]
 
+    def migrations(self) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT name FROM schema_migrations ORDER BY id")]
+
     # -- runs ---------------------------------------------------------------------------
     def has_run(self, cell_key: str) -> bool:
         row = self._db.execute("SELECT 1 FROM runs WHERE cell_key = ?", (cell_key,)).fetchone()
         return row is not None
 
+    def settled(self, cell_key: str, retry_failed: bool = True) -> bool:
+        """Whether a cell needs no run: stored, and not a failed attempt to be retried."""
+        row = self._db.execute("SELECT status FROM runs WHERE cell_key = ?", (cell_key,)).fetchone()
+        return row is not None and not (retry_failed and row["status"] in RETRYABLE)
+
     def save_run(self, run: RunRecord) -> int | None:
-        """Store a cell with its metrics and results atomically; None if already stored."""
+        """Store a cell with its metrics and results atomically; None if already stored.
+        A stored failed attempt is replaced, and kept in ``attempts``."""
         with self._write() as db:
-            cur = db.execute(
-                "INSERT INTO runs (cell_key, suite, experiment, kind, variant, status, seed, "
-                "coords, config, provenance, summary, error, started_at, finished_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (cell_key) DO NOTHING",
-                (run.cell_key, run.suite, run.experiment, run.kind, run.variant, run.status,
-                 run.seed, _dumps(run.coords), _dumps(run.config), _dumps(run.provenance),
-                 _dumps(run.summary), run.error, run.started_at, run.finished_at),
-            )
-            if cur.rowcount == 0:
-                return None
-            run_id = cur.lastrowid
-            db.executemany(
-                "INSERT INTO metrics (run_id, step, tokens, elapsed_s, name, value) VALUES (?, ?, ?, ?, ?, ?)",
-                [(run_id, m.step, m.tokens, m.elapsed_s, m.name, m.value) for m in run.metrics],
-            )
-            db.executemany(
-                "INSERT INTO results (run_id, name, value, unit, tags) VALUES (?, ?, ?, ?, ?)",
-                [(run_id, r.name, r.value, r.unit, _dumps(r.tags)) for r in run.results],
-            )
-        return run_id
+            old = db.execute("SELECT * FROM runs WHERE cell_key = ?", (run.cell_key,)).fetchone()
+            if old is not None and old["status"] not in RETRYABLE:
+                return None  # another driver stored this cell first
+            if old is not None:
+                _keep_attempt(db, old, "retried")
+                db.execute("DELETE FROM runs WHERE id = ?", (old["id"],))
+            return _insert_run(db, run)
+
+    def save_run_or_set_aside(self, run: RunRecord) -> int | None:
+        """``save_run``; if the write fails, the result is kept in a side file and the error
+        says where (the next open of the store imports it)."""
+        try:
+            return self.save_run(run)
+        except sqlite3.Error as exc:
+            try:
+                kept = f"its result is kept in {sidefile.set_aside(self.path, run)}"
+            except OSError as side_exc:
+                kept = f"and keeping it beside the store failed too ({side_exc})"
+            raise StoreError(f"could not write the finished cell {run.experiment}/{run.variant} "
+                             f"to results store {self.path} ({exc}); {kept}. Fix the store (free disk "
+                             "space, permissions, the process holding a lock) and run again: the "
+                             "next run imports it.") from exc
+
+    def _import_set_aside(self) -> list[str]:
+        """Store results that an earlier run could not write; each file goes once stored."""
+        imported = []
+        for path in sidefile.pending(self.path):
+            try:
+                run = sidefile.read(path)
+            except FileNotFoundError:  # another driver opening the store imported it
+                continue
+            self.save_run(run)
+            path.unlink(missing_ok=True)
+            imported.append(run.cell_key)
+        return imported
+
+    def attempts(self, cell_key: str | None = None) -> list[dict[str, Any]]:
+        """Earlier attempts (retried failures, results a merge found in conflict), oldest first."""
+        sql, args = "SELECT * FROM attempts", ()
+        if cell_key is not None:
+            sql, args = sql + " WHERE cell_key = ?", (cell_key,)
+        rows = self._db.execute(sql + " ORDER BY started_at, id", args)
+        return [dict(r, summary=jsonsafe.loads(r["summary"]), provenance=jsonsafe.loads(r["provenance"]))
+                for r in rows]
 
     def runs(self, suite: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
         sql, args = "SELECT * FROM runs WHERE 1=1", []
@@ -240,7 +186,7 @@ class Store:
         for r in rows:
             d = dict(r)
             for key in ("coords", "config", "provenance", "summary"):
-                d[key] = json.loads(d[key])
+                d[key] = jsonsafe.loads(d[key])
             out.append(d)
         return out
 
@@ -252,7 +198,7 @@ class Store:
 
     def results(self, run_id: int) -> list[dict[str, Any]]:
         rows = self._db.execute("SELECT * FROM results WHERE run_id = ? ORDER BY rowid", (run_id,))
-        return [dict(r, tags=json.loads(r["tags"])) for r in rows]
+        return [dict(r, tags=jsonsafe.loads(r["tags"])) for r in rows]
 
     def suites(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT DISTINCT suite FROM runs ORDER BY suite")]
@@ -285,4 +231,34 @@ class Store:
             if variant is not None:
                 sql, args = sql + " WHERE c.variant = ?", [variant]
             rows = self._db.execute(sql, args)
-        return [dict(r, provenance=json.loads(r["provenance"])) for r in rows]
+        return [dict(r, provenance=jsonsafe.loads(r["provenance"])) for r in rows]
+
+
+def _insert_run(db: sqlite3.Connection, run: RunRecord) -> int:
+    cur = db.execute(
+        "INSERT INTO runs (cell_key, suite, experiment, kind, variant, status, seed, "
+        "coords, config, provenance, summary, error, started_at, finished_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (run.cell_key, run.suite, run.experiment, run.kind, run.variant, run.status,
+         run.seed, _dumps(run.coords), _dumps(run.config), _dumps(run.provenance),
+         _dumps(run.summary), run.error, run.started_at, run.finished_at),
+    )
+    run_id = cur.lastrowid
+    db.executemany(
+        "INSERT INTO metrics (run_id, step, tokens, elapsed_s, name, value) VALUES (?, ?, ?, ?, ?, ?)",
+        [(run_id, m.step, m.tokens, m.elapsed_s, m.name, m.value) for m in run.metrics],
+    )
+    db.executemany(
+        "INSERT INTO results (run_id, name, value, unit, tags) VALUES (?, ?, ?, ?, ?)",
+        [(run_id, r.name, r.value, r.unit, _dumps(r.tags)) for r in run.results],
+    )
+    return run_id
+
+
+def _keep_attempt(db: sqlite3.Connection, row: Any, reason: str) -> None:
+    db.execute(
+        "INSERT INTO attempts (cell_key, reason, status, error, summary, provenance, started_at, "
+        "finished_at, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (row["cell_key"], reason, row["status"], row["error"], row["summary"], row["provenance"],
+         row["started_at"], row["finished_at"], time.time()),
+    )

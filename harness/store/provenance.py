@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from attnbench import __version__
+from attnbench.errors import DeviceError
 
 _PACKAGES = ("torch", "numpy", "pluggy", "datasets", "lm_eval", "pytest-benchmark")
 _HARNESS_DIR = Path(__file__).resolve().parent
@@ -57,9 +58,20 @@ def git_commit() -> dict[str, Any]:
 
 
 def resolve_device(requested: str | None = None) -> torch.device:
+    """The device named (``auto``: CUDA when there is one); one this machine lacks is an error."""
     if requested in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(requested)
+    have = ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+                              if torch.cuda.is_available() else [])
+    try:
+        dev = torch.device(requested)
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda") or (dev.type == "cuda" and (
+            not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count())):
+        raise DeviceError(f"device {requested!r} is not available on this machine; use one of: "
+                          f"{', '.join(have)} (--device, or `device:` in the suite)")
+    return dev
 
 
 def device_name(device: torch.device) -> str:

@@ -190,7 +190,7 @@ def train_cell(
     if checkpoint_dir is not None and t.checkpoint and status == "done" and main:
         checkpoint = train_state.save_final(checkpoint_dir, cell, model, p.step,
                                             getattr(data, "tokenizer_json", None))
-    if path is not None and path.exists() and main:
-        path.unlink()
+    if path is not None and main:
+        path.unlink(missing_ok=True)  # another driver that ran this cell may have removed it first
     summary = _summary(p, cell, facts, device, status, checkpoint, compile_info)
     return CellOutcome(status, summary, p.metrics, rows, error)
