@@ -230,8 +230,9 @@ def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
         section = Section(f"Training: {exp}", intro=(
             "Each row is one variant (and model size) at the experiment's common budget. Held-out values "
             "are the mean over finished seeds with a two-sided 95% Student-t interval, at the grid point "
-            "with the lowest mean held-out loss (the store keeps one held-out split, so that choice and "
-            "the reported loss use the same data). Facts: parameters measured; state size and FLOPs per "
+            "with the lowest mean validation loss. These are validation values, the split the choice read, "
+            "so they flatter larger grids; where the data has a test split, the Summary at the top reports "
+            "the chosen points on it. Facts: parameters measured; state size and FLOPs per "
             "token as declared by the variant at the training length."), tables=[main, cost])
         grid = _grid_table(exp, sels)
         if grid is not None:
