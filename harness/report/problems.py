@@ -58,7 +58,9 @@ def _noisy(data: StoreData) -> list[Problem]:
     for _, r in data.runs[data.runs["kind"] == "train"].iterrows():
         if r["summary"].get("throughput_under_load"):
             before, after = r["summary"].get("load_before") or {}, r["summary"].get("load_after") or {}
-            out.append(Problem("throughput under load", r["variant"], f"{r['experiment']} (seed {r['seed']})",
+            where = ", ".join(f"{k}={v}" for k, v in r["coords"].items() if k not in ("model", "d_model", "n_layer",
+                                                                                     "variant"))
+            out.append(Problem("throughput under load", r["variant"], f"{r['experiment']} ({where})",
                                "tokens/s and train time taken under load",
                                f"load average {before.get('load1', 0):.2f} before, {after.get('load1', 0):.2f} "
                                f"after, {before.get('cpus')} CPUs"))
