@@ -37,13 +37,18 @@ class Corpus:
     sha256: str  # of the training and held-out tokens, recorded with every run
     description: str
     tokenizer_json: str | None = None  # tokenizer.json of a trained/pretrained tokenizer; None: bytes
+    test: torch.Tensor | None = None  # (K,) token ids of the test split, when the spec asks for one
 
     def train_batch(self, batch_size: int, seq_len: int, gen: torch.Generator):
         return sample_batch(self.train, batch_size, seq_len, gen)
 
     def eval_sets(self, batch_size: int, seq_len: int, max_tokens: int) -> list[EvalSet]:
-        return [EvalSet({"split": "val"}, eval_batches(self.val, batch_size, seq_len, max_tokens),
+        sets = [EvalSet({"split": "val"}, eval_batches(self.val, batch_size, seq_len, max_tokens),
                         self.bytes_per_token)]
+        if self.test is not None:
+            sets.append(EvalSet({"split": "test"}, eval_batches(self.test, batch_size, seq_len, max_tokens),
+                                self.bytes_per_token))
+        return sets
 
 
 def stdlib_text(max_bytes: int) -> str:
@@ -120,14 +125,25 @@ def _texts(spec: DataSpec) -> tuple[str, str | None]:
     return train, val
 
 
-def _split_text(spec: DataSpec) -> tuple[str, str]:
+def _split_text(spec: DataSpec) -> tuple[str, str, str | None]:
+    """(train, val, test or None). Cut from the corpus: train | val | test, in that order."""
     train_text, val_text = _texts(spec)
+    test_text = _load_local(spec.source, _files(spec.test_path), spec.text_field) if spec.test_path else None
+    if spec.test_fraction is not None and test_text is None:
+        tail = spec.test_fraction if val_text is not None else spec.test_fraction + spec.val_fraction
+        cut = int(len(train_text) * (1 - tail))
+        train_text, rest = train_text[:cut], train_text[cut:]
+        if val_text is None:  # val is the slice before the test tail
+            split = int(len(rest) * spec.val_fraction / tail)
+            val_text, test_text = rest[:split], rest[split:]
+        else:
+            test_text = rest
     if val_text is None:  # hold out the tail (cut on a character boundary)
         cut = int(len(train_text) * (1 - spec.val_fraction))
         train_text, val_text = train_text[:cut], train_text[cut:]
     if spec.max_bytes is not None:
         train_text = train_text.encode("utf-8")[: spec.max_bytes].decode("utf-8", errors="ignore")
-    return train_text, val_text
+    return train_text, val_text, test_text
 
 
 def make_tokenizer(spec: DataSpec, train_text: str):
@@ -146,19 +162,22 @@ def load_text_corpus(spec: DataSpec) -> Corpus:
 @functools.lru_cache(maxsize=8)
 def _load_cached(spec_json: str) -> Corpus:
     spec = DataSpec.model_validate_json(spec_json)
-    train_text, val_text = _split_text(spec)
+    train_text, val_text, test_text = _split_text(spec)
     tok = make_tokenizer(spec, train_text)
     train, val = tok.encode(train_text), tok.encode(val_text)  # (N,), (M,)
-    if len(train) < 1024 or len(val) < 256:
-        raise DataError(f"corpus too small ({len(train)} training / {len(val)} held-out tokens)")
+    test = tok.encode(test_text) if test_text is not None else None  # (K,)
+    if len(train) < 1024 or len(val) < 256 or (test is not None and len(test) < 256):
+        sizes = f"{len(train)} training / {len(val)} held-out" + (f" / {len(test)} test" if test is not None else "")
+        raise DataError(f"corpus too small ({sizes} tokens)")
     bytes_per_token = len(val_text.encode("utf-8")) / len(val)
-    digest = hashlib.sha256(train.numpy().tobytes() + b"\0" + val.numpy().tobytes()).hexdigest()
+    digest = hashlib.sha256(train.numpy().tobytes() + b"\0" + val.numpy().tobytes()
+                            + (b"\0" + test.numpy().tobytes() if test is not None else b"")).hexdigest()
     desc = {"hf": f"hf:{spec.name}/{spec.config}", "builtin": f"builtin:{spec.name or DEFAULT_BUILTIN}"}.get(
         spec.source, spec.source)
     if spec.path:
         desc += f":{spec.path}"
     return Corpus(train, val, tok.vocab_size, bytes_per_token, digest, f"{desc} [{tok.name}]",
-                  tok.to_json() if hasattr(tok, "to_json") else None)
+                  tokenizer_json=tok.to_json() if hasattr(tok, "to_json") else None, test=test)
 
 
 def sample_batch(

@@ -18,6 +18,8 @@ class DataSpec(BaseModel):
     source: Literal["builtin", "stdlib", "text", "json", "parquet", "hf", "task"] = "builtin"
     path: str | list[str] | None = None  # local file(s), relative to the suite file
     val_path: str | list[str] | None = None  # held-out file(s); else the tail of `path`
+    test_path: str | list[str] | None = None  # test file(s) for the protocol's reported numbers
+    test_fraction: float | None = Field(None, gt=0.0, lt=1.0)  # else a test slice cut before the val tail
     name: str | None = None  # hub dataset name (source: hf); shipped corpus (source: builtin, default tinyshakespeare)
     config: str | None = None  # hub dataset config (source: hf)
     split: str = "train"
@@ -33,6 +35,7 @@ class DataSpec(BaseModel):
     task_options: dict[str, Any] = {}
     train_examples: int = Field(20000, gt=0)
     val_examples: int = Field(1000, gt=0)
+    test_examples: int | None = Field(None, gt=0)  # task test examples, generated under their own seed
     train_settings: list[dict[str, Any]] = []  # option overrides mixed in equal parts for training
     eval_settings: list[dict[str, Any]] = []  # option overrides, each evaluated separately
 
@@ -46,7 +49,31 @@ class DataSpec(BaseModel):
             raise ValueError(f"data source {self.source!r} needs 'path' (a local file or list of files)")
         if self.source == "hf" and not self.name:
             raise ValueError("data source 'hf' needs 'name' (a hub dataset name)")
+        self._splits_disjoint()
         return self
+
+    def has_test(self) -> bool:
+        """Whether this spec defines a test split (protocol numbers are reported on it)."""
+        if self.source == "task":
+            return self.test_examples is not None
+        return self.test_path is not None or self.test_fraction is not None
+
+    def _splits_disjoint(self) -> None:
+        """Train, val and test files must differ: an overlap would leak into the choice or the test."""
+        def files(p: str | list[str] | None) -> set[str]:
+            return set() if p is None else {str(Path(x)) for x in ([p] if isinstance(p, str) else p)}
+
+        train, val, test = files(self.path), files(self.val_path), files(self.test_path)
+        for a, b, name, fix in ((train, val, "val_path", "path"), (train, test, "test_path", "path"),
+                                (val, test, "test_path", "val_path")):
+            if a & b:
+                raise ValueError(f"data.{name} {sorted(a & b)} is also in data.{fix}: the splits must not "
+                                 f"overlap; give a separate file, or leave {name} out to cut a slice of the corpus")
+        if self.test_path is not None and self.test_fraction is not None:
+            raise ValueError("give data.test_path or data.test_fraction, not both")
+        if self.test_fraction is not None and self.val_path is None and self.val_fraction + self.test_fraction >= 0.9:
+            raise ValueError(f"data.val_fraction + data.test_fraction ({self.val_fraction + self.test_fraction:g}) "
+                             "leaves under 10% for training; lower them")
 
     def resolved(self, base_dir: Path) -> "DataSpec":
         """Paths made absolute against the suite's folder."""
@@ -59,6 +86,7 @@ class DataSpec(BaseModel):
             return str((base_dir / p).resolve())
 
         return self.model_copy(update={"path": fix(self.path), "val_path": fix(self.val_path),
+                                       "test_path": fix(self.test_path),
                                        "tokenizer_name": self._tokenizer_file(base_dir)})
 
     def _tokenizer_file(self, base_dir: Path) -> str | None:

@@ -16,6 +16,7 @@ from attnbench.contract.task import IGNORE, Task, TaskBatch
 
 _CACHE: dict[str, "TaskData"] = {}
 _VAL_SEED_OFFSET = 1_000_003  # held-out examples come from a disjoint seed stream
+_TEST_SEED_OFFSET = 2_000_003  # test examples: another disjoint stream, fresh under a different seed
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class TaskData:
     vocab_size: int
     sha256: str
     description: str
+    tests: tuple[tuple[Any, TaskBatch], ...] = ()  # (options, test examples) per eval setting
     bytes_per_token = None
 
     def train_batch(self, batch_size: int, seq_len: int, gen: torch.Generator):
@@ -36,8 +38,9 @@ class TaskData:
 
     def eval_sets(self, batch_size: int, seq_len: int, max_tokens: int) -> list[EvalSet]:
         sets = []
-        for options, batch in self.evals:
-            tags = {"split": "val", "task": self.task.name, **self.task.coords(options)}
+        splits = [("val", e) for e in self.evals] + [("test", e) for e in self.tests]
+        for split, (options, batch) in splits:
+            tags = {"split": split, "task": self.task.name, **self.task.coords(options)}
             n = len(batch.inputs)
             batches = [(batch.inputs[i : i + batch_size], batch.targets[i : i + batch_size])
                        for i in range(0, n, batch_size)]
@@ -90,13 +93,18 @@ def load_task_data(spec: DataSpec, registry) -> TaskData:
     for j, s in enumerate(spec.eval_settings or [{}]):
         options = _options(task, spec.task_options, s)
         evals.append((options, task.generate(options, spec.val_examples, _VAL_SEED_OFFSET + j)))
+    tests = []
+    for j, s in enumerate(spec.eval_settings or [{}]):
+        if spec.test_examples is not None:
+            options = _options(task, spec.task_options, s)
+            tests.append((options, task.generate(options, spec.test_examples, _TEST_SEED_OFFSET + j)))
     if not (targets != IGNORE).any():
         raise DataError(f"task {task.name!r} produced no scored positions")
     h = hashlib.sha256(inputs.numpy().tobytes() + targets.numpy().tobytes())
-    for _, b in evals:
+    for _, b in [*evals, *tests]:
         h.update(b.inputs.numpy().tobytes() + b.targets.numpy().tobytes())
     vocab = task_vocab(spec, registry)
     data = TaskData(task, base, inputs, targets, evals, vocab, h.hexdigest(),
-                    f"task:{task.name} {json.dumps(spec.task_options, sort_keys=True)}")
+                    f"task:{task.name} {json.dumps(spec.task_options, sort_keys=True)}", tuple(tests))
     _CACHE[key] = data
     return data

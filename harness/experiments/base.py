@@ -65,4 +65,5 @@ class Kind:
 
 
 # Code every kind runs: the plugin contract, the shared model and the data.
-COMMON_CODE = ("attnbench.contract", "attnbench.nn", "attnbench.data", "attnbench.experiments.base")
+COMMON_CODE = ("attnbench.contract", "attnbench.nn", "attnbench.data", "attnbench.experiments.base",
+               "attnbench.experiments.machine")

@@ -55,6 +55,7 @@ class Cell:
     coords: dict[str, Any] = field(hash=False)
     key: str = ""
     key_inputs: dict[str, Any] = field(default_factory=dict, hash=False)
+    protocol: dict[str, Any] | None = field(default=None, hash=False)  # recorded with results, not keyed
 
     def config_dict(self) -> dict[str, Any]:
         return {
@@ -104,6 +105,10 @@ def expand(
             if name not in registry.variants:
                 raise suite_error_at(suite, ("experiments", ei, "variants", vi),
                                      unknown_variant_message(name, registry.names()))
+        protocol = getattr(exp, "protocol", None)
+        if protocol is not None and protocol.baseline not in names:
+            raise suite_error_at(suite, ("experiments", ei, "protocol", "baseline"),
+                                 unknown_variant_message(protocol.baseline, names))
         for name in exp.variant_options:
             if name not in names:
                 raise suite_error_at(suite, ("experiments", ei, "variant_options", name),
@@ -140,7 +145,8 @@ def expand(
                     for seed in exp.seeds:
                         coords = {"variant": name, "model": mi, "d_model": model.d_model,
                                   "n_layer": model.n_layer, "seed": seed, **point}
-                        cell = Cell(suite.name, exp.name, exp.kind, name, model, data, spec, seed, coords)
+                        cell = Cell(suite.name, exp.name, exp.kind, name, model, data, spec, seed, coords,
+                                    protocol=protocol.model_dump() if protocol else None)
                         if corpus_hash and kind_code:
                             inputs = {
                                 "suite": suite.name, "experiment": exp.name, "kind": exp.kind,

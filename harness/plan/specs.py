@@ -101,11 +101,25 @@ class ExperimentBase(BaseModel):
         raise NotImplementedError
 
 
+class Protocol(BaseModel):
+    """The fair-comparison protocol of a train experiment: each variant's grid point is
+    chosen by its mean validation loss over the seeds; the chosen point is reported on the
+    test split, paired by seed against the baseline."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tune: bool = True  # search the grid per variant (needs >= 2 grid points)
+    baseline: str = "softmax"  # the variant every other is compared with, seed by seed
+    interval: bool = True  # a paired 95% interval against the baseline (needs >= 2 seeds)
+    choose_on: Literal["val"] = "val"  # the split the choice reads (never the test split)
+    report_on: Literal["test"] = "test"  # the split the headline numbers come from
+
+
 class TrainExperiment(ExperimentBase):
     kind: Literal["train"]
     data: DataSpec = DataSpec()
     train: TrainSpec
     grid: dict[str, list[Any]] = {}
+    protocol: Protocol | None = None
 
     def points(self) -> list[dict[str, Any]]:
         return grid_points(self.grid)
@@ -130,6 +144,26 @@ class TrainExperiment(ExperimentBase):
     def _grid_points_valid(self) -> "TrainExperiment":
         for point in grid_points(self.grid):
             TrainSpec.model_validate({**self.train.model_dump(), **point})
+        return self
+
+    @model_validator(mode="after")
+    def _protocol_possible(self) -> "TrainExperiment":
+        p = self.protocol
+        if p is None:
+            return self
+        if p.tune and len(grid_points(self.grid)) < 2:
+            raise ValueError("protocol.tune needs a grid of at least 2 points to choose from (e.g. grid: "
+                             "{lr: [1.0e-3, 3.0e-3]}); add values to 'grid' or set protocol.tune: false")
+        if p.interval and len(set(self.seeds)) < 2:
+            raise ValueError(f"protocol.interval needs at least 2 seeds, got seeds: {self.seeds}; "
+                             "give e.g. seeds: [0, 1] or set protocol.interval: false")
+        if not self.data.has_test():
+            what = ("data.test_examples (e.g. 256)" if self.data.source == "task"
+                    else "data.test_fraction (e.g. 0.05) or data.test_path (a separate file)")
+            raise ValueError(f"protocol reports on a test split, and this experiment's data has none; set {what}")
+        if isinstance(self.variants, list) and p.baseline not in self.variants:
+            raise ValueError(f"protocol.baseline {p.baseline!r} is not among this experiment's variants "
+                             f"{self.variants}; add it to 'variants' or name another baseline")
         return self
 
 
@@ -164,6 +198,7 @@ class SpeedSpec(BaseModel):
     min_rounds: int = Field(3, gt=0)  # pytest-benchmark: rounds at least
     max_time: float = Field(1.0, gt=0)  # pytest-benchmark: seconds of rounds when calls are fast
     warmup: int = Field(1, ge=0)  # pytest-benchmark warm-up iterations; 0 = off
+    max_remeasure: int = Field(2, ge=0)  # times a noisy point (spread > 20% or load) is timed again
     time_limit_s: float = Field(120.0, gt=0)  # per point: its isolated run (start, setup, one call)
     memory_limit_gb: float | None = Field(None, gt=0)  # CPU cap per isolated point; default half the free memory
     dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: fp32 on CPU, bf16 autocast on CUDA

@@ -9,6 +9,7 @@ from collections import Counter
 
 from attnbench.report import figures
 from attnbench.report.anchors import anchor_section
+from attnbench.report.comparison import comparison_sections
 from attnbench.report.document import Report
 from attnbench.report.document import Section
 from attnbench.report.downstream import lm_eval_sections
@@ -49,7 +50,7 @@ def build_report(data: StoreData) -> Report:
         return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, [], [section, gate_section(data)])
     palette = figures.make_palette(data.all_variants)
     sections: list[Section] = [
-        *anchor_section(data), *train_sections(data, palette), *speed_sections(data, palette), *scaling_sections(data, palette),
+        *comparison_sections(data), *anchor_section(data), *train_sections(data, palette), *speed_sections(data, palette), *scaling_sections(data, palette),
         *lm_eval_sections(data), gate_section(data), provenance_section(data),
     ]
     return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, find_problems(data), sections)

@@ -109,6 +109,34 @@ def loss_curves(curves: pd.DataFrame, palette: Palette, labels: dict[str, str], 
                   "held-out cross-entropy. One line per seed.")
 
 
+def equal_budget(curves: pd.DataFrame, palette: Palette, labels: dict[str, str], title: str,
+                 slug: str) -> Figure | None:
+    """Held-out loss against training tokens, FLOPs and seconds: per variant the mean over
+    seeds at each evaluation step, with a band from the lowest to the highest seed.
+
+    curves: as for ``loss_curves``, plus step and flops (None where FLOPs are not declared)."""
+    held = curves[curves["split"] == "held-out"].dropna(subset=["loss"])
+    if held.empty:
+        return None
+    fig, axes = _new(3)
+    for ax, (x, xlabel) in zip(axes, (("tokens", "training tokens"), ("flops", "training FLOPs"),
+                                      ("elapsed_s", "training wall-clock time (s)"))):
+        for variant in sorted(held["variant"].unique()):
+            sub = held[held["variant"] == variant].dropna(subset=[x])
+            if sub.empty:
+                continue
+            g = sub.groupby("step").agg(x=(x, "mean"), mean=("loss", "mean"), lo=("loss", "min"),
+                                        hi=("loss", "max"), n=("loss", "size")).sort_values("x")
+            ax.plot(g["x"], g["mean"], color=palette[variant], marker="o", markersize=3,
+                    label=f"{labels.get(variant, variant)} (n={int(g['n'].max())})")
+            ax.fill_between(g["x"], g["lo"], g["hi"], color=palette[variant], alpha=0.2, linewidth=0)
+        ax.set(xlabel=xlabel, ylabel="held-out loss (nats/token)")
+        _legend(ax)
+    fig.suptitle(title)
+    return Figure(slug, title, _png(fig), "Validation loss at each evaluation, mean over seeds at each variant's "
+                  "chosen point; band: lowest to highest seed. Seconds are each step's mean training time.")
+
+
 def _failed_marks(ax: Axes, failed: pd.DataFrame, palette: Palette) -> None:
     """A dotted vertical line at each failed point's T, labelled with its status."""
     for _, row in failed.iterrows():

@@ -55,6 +55,31 @@ def _points(data: StoreData) -> list[Problem]:
     return out
 
 
+def _noisy(data: StoreData) -> list[Problem]:
+    """Speed points measured noisy (after their re-measurements) and slope fits flagged."""
+    ids = set(data.runs_of("speed")["id"]) | set(data.runs_of("speed_fit")["id"])
+    runs = data.runs.set_index("id")
+    out = []
+    for _, r in data.results[data.results["run_id"].isin(ids)].iterrows():
+        t, run = r["tags"], runs.loc[r["run_id"]]
+        if r["name"] == "time_s" and t.get("noisy"):
+            out.append(Problem("noisy speed point", run["variant"], f"{run['experiment']} {t.get('mode')} T={t.get('T')}",
+                               "noisy", f"{t.get('noisy_reason')} after {t.get('attempts')} measurement(s)"))
+        elif r["name"] == "slope" and t.get("flags"):
+            out.append(Problem("flagged fit", run["variant"], f"{run['experiment']} {t.get('mode')} {t.get('quantity')} slope",
+                               "flagged", "; ".join(t["flags"])))
+    for _, r in data.runs[data.runs["kind"] == "train"].iterrows():
+        if r["summary"].get("throughput_under_load"):
+            before, after = r["summary"].get("load_before") or {}, r["summary"].get("load_after") or {}
+            where = ", ".join(f"{k}={v}" for k, v in r["coords"].items() if k not in ("model", "d_model", "n_layer",
+                                                                                     "variant"))
+            out.append(Problem("throughput under load", r["variant"], f"{r['experiment']} ({where})",
+                               "tokens/s and train time taken under load",
+                               f"load average {before.get('load1', 0):.2f} before, {after.get('load1', 0):.2f} "
+                               f"after, {before.get('cpus')} CPUs"))
+    return out
+
+
 def _gate(data: StoreData) -> list[Problem]:
     verdicts = suite_verdicts(data)
     return [Problem("trust gate", r["variant"], r["check_name"],
@@ -65,4 +90,4 @@ def _gate(data: StoreData) -> list[Problem]:
 def find_problems(data: StoreData) -> list[Problem]:
     if data.runs.empty:
         return []
-    return _runs(data) + _attempts(data) + _points(data) + _gate(data)
+    return _runs(data) + _attempts(data) + _points(data) + _noisy(data) + _gate(data)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections import Counter
 from typing import Any
 
@@ -41,6 +42,16 @@ def provenance_rows(data: StoreData) -> list[dict[str, Any]]:
     packages = sorted({k for p in provs for k in (p.get("versions") or {})})
     for pkg in packages:
         add(f"version: {pkg}", [str((p.get("versions") or {}).get(pkg, "unknown")) for p in provs])
+    variants: dict[str, list[str]] = {}
+    for cfg in data.runs["config"]:  # each variant's plugin version, source hash and options
+        ident, model = (cfg.get("key_inputs") or {}).get("variant"), cfg.get("model") or {}
+        if isinstance(ident, dict):
+            variants.setdefault(f"variant: {ident.get('name')}", []).append(
+                f"plugin {ident.get('plugin')} ({ident.get('distribution')} {ident.get('distribution_version')}), "
+                f"version {ident.get('version')}, sources {str(ident.get('sources'))[:16]}, "
+                f"options {json.dumps(model.get('options') or {}, sort_keys=True, default=str)}")
+    for item, values in sorted(variants.items()):
+        add(item, values)
     add("runs (kind, status)", [f"{k}, {s}" for k, s in zip(data.runs["kind"], data.runs["status"])])
     return rows
 

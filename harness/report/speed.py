@@ -38,7 +38,7 @@ def speed_points(data: StoreData, run_ids: list[int]) -> pd.DataFrame:
             "mode": t.get("mode"), "T": t.get("T"), "quantity": QUANTITY[r["name"]], "value": r["value"],
             "status": t.get("status", "ok" if r["value"] is not None else "unknown"),
             "error": t.get("error"), "stddev_s": t.get("stddev_s"), "backend": t.get("backend"),
-            "fallback": t.get("fallback"), "dtype": t.get("dtype"),
+            "fallback": t.get("fallback"), "dtype": t.get("dtype"), "noisy": bool(t.get("noisy")),
         })
     return pd.DataFrame(rows)
 
@@ -62,6 +62,7 @@ def _points_table(exp: str, pts: pd.DataFrame) -> Table:
             "error": next((e for e in g["error"] if isinstance(e, str) and e), None),
             "backend": trow["backend"] if trow is not None else None,
             "fallback": trow["fallback"] if trow is not None else None,
+            "noisy": bool(trow.get("noisy", False)) if trow is not None else False,
         })
     data = pd.DataFrame(wide)
 
@@ -70,7 +71,7 @@ def _points_table(exp: str, pts: pd.DataFrame) -> Table:
             return f"{r['status']} at T={r['T']}"
         many = is_number(r["rounds"]) and r["rounds"] > 1 and is_number(r["time_stddev_s"])
         sd = f" ± {seconds_text(r['time_stddev_s'])} ({num(r['rounds'])} rounds)" if many else ""
-        return seconds_text(r["time_s"]) + sd
+        return seconds_text(r["time_s"]) + sd + (" NOISY" if r["noisy"] else "")
 
     view = pd.DataFrame({
         "variant": data["variant"], "model": data["model_label"], "seed": data["seed"], "mode": data["mode"],
@@ -98,7 +99,8 @@ def _fit_rows(data: StoreData, exp: str) -> tuple[pd.DataFrame, pd.DataFrame]:
             ci = t.get("ci95") or [None, None]
             slopes.append({**base, "quantity": t.get("quantity"), "slope": r["value"], "ci95_lo": ci[0],
                            "ci95_hi": ci[1], "stderr": t.get("stderr"), "n_points": t.get("n_points"),
-                           "T_min": t.get("T_min"), "T_max": t.get("T_max"), "error": t.get("error")})
+                           "T_min": t.get("T_min"), "T_max": t.get("T_max"), "error": t.get("error"),
+                           "flags": "; ".join(t.get("flags") or [])})
         elif r["name"] == "crossover_T":
             cross.append({**base, "against": t.get("against"), "T": r["value"], "T_interp": t.get("T_interp"),
                           "status": t.get("status"), "compared_T": str(t.get("compared_T") or "")})
@@ -155,6 +157,7 @@ def speed_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
             sv["model"] = [labels.get(m, m) for m in sv["model"]]
             sv["log-log slope [95% CI]"] = slopes.apply(_slope_text, axis=1)
             sv["points"] = [num(n) for n in slopes["n_points"]]
+            sv["flags"] = [f or "none" for f in slopes["flags"]]
             sv["T range"] = [f"{num(a)}–{num(b)}" if is_number(a) else MISSING
                              for a, b in zip(slopes["T_min"], slopes["T_max"])]
             section.tables.append(Table(f"{exp}-slopes", f"{exp}: fitted slopes", slopes, sv))

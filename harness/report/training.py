@@ -158,12 +158,14 @@ def _curves(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
     for s in sels:
         ids = [int(i) for i in s.runs["id"]]
         seeds = dict(zip(s.runs["id"], s.runs["seed"]))
+        per_token = mean_ci(r.get("train_flops_per_token") for r in s.runs["summary"]).mean
         m = data.metrics[data.metrics["run_id"].isin(ids) & data.metrics["name"].isin(["train/loss", "val/loss"])]
         if m.empty:
             continue
         frames.append(pd.DataFrame({
             "variant": s.variant, "seed": m["run_id"].map(seeds), "tokens": m["tokens"],
             "elapsed_s": m["elapsed_s"], "split": m["name"].map({"train/loss": "train", "val/loss": "held-out"}),
+            "step": m["step"], "flops": m["tokens"] * per_token if per_token else None,
             "loss": pd.to_numeric(m["value"], errors="coerce"),
         }))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -230,8 +232,9 @@ def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
         section = Section(f"Training: {exp}", intro=(
             "Each row is one variant (and model size) at the experiment's common budget. Held-out values "
             "are the mean over finished seeds with a two-sided 95% Student-t interval, at the grid point "
-            "with the lowest mean held-out loss (the store keeps one held-out split, so that choice and "
-            "the reported loss use the same data). Facts: parameters measured; state size and FLOPs per "
+            "with the lowest mean validation loss. These are validation values, the split the choice read, "
+            "so they flatter larger grids; where the data has a test split, the Summary at the top reports "
+            "the chosen points on it. Facts: parameters measured; state size and FLOPs per "
             "token as declared by the variant at the training length."), tables=[main, cost])
         grid = _grid_table(exp, sels)
         if grid is not None:
@@ -241,6 +244,11 @@ def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
             curves = _curves(data, [s for s in sels if s.model_label == model])
             title = f"{exp}: loss curves" + (f" ({model})" if len(models) > 1 else "")
             fig = None if curves.empty else figures.loss_curves(curves, palette, labels, title, f"{exp}-loss-{model}")
+            if fig:
+                section.figures.append(fig)
+            fig = None if curves.empty else figures.equal_budget(curves, palette, labels, f"{exp}: equal-budget "
+                                                                   f"views" + (f" ({model})" if len(models) > 1 else ""),
+                                                                   f"{exp}-budget-{model}")
             if fig:
                 section.figures.append(fig)
         task_rows = _task_rows(data, sels)

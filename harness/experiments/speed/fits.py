@@ -26,6 +26,7 @@ from attnbench.store.database import Result, Store
 BASELINE = "softmax"
 QUANTITIES = {"time_s": "time", "peak_memory_bytes": "memory"}
 MIN_FIT_POINTS = 3  # with fewer points at T >= fit_T_min, the longest ok points are used
+MAX_CI_HALF = 0.5  # a slope whose 95% interval is wider than +-this is flagged
 
 Curve = dict[int, float | None]  # T -> value (None: the point failed or was skipped)
 Curves = dict[tuple[str, str], Curve]  # (mode, quantity) -> curve
@@ -41,6 +42,29 @@ def run_curves(store: Store, run_id: int) -> Curves:
         ok = tags.get("status") == "ok" and r["value"] is not None
         curves.setdefault((tags["mode"], quantity), {})[int(tags["T"])] = float(r["value"]) if ok else None
     return curves
+
+
+def noisy_lengths(store: Store, runs: list[dict[str, Any]]) -> dict[str, set[int]]:
+    """Per mode, the lengths at which any of these runs stored a noisy time."""
+    out: dict[str, set[int]] = {}
+    for run in runs:
+        for r in store.results(run["id"]):
+            if r["name"] == "time_s" and r["tags"].get("noisy"):
+                out.setdefault(r["tags"]["mode"], set()).add(int(r["tags"]["T"]))
+    return out
+
+
+def fit_flags(tags: dict[str, Any], noisy_Ts: set[int]) -> list[str]:
+    """Why a fitted slope should not be trusted: noisy points in its range, or a wide interval."""
+    flags = []
+    lo, hi = tags.get("T_min"), tags.get("T_max")
+    used = sorted(T for T in noisy_Ts if lo is not None and lo <= T <= hi)
+    if used:
+        flags.append(f"rests on noisy point(s) at T={used}")
+    ci = tags.get("ci95")
+    if ci and (ci[1] - ci[0]) / 2 > MAX_CI_HALF:
+        flags.append(f"95% interval [{ci[0]:.2f}, {ci[1]:.2f}] is wider than +-{MAX_CI_HALF}")
+    return flags
 
 
 def curves_by_model(store: Store, runs: list[dict[str, Any]]) -> dict[int, Curves]:
@@ -78,11 +102,16 @@ def _slope_row(mode: str, quantity: str, curve: Curve, fit_T_min: int, extra: di
 
 
 def fit_results(curves: Curves, baseline: Curves | None, fit_T_min: int, device: str,
-                extra: dict[str, Any] | None = None, with_crossover: bool = True) -> list[Result]:
-    """Slope rows for every (mode, quantity) and, when asked, a crossover row per mode
+                extra: dict[str, Any] | None = None, with_crossover: bool = True,
+                noisy: dict[str, set[int]] | None = None) -> list[Result]:
+    """Slope rows for every (mode, quantity), each with its ``flags`` (noisy time points,
+    see ``noisy_lengths``, or a wide interval) and, when asked, a crossover row per mode
     (status "no-baseline" when ``baseline`` is None or lacks the mode)."""
     extra = extra or {}
     rows = [_slope_row(mode, q, curve, fit_T_min, extra) for (mode, q), curve in sorted(curves.items())]
+    for row in rows:
+        noisy_Ts = (noisy or {}).get(row.tags["mode"], set()) if row.tags["quantity"] == "time" else set()
+        row.tags["flags"] = fit_flags(row.tags, noisy_Ts)
     if not with_crossover:
         return rows
     for mode in sorted({m for m, q in curves if q == "time"}):
@@ -140,7 +169,8 @@ def finalize_speed(cells: list[Cell], store: Store, device: torch.device) -> Non
         results: list[Result] = []
         for model, curves in sorted(curves_by_model(store, vruns).items()):
             results += fit_results(curves, base_curves.get(model), fit_T_min, dev,
-                                   {"model": model, **dims.get(model, {})}, with_crossover=variant != BASELINE)
+                                   {"model": model, **dims.get(model, {})}, with_crossover=variant != BASELINE,
+                                   noisy=noisy_lengths(store, vruns))
         inputs = {
             "suite": first.suite, "experiment": first.experiment, "variant": variant, "device": dev,
             "cells": sorted(r["cell_key"] for r in vruns), "fit_T_min": fit_T_min,

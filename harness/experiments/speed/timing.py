@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +34,25 @@ from typing import Any
 import pytest
 import torch
 
+from attnbench.experiments.machine import machine_load, under_load
 from attnbench.experiments.speed.points import PointSpec, build_point, classify_failure, describe_path, release_memory, sdpa_backends
 
 PLAN_KEY: pytest.StashKey["SweepPlan"] = pytest.StashKey()
+NOISY_CV = 0.20  # a point whose rounds spread more than this (stddev / mean) is re-measured, then flagged
+BURN_IN_CALLS = 10  # at most this many untimed calls before a sweep's first point, until two agree
+
+
+def noise(stats: dict[str, Any], extra: dict[str, Any]) -> str | None:
+    """Why a timed point is not trustworthy (None when it is): spread above NOISY_CV, or load."""
+    why = []
+    cv = stats["stddev"] / stats["mean"] if stats.get("mean") else 0.0
+    if cv > NOISY_CV:
+        why.append(f"coefficient of variation {cv:.0%} > {NOISY_CV:.0%}")
+    before, after = extra.get("load_before") or {}, extra.get("load_after") or {}
+    if before and under_load(before, after):
+        why.append(f"machine under load (load average {before.get('load1', 0):.2f} before, "
+                   f"{after.get('load1', 0):.2f} after, {before.get('cpus')} CPUs)")
+    return "; ".join(why) or None
 
 
 @dataclass(frozen=True)
@@ -76,6 +93,7 @@ class SweepPlan:
         self.specs = {s.T: s for s in sorted(specs, key=lambda s: s.T)}
         self.failures: dict[int, tuple[str, str]] = {}
         self.interrupted = False
+        self.burned_in = False
 
     def pytest_configure(self, config: pytest.Config) -> None:
         config.stash[PLAN_KEY] = self
@@ -88,12 +106,17 @@ class SweepPlan:
         point = None
         try:
             point = build_point(spec)
+            if not self.burned_in:  # first-call costs (thread pools, allocator) must not land on the first T
+                burn_in(point.run)
+                self.burned_in = True
             backend = sdpa_backends(point.run)  # one profiled call (also a warm-up)
             extra = {"backend": backend, "path": describe_path(point.model),
                      "tokens_per_call": point.tokens_per_call,
                      "per_call_divisor": point.per_call_divisor, **point.info}
             benchmark.extra_info.update(json.loads(json.dumps(extra, default=str)))
+            benchmark.extra_info["load_before"] = machine_load()
             benchmark(point.run)
+            benchmark.extra_info["load_after"] = machine_load()
         except KeyboardInterrupt:
             self.interrupted = True
             raise
@@ -103,6 +126,19 @@ class SweepPlan:
         finally:
             del point
             release_memory(torch.device(spec.device))
+
+
+def burn_in(run: Any) -> int:
+    """Untimed calls until two consecutive ones agree within NOISY_CV (at most BURN_IN_CALLS)."""
+    last = None
+    for i in range(BURN_IN_CALLS):
+        started = time.perf_counter()
+        run()
+        took = time.perf_counter() - started
+        if last is not None and abs(took - last) <= NOISY_CV * max(took, last):
+            return i + 1
+        last = took
+    return BURN_IN_CALLS
 
 
 def time_sweep(specs: list[PointSpec], options: TimingOptions, workdir: Path) -> SweepTiming:

@@ -10,8 +10,28 @@ from attnbench.plan.cells import Cell
 
 
 def run_train_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
-    return train_cell(cell, variant, load_corpus(cell.data, ctx.registry), ctx.device,
-                      ctx.progress, ctx.checkpoint_dir)
+    outcome = train_cell(cell, variant, load_corpus(cell.data, ctx.registry), ctx.device,
+                         ctx.progress, ctx.checkpoint_dir)
+    if cell.protocol is not None:  # the choice rule and the splits, recorded with the result
+        outcome.summary["protocol"] = {**cell.protocol, "splits": split_description(cell.data)}
+    return outcome
+
+
+def split_description(data) -> dict[str, str]:
+    """Where each split came from, in words (recorded with every protocol result)."""
+    if data.source == "task":
+        return {"train": f"{data.train_examples} examples (seed stream 0)",
+                "val": f"{data.val_examples} examples (seed stream 1000003)",
+                "test": f"{data.test_examples} fresh examples (seed stream 2000003)"}
+    if data.test_path:
+        test = f"file(s) {data.test_path}"
+    else:
+        test = f"the last {data.test_fraction:g} of the corpus"
+    if data.val_path:
+        val = f"file(s) {data.val_path}"
+    else:
+        val = f"a {data.val_fraction:g} slice" + (" before the test slice" if data.test_fraction else " at the end")
+    return {"train": "the head of the corpus", "val": val, "test": test}
 
 
 KIND = Kind("train", run_train_cell, code=(*COMMON_CODE, "attnbench.experiments.train", "attnbench.distributed"),

@@ -15,14 +15,17 @@ from attnbench.store.database import Result
 
 
 @torch.no_grad()
-def evaluate(model: LanguageModel, data: Any, cell: Cell, device: torch.device) -> list[Result]:
-    """Held-out rows per evaluation set: loss (nats/token), and bits per byte with
-    perplexity for text, or accuracy on answer positions for tasks."""
+def evaluate(model: LanguageModel, data: Any, cell: Cell, device: torch.device,
+             splits: tuple[str, ...] = ("val",)) -> list[Result]:
+    """Held-out rows per evaluation set of ``splits``: loss (nats/token), and bits per byte
+    with perplexity for text, or accuracy on answer positions for tasks."""
     was_training = model.training
     model.eval()
     rows: list[Result] = []
     t = cell.spec
     for es in data.eval_sets(t.batch_size, t.seq_len, t.eval_tokens):
+        if es.tags.get("split", "val") not in splits:
+            continue
         nats, count, correct = 0.0, 0, 0
         for x, y in es.batches:
             x, y = x.to(device), y.to(device)
@@ -49,10 +52,10 @@ def evaluate(model: LanguageModel, data: Any, cell: Cell, device: torch.device) 
     return rows
 
 
-def headline(rows: list[Result]) -> dict[str, float]:
-    """Summary values: each metric averaged over the evaluation sets that report it."""
+def headline(rows: list[Result], split: str = "val") -> dict[str, float]:
+    """Summary values of one split: each metric averaged over the evaluation sets that report it."""
     out: dict[str, list[float]] = {}
     for r in rows:
-        if r.value is not None:
+        if r.value is not None and r.tags.get("split", "val") == split:
             out.setdefault(r.name, []).append(r.value)
     return {k: sum(v) / len(v) for k, v in out.items()}

@@ -10,6 +10,7 @@ alone evaluates, checkpoints and reports; budgets count global tokens."""
 from __future__ import annotations
 
 import collections
+import hashlib
 import math
 import statistics
 import time
@@ -22,6 +23,7 @@ import torch
 from attnbench import distributed
 from attnbench.contract.variant import Variant
 from attnbench.experiments.base import CellOutcome, Progress
+from attnbench.experiments.machine import machine_load, under_load
 from attnbench.experiments.train import state as train_state
 from attnbench.experiments.train.evaluate import evaluate, headline
 from attnbench.experiments.train.setup import build_model, lr_at, make_optimizer, planned_steps
@@ -54,6 +56,24 @@ class _Budget:
 
     def fraction(self, step: int, train_time: float) -> float:
         return step / self.steps if self.steps is not None else train_time / self.seconds
+
+
+class BatchStream:
+    """The training batches a cell draws, fingerprinted. Batch order comes from a generator
+    seeded by the cell's seed alone, so cells of different variants with the same seed draw
+    the same batches in the same order: the pairing the comparison against the baseline uses."""
+
+    def __init__(self, data: Any) -> None:
+        self.data, self.sha256, self.batches = data, hashlib.sha256(), 0
+
+    def train_batch(self, batch_size: int, seq_len: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.data.train_batch(batch_size, seq_len, gen)  # (B, T), (B, T)
+        self.sha256.update(x.numpy().tobytes() + y.numpy().tobytes())
+        self.batches += 1
+        return x, y
+
+    def record(self, resumed_from: int | None) -> dict[str, Any]:
+        return {"sha256": self.sha256.hexdigest(), "batches": self.batches, "from_step": resumed_from or 0}
 
 
 def _facts(variant: Variant, cell: Cell, n_params: int) -> dict[str, Any]:
@@ -104,9 +124,10 @@ def _log(p: train_state.TrainProgress, cell: Cell, out: Any, loss: float, lr: fl
     return None
 
 
-def _evaluate(p: train_state.TrainProgress, model: Any, data: Any, cell: Cell, device: torch.device) -> list[Result]:
+def _evaluate(p: train_state.TrainProgress, model: Any, data: Any, cell: Cell, device: torch.device,
+              final: bool) -> list[Result]:
     started = time.perf_counter()
-    rows = evaluate(model, data, cell, device)
+    rows = evaluate(model, data, cell, device, ("val", "test") if final else ("val",))  # test: at the end only
     p.eval_time += time.perf_counter() - started
     p.headline = headline(rows)
     tokens = p.step * cell.spec.batch_size * cell.spec.seq_len
@@ -134,6 +155,35 @@ def _summary(p: train_state.TrainProgress, cell: Cell, facts: dict[str, Any], de
     }
 
 
+def _measured(p: train_state.TrainProgress, rows: list[Result], stream: BatchStream,
+              load_before: dict[str, Any]) -> dict[str, Any]:
+    """Test-split values, the batches drawn, and the machine's load around the training."""
+    load_after = machine_load()
+    return {**{f"test_{k}": v for k, v in headline(rows, "test").items()},
+            "batch_stream": stream.record(p.resumed_from), "load_before": load_before, "load_after": load_after,
+            "throughput_under_load": under_load(load_before, load_after)}
+
+
+def _timed_step(p: train_state.TrainProgress, budget: _Budget, fwd: Any, model: torch.nn.Module,
+                opt: torch.optim.Optimizer, stream: Any, cell: Cell, gen: torch.Generator,
+                device: torch.device) -> tuple[Any, float | None, float, bool]:
+    """One optimizer step, its time added to the progress: (output, loss when read, lr, log step)."""
+    t = cell.spec
+    started = time.perf_counter()
+    lr = lr_at(p.step, budget.fraction(p.step, p.train_time), t.lr, t.warmup_steps, t.min_lr_ratio)
+    out = _train_step(fwd, model, opt, stream, cell, gen, device, lr)
+    p.step += 1
+    log_now = p.step % t.log_interval == 0 or p.step == budget.steps
+    # .item() waits for the device: only on log steps, or every step of a seconds budget.
+    loss = distributed.global_mean(out.loss) if (log_now or budget.seconds is not None) else None
+    step_time = time.perf_counter() - started
+    if budget.seconds is not None:  # every rank counts the slowest rank's time: all stop together
+        step_time = distributed.slowest(step_time)
+    p.train_time += step_time
+    budget.recent.append(step_time)
+    return out, loss, lr, log_now
+
+
 def train_cell(
     cell: Cell, variant: Variant, data: Any, device: torch.device,
     progress: Progress | None = None, checkpoint_dir: Path | None = None,
@@ -147,7 +197,8 @@ def train_cell(
     budget = _Budget(planned_steps(cell, facts["train_flops_per_token"]), t.budget.seconds,
                      collections.deque(maxlen=16))
     opt = make_optimizer(model, cell)
-    gen = torch.Generator().manual_seed(cell.seed)  # batch order: independent of model init
+    gen = torch.Generator().manual_seed(cell.seed)  # batch order: the seed alone, not the variant or init
+    stream = BatchStream(data)
     path = train_state.state_path(cell, checkpoint_dir)
     p, rank_rngs = (train_state.resume(path, cell, model, opt, gen, device) if path
                     else (train_state.TrainProgress(), []))
@@ -157,20 +208,10 @@ def train_cell(
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     status, error, rows = "done", None, []
+    load_before = machine_load()
     model.train()
     while not budget.done(p.step, p.train_time):
-        started = time.perf_counter()
-        lr = lr_at(p.step, budget.fraction(p.step, p.train_time), t.lr, t.warmup_steps, t.min_lr_ratio)
-        out = _train_step(fwd, model, opt, data, cell, gen, device, lr)
-        p.step += 1
-        log_now = p.step % t.log_interval == 0 or p.step == budget.steps
-        # .item() waits for the device: only on log steps, or every step of a seconds budget.
-        loss = distributed.global_mean(out.loss) if (log_now or budget.seconds is not None) else None
-        step_time = time.perf_counter() - started
-        if budget.seconds is not None:  # every rank counts the slowest rank's time: all stop together
-            step_time = distributed.slowest(step_time)
-        p.train_time += step_time
-        budget.recent.append(step_time)
+        out, loss, lr, log_now = _timed_step(p, budget, fwd, model, opt, stream, cell, gen, device)
         done = budget.done(p.step, p.train_time)
         if log_now or done:
             error = _log(p, cell, out, loss, lr)
@@ -178,7 +219,7 @@ def train_cell(
                 status = "diverged"
                 break
         if (p.step % t.eval_interval == 0 or done) and main:  # evaluated once, by rank 0
-            rows = _evaluate(p, model, data, cell, device)
+            rows = _evaluate(p, model, data, cell, device, final=done)
         if (log_now or done) and progress:  # after evaluating, so the line shows this step's val loss
             progress(p.step, budget.steps or 0, loss, val=p.headline.get("loss"))
         saving = path is not None and p.step % t.checkpoint_interval == 0
@@ -192,5 +233,6 @@ def train_cell(
                                             getattr(data, "tokenizer_json", None))
     if path is not None and main:
         path.unlink(missing_ok=True)  # another driver that ran this cell may have removed it first
-    summary = _summary(p, cell, facts, device, status, checkpoint, compile_info)
+    summary = {**_summary(p, cell, facts, device, status, checkpoint, compile_info),
+               **_measured(p, rows, stream, load_before)}
     return CellOutcome(status, summary, p.metrics, rows, error)
