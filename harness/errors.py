@@ -53,3 +53,11 @@ class ExecutorError(AttnbenchError):
 
 class ReportError(AttnbenchError):
     """A report that cannot be made: no store at the path, not a store, unknown suite."""
+
+
+class InspectError(AttnbenchError):
+    """Attention maps that cannot be drawn: a variant without them, text that does not fit."""
+
+
+class FinetuneError(AttnbenchError):
+    """A fine-tuning cell that cannot start: no checkpoint, a rank or target that does not fit."""

@@ -8,13 +8,15 @@ import sys
 from attnbench.errors import AttnbenchError
 from attnbench.cli import cmd_bench
 from attnbench.cli import cmd_check
+from attnbench.cli import cmd_inspect
 from attnbench.cli import cmd_list
 from attnbench.cli import cmd_lm_eval
 from attnbench.cli import cmd_report
 from attnbench.cli import cmd_run
 from attnbench.cli import cmd_validate
 
-COMMANDS = (cmd_list, cmd_validate, cmd_run, cmd_check, cmd_bench, cmd_lm_eval, cmd_report)
+COMMANDS = (cmd_list, cmd_validate, cmd_run, cmd_check, cmd_bench, cmd_lm_eval, cmd_report,
+            cmd_inspect)
 
 
 def build_parser() -> argparse.ArgumentParser:
