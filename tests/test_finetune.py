@@ -87,6 +87,7 @@ def test_target_matching_nothing_fails_before_training(tmp_path):
     ({"pretrain": ", checkpoint: false"}, "keeps no checkpoints"),
     ({"lora": "ranks: [1, 64]"}, "rank 64 is larger than the model width d_model = 16"),
     ({"lora": "ranks: [1, 1]"}, "distinct positive integers"),
+    ({"extra": ", checkpoint: true"}, "for method: full only"),
 ])
 def test_bad_finetune_suites_fail_validate_naming_the_fix(tmp_path, change, words):
     suite = _suite(tmp_path, **change)

@@ -327,7 +327,7 @@ class FinetuneSpec(TrainSpec):
     target: Literal["mixer", "linear"] | list[str] = "mixer"
     lora_alpha: float | None = Field(None, gt=0)  # LoRA scale alpha / r; default alpha = 2r (PEFT's guidance)
     from_scratch: bool = False
-    checkpoint: bool = False  # tuned models are not kept
+    checkpoint: bool = False  # keep the tuned model (method: full only), e.g. for `attnbench inspect`
     warmup_steps: int = Field(10, ge=0)
 
     @field_validator("ranks")
@@ -336,6 +336,13 @@ class FinetuneSpec(TrainSpec):
         if not v or any(r < 1 for r in v) or len(set(v)) != len(v):
             raise ValueError(f"ranks must be distinct positive integers, got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _checkpoint_full_only(self) -> "FinetuneSpec":
+        if self.checkpoint and self.method != "full":
+            raise ValueError("checkpoint: true keeps a tuned model for method: full only "
+                             "(LoRA adapters are not merged into a checkpoint); remove it or use method: full")
+        return self
 
     @field_validator("target")
     @classmethod

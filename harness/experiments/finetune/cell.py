@@ -21,6 +21,7 @@ from attnbench.experiments.finetune.adapters import add_lora, target_names, trai
 from attnbench.experiments.finetune.link import link_finetune_cells, peft_version
 from attnbench.experiments.train.evaluate import evaluate, headline
 from attnbench.experiments.train.setup import lr_at, make_optimizer, planned_steps
+from attnbench.experiments.train.state import save_final
 from attnbench.nn.backbone import Backbone
 from attnbench.nn.checkpoint import load_checkpoint, run_checkpoint
 from attnbench.nn.precision import autocast_for, compute_dtype
@@ -108,10 +109,14 @@ def run_finetune_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutc
     results = [Result("trainable_params", n_train, "params", dict(tags)),
                Result("total_params", n_total, "params", dict(tags))]
     results += [Result(r.name, r.value, r.unit, {**r.tags, **tags}) for r in rows]
+    kept = None
+    if spec.checkpoint and not names and ctx.checkpoint_dir is not None:  # full tuning: a plain model
+        kept = save_final(ctx.checkpoint_dir, cell, model.cpu(), steps)
     summary = {**{f"val_{k}": v for k, v in headline(rows).items()}, **tags,
                "trainable_params": n_train, "total_params": n_total, "adapted_modules": names,
                "steps": steps, "train_time_s": seconds, "eval_time_s": eval_time,
-               "dtype": compute_dtype(ctx.device), "peft_version": peft_version() if names else None}
+               "dtype": compute_dtype(ctx.device), "peft_version": peft_version() if names else None,
+               "checkpoint": str(kept) if kept else None}
     return CellOutcome("done", summary, metrics, results)
 
 
