@@ -99,3 +99,30 @@ def test_bad_finetune_suites_fail_validate_naming_the_fix(tmp_path, change, word
 def test_shipped_lora_suite_validates():
     proc = run_cli("validate", str(REPO / "suites" / "lora.yaml"))
     assert proc.returncode == 0, proc.stderr
+
+
+def test_lora_starts_at_the_checkpoint_and_trains_only_what_it_should(registry):
+    pytest.importorskip("peft")
+    import torch
+
+    from attnbench import Backbone, ModelConfig
+    from attnbench.experiments.finetune.adapters import add_lora, target_names, trainable_params
+
+    cfg = ModelConfig(vocab_size=256, d_model=16, n_layer=2, n_head=2, context=32)
+    for from_scratch in (False, True):
+        torch.manual_seed(0)
+        model = Backbone(cfg, registry.get("softmax").build_mixer).eval()
+        x = torch.randint(0, 256, (2, 12))
+        before = model(x).logits
+        names = target_names(model, "mixer")
+        assert names == ["blocks.0.mixer.c_attn", "blocks.0.mixer.c_proj", "blocks.1.mixer.c_attn", "blocks.1.mixer.c_proj"]
+        tuned = add_lora(model, names, 2, None, from_scratch)
+        assert torch.equal(tuned(x).logits, before)  # B = 0: the adapters start as no change
+        trainable = {n for n, p in tuned.named_parameters() if p.requires_grad}
+        assert all("base_layer" not in n for n in trainable)  # the targeted matrices stay frozen
+        if from_scratch:
+            assert "blocks.0.mlp.c_fc.weight" in trainable or any("mlp" in n for n in trainable)
+        else:
+            assert trainable and all("lora_" in n for n in trainable)
+            assert trainable_params(tuned) == 2 * 2 * (16 + 48 + 16 + 16)
+    assert len(target_names(model, "linear")) > len(names)
