@@ -45,7 +45,7 @@ def _figure(frame: pd.DataFrame, metric: str, palette: figures.Palette, title: s
         ax.set_xscale("log", base=2)
     figures._ticks_at(ax, ranks)
     ylabel = "held-out accuracy on answers" if metric == "accuracy" else "held-out loss (nats/token)"
-    ax.set(xlabel="LoRA rank", ylabel=ylabel)
+    ax.set(xlabel="LoRA rank", ylabel=ylabel, **({"ylim": (-0.02, 1.02)} if metric == "accuracy" else {}))
     figures._legend(ax)
     fig.suptitle(title)
     return Figure(slug, title, figures._png(fig), "Solid: LoRA at each rank (mean over seeds); "
