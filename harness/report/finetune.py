@@ -74,8 +74,9 @@ def finetune_sections(data: StoreData, palette: figures.Palette) -> list[Section
     table = pd.DataFrame([{
         "variant": v, "method": m, "rank": rk, "from_scratch": fs,
         "trainable_params": g["trainable_params"].iloc[0], "total_params": g["total_params"].iloc[0],
-        metric: mean_ci(g[metric]).mean, "seeds": len(g), "train_time_s": mean_ci(g["train_time_s"]).mean,
+        **{m: mean_ci(g[m]).mean for m in dict.fromkeys((metric, "loss"))}, "seeds": len(g), "train_time_s": mean_ci(g["train_time_s"]).mean,
     } for (v, m, rk, fs), g in groups])
-    view = table.assign(**{c: [num(x) for x in table[c]] for c in ("rank", "trainable_params", "total_params", metric, "train_time_s")})
+    shown = ("rank", "trainable_params", "total_params", *dict.fromkeys((metric, "loss")), "train_time_s")
+    view = table.assign(**{c: [num(x) for x in table[c]] for c in shown})
     section.tables.append(Table("finetune", "Fine-tuning: trainable parameters and held-out result", table, view))
     return [section]
