@@ -126,3 +126,12 @@ def test_lora_starts_at_the_checkpoint_and_trains_only_what_it_should(registry):
             assert trainable and all("lora_" in n for n in trainable)
             assert trainable_params(tuned) == 2 * 2 * (16 + 48 + 16 + 16)
     assert len(target_names(model, "linear")) > len(names)
+
+
+def test_a_runaway_loss_is_stored_as_diverged(tmp_path):
+    pytest.importorskip("peft")
+    suite, db = _suite(tmp_path, lora="ranks: [4], lr: 50.0, lora_alpha: 4000.0"), tmp_path / "s.sqlite"
+    run_cli("run", str(suite), "--store", str(db), "--variants", "softmax", env=OFFLINE)
+    with Store(db) as store:
+        lora = next(r for r in store.runs(suite="ft") if r["experiment"] == "lora")
+    assert lora["status"] == "diverged" and "training loss" in lora["error"], lora["error"]

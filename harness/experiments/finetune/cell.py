@@ -8,6 +8,7 @@ Rows. ``trainable_params`` and ``total_params`` (params), then the held-out rows
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -57,8 +58,9 @@ def _prepare(cell: Cell, model: torch.nn.Module) -> tuple[torch.nn.Module, list[
     return add_lora(model, names, spec.rank, spec.lora_alpha, spec.from_scratch), names
 
 
-def _train(model: torch.nn.Module, data: Any, cell: Cell, ctx: RunContext) -> tuple[list[Metric], int, float]:
-    """AdamW on the trainable weights, warmup + cosine, clipping; (curve, steps, seconds)."""
+def _train(model: torch.nn.Module, data: Any, cell: Cell, ctx: RunContext) -> tuple[list[Metric], int, float, str | None]:
+    """AdamW on the trainable weights, warmup + cosine, clipping; (curve, steps, seconds,
+    why it diverged or None): a logged loss above diverge_factor x ln(vocab) stops it."""
     t, device = cell.spec, ctx.device
     steps = planned_steps(cell, None)
     opt = make_optimizer(model, cell)
@@ -84,7 +86,10 @@ def _train(model: torch.nn.Module, data: Any, cell: Cell, ctx: RunContext) -> tu
             value = loss.item()
             metrics.append(Metric(step, step * t.batch_size * t.seq_len, spent, "train/loss", value))
             ctx.progress(step, steps or 0, value)
-    return metrics, step, spent
+            limit = t.diverge_factor * math.log(cell.model.vocab_size)
+            if not math.isfinite(value) or value > limit:
+                return metrics, step, spent, f"training loss {value:.4g} at step {step} (limit {limit:.3g})"
+    return metrics, step, spent, None
 
 
 def run_finetune_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
@@ -100,7 +105,7 @@ def run_finetune_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutc
     model = model.to(ctx.device)
     n_train, n_total = trainable_params(model), sum(p.numel() for p in model.parameters())
     data = load_corpus(cell.data, ctx.registry)
-    metrics, steps, seconds = _train(model, data, cell, ctx)
+    metrics, steps, seconds, diverged = _train(model, data, cell, ctx)
     started = time.perf_counter()
     rows = evaluate(model, data, cell, ctx.device)
     eval_time = time.perf_counter() - started
@@ -117,7 +122,7 @@ def run_finetune_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutc
                "steps": steps, "train_time_s": seconds, "eval_time_s": eval_time,
                "dtype": compute_dtype(ctx.device), "peft_version": peft_version() if names else None,
                "checkpoint": str(kept) if kept else None}
-    return CellOutcome("done", summary, metrics, results)
+    return CellOutcome("diverged" if diverged else "done", summary, metrics, results, diverged)
 
 
 KIND = Kind("finetune", run_finetune_cell,
