@@ -68,3 +68,10 @@ class TrackerError(AttnbenchError):
 
 class DeviceError(AttnbenchError):
     """A device (--device, a suite's `device:`) that this machine does not have."""
+
+class InspectError(AttnbenchError):
+    """Attention maps that cannot be drawn: a variant without them, text that does not fit."""
+
+
+class FinetuneError(AttnbenchError):
+    """A fine-tuning cell that cannot start: no checkpoint, a rank or target that does not fit."""

@@ -20,10 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Union
 
+import torch
+
 from attnbench import ModelConfig, Variant, hookimpl
 
 from attnbench.plugins.additive_model import FastformerLM, FastSelfAttention, state_elements
-from attnbench.plugins.kernels.additive import MAX_RESCALE, PoolSpec
+from attnbench.plugins.kernels.additive import MAX_RESCALE, PoolSpec, normalise
 
 
 def _rule_seeds(n_layer: int, context: int) -> tuple[int, ...]:
@@ -184,6 +186,18 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     return 6.0 * d * d + 2 * 12.0 * d + 2.0 * d
 
 
+@torch.no_grad()
+def attention_maps(mixer: FastSelfAttention, x: torch.Tensor) -> torch.Tensor:
+    """Per-token importance alpha_j of the query pooling (the seeds' alpha): logits
+    a_j = s norm(q_j).norm(w_q) / h, normalised over the whole sequence (the weights the
+    last position pools with under global pooling): (B, H, T)."""
+    q, _, _ = mixer._qkv(x)  # (B, T, H, h)
+    q_hat, _ = normalise(q.float().clone())  # (B, T, H, h)
+    w_hat, _ = normalise(mixer.query_attn.float())  # (H, h)
+    a = mixer.spec.rescale * (q_hat * w_hat).sum(-1) / q.size(-1)  # (B, T, H) |a| < s
+    return a.transpose(1, 2).softmax(-1)  # (B, H, T) sums to 1 over tokens
+
+
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
@@ -197,6 +211,7 @@ def attnbench_register_variants(register) -> None:
             state_size=additive_state_size,
             flops_per_token=flops_per_token,
             version="1",
+            attention_maps=attention_maps,
         )
     )
     register(
@@ -210,5 +225,6 @@ def attnbench_register_variants(register) -> None:
             state_size=windowed_state_size,
             flops_per_token=flops_per_token,
             version="1",
+            attention_maps=attention_maps,
         )
     )

@@ -248,6 +248,27 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     return base + 2.0 * 2 * config.d_model * band  # band scores and band mixing (inference)
 
 
+@torch.no_grad()
+def attention_maps(mixer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The causal part of P (6.3): softmax over true keys j <= i and the learned band
+    i < j <= min(i + fd, C - 1), columns j <= i kept (rows sum to 1 minus the band's
+    share): (B, H, T, T). Softmax layers of the model give their plain weights."""
+    causal = softmax.attention_maps(mixer, x)  # (B, H, T, T)
+    if not isinstance(mixer, FutureAttention):
+        return causal
+    q, k, _ = mixer._heads(x)  # (B, H, T, h)
+    T, C, fd = q.size(2), mixer.context, mixer.opts.future_dim
+    scale = q.size(-1) ** -0.5
+    true = (q.float() @ k.float().transpose(-1, -2)) * scale  # (B, H, T, T)
+    band = (q.float() @ mixer.k_future.float()) * scale  # (B, H, T, C-1) column c: position c+1
+    i = torch.arange(T, device=x.device)[:, None]  # (T, 1)
+    pos = torch.arange(1, C, device=x.device)[None, :]  # (1, C-1)
+    j = torch.arange(T, device=x.device)[None, :]  # (1, T)
+    true = true.masked_fill(j > i, float("-inf"))  # (B, H, T, T)
+    band = band.masked_fill((pos <= i) | (pos > torch.clamp(i + fd, max=C - 1)), float("-inf"))  # (B, H, T, C-1)
+    return torch.cat([true, band], -1).softmax(-1)[..., :T]  # (B, H, T, T) causal columns
+
+
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
@@ -262,5 +283,6 @@ def attnbench_register_variants(register) -> None:
             flops_per_token=flops_per_token,
             aux_loss=True,
             version="1",
+            attention_maps=attention_maps,
         )
     )

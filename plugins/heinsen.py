@@ -100,6 +100,17 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
                                    _options(config).chunk_size, T)
 
 
+@torch.no_grad()
+def attention_maps(mixer: LogAttention, x: torch.Tensor) -> torch.Tensor:
+    """Implied weights w_ij = softmax_{j<=i}(LSE_d(q_id + k_jd)) (linear attention with
+    phi = exp): (B, H, T, T)."""
+    q, k, _ = mixer._heads(x)  # (B, H, T, h)
+    T = q.size(2)
+    s = torch.logsumexp(q.float()[:, :, :, None, :] + k.float()[:, :, None, :, :], -1)  # (B, H, T, T)
+    future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # (T, T) j > i
+    return s.masked_fill(future, float("-inf")).softmax(-1)  # (B, H, T, T) max-shifted exp
+
+
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
@@ -113,5 +124,6 @@ def attnbench_register_variants(register) -> None:
             state_size=state_size,
             flops_per_token=flops_per_token,
             version="2",
+            attention_maps=attention_maps,
         )
     )

@@ -187,6 +187,14 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
                                    feature_dim(opts.feature_map, config.head_dim))
 
 
+@torch.no_grad()
+def attention_maps(mixer: LinearAttention, x: torch.Tensor) -> torch.Tensor:
+    """Implied weights w_ij = phi(q_i).phi(k_j) / (sum_{j'<=i} phi(q_i).phi(k_j') + eps): (B, H, T, T)."""
+    fq, fk, _ = mixer._heads(x)  # (B, H, T, h) phi in fp32
+    a = (fq @ fk.transpose(-1, -2)).tril()  # (B, H, T, T) causal kernel values >= 0
+    return a / (a.sum(-1, keepdim=True) + mixer.eps)  # (B, H, T, T) the eps as in forward
+
+
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
@@ -199,5 +207,6 @@ def attnbench_register_variants(register) -> None:
             state_size=state_size,
             flops_per_token=flops_per_token,
             version="1",
+            attention_maps=attention_maps,
         )
     )

@@ -80,6 +80,16 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     return 8.0 * d * d + 2.0 * d * (T + 1)
 
 
+@torch.no_grad()
+def attention_maps(mixer: SoftmaxAttention, x: torch.Tensor) -> torch.Tensor:
+    """P = softmax(Q K^T / sqrt(h) + M_causal), the weights SDPA applies: (B, H, T, T)."""
+    q, k, _ = mixer._heads(x)  # (B, H, T, h)
+    T = q.size(2)
+    scores = (q.float() @ k.float().transpose(-1, -2)) / q.size(-1) ** 0.5  # (B, H, T, T)
+    future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # (T, T) j > i
+    return scores.masked_fill(future, float("-inf")).softmax(-1)  # (B, H, T, T) rows sum to 1
+
+
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
@@ -91,5 +101,6 @@ def attnbench_register_variants(register) -> None:
             state_size=state_size,
             flops_per_token=flops_per_token,
             version="1",
+            attention_maps=attention_maps,
         )
     )

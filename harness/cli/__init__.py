@@ -10,6 +10,7 @@ from attnbench.cli import cmd_bench
 from attnbench.cli import cmd_check
 from attnbench.cli import cmd_docs
 from attnbench.cli import cmd_export
+from attnbench.cli import cmd_inspect
 from attnbench.cli import cmd_list
 from attnbench.cli import cmd_lm_eval
 from attnbench.cli import cmd_report
@@ -18,7 +19,7 @@ from attnbench.cli import cmd_store
 from attnbench.cli import cmd_validate
 
 COMMANDS = (cmd_list, cmd_validate, cmd_run, cmd_check, cmd_bench, cmd_lm_eval, cmd_report,
-            cmd_export, cmd_docs, cmd_store)
+            cmd_export, cmd_docs, cmd_store, cmd_inspect)
 
 
 def build_parser() -> argparse.ArgumentParser:

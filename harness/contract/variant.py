@@ -37,6 +37,9 @@ StateSize = Callable[[ModelConfig, int, int], int]
 # (config, layer_idx, T) -> forward FLOPs per token of this layer's mixer, averaged over
 # a sequence of length T (multiply-add = 2 FLOPs; projections included).
 FlopsPerToken = Callable[[ModelConfig, int, int], float]
+# (mixer, x (B, T, D) the mixer's input) -> what each head attends to, no gradient:
+# pairwise weights (B, H, T, T), row i over keys j <= i, or per-token importances (B, H, T).
+AttentionMaps = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 
 
 class AuxLoss(NamedTuple):
@@ -74,6 +77,8 @@ class Variant:
     flops_per_token: analytic forward FLOPs per token per layer at context T.
     causal: True when outputs at t never depend on inputs after t.
     aux_loss: True when the mixer adds an auxiliary training objective.
+    attention_maps: optional ``(mixer, x) -> weights`` for ``attnbench inspect``: pairwise
+        (B, H, T, T) or per-token importances (B, H, T) of one layer's mixer on its input x.
     version: the plugin's version of this variant (part of every content key).
     """
 
@@ -88,6 +93,7 @@ class Variant:
     causal: bool = True
     aux_loss: bool = False
     version: str = "0"
+    attention_maps: AttentionMaps | None = None
     # Filled by the plugin manager, not by plugins.
     plugin: str = field(default="", compare=False)
     distribution: str = field(default="", compare=False)

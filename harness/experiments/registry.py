@@ -20,6 +20,7 @@ KIND_TABLE: dict[str, str] = {
     "speed": "attnbench.experiments.speed.cell:KIND",
     "scaling": "attnbench.experiments.scaling:KIND",
     "lm_eval": "attnbench.experiments.lm_eval.cell:KIND",
+    "finetune": "attnbench.experiments.finetune.cell:KIND",
 }
 
 

@@ -348,6 +348,67 @@ class LmEvalExperiment(ExperimentBase):
         return 1  # nothing is trained here: the evaluated model keeps its trained context
 
 
+
+class FinetuneSpec(TrainSpec):
+    """Fine-tuning the checkpoints of a train experiment (harness/experiments/finetune/).
+
+    ``method: lora`` trains low-rank adapters (PEFT) at each of ``ranks`` on the modules
+    ``target`` selects ("mixer": the Linear layers of every token mixer; "linear": every
+    Linear layer; or a list of module-name suffixes); everything else is frozen.
+    ``method: full`` trains every weight (the reference row). ``from_scratch: true`` starts
+    from initialisation instead of the checkpoint; the targeted matrices stay frozen at
+    their initial values plus their adapter and every other weight trains (the seed's
+    second table).
+    """
+
+    from_experiment: str = Field(min_length=1)  # train experiment of this suite whose checkpoints are tuned
+    method: Literal["lora", "full"] = "lora"
+    ranks: list[int] = Field(default_factory=lambda: [1, 4, 16])  # lora only
+    rank: int | None = None  # set per cell from ``ranks``; do not give it
+    target: Literal["mixer", "linear"] | list[str] = "mixer"
+    lora_alpha: float | None = Field(None, gt=0)  # LoRA scale alpha / r; default alpha = 2r (PEFT's guidance)
+    from_scratch: bool = False
+    checkpoint: bool = False  # keep the tuned model (method: full only), e.g. for `attnbench inspect`
+    warmup_steps: int = Field(10, ge=0)
+
+    @field_validator("ranks")
+    @classmethod
+    def _ranks(cls, v: list[int]) -> list[int]:
+        if not v or any(r < 1 for r in v) or len(set(v)) != len(v):
+            raise ValueError(f"ranks must be distinct positive integers, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _checkpoint_full_only(self) -> "FinetuneSpec":
+        if self.checkpoint and self.method != "full":
+            raise ValueError("checkpoint: true keeps a tuned model for method: full only "
+                             "(LoRA adapters are not merged into a checkpoint); remove it or use method: full")
+        return self
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, v: Any) -> Any:
+        if isinstance(v, list) and (not v or not all(isinstance(t, str) and t for t in v)):
+            raise ValueError("target is 'mixer', 'linear' or a non-empty list of module names")
+        return v
+
+
+class FinetuneExperiment(ExperimentBase):
+    """One cell per cell of ``finetune.from_experiment`` with this experiment's variant, model
+    size and seed, and per rank (lora); the trained cell's key is part of each cell's key."""
+
+    kind: Literal["finetune"]
+    data: DataSpec = DataSpec()
+    finetune: FinetuneSpec
+
+    def points(self) -> list[dict[str, Any]]:
+        return [{"rank": r} for r in self.finetune.ranks] if self.finetune.method == "lora" else [{}]
+
+    def context(self, spec: FinetuneSpec) -> int:
+        return spec.seq_len
+
+
 # The union every suite experiment is validated against; new kinds are added here.
-AnyExperiment = Annotated[Union[TrainExperiment, SpeedExperiment, ScalingExperiment, LmEvalExperiment],
+AnyExperiment = Annotated[Union[TrainExperiment, SpeedExperiment, ScalingExperiment, LmEvalExperiment,
+                                     FinetuneExperiment],
                           Field(discriminator="kind")]

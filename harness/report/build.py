@@ -13,6 +13,7 @@ from attnbench.report.comparison import comparison_sections
 from attnbench.report.document import Report
 from attnbench.report.document import Section
 from attnbench.report.downstream import lm_eval_sections
+from attnbench.report.finetune import finetune_sections
 from attnbench.report.gate import gate_section
 from attnbench.report.load import StoreData
 from attnbench.report.problems import find_problems
@@ -51,6 +52,6 @@ def build_report(data: StoreData) -> Report:
     palette = figures.make_palette(data.all_variants)
     sections: list[Section] = [
         *comparison_sections(data), *anchor_section(data), *train_sections(data, palette), *speed_sections(data, palette), *scaling_sections(data, palette),
-        *lm_eval_sections(data), gate_section(data), provenance_section(data),
+        *lm_eval_sections(data), *finetune_sections(data, palette), gate_section(data), provenance_section(data),
     ]
     return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, find_problems(data), sections)

@@ -1,0 +1,32 @@
+"""`attnbench inspect CHECKPOINT --text "..."`: what each layer and head attends to."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from attnbench.cli.common import registry_with_warnings
+from attnbench.explain.maps import inspect_checkpoint
+from attnbench.explain.render import write_html, write_json, write_pngs
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("inspect", help="attention maps of a trained checkpoint on a text: PNG heatmaps, "
+                                       "an HTML page, --json for the numbers")
+    p.add_argument("checkpoint", help="a '<cell key>.pt' model checkpoint (the store's checkpoints folder)")
+    p.add_argument("--text", required=True, help="the text to look at (read as bytes; up to ~128 for readable pictures)")
+    p.add_argument("--out", default="inspect", help="output folder (default: ./inspect)")
+    p.add_argument("--json", action="store_true", help="also write the weights as maps.json")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    ins = inspect_checkpoint(args.checkpoint, args.text, registry_with_warnings())
+    out = Path(args.out)
+    pngs = write_pngs(ins, out)
+    page = write_html(ins, pngs, out)
+    print(f"{ins.variant}: {len(ins.layers)} layers x {ins.layers[0].weights.shape[0]} heads "
+          f"({ins.layers[0].kind}) on {len(ins.tokens)} tokens -> {page}")
+    if args.json:
+        print(f"weights: {write_json(ins, out)}")
+    return 0

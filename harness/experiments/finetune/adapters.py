@@ -1,0 +1,73 @@
+"""Which weights a fine-tuning cell trains: LoRA adapters from PEFT on the targeted Linear
+layers (everything else frozen), or every weight (``method: full``).
+
+PEFT's ``inject_adapter_in_model`` works on any ``nn.Module``: it swaps each named Linear
+for a LoRA layer W x + (alpha / r) B A x with A (r, in), B (out, r) = 0 at the start, so
+the tuned model begins exactly at the checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from attnbench.errors import FinetuneError
+
+
+def target_names(model: nn.Module, target: str | list[str]) -> list[str]:
+    """Full names of the Linear layers ``target`` selects; raises FinetuneError when none.
+
+    "mixer": Linear layers inside each block's token mixer; "linear": every Linear layer
+    except an output head tied to the embedding; a list: modules whose name ends with an entry.
+    """
+    tied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear) and id(m.weight) not in tied}
+    if target == "mixer":
+        names = [n for n in linears if ".mixer." in f".{n}."]
+    elif target == "linear":
+        names = list(linears)
+    else:
+        names = [n for n in linears if any(n == t or n.endswith("." + t) for t in target)]
+    if not names:
+        raise FinetuneError(
+            f"target {target!r} matches no Linear layer of this model; its Linear layers are "
+            f"{sorted(linears)}: use 'mixer', 'linear' or name some of these")
+    return names
+
+
+def check_rank(model: nn.Module, names: list[str], rank: int) -> None:
+    modules = dict(model.named_modules())
+    for name in names:
+        m = modules[name]
+        if rank > min(m.in_features, m.out_features):
+            raise FinetuneError(
+                f"rank {rank} exceeds the dimensions of {name} ({m.out_features} x {m.in_features}): a "
+                f"low-rank update has rank <= {min(m.in_features, m.out_features)}; use a smaller rank")
+
+
+def _import_peft() -> Any:
+    try:
+        import peft
+    except ImportError as exc:
+        raise FinetuneError("method: lora needs PEFT: pip install 'attnbench[lora]' -c constraints.txt "
+                            f"({exc})") from None
+    return peft
+
+
+def add_lora(model: nn.Module, names: list[str], rank: int, alpha: float | None, from_scratch: bool) -> nn.Module:
+    """LoRA adapters of rank ``rank`` on ``names``; only they train (from scratch: the
+    targeted matrices stay frozen at their initial values and every other weight trains)."""
+    check_rank(model, names, rank)
+    peft = _import_peft()
+    config = peft.LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else 2 * rank,
+                             target_modules=names, lora_dropout=0.0, bias="none")
+    model = peft.inject_adapter_in_model(config, model)
+    frozen = {f"{n}.base_layer.{p}" for n in names for p in ("weight", "bias")}
+    for name, p in model.named_parameters():
+        p.requires_grad = "lora_" in name or (from_scratch and name not in frozen)
+    return model
+
+
+def trainable_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

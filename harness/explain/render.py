@@ -1,0 +1,75 @@
+"""Attention maps as files: one PNG heatmap per layer (its heads side by side, tokens on
+the axes), an HTML page showing every layer, and the numbers as JSON."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from attnbench.explain.maps import Inspection, LayerMap
+
+
+def _figure(m: LayerMap, tokens: list[str]):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    H, T = m.weights.shape[0], len(tokens)
+    font = max(4.0, min(9.0, 600.0 / T))  # labels stay legible up to T ~ 128
+    if m.kind == "pairwise":
+        side = max(4.0, 0.11 * T + 1.5)
+        fig, axes = plt.subplots(1, H, figsize=(side * H, side), squeeze=False)
+        for h, ax in enumerate(axes[0]):
+            sns.heatmap(m.weights[h], ax=ax, cmap="viridis", vmin=0.0, square=True,
+                        xticklabels=tokens, yticklabels=tokens, cbar_kws={"shrink": 0.6})
+            ax.set(title=f"layer {m.layer} head {h}", xlabel="key (attended to)", ylabel="query")
+            ax.tick_params(labelsize=font)
+    else:
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.12 * T + 2), 1.0 + 0.5 * H))
+        sns.heatmap(m.weights, ax=ax, cmap="viridis", vmin=0.0, xticklabels=tokens,
+                    yticklabels=[f"head {h}" for h in range(H)], cbar_kws={"shrink": 0.8})
+        ax.set(title=f"layer {m.layer}: per-token importance", xlabel="token")
+        ax.tick_params(labelsize=font)
+    fig.tight_layout()
+    return fig
+
+
+def write_pngs(ins: Inspection, out: Path) -> list[Path]:
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for m in ins.layers:
+        fig = _figure(m, ins.tokens)
+        path = out / f"layer{m.layer}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def write_html(ins: Inspection, pngs: list[Path], out: Path) -> Path:
+    text = html.escape("".join(" " if t == "␣" else t for t in ins.tokens))
+    parts = [f"<h1>Attention maps: {html.escape(ins.variant)}</h1>",
+             f"<p>checkpoint <code>{html.escape(ins.checkpoint.path)}</code> (cell "
+             f"{html.escape(str(ins.checkpoint.cell_key))}, step {ins.checkpoint.step}); "
+             f"{len(ins.tokens)} byte tokens: <code>{text}</code></p>",
+             "<p>Pairwise maps: row = query position, column = key position, each row's weights "
+             "over keys j &le; i. Importance maps: one weight per token and head.</p>"]
+    for m, png in zip(ins.layers, pngs):
+        parts.append(f"<h2>Layer {m.layer} ({m.kind}, {m.weights.shape[0]} heads)</h2>"
+                     f'<img src="{png.name}" style="max-width:100%">')
+    path = out / "index.html"
+    path.write_text("<!doctype html><meta charset='utf-8'><title>attnbench inspect</title>"
+                    "<body style='font-family:sans-serif'>" + "\n".join(parts) + "</body>")
+    return path
+
+
+def write_json(ins: Inspection, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "maps.json"
+    path.write_text(json.dumps(ins.to_json()))
+    return path
