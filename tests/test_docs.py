@@ -29,7 +29,7 @@ def test_reference_lists_every_key_of_the_models():
     from attnbench.plan.reference import reference_markdown
 
     text = reference_markdown()
-    for model in (DataSpec, specs.TrainSpec, specs.SpeedSpec, specs.ModelSpec, specs.LmEvalSpec, specs.Budget):
+    for model in (DataSpec, base.TrainSpec, specs.SpeedSpec, base.ModelSpec, specs.LmEvalSpec, base.Budget):
         for key in model.model_fields:
             assert f"| `{key}` |" in text, f"{model.__name__}.{key} missing from the reference"
     assert "| `lr` | float | `0.001` | > 0 |" in text

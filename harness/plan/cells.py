@@ -19,7 +19,7 @@ from attnbench.errors import DataError, UnknownVariantError
 from attnbench.registry.loader import Registry, unknown_variant_message
 from attnbench.registry.identity import variant_identity
 from attnbench.store.provenance import content_key, library_versions
-from attnbench.plan.specs import ModelSpec
+from attnbench.plan.base import ModelSpec
 from attnbench.plan.suite import Suite, suite_error_at
 
 BYTE_VOCAB = 256

@@ -1,5 +1,5 @@
 """The suite reference (Markdown) and the JSON Schema of suite files, generated from the
-pydantic models of plan/specs.py and plan/suite.py (`attnbench docs` writes both)."""
+pydantic models of plan/base.py, plan/specs.py and plan/suite.py (`attnbench docs` writes both)."""
 
 from __future__ import annotations
 
@@ -14,29 +14,29 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from attnbench.data.spec import DataSpec
-from attnbench.plan import specs
+from attnbench.plan import base, specs
 from attnbench.plan.suite import Suite
 
 SCHEMA_FILE = "suite.schema.json"
 REFERENCE_FILE = "suite-reference.md"
 # Keys of `defaults:` and where each lands in every experiment (plan/suite._apply_defaults).
-DEFAULTS_KEYS = {"model": specs.ModelSpec, "data": DataSpec, "train": specs.TrainSpec}
+DEFAULTS_KEYS = {"model": base.ModelSpec, "data": DataSpec, "train": base.TrainSpec}
 DEFAULTS_COPIED = ("variants", "seeds", "variant_options", "grid")
 
 # (heading, model, the YAML key it sits under, a short example)
 SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
     ("Suite (top level)", Suite, "", "version: 1\nname: mine\nexperiments: [...]"),
-    ("Every experiment", specs.ExperimentBase, "experiments[]",
+    ("Every experiment", base.ExperimentBase, "experiments[]",
      "- name: text\n  kind: train\n  variants: [softmax, linear]\n  seeds: [0, 1]\n"
      "  variant_options: {linear: {feature_map: elu}}"),
-    ("Model size", specs.ModelSpec, "models[] / defaults.model", "models: [{d_model: 128, n_layer: 4, n_head: 4}]"),
+    ("Model size", base.ModelSpec, "models[] / defaults.model", "models: [{d_model: 128, n_layer: 4, n_head: 4}]"),
     ("Data", DataSpec, "data / defaults.data",
      "data: {source: builtin}                # Tiny Shakespeare, shipped\n"
      "data: {source: text, path: corpus.txt, tokenizer: bpe, bpe_vocab_size: 8192}\n"
      "data: {source: task, task: mqar, task_options: {num_kv_pairs: 4}}"),
-    ("Budget", specs.Budget, "train.budget", "budget: {steps: 2000}   # or tokens / seconds / flops"),
+    ("Budget", base.Budget, "train.budget", "budget: {steps: 2000}   # or tokens / seconds / flops"),
     ("Training (kind: train)", specs.TrainExperiment, "experiments[]", "kind: train\ngrid: {lr: [1.0e-3, 3.0e-3]}"),
-    ("Training settings", specs.TrainSpec, "train / defaults.train",
+    ("Training settings", base.TrainSpec, "train / defaults.train",
      "train: {budget: {steps: 500}, batch_size: 8, seq_len: 128, lr: 3.0e-3}"),
     ("Speed (kind: speed)", specs.SpeedExperiment, "experiments[]", "kind: speed"),
     ("Speed settings", specs.SpeedSpec, "speed", "speed: {T_min: 128, T_max: 1024, modes: [forward, decode]}"),
@@ -173,7 +173,7 @@ def _default(field: Any) -> str:
 
 def _table(model: type[BaseModel], only_own: bool) -> list[str]:
     notes = _comments(model)
-    base_fields = specs.ExperimentBase.model_fields if only_own else {}
+    base_fields = base.ExperimentBase.model_fields if only_own else {}
     rows = ["| key | type | default | constraint | meaning |", "|---|---|---|---|---|"]
     for name, field in model.model_fields.items():
         if name in base_fields:
@@ -240,12 +240,12 @@ def suite_schema() -> dict[str, Any]:
         defs.setdefault(model.__name__, _relax(model.model_json_schema(ref_template="#/$defs/{model}"),
                                                keep=set()))
         defs[model.__name__].pop("$defs", None)
-    base = specs.ExperimentBase.model_json_schema()["properties"]
+    common = base.ExperimentBase.model_json_schema()["properties"]
     schema["properties"]["defaults"] = {
         "type": "object", "additionalProperties": False,
         "description": "Merged under every experiment (model, data, train) or copied into it.",
         "properties": {**{k: {"$ref": f"#/$defs/{m.__name__}"} for k, m in DEFAULTS_KEYS.items()},
-                       **{k: _relax(base[k], set()) for k in DEFAULTS_COPIED if k in base},
+                       **{k: _relax(common[k], set()) for k in DEFAULTS_COPIED if k in common},
                        "grid": {"type": "object", "additionalProperties": {"type": "array"}}},
     }
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"

@@ -1,6 +1,6 @@
 """Experiment specifications: what each `kind` of suite experiment accepts.
 
-Every experiment has the common fields of ``ExperimentBase``; its kind adds one mapping
+Every experiment has the common fields of ``ExperimentBase`` (plan/base.py); its kind adds one mapping
 named after it (``train:``, ...). The suite validates against the union of all kinds.
 """
 
@@ -13,105 +13,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from attnbench.data.spec import DataSpec
-
-
-class Budget(BaseModel):
-    """How much training each cell gets; exactly one key. The same budget object applies
-    to every variant of an experiment; what each actually consumed is recorded."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    steps: int | None = Field(None, gt=0)  # optimizer steps
-    tokens: int | None = Field(None, gt=0)  # training tokens (batch x seq_len per step)
-    seconds: float | None = Field(None, gt=0, allow_inf_nan=False)  # wall-clock training time (evaluation excluded)
-    flops: float | None = Field(None, gt=0, allow_inf_nan=False)  # training FLOPs, from the analytic FLOPs per token
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> "Budget":
-        given = [k for k, v in self.model_dump().items() if v is not None]
-        if len(given) != 1:
-            raise ValueError(f"give exactly one of steps, tokens, seconds, flops (got {given or 'none'})")
-        return self
-
-    def kind(self) -> str:
-        return next(k for k, v in self.model_dump().items() if v is not None)
-
-
-class TrainSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    budget: Budget
-    batch_size: int = Field(8, gt=0)
-    seq_len: int = Field(128, gt=0)
-    lr: float = Field(1e-3, gt=0)
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    warmup_steps: int = Field(20, ge=0)
-    weight_decay: float = Field(0.1, ge=0)
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.95, ge=0, lt=1)
-    grad_clip: float = Field(1.0, gt=0)
-    eval_interval: int = Field(50, gt=0)
-    eval_tokens: int = Field(16384, gt=0)
-    log_interval: int = Field(10, gt=0)
-    model_kind: Literal["backbone", "own"] = "backbone"
-    checkpoint: bool = True  # keep the final model (for lm-eval and inspection)
-    checkpoint_interval: int = Field(100, ge=0)  # steps between resumable training states; 0 = off
-    diverge_factor: float = Field(3.0, gt=1)  # loss above factor * ln(vocab) counts as diverged
-    compile: bool = False  # torch.compile the model for training (opt-in; recorded with the result)
-
-
-class ModelSpec(BaseModel):
-    """Model size; `context` defaults to the training sequence length."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    d_model: int = Field(64, gt=0)
-    n_layer: int = Field(2, gt=0)
-    n_head: int = Field(2, gt=0)
-    context: int | None = Field(None, gt=0)
-    mlp_ratio: int = Field(4, gt=0)
-    dropout: float = Field(0.0, ge=0, lt=1)
-    bias: bool = True
-    activation: Literal["gelu", "gelu_tanh"] = "gelu"  # backbone MLP; gelu_tanh = HF GPT-2's gelu_new
-
-    @model_validator(mode="after")
-    def _heads_divide(self) -> "ModelSpec":
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
-        return self
-
-
-class ExperimentBase(BaseModel):
-    """Fields every experiment kind has: which variants, at which sizes, which seeds."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1)
-    variants: list[str] | Literal["all"] = "all"
-    variant_options: dict[str, dict[str, Any]] = {}
-    models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec()], min_length=1)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-
-    def spec(self) -> BaseModel:
-        """The kind-specific mapping (e.g. ``train:`` of a train experiment)."""
-        return getattr(self, self.kind)
-
-    def points(self) -> list[dict[str, Any]]:
-        """Hyper-parameter points; kinds without a grid have one empty point."""
-        return [{}]
-
-    def context(self, spec: BaseModel) -> int:
-        """Model context when a model spec leaves it unset."""
-        raise NotImplementedError
-
-
-class Protocol(BaseModel):
-    """The fair-comparison protocol of a train experiment: each variant's grid point is
-    chosen by its mean validation loss over the seeds; the chosen point is reported on the
-    test split, paired by seed against the baseline."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    tune: bool = True  # search the grid per variant (needs >= 2 grid points)
-    baseline: str = "softmax"  # the variant every other is compared with, seed by seed
-    interval: bool = True  # a paired 95% interval against the baseline (needs >= 2 seeds)
-    choose_on: Literal["val"] = "val"  # the split the choice reads (never the test split)
-    report_on: Literal["test"] = "test"  # the split the headline numbers come from
+from attnbench.plan.base import Budget, ExperimentBase, Protocol, TrainSpec, grid_points
 
 
 class TrainExperiment(ExperimentBase):
@@ -165,14 +67,6 @@ class TrainExperiment(ExperimentBase):
             raise ValueError(f"protocol.baseline {p.baseline!r} is not among this experiment's variants "
                              f"{self.variants}; add it to 'variants' or name another baseline")
         return self
-
-
-def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """Cartesian product of a grid, in key order; [{}] for an empty grid."""
-    points: list[dict[str, Any]] = [{}]
-    for key, values in grid.items():
-        points = [{**p, key: v} for p in points for v in values]
-    return points
 
 
 SPEED_MODES = ("forward", "train_step", "decode")
