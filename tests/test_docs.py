@@ -25,7 +25,7 @@ def test_committed_docs_match_the_models(tmp_path):
 
 def test_reference_lists_every_key_of_the_models():
     from attnbench.data.spec import DataSpec
-    from attnbench.plan import specs
+    from attnbench.plan import base, specs
     from attnbench.plan.reference import reference_markdown
 
     text = reference_markdown()
