@@ -199,3 +199,78 @@ def test_future_matches_the_reference_with_future_biases(registry, bias):
     ref = torch.cat([future64(q[h], k[h], v[h], mixer.k_future[h].detach(), mixer.v_future[h].detach(),
                               bk[h], bv[h], fd, C) for h in range(2)], dim=-1)  # (T, D)
     assert (seen[0][0] - ref).abs().max() <= 1e-10
+
+
+# -- softmax (variants.md 1.1: softmax(Q K^T / sqrt(h) + causal mask) V, then W_o) --------------
+
+
+def softmax64(x: torch.Tensor, c_attn: torch.nn.Linear, c_proj: torch.nn.Linear, H: int) -> torch.Tensor:
+    """Float64 causal softmax attention from the mixer's own weights, written from the equation."""
+    B, T, D = x.shape
+    h = D // H
+    qkv = x.double() @ c_attn.weight.double().T + (c_attn.bias.double() if c_attn.bias is not None else 0)
+    q, k, v = (t.view(B, T, H, h).transpose(1, 2) for t in qkv.split(D, dim=-1))  # (B, H, T, h)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(h)  # (B, H, T, T)
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))  # j > i masked
+    y = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, D)  # (B, T, D)
+    return y @ c_proj.weight.double().T + (c_proj.bias.double() if c_proj.bias is not None else 0)
+
+
+@pytest.mark.parametrize("scale", [1.0, 4.0, 16.0])
+@pytest.mark.parametrize("bias", [True, False])
+def test_softmax_matches_its_equation_at_trained_magnitudes(registry, scale, bias):
+    config = ModelConfig(vocab_size=32, d_model=32, n_layer=1, n_head=4, context=64, bias=bias)
+    torch.manual_seed(0)
+    mixer = registry.get("softmax").build_mixer(config, 0).eval()
+    with torch.no_grad():
+        for p in mixer.parameters():
+            p.mul_(scale)  # q.k logits grow as scale^2: up to ~100s at 16
+    x = torch.randn(2, 40, 32)
+    with torch.no_grad():
+        ours = mixer(x).double()
+    ref = softmax64(x, mixer.c_attn, mixer.c_proj, 4)
+    assert torch.allclose(ours, ref, rtol=1e-4, atol=1e-4 * ref.abs().max().item())
+
+
+# -- additive and windowed (variants.md 2.1-2.3, 3: rescaled logits, causal window pooling) ----
+
+
+def norm64(x: torch.Tensor) -> torch.Tensor:
+    """(x - mean) / (unbiased std + 1e-5) over the last axis (2.1: eps on the std)."""
+    xc = x - x.mean(-1, keepdim=True)
+    return xc / (xc.std(-1, unbiased=True, keepdim=True) + 1e-5)
+
+
+def pool64(x: torch.Tensor, w: torch.Tensor, s: float, window: int, eps: float) -> torch.Tensor:
+    """g_i = sum_{j in (i-k, i]} e^{a_j} norm(x_j) / (sum e^{a_j} + eps), a_j = norm(x_j).norm(w) / h * s."""
+    xh = norm64(x.double())  # (B, T, H, h)
+    a = (xh * norm64(w.double())).sum(-1) / x.size(-1) * s  # (B, T, H)
+    e = a.exp()  # bounded logits: the reference exponentiates without a max (2.1)
+    out = torch.empty_like(xh)
+    for i in range(x.size(1)):  # a direct loop over the window, no cumsum trick
+        lo = max(0, i - window + 1)
+        num = (e[:, lo:i + 1, :, None] * xh[:, lo:i + 1]).sum(1)  # (B, H, h)
+        out[:, i] = num / (e[:, lo:i + 1].sum(1)[..., None] + eps)
+    return out
+
+
+@pytest.mark.parametrize("eps_compat", [False, True])
+@pytest.mark.parametrize("name,options", [("additive", {}), ("windowed", {"windows": [4]})])
+def test_additive_and_windowed_match_their_equations(registry, name, options, eps_compat):
+    variant = registry.get(name)
+    config = ModelConfig(vocab_size=32, d_model=32, n_layer=1, n_head=4, context=64,
+                         options=variant.make_options({**options, "eps_compat": eps_compat}))
+    torch.manual_seed(0)
+    mixer = variant.build_mixer(config, 0).eval()
+    with torch.no_grad():
+        mixer.qkv.weight.mul_(8.0)  # large projections: the pooled vectors are normalised anyway
+    x = torch.randn(2, 24, 32)
+    with torch.no_grad():
+        ours = mixer(x).double()
+    B, T, D, H = 2, 24, 32, 4
+    q, k, v = (t.view(B, T, H, D // H) for t in (x.double() @ mixer.qkv.weight.double().T).split(D, dim=-1))
+    s, window, eps = mixer.spec.rescale, mixer.window, 1e-5 if eps_compat else 0.0
+    gq = pool64(q, mixer.query_attn, s, window, eps)  # (B, T, H, h)
+    gk = pool64(gq * k, mixer.key_attn, s, window, eps)  # (B, T, H, h)
+    ref = (gk * v).flatten(2)  # (B, T, D): no output projection (2.3)
+    assert torch.allclose(ours, ref, rtol=1e-4, atol=1e-5 * ref.abs().max().item())
