@@ -67,7 +67,9 @@ RAY_SUITE = """
 
 # Fields that say when and how fast a cell ran, or which executor ran it: everything
 # else in the store must be the same whichever executor ran the cell.
-TIMING = {"started_at", "finished_at", "train_time_s", "eval_time_s", "tokens_per_s", "elapsed_s"}
+# Measured by the machine that ran the cell (time, throughput, load, the matmul peak behind MFU).
+TIMING = {"started_at", "finished_at", "train_time_s", "eval_time_s", "tokens_per_s", "elapsed_s", "mfu",
+          "peak_flops_per_s", "load_before", "load_after", "throughput_under_load"}
 
 
 def _rel(a: float, b: float) -> float:

@@ -272,7 +272,9 @@ def test_suite_bpb_matches_harness_and_rows_join_their_training_run(tmp_path):
         assert abs(lm_bpb - harness_bpb) / harness_bpb < 1e-4  # the issue asks for 1%
         assert rows["byte_perplexity"]["value"] == pytest.approx(2 ** lm_bpb, rel=1e-9)
     again = run_cli("run", str(suite), "--store", str(store_path), env=OFFLINE)
-    assert "3 cells, 0 run, 3 already stored" in again.stdout
+    assert "3 cells, 1 run, 2 already stored" in again.stdout  # only the failed hub cell is tried again
+    kept = run_cli("run", str(suite), "--store", str(store_path), "--no-retry-failed", env=OFFLINE)
+    assert "3 cells, 0 run, 3 already stored" in kept.stdout
 
 
 # -- command line -------------------------------------------------------------------------

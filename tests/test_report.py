@@ -148,7 +148,10 @@ def test_real_report_files_tables_and_figures(real_store, real_report):
     assert "no fit (fewer than 2 ok points to fit)" in html
     assert set(_table(real_report, "sp-crossover")["variant"]) == {"linear"}
     gate = _table(real_report, "trust-gate")
-    assert set(gate["variant"]) == {"softmax", "future", "linear"} and (gate["status"] == "pass").all()
+    assert set(gate["variant"]) == {"softmax", "future", "linear"}
+    # every check passes, but the bf16/fp16 autocast check, which is skipped (and says so) on a CPU
+    assert set(gate[gate["status"] != "pass"]["check_name"]) <= {"autocast_at_scale"}
+    assert (gate["status"] != "fail").all()
     # What this store lacks is said, not failed on.
     assert "no scaling experiments in this store: run a suite with kind: scaling" in html
     assert "no lm_eval experiments in this store" in html
