@@ -158,3 +158,15 @@ def expand(
                             cell = Cell(**{**cell.__dict__, "key": content_key(inputs), "key_inputs": inputs})
                         cells.append(cell)
     return cells
+
+
+# What "the same model" means when a cell reads the checkpoints of another experiment's cells.
+SAME_MODEL = ("d_model", "n_layer", "n_head", "mlp_ratio", "dropout", "bias")
+
+
+def trained_cells_for(cell: Cell, source: str, cells: list[Cell]) -> list[Cell]:
+    """The cells of experiment ``source`` with ``cell``'s variant, seed and model size (every
+    grid point of them): what an lm_eval or finetune cell evaluates or tunes."""
+    dims = tuple(getattr(cell.model, k) for k in SAME_MODEL)
+    return [t for t in cells if t.experiment == source and t.variant == cell.variant and t.seed == cell.seed
+            and tuple(getattr(t.model, k) for k in SAME_MODEL) == dims]

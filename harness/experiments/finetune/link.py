@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata as md
-from typing import Any
 
-from attnbench.plan.cells import Cell
+from attnbench.plan.cells import Cell, trained_cells_for
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.store.provenance import content_key
 
-_MATCH = ("d_model", "n_layer", "n_head", "mlp_ratio", "dropout", "bias")  # what "same model" means
 
 
 def peft_version() -> str:
@@ -25,10 +23,6 @@ def peft_version() -> str:
         return md.version("peft")
     except md.PackageNotFoundError:
         return "not installed"
-
-
-def _dims(cell: Cell) -> tuple[Any, ...]:
-    return tuple(getattr(cell.model, k) for k in _MATCH)
 
 
 def _source_error(suite: Suite, src: str) -> str | None:
@@ -86,8 +80,7 @@ def link_finetune_cells(suite: Suite, cells: list[Cell]) -> list[Cell]:
         problem = _source_error(suite, src)
         if problem:
             raise suite_error_at(suite, ("experiments", ei, "finetune", "from_experiment"), problem)
-        matches = [t for t in cells if t.experiment == src and t.variant == cell.variant
-                   and t.seed == cell.seed and _dims(t) == _dims(cell)]
+        matches = trained_cells_for(cell, src, cells)
         if not matches:
             raise suite_error_at(suite, ("experiments", ei), (
                 f"experiment {src!r} has no trained cell of variant {cell.variant!r}, model d_model "

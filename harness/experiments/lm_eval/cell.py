@@ -32,22 +32,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from attnbench.plan.cells import Cell
+from attnbench.plan.cells import Cell, trained_cells_for
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext
 from attnbench.store.provenance import content_key
 from attnbench.store.database import Result
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.contract.variant import Variant
 
-_MATCH = ("d_model", "n_layer", "n_head", "mlp_ratio", "dropout", "bias")  # what "same model" means
 _UNITS = {"bits_per_byte": "bits/byte"}
 
 
 # -- cells ------------------------------------------------------------------------------
-def _dims(cell: Cell) -> tuple[Any, ...]:
-    return tuple(getattr(cell.model, k) for k in _MATCH)
-
-
 def _lm_eval_version() -> str:
     try:
         return md.version("lm_eval")
@@ -117,8 +112,7 @@ def link_lm_eval_cells(suite: Suite, cells: list[Cell]) -> list[Cell]:
             if not Path(folder).is_dir():
                 raise suite_error_at(suite, ("experiments", ei, "lm_eval", "include_path"),
                                      f"task folder {folder} does not exist (paths are relative to the suite file)")
-        matches = [t for t in cells if t.experiment == src and t.variant == cell.variant
-                   and t.seed == cell.seed and _dims(t) == _dims(cell)]
+        matches = trained_cells_for(cell, src, cells)
         if not matches:
             raise suite_error_at(suite, ("experiments", ei), (
                 f"experiment {src!r} has no trained cell of variant {cell.variant!r}, model d_model "
