@@ -17,7 +17,7 @@ import torch
 from attnbench.contract.variant import Variant
 from attnbench.data.loading import load_corpus
 from attnbench.errors import CheckpointError, FinetuneError
-from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext
+from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext, trained_run
 from attnbench.experiments.finetune.adapters import add_lora, target_names, trainable_params
 from attnbench.experiments.finetune.link import link_finetune_cells, peft_version
 from attnbench.experiments.train.evaluate import evaluate, headline
@@ -28,11 +28,6 @@ from attnbench.nn.checkpoint import load_checkpoint, run_checkpoint
 from attnbench.nn.precision import autocast_for, compute_dtype
 from attnbench.plan.cells import Cell
 from attnbench.store.database import Metric, Result
-
-
-def _trained_run(ctx: RunContext, cell: Cell) -> dict[str, Any] | None:
-    key = cell.key_inputs.get("train_cell_key")
-    return next((r for r in ctx.store.runs(suite=cell.suite) if r["cell_key"] == key), None)
 
 
 def _base_model(cell: Cell, variant: Variant, ctx: RunContext, train: dict[str, Any]) -> torch.nn.Module:
@@ -94,10 +89,9 @@ def _train(model: torch.nn.Module, data: Any, cell: Cell, ctx: RunContext) -> tu
 
 def run_finetune_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
     spec = cell.spec
-    train = _trained_run(ctx, cell)
-    if train is None or train["status"] != "done":
-        why = "was not stored" if train is None else f"ended with status {train['status']!r}"
-        return CellOutcome("skipped", error=f"its training cell in {spec.from_experiment!r} {why}; nothing to tune")
+    train, skipped = trained_run(ctx, cell, "tune")
+    if skipped is not None:
+        return skipped
     try:
         model, names = _prepare(cell, _base_model(cell, variant, ctx, train))
     except (FinetuneError, CheckpointError) as exc:

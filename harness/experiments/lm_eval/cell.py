@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.plan.cells import Cell, trained_cells_for
-from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext
+from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext, trained_run
 from attnbench.store.provenance import content_key
 from attnbench.store.database import Result
 from attnbench.plan.suite import Suite, suite_error_at
@@ -155,11 +155,6 @@ def result_rows(results: dict[str, Any], train_run: dict[str, Any]) -> list[Resu
     return rows
 
 
-def _trained_run(ctx: RunContext, cell: Cell) -> dict[str, Any] | None:
-    key = cell.key_inputs.get("train_cell_key")
-    return next((r for r in ctx.store.runs(suite=cell.suite) if r["cell_key"] == key), None)
-
-
 def _child_error(proc: subprocess.CompletedProcess) -> str:
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     mine = [ln for ln in lines if ln.startswith("attnbench: error: ")]
@@ -195,10 +190,9 @@ def run_lm_eval_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutco
         return CellOutcome("failed", error="lm_eval cell is not linked to a trained cell: "
                            "expand_suite must pass its cells through link_lm_eval_cells")
     spec = cell.spec
-    train = _trained_run(ctx, cell)
-    if train is None or train["status"] != "done":
-        why = "was not stored" if train is None else f"ended with status {train['status']!r}"
-        return CellOutcome("skipped", error=f"its training cell in {spec.from_experiment!r} {why}; nothing to evaluate")
+    train, skipped = trained_run(ctx, cell, "evaluate")
+    if skipped is not None:
+        return skipped
     try:
         checkpoint = run_checkpoint(ctx.store, train)
         hf_export = _hf_export(ctx, checkpoint, train) if spec.model == "hf" else None
