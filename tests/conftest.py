@@ -16,6 +16,15 @@ for _key, _value in {
 }.items():
     os.environ.setdefault(_key, _value)
 
+# Under pytest-xdist each worker gets its share of the cores, set before torch is imported so
+# its intra-op pool (and that of every `attnbench` subprocess a test starts) is that size: two
+# workers at two threads each on a 2-core CI machine would only fight over the cores.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _THREADS = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    for _key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_key, _THREADS)
+
 import pytest  # noqa: E402
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
