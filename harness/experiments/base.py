@@ -34,6 +34,9 @@ class RunContext:
     checkpoint_dir: Path
     store: Any  # attnbench.store.database.Store; kinds that read earlier cells (lm_eval) use it
     registry: Any = None  # attnbench.registry.loader.Registry (variants and tasks)
+    # Curve points as they are logged, for live trackers (attnbench.track.base.LiveCell);
+    # None where the cell runs away from the driver (a Ray worker): they get the stored record.
+    live: Callable[[list[Metric]], None] | None = None
 
 
 KindRunner = Callable[..., CellOutcome]

@@ -42,7 +42,7 @@ def run_scaling_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutco
     n_params = build_model(variant, replace(cell, spec=spec.train_spec(1))).num_params()
     train_spec = spec.train_spec(n_params)
     outcome = train_cell(replace(cell, spec=train_spec), variant, load_corpus(cell.data, ctx.registry),
-                         ctx.device, ctx.progress, ctx.checkpoint_dir)
+                         ctx.device, ctx.progress, ctx.checkpoint_dir, ctx.live)
     facts = model_facts(variant, cell.model, spec.seq_len, n_params)
     outcome.summary = {
         **outcome.summary, "n_params": n_params,

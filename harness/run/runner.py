@@ -31,7 +31,7 @@ from attnbench.experiments.registry import get_kind
 from attnbench.store.database import RunRecord, Store
 from attnbench.plan.suite import Suite
 from attnbench.contract.variant import Variant
-from attnbench.track.base import Tracker, track_record
+from attnbench.track.base import LiveCell, Tracker, track_record
 
 
 @dataclass
@@ -83,7 +83,7 @@ def _agree(outcome: CellOutcome) -> CellOutcome:
 
 
 def run_cell(job: CellJob, *, store: Store | None = None, progress: ProgressLine | None = None,
-             out: TextIO | None = None) -> RunRecord | None:
+             out: TextIO | None = None, live: LiveCell | None = None) -> RunRecord | None:
     """Run one cell where this is called (the driver, a Ray worker, each torchrun rank) and
     return its record; None on torchrun ranks other than 0, which store nothing."""
     cell, dev, out = job.cell, torch.device(job.device), out or sys.stderr
@@ -92,7 +92,7 @@ def run_cell(job: CellJob, *, store: Store | None = None, progress: ProgressLine
         return None  # rank 0 runs it alone
     started = time.time()
     ctx = RunContext(dev, (progress or ProgressLine(out)).cell(*job.index, cell), job.checkpoint_dir,
-                     store, job.registry)
+                     store, job.registry, live)
     try:
         outcome = get_kind(cell.kind).run(cell, job.variant, ctx)
     except torch.OutOfMemoryError as exc:
@@ -134,6 +134,7 @@ class _SuiteRun:
         self.verdicts: dict[tuple[str, str], Verdict] = {}
         self.jobs: dict[str, CellJob] = {}
         self.trackers = list(trackers)  # mirrors of each stored cell (the store stays the truth)
+        self.live: dict[str, LiveCell | None] = {}  # cell key -> its live curve sink, while it runs here
         self.retry_failed = suite.retry_failed if retry_failed is None else retry_failed
 
     def verdict(self, cell: Cell, variant: Variant) -> Verdict:
@@ -160,7 +161,7 @@ class _SuiteRun:
             job, CellOutcome("failed", error=done.error), done.started_at, done.finished_at)
         self.store.save_run_or_set_aside(rec)
         self.report.ran += 1
-        track_record(self.trackers, rec)
+        track_record(self.trackers, rec, self.live.pop(job.cell.key, None))
         if rec.status != "done":
             self.report.not_done.append(f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: "
                                         f"{rec.status} ({rec.error})")
@@ -182,7 +183,9 @@ class _SuiteRun:
             cell, variant, self.registry, self.job_device, self.checkpoint_dir,
             {"key": verdict.key, "failed": verdict.failed}, (i, len(self.cells)), self.context)
         kind = get_kind(cell.kind)
-        task = Task(cell.key, run_cell, (job,), {"store": self.store, "progress": self.progress, "out": self.out},
+        live = self.live[cell.key] = LiveCell.for_cell(self.trackers, cell)  # used when it runs here
+        task = Task(cell.key, run_cell, (job,), {"store": self.store, "progress": self.progress, "out": self.out,
+                                                 "live": live},
                     num_cpus=self.suite.cpus_per_cell, num_gpus=1 if self.dev.type == "cuda" else 0,
                     retries=self.suite.retries, on_driver=kind.on_driver)
         if task.on_driver:  # it reads earlier cells from the store: store them first

@@ -1,11 +1,14 @@
 """The tracker contract (trackers are found in ``track.registry``).
 
-A tracker receives each cell's record once the store holds it: its training curve points
-(step, name, value), its eval rows and speed points (results with their tags)."""
+A tracker receives each cell's record once the store holds it (``log_cell``): its training
+curve points (step, name, value), its eval rows and speed points (results with their
+tags). A tracker that also has ``log_points(cell, metrics)`` is sent the curve points live,
+as the training loop logs them, for cells running in the driver's process; its
+``log_cell`` then gets only the points it was not already sent."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -14,7 +17,8 @@ class Tracker(Protocol):
     def log_cell(self, cell: dict[str, Any], metrics: list[Any], results: list[Any]) -> None:
         """One stored cell: ``cell`` names it (suite, experiment, kind, variant, seed,
         coords, key, status); ``metrics`` are curve points (step, tokens, elapsed_s, name,
-        value); ``results`` eval rows and speed points (name, value, unit, tags)."""
+        value) not already sent live; ``results`` eval rows and speed points (name, value,
+        unit, tags)."""
 
     def close(self) -> None:
         """Flush and release; called once at the end of the suite."""
@@ -30,10 +34,37 @@ class TrackerSpec:
     extra: str = ""  # the pip extra that installs its library, e.g. "tensorboard"
 
 
-def track_record(trackers: list[Tracker], record: Any) -> None:
-    """Send one stored cell (a ``RunRecord``) to every tracker."""
-    cell = {"suite": record.suite, "experiment": record.experiment, "kind": record.kind,
-            "variant": record.variant, "seed": record.seed, "coords": record.coords,
-            "key": record.cell_key, "status": record.status}
+def cell_fields(cell: Any, status: str = "running") -> dict[str, Any]:
+    """What a tracker is told about a cell: from a planned ``Cell`` or a stored ``RunRecord``."""
+    return {"suite": cell.suite, "experiment": cell.experiment, "kind": cell.kind, "variant": cell.variant,
+            "seed": cell.seed, "coords": cell.coords, "key": getattr(cell, "cell_key", None) or cell.key,
+            "status": getattr(cell, "status", status)}
+
+
+@dataclass
+class LiveCell:
+    """One running cell's curve points, sent to the trackers that take them live."""
+
+    trackers: list[Tracker]
+    cell: dict[str, Any]
+    sent: set[tuple[str, int]] = field(default_factory=set)  # (name, step) of every point sent
+
+    @classmethod
+    def for_cell(cls, trackers: list[Tracker], cell: Any) -> "LiveCell | None":
+        live = [t for t in trackers if callable(getattr(t, "log_points", None))]
+        return cls(live, cell_fields(cell)) if live else None
+
+    def __call__(self, metrics: list[Any]) -> None:
+        for tracker in self.trackers:
+            tracker.log_points(self.cell, metrics)
+        self.sent.update((m.name, m.step) for m in metrics)
+
+
+def track_record(trackers: list[Tracker], record: Any, live: LiveCell | None = None) -> None:
+    """Send one stored cell (a ``RunRecord``) to every tracker; a tracker that had its
+    curve live gets only the points it missed (e.g. those restored from a training state)."""
+    cell = cell_fields(record)
     for tracker in trackers:
-        tracker.log_cell(cell, record.metrics, record.results)
+        streamed = live is not None and any(tracker is t for t in live.trackers)
+        metrics = [m for m in record.metrics if (m.name, m.step) not in live.sent] if streamed else record.metrics
+        tracker.log_cell(cell, metrics, record.results)

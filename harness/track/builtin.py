@@ -39,23 +39,42 @@ def result_tag(r: Any) -> str:
 
 
 class TensorBoardTracker:
+    """One event-file run per cell: curve points live (flushed as logged), then eval rows
+    and speed points at the last step once the cell is stored."""
+
     def __init__(self, out_dir: Path, suite: str) -> None:
         self.module = _require("torch.utils.tensorboard", "tensorboard")
         _require("tensorboard", "tensorboard")
         self.root = out_dir / suite
+        self._open: dict[str, Any] = {}  # cell key -> its SummaryWriter, while the cell runs
+        self._last: dict[str, int] = {}  # cell key -> last step written (eval rows go there)
 
-    def log_cell(self, cell, metrics, results) -> None:
-        writer = self.module.SummaryWriter(log_dir=str(self.root / run_name(cell)))
+    def _writer(self, cell: dict[str, Any]) -> Any:
+        if cell["key"] not in self._open:
+            self._open[cell["key"]] = self.module.SummaryWriter(log_dir=str(self.root / run_name(cell)))
+        return self._open[cell["key"]]
+
+    def log_points(self, cell, metrics) -> None:
+        writer = self._writer(cell)
         for m in metrics:
             writer.add_scalar(m.name, m.value, global_step=m.step)
-        last = max((m.step for m in metrics), default=0)
+        self._last[cell["key"]] = max([self._last.get(cell["key"], 0), *(m.step for m in metrics)])
+        writer.flush()  # a TensorBoard watching the folder sees the curve as it grows
+
+    def log_cell(self, cell, metrics, results) -> None:
+        writer = self._writer(cell)
+        for m in metrics:
+            writer.add_scalar(m.name, m.value, global_step=m.step)
+        last = max([self._last.pop(cell["key"], 0), *(m.step for m in metrics)])
         for r in results:
             if isinstance(r.value, (int, float)):
                 writer.add_scalar(result_tag(r), r.value, global_step=last)
-        writer.close()
+        self._open.pop(cell["key"]).close()
 
     def close(self) -> None:
-        pass
+        for writer in self._open.values():
+            writer.close()
+        self._open.clear()
 
 
 class WandbTracker:

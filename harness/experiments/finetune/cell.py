@@ -81,6 +81,8 @@ def _train(model: torch.nn.Module, data: Any, cell: Cell, ctx: RunContext) -> tu
             value = loss.item()
             metrics.append(Metric(step, step * t.batch_size * t.seq_len, spent, "train/loss", value))
             ctx.progress(step, steps or 0, value)
+            if ctx.live:
+                ctx.live(metrics[-1:])
             limit = t.diverge_factor * math.log(cell.model.vocab_size)
             if not math.isfinite(value) or value > limit:
                 return metrics, step, spent, f"training loss {value:.4g} at step {step} (limit {limit:.3g})"

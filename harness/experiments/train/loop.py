@@ -16,7 +16,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -187,6 +187,7 @@ def _timed_step(p: train_state.TrainProgress, budget: _Budget, fwd: Any, model: 
 def train_cell(
     cell: Cell, variant: Variant, data: Any, device: torch.device,
     progress: Progress | None = None, checkpoint_dir: Path | None = None,
+    live: Callable[[list[Metric]], None] | None = None,
 ) -> CellOutcome:
     t = cell.spec
     distributed.local_batch_size(t.batch_size)  # the global batch must split evenly over ranks
@@ -207,7 +208,7 @@ def train_cell(
     fwd = distributed.wrap_model(compiled, device)  # DDP in a process group, else the model
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    status, error, rows = "done", None, []
+    status, error, rows, sent = "done", None, [], len(p.metrics)  # restored points were sent before
     load_before = machine_load()
     model.train()
     while not budget.done(p.step, p.train_time):
@@ -222,6 +223,9 @@ def train_cell(
             rows = _evaluate(p, model, data, cell, device, final=done)
         if (log_now or done) and progress:  # after evaluating, so the line shows this step's val loss
             progress(p.step, budget.steps or 0, loss, val=p.headline.get("loss"))
+        if live and main and len(p.metrics) > sent:  # the new curve points, to live trackers
+            live(p.metrics[sent:])
+            sent = len(p.metrics)
         saving = path is not None and p.step % t.checkpoint_interval == 0
         if saving and not done:
             train_state.save(path, cell, model, opt, gen, p)
