@@ -1,10 +1,14 @@
-"""Trackers: `--track tensorboard` writes event files that TensorBoard's own reader loads
-with the same training curve as the store; unknown trackers fail before anything runs;
-plugins add trackers through `attnbench_register_trackers`."""
+"""Trackers: `--track tensorboard|wandb|mlflow` write files that each library's own reader
+loads with the same training curve and eval rows as the store (W&B offline, MLflow's local
+file store: no server); unknown trackers fail before anything runs; plugins add trackers
+through `attnbench_register_trackers`."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import struct
+import zlib
 
 import pytest
 
@@ -44,6 +48,105 @@ def test_tensorboard_event_files_hold_the_stored_curve(tmp_path):
     loss_row = db.execute("SELECT value FROM results WHERE name = 'loss'").fetchone()[0]
     [eval_tag] = [t for t in acc.Tags()["scalars"] if t.startswith("eval/loss")]  # eval/loss[/tags]
     assert acc.Scalars(eval_tag)[0].value == pytest.approx(loss_row, rel=1e-6)
+
+
+CURVES = ("train/loss", "val/loss", "train/lr")
+
+
+def stored_curves(store) -> dict[str, list[tuple[int, float]]]:
+    db = sqlite3.connect(store)
+    curves = {name: db.execute("SELECT step, value FROM metrics WHERE name = ? ORDER BY step", (name,)).fetchall()
+              for name in CURVES}
+    assert all(len(points) >= 2 for points in curves.values()), curves
+    [(loss,)] = db.execute("SELECT value FROM results WHERE name = 'loss'").fetchall()
+    db.close()
+    return {**curves, "eval/loss": loss}
+
+
+def wandb_records(path):
+    """The Records of an offline run's `.wandb` file, read as wandb-core writes it: a header
+    (":W&B", magic 0xBEE1, version) then LevelDB-log chunks (crc32 over type and data, length,
+    type) in 32 KiB blocks, each whole record a wandb_internal_pb2.Record. wandb 0.31 ships no
+    Python reader (its DataStore went with the Python backend), so the framing is read here."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    ident, magic, _version = struct.unpack("<4sHB", data[:7])
+    assert (ident, magic) == (b":W&B", 0xBEE1)
+    pos, pending, records = 7, b"", []
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # a block's trailer is padding
+            pos += 32768 - pos % 32768
+            continue
+        checksum, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 0:  # zero padding at the end
+            break
+        assert zlib.crc32(chunk, zlib.crc32(bytes([kind]))) == checksum
+        pending += chunk
+        if kind in (1, 4):  # FULL or LAST
+            records.append(wandb_internal_pb2.Record.FromString(pending))
+            pending = b""
+    return records
+
+
+def test_wandb_offline_run_holds_the_stored_curve(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    for var, sub in (("WANDB_DIR", "wandb"), ("WANDB_CACHE_DIR", "cache"), ("WANDB_CONFIG_DIR", "config"),
+                     ("WANDB_DATA_DIR", "data")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_ERROR_REPORTING", raising=False)  # the tracker turns it off itself
+    store = tmp_path / "store.sqlite"
+    path = write_suite(tmp_path / "tracked.yaml", SUITE)
+    result = run_cli("run", str(path), "--store", str(store), "--no-report", "--track", "wandb",
+                     env={"ATTNBENCH_PLUGINS": "softmax"})
+    assert result.returncode == 0, result.stderr
+    assert "wandb: WARNING" not in result.stderr, result.stderr  # e.g. a deprecated init() argument
+    [log] = (tmp_path / "tracking" / "wandb").rglob("offline-run-*/run-*.wandb")
+    records = wandb_records(log)
+    [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert (run.project, run.display_name) == ("tracked", "text/softmax/m0/seed0")
+    tracked, summary = {name: [] for name in CURVES}, {}
+    for r in records:
+        kind = r.WhichOneof("record_type")
+        items = r.history.item if kind == "history" else r.summary.update if kind == "summary" else ()
+        for item in items:
+            key = item.key or "/".join(item.nested_key)
+            if kind == "history" and key in tracked:
+                tracked[key].append((r.history.step.num, json.loads(item.value_json)))
+            elif kind == "summary":
+                summary[key] = json.loads(item.value_json)
+    stored = stored_curves(store)
+    for name in CURVES:
+        assert tracked[name] == stored[name], name  # JSON keeps every bit of the stored float
+    [eval_key] = [k for k in summary if k.startswith("eval/loss")]  # eval/loss[/tags]
+    assert summary[eval_key] == stored["eval/loss"]
+    # wandb-core started without its error reporting (no observability upload)
+    [core_log] = (tmp_path / "cache").rglob("core-debug-*.log")
+    assert json.loads(core_log.read_text().splitlines()[0])["disable-analytics"] is True
+
+
+def test_mlflow_file_store_holds_the_stored_curve(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")  # before mlflow is imported here
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)  # the tracker opts in itself
+    mlflow_tracking = pytest.importorskip("mlflow.tracking")
+    store = tmp_path / "store.sqlite"
+    path = write_suite(tmp_path / "tracked.yaml", SUITE)
+    result = run_cli("run", str(path), "--store", str(store), "--no-report", "--track", "mlflow",
+                     env={"ATTNBENCH_PLUGINS": "softmax"})
+    assert result.returncode == 0, result.stderr
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 reads its file store only so
+    client = mlflow_tracking.MlflowClient(tracking_uri=(tmp_path / "tracking" / "mlflow").as_uri())
+    experiment = client.get_experiment_by_name("tracked")
+    [run] = client.search_runs([experiment.experiment_id])
+    assert run.info.run_name == "text/softmax/m0/seed0" and run.data.tags["status"] == "done"
+    stored = stored_curves(store)
+    for name in CURVES:
+        history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, name))
+        assert history == stored[name], name
+    [eval_key] = [k for k in run.data.metrics if k.startswith("eval/loss")]  # eval/loss[/tags]
+    assert run.data.metrics[eval_key] == stored["eval/loss"]
 
 
 def test_unknown_tracker_fails_before_running(tmp_path):

@@ -5,6 +5,8 @@ optional extra, imported only when its tracker is chosen."""
 from __future__ import annotations
 
 import importlib
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -78,38 +80,74 @@ class TensorBoardTracker:
 
 
 class WandbTracker:
+    """Offline runs only: no login, no sync, no error reporting (wandb's telemetry)."""
+
     def __init__(self, out_dir: Path, suite: str) -> None:
+        # Read when wandb starts its service process (wandb-core): no observability upload.
+        os.environ["WANDB_ERROR_REPORTING"] = "false"
         self.wandb, self.dir, self.suite = _require("wandb", "wandb"), out_dir, suite
         out_dir.mkdir(parents=True, exist_ok=True)
+        # Offline in the global settings too (wandb's telemetry reads those, not init()'s); no
+        # system metrics: they would describe this replay, not the cell's training.
+        try:
+            self.settings = self.wandb.Settings(mode="offline", x_disable_stats=True)
+            self.wandb.setup(settings=self.settings)
+        except Exception as exc:
+            raise TrackerError(f"wandb could not start offline under {out_dir}: {exc}") from exc
 
     def log_cell(self, cell, metrics, results) -> None:
-        run = self.wandb.init(project=self.suite, name=run_name(cell), dir=str(self.dir), mode="offline",
-                              config={"cell_key": cell["key"], **cell["coords"]}, reinit=True)
-        for m in metrics:
-            run.log({m.name: m.value}, step=m.step)
-        run.summary.update({result_tag(r): r.value for r in results if isinstance(r.value, (int, float))})
-        run.finish()
+        try:
+            run = self.wandb.init(project=self.suite, name=run_name(cell), dir=str(self.dir),
+                                  config={"cell_key": cell["key"], **cell["coords"]},
+                                  settings=self.settings, reinit="create_new")  # leave other runs be
+            for m in metrics:
+                run.log({m.name: m.value}, step=m.step)
+            run.summary.update({result_tag(r): r.value for r in results if isinstance(r.value, (int, float))})
+            run.finish()
+        except Exception as exc:
+            raise TrackerError(f"wandb could not log cell {run_name(cell)!r}: {exc}") from exc
 
     def close(self) -> None:
-        pass
+        try:
+            self.wandb.teardown()  # the service process exits now, not at interpreter exit
+        except Exception as exc:
+            raise TrackerError(f"wandb could not shut down its service process: {exc}") from exc
+
+
+def mlflow_name(name: str) -> str:
+    """MLflow allows letters, digits, ``_ - . / :`` and spaces in a metric name; the rest become ``_``."""
+    return re.sub(r"[^\w\-./: ]", "_", name)
 
 
 class MlflowTracker:
+    """A local file store (``file://``), which MLflow 3 allows only with MLFLOW_ALLOW_FILE_STORE;
+    MLflow's usage telemetry is switched off before mlflow is imported (importing sets it up)."""
+
     def __init__(self, out_dir: Path, suite: str) -> None:
+        os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+        os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
         self.mlflow = _require("mlflow", "mlflow")
+        if hasattr(self.mlflow, "telemetry"):  # imported earlier: drop a telemetry client made then
+            self.mlflow.telemetry.set_telemetry_client()
         out_dir.mkdir(parents=True, exist_ok=True)
-        self.mlflow.set_tracking_uri(out_dir.resolve().as_uri())
-        self.mlflow.set_experiment(suite)
+        try:
+            self.mlflow.set_tracking_uri(out_dir.resolve().as_uri())
+            self.mlflow.set_experiment(suite)
+        except Exception as exc:
+            raise TrackerError(f"mlflow could not open the file store {out_dir} (experiment {suite!r}): "
+                               f"{exc}") from exc
 
     def log_cell(self, cell, metrics, results) -> None:
-        with self.mlflow.start_run(run_name=run_name(cell)):
-            self.mlflow.set_tags({"cell_key": cell["key"], "status": cell["status"]})
-            for m in metrics:
-                self.mlflow.log_metric(m.name.replace("/", "."), m.value, step=m.step)
-            for r in results:
-                if isinstance(r.value, (int, float)):
-                    self.mlflow.log_metric(result_tag(r).replace("/", ".").replace("=", "_").replace(",", "_"),
-                                           r.value)
+        try:
+            with self.mlflow.start_run(run_name=run_name(cell)):
+                self.mlflow.set_tags({"cell_key": cell["key"], "status": cell["status"]})
+                for m in metrics:
+                    self.mlflow.log_metric(mlflow_name(m.name), m.value, step=m.step)
+                for r in results:
+                    if isinstance(r.value, (int, float)):
+                        self.mlflow.log_metric(mlflow_name(result_tag(r)), r.value)
+        except Exception as exc:
+            raise TrackerError(f"mlflow could not log cell {run_name(cell)!r}: {exc}") from exc
 
     def close(self) -> None:
         pass
