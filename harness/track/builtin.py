@@ -94,21 +94,40 @@ class WandbTracker:
             self.wandb.setup(settings=self.settings)
         except Exception as exc:
             raise TrackerError(f"wandb could not start offline under {out_dir}: {exc}") from exc
+        self._open: dict[str, Any] = {}  # cell key -> its wandb run, while the cell trains
+
+    def _run(self, cell: dict[str, Any]) -> Any:
+        if cell["key"] not in self._open:
+            self._open[cell["key"]] = self.wandb.init(
+                project=self.suite, name=run_name(cell), dir=str(self.dir),
+                config={"cell_key": cell["key"], **cell["coords"]}, settings=self.settings,
+                reinit="create_new")  # one run per cell, open while it trains; other runs left be
+        return self._open[cell["key"]]
+
+    def log_points(self, cell, metrics) -> None:
+        try:
+            run = self._run(cell)
+            for m in metrics:
+                run.log({m.name: m.value}, step=m.step)
+        except Exception as exc:
+            raise TrackerError(f"wandb could not log cell {run_name(cell)!r}: {exc}") from exc
 
     def log_cell(self, cell, metrics, results) -> None:
         try:
-            run = self.wandb.init(project=self.suite, name=run_name(cell), dir=str(self.dir),
-                                  config={"cell_key": cell["key"], **cell["coords"]},
-                                  settings=self.settings, reinit="create_new")  # leave other runs be
-            for m in metrics:
-                run.log({m.name: m.value}, step=m.step)
+            self.log_points(cell, metrics)
+            run = self._open.pop(cell["key"])
             run.summary.update({result_tag(r): r.value for r in results if isinstance(r.value, (int, float))})
             run.finish()
+        except TrackerError:
+            raise
         except Exception as exc:
             raise TrackerError(f"wandb could not log cell {run_name(cell)!r}: {exc}") from exc
 
     def close(self) -> None:
         try:
+            for run in self._open.values():
+                run.finish()
+            self._open.clear()
             self.wandb.teardown()  # the service process exits now, not at interpreter exit
         except Exception as exc:
             raise TrackerError(f"wandb could not shut down its service process: {exc}") from exc
@@ -132,25 +151,43 @@ class MlflowTracker:
         out_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.mlflow.set_tracking_uri(out_dir.resolve().as_uri())
-            self.mlflow.set_experiment(suite)
+            self.experiment_id = self.mlflow.set_experiment(suite).experiment_id
+            self.client = self.mlflow.tracking.MlflowClient(out_dir.resolve().as_uri())
         except Exception as exc:
             raise TrackerError(f"mlflow could not open the file store {out_dir} (experiment {suite!r}): "
                                f"{exc}") from exc
+        self._open: dict[str, str] = {}  # cell key -> its MLflow run id, while the cell trains
+
+    def _run_id(self, cell: dict[str, Any]) -> str:
+        if cell["key"] not in self._open:
+            run = self.client.create_run(self.experiment_id, run_name=run_name(cell), tags={"cell_key": cell["key"]})
+            self._open[cell["key"]] = run.info.run_id
+        return self._open[cell["key"]]
+
+    def log_points(self, cell, metrics) -> None:
+        try:
+            run_id = self._run_id(cell)
+            for m in metrics:
+                self.client.log_metric(run_id, mlflow_name(m.name), m.value, step=m.step)
+        except Exception as exc:
+            raise TrackerError(f"mlflow could not log cell {run_name(cell)!r}: {exc}") from exc
 
     def log_cell(self, cell, metrics, results) -> None:
+        self.log_points(cell, metrics)
         try:
-            with self.mlflow.start_run(run_name=run_name(cell)):
-                self.mlflow.set_tags({"cell_key": cell["key"], "status": cell["status"]})
-                for m in metrics:
-                    self.mlflow.log_metric(mlflow_name(m.name), m.value, step=m.step)
-                for r in results:
-                    if isinstance(r.value, (int, float)):
-                        self.mlflow.log_metric(mlflow_name(result_tag(r)), r.value)
+            run_id = self._open.pop(cell["key"])
+            self.client.set_tag(run_id, "status", cell["status"])
+            for r in results:
+                if isinstance(r.value, (int, float)):
+                    self.client.log_metric(run_id, mlflow_name(result_tag(r)), r.value)
+            self.client.set_terminated(run_id, "FINISHED" if cell["status"] == "done" else "FAILED")
         except Exception as exc:
             raise TrackerError(f"mlflow could not log cell {run_name(cell)!r}: {exc}") from exc
 
     def close(self) -> None:
-        pass
+        for run_id in self._open.values():  # cells that never reached the store
+            self.client.set_terminated(run_id, "KILLED")
+        self._open.clear()
 
 
 @hookimpl
