@@ -95,3 +95,27 @@ def test_variant_without_maps_and_bad_text_give_clear_errors(tmp_path):
     soft, _ = _checkpoint(tmp_path, "softmax", registry)
     proc = run_cli("inspect", str(soft), "--text", "x" * 65, "--out", str(tmp_path / "o"))
     assert proc.returncode == 2 and "65 bytes" in proc.stderr and "context is 64" in proc.stderr
+
+
+def test_tokens_inspect_a_task_model_whose_vocabulary_is_not_bytes(tmp_path):
+    registry = load_registry()
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=8192, d_model=32, n_layer=2, n_head=2, context=64)  # an MQAR-sized vocabulary
+    model = Backbone(cfg, registry.get("softmax").build_mixer)
+    path = tmp_path / "mqar.pt"
+    save_checkpoint(path, {"model": model.state_dict(), "config": cfg.to_dict(), "variant": "softmax",
+                           "model_kind": "backbone", "cell_key": "key-mqar", "step": 0})
+    out = tmp_path / "maps"
+    proc = run_cli("inspect", str(path), "--tokens", "5 4100, 9 4200 5", "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    maps = json.loads((out / "maps.json").read_text())
+    assert maps["tokens"] == ["5", "4100", "9", "4200", "5"]
+    weights = torch.tensor(maps["layers"][1]["heads"])  # (H, T, T)
+    assert weights.shape == (2, 5, 5) and torch.allclose(weights.sum(-1), torch.ones(2, 5), atol=1e-5)
+    proc = run_cli("inspect", str(path), "--text", "a1 b2", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "vocabulary has 8192 tokens" in proc.stderr and "--tokens" in proc.stderr
+    proc = run_cli("inspect", str(path), "--tokens", "5 8192", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "[8192] outside the checkpoint's vocabulary (0..8191)" in proc.stderr
+    proc = run_cli("inspect", str(path), "--tokens", "5 x", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "integer ids" in proc.stderr
+    assert not (tmp_path / "o").exists()

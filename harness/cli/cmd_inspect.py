@@ -14,14 +14,25 @@ def add_parser(sub) -> None:
     p = sub.add_parser("inspect", help="attention maps of a trained checkpoint on a text: PNG heatmaps, "
                                        "an HTML page, --json for the numbers")
     p.add_argument("checkpoint", help="a '<cell key>.pt' model checkpoint (the store's checkpoints folder)")
-    p.add_argument("--text", required=True, help="the text to look at (read as bytes; up to ~128 for readable pictures)")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--text", help="the text to look at (read as bytes, for byte-level models; up to ~128 "
+                                     "for readable pictures)")
+    what.add_argument("--tokens", type=_ids, help="token ids to look at, space- or comma-separated, for models "
+                                                  "whose vocabulary is not bytes (e.g. an MQAR task model)")
     p.add_argument("--out", default="inspect", help="output folder (default: ./inspect)")
     p.add_argument("--json", action="store_true", help="also write the weights as maps.json")
     p.set_defaults(func=run)
 
 
+def _ids(value: str) -> list[int]:
+    try:
+        return [int(v) for v in value.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--tokens takes integer ids, e.g. --tokens '5 4099 12', not {value!r}")
+
+
 def run(args: argparse.Namespace) -> int:
-    ins = inspect_checkpoint(args.checkpoint, args.text, registry_with_warnings())
+    ins = inspect_checkpoint(args.checkpoint, args.text, registry_with_warnings(), args.tokens)
     out = Path(args.out)
     pngs = write_pngs(ins, out)
     page = write_html(ins, pngs, out)

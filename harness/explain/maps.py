@@ -56,19 +56,35 @@ def _mixers(model: nn.Module, variant: Any, config: ModelConfig) -> list[nn.Modu
     return [m for m in model.modules() if type(m) in classes]
 
 
-def _encode(text: str, config: ModelConfig) -> torch.Tensor:
-    if config.vocab_size != ByteTokenizer.vocab_size:
-        raise InspectError(f"the checkpoint's vocabulary has {config.vocab_size} tokens; inspect reads "
-                           "text as bytes and needs a byte-level model (vocabulary 256)")
-    ids = ByteTokenizer().encode(text).long()  # (T,)
+def _encode(text: str | None, tokens: list[int] | None, config: ModelConfig) -> tuple[torch.Tensor, list[str]]:
+    """(1, T) input ids and their axis labels: ``text`` as bytes (a byte-level model), or
+    ``tokens`` as given (any vocabulary, e.g. an MQAR task model), labelled by id."""
+    if (text is None) == (tokens is None):
+        raise InspectError("give either --text (bytes, for byte-level models) or --tokens (token ids)")
+    if tokens is None:
+        if config.vocab_size != ByteTokenizer.vocab_size:
+            raise InspectError(f"the checkpoint's vocabulary has {config.vocab_size} tokens; --text is read "
+                               "as bytes and needs a byte-level model (vocabulary 256); give --tokens "
+                               "(space-separated token ids) instead")
+        ids = ByteTokenizer().encode(text).long()  # (T,)
+        what, labels = f"--text is {len(ids)} bytes", token_labels(ids.tolist())
+    else:
+        bad = [t for t in tokens if not 0 <= t < config.vocab_size]
+        if bad:
+            raise InspectError(f"--tokens has ids {bad[:5]} outside the checkpoint's vocabulary "
+                               f"(0..{config.vocab_size - 1})")
+        ids = torch.tensor(tokens, dtype=torch.long)  # (T,)
+        what, labels = f"--tokens has {len(ids)} ids", [str(t) for t in tokens]
     if not 1 <= len(ids) <= min(MAX_TOKENS, config.context):
-        raise InspectError(f"--text is {len(ids)} bytes; give 1 to {min(MAX_TOKENS, config.context)} "
+        raise InspectError(f"{what}; give 1 to {min(MAX_TOKENS, config.context)} "
                            f"(the model's context is {config.context})")
-    return ids[None, :]  # (1, T)
+    return ids[None, :], labels  # (1, T)
 
 
-def inspect_checkpoint(path: str | Path, text: str, registry: Any) -> Inspection:
-    """Attention maps of every layer of the checkpoint's model on ``text`` (bytes).
+def inspect_checkpoint(path: str | Path, text: str | None, registry: Any,
+                       tokens: list[int] | None = None) -> Inspection:
+    """Attention maps of every layer of the checkpoint's model on ``text`` (bytes) or on
+    ``tokens`` (ids).
 
     Raises InspectError when the variant has no ``attention_maps`` or the text does not fit,
     CheckpointError when the file is not a readable attnbench checkpoint."""
@@ -83,7 +99,7 @@ def inspect_checkpoint(path: str | Path, text: str, registry: Any) -> Inspection
         raise InspectError(f"found {len(mixers)} token mixers for {config.n_layer} layers in this "
                            f"{meta.model_kind} model of {meta.variant!r}; inspect needs the modules "
                            "the variant's build_mixer makes (use model_kind: backbone)")
-    idx = _encode(text, config)  # (1, T)
+    idx, labels = _encode(text, tokens, config)  # (1, T)
     inputs: list[torch.Tensor] = []
     hooks = [m.register_forward_pre_hook(lambda _m, args: inputs.append(args[0])) for m in mixers]
     try:
@@ -100,4 +116,4 @@ def inspect_checkpoint(path: str | Path, text: str, registry: Any) -> Inspection
             raise InspectError(f"variant {meta.variant!r}: attention_maps returned shape "
                                f"{tuple(w.shape)} for layer {i}; expected (B, H, T, T) or (B, H, T)")
         layers.append(LayerMap(i, "pairwise" if w.dim() == 3 else "importance", w.numpy()))
-    return Inspection(meta.variant, meta, token_labels(idx[0].tolist()), layers)
+    return Inspection(meta.variant, meta, labels, layers)
