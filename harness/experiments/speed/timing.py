@@ -23,13 +23,15 @@ How and why:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import torch
@@ -141,6 +143,19 @@ def burn_in(run: Any) -> int:
     return BURN_IN_CALLS
 
 
+@contextlib.contextmanager
+def _not_an_xdist_worker() -> Iterator[None]:
+    """pytest-benchmark disables timing in a pytest-xdist worker, which it detects by the
+    PYTEST_XDIST_WORKER variable; our own session is not one even when this process is (or
+    was started by) one, e.g. under the project's parallel tests."""
+    saved = os.environ.pop("PYTEST_XDIST_WORKER", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["PYTEST_XDIST_WORKER"] = saved
+
+
 def time_sweep(specs: list[PointSpec], options: TimingOptions, workdir: Path) -> SweepTiming:
     """Time the points (one variant and mode, increasing T) in one pytest-benchmark
     session; the first failing point ends the sweep and the later ones are "skipped"."""
@@ -157,7 +172,7 @@ def time_sweep(specs: list[PointSpec], options: TimingOptions, workdir: Path) ->
         "--confcutdir", str(module.parent), f"--benchmark-json={json_path}", *options.args(),
     ]
     log = io.StringIO()
-    with redirect_stdout(log), redirect_stderr(log):
+    with redirect_stdout(log), redirect_stderr(log), _not_an_xdist_worker():
         code = pytest.main(args, plugins=[plan])
     if plan.interrupted:
         raise KeyboardInterrupt
