@@ -27,14 +27,19 @@ experiments:
             eval_tokens: 512, log_interval: 3, checkpoint_interval: 0, checkpoint: false}
 """
 
+def run_tracked(tmp_path, tracker: str):
+    """The tiny suite run through the CLI with ``--track tracker``; (store path, the run)."""
+    store = tmp_path / "store.sqlite"
+    path = write_suite(tmp_path / "tracked.yaml", SUITE)
+    result = run_cli("run", str(path), "--store", str(store), "--no-report", "--track", tracker,
+                     env={"ATTNBENCH_PLUGINS": "softmax"})
+    assert result.returncode == 0, result.stderr
+    return store, result
+
 
 def test_tensorboard_event_files_hold_the_stored_curve(tmp_path):
     event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
-    store = tmp_path / "store.sqlite"
-    path = write_suite(tmp_path / "tracked.yaml", SUITE)
-    result = run_cli("run", str(path), "--store", str(store), "--no-report", "--track", "tensorboard",
-                     env={"ATTNBENCH_PLUGINS": "softmax"})
-    assert result.returncode == 0, result.stderr
+    store, result = run_tracked(tmp_path, "tensorboard")
     runs = [p.parent for p in (tmp_path / "tracking" / "tensorboard" / "tracked").rglob("events.out.tfevents.*")]
     assert len(runs) == 1 and runs[0].name == "seed0"
     acc = event_accumulator.EventAccumulator(str(runs[0]))
@@ -97,11 +102,7 @@ def test_wandb_offline_run_holds_the_stored_curve(tmp_path, monkeypatch):
         monkeypatch.setenv(var, str(tmp_path / sub))
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_ERROR_REPORTING", raising=False)  # the tracker turns it off itself
-    store = tmp_path / "store.sqlite"
-    path = write_suite(tmp_path / "tracked.yaml", SUITE)
-    result = run_cli("run", str(path), "--store", str(store), "--no-report", "--track", "wandb",
-                     env={"ATTNBENCH_PLUGINS": "softmax"})
-    assert result.returncode == 0, result.stderr
+    store, result = run_tracked(tmp_path, "wandb")
     assert "wandb: WARNING" not in result.stderr, result.stderr  # e.g. a deprecated init() argument
     [log] = (tmp_path / "tracking" / "wandb").rglob("offline-run-*/run-*.wandb")
     records = wandb_records(log)
@@ -131,11 +132,7 @@ def test_mlflow_file_store_holds_the_stored_curve(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")  # before mlflow is imported here
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)  # the tracker opts in itself
     mlflow_tracking = pytest.importorskip("mlflow.tracking")
-    store = tmp_path / "store.sqlite"
-    path = write_suite(tmp_path / "tracked.yaml", SUITE)
-    result = run_cli("run", str(path), "--store", str(store), "--no-report", "--track", "mlflow",
-                     env={"ATTNBENCH_PLUGINS": "softmax"})
-    assert result.returncode == 0, result.stderr
+    store, result = run_tracked(tmp_path, "mlflow")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 reads its file store only so
     client = mlflow_tracking.MlflowClient(tracking_uri=(tmp_path / "tracking" / "mlflow").as_uri())
     experiment = client.get_experiment_by_name("tracked")
