@@ -70,6 +70,10 @@ def test_lora_and_full_rows_keys_and_report(tmp_path):
     assert rep.returncode == 0, rep.stderr
     html = next(out.rglob("*.html")).read_text()
     assert "Fine-tuning (LoRA budgets)" in html and "accuracy against LoRA rank" in html
+    # Tiny Shakespeare (the pretraining text) has no digit but 27 threes: the other nine
+    # answer digits are flagged, for the LoRA cells in the report
+    assert {tuple(r["summary"]["unseen_answer_tokens"]) for r in tuned} == {tuple(b"012456789")}
+    assert "lora: the answers include 9 token ids (48, 49, 50, 52," in html and "LoRA cannot" in html
 
 
 def test_target_matching_nothing_fails_before_training(tmp_path):

@@ -23,7 +23,7 @@ def _rows(runs: pd.DataFrame) -> pd.DataFrame:
                      "variant": r["variant"], "seed": r["seed"], "method": s.get("method"), "rank": s.get("rank"),
                      "from_scratch": bool(s.get("from_scratch")), "trainable_params": s.get("trainable_params"),
                      "total_params": s.get("total_params"), "accuracy": s.get("val_accuracy"), "loss": s.get("val_loss"),
-                     "train_time_s": s.get("train_time_s")})
+                     "train_time_s": s.get("train_time_s"), "unseen": tuple(s.get("unseen_answer_tokens") or ())})
     return pd.DataFrame(rows)
 
 
@@ -52,6 +52,20 @@ def _figure(frame: pd.DataFrame, metric: str, palette: figures.Palette, title: s
                   "dashed: the same variant fine-tuned with every weight, same data and steps.")
 
 
+def _unseen_notes(frame: pd.DataFrame) -> list[str]:
+    """LoRA experiments scored on tokens their base models barely saw (finetune/vocab.py)."""
+    notes = []
+    lora = frame[(frame["method"] == "lora") & frame["unseen"].map(bool)]
+    for experiment, group in lora.groupby("experiment"):
+        ids = sorted({i for u in group["unseen"] for i in u})
+        shown = ", ".join(map(str, ids[:12])) + (" ..." if len(ids) > 12 else "")
+        notes.append(f"{experiment}: the answers include {len(ids)} token ids ({shown}) that make up under "
+                     f"1e-5 of the base models' training tokens; with the tied embedding frozen, LoRA cannot "
+                     f"learn to emit them, so its accuracy here says little about the variants: pretrain on "
+                     f"data that has them (variants: {', '.join(sorted(group['variant'].unique()))})")
+    return notes
+
+
 def finetune_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
     runs = data.runs_of("finetune")
     if runs.empty:
@@ -66,6 +80,7 @@ def finetune_sections(data: StoreData, palette: figures.Palette) -> list[Section
     if frame.empty:
         section.missing = "no finetune run finished"
         return [section]
+    section.notes += _unseen_notes(frame)
     metric = "accuracy" if frame["accuracy"].notna().any() else "loss"
     fig = _figure(frame, metric, palette, f"Fine-tuning: {metric} against LoRA rank", "finetune-rank")
     if fig is not None:

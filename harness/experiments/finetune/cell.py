@@ -16,10 +16,12 @@ import torch
 
 from attnbench.contract.variant import Variant
 from attnbench.data.loading import load_corpus
+from attnbench.data.spec import DataSpec
 from attnbench.errors import CheckpointError, FinetuneError
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext, trained_run
 from attnbench.experiments.finetune.adapters import add_lora, target_names, trainable_params
 from attnbench.experiments.finetune.link import link_finetune_cells, peft_version
+from attnbench.experiments.finetune.vocab import unseen_answer_tokens
 from attnbench.experiments.train.evaluate import evaluate, headline
 from attnbench.experiments.train.setup import lr_at, make_optimizer, planned_steps
 from attnbench.experiments.train.state import save_final
@@ -101,6 +103,8 @@ def run_finetune_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutc
     model = model.to(ctx.device)
     n_train, n_total = trainable_params(model), sum(p.numel() for p in model.parameters())
     data = load_corpus(cell.data, ctx.registry)
+    unseen = [] if spec.from_scratch else unseen_answer_tokens(
+        load_corpus(DataSpec.model_validate(train["config"]["data"]), ctx.registry), data)
     metrics, steps, seconds, diverged = _train(model, data, cell, ctx)
     started = time.perf_counter()
     rows = evaluate(model, data, cell, ctx.device)
@@ -117,7 +121,8 @@ def run_finetune_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutc
                "trainable_params": n_train, "total_params": n_total, "adapted_modules": names,
                "steps": steps, "train_time_s": seconds, "eval_time_s": eval_time,
                "dtype": compute_dtype(ctx.device), "peft_version": peft_version() if names else None,
-               "checkpoint": str(kept) if kept else None}
+               "checkpoint": str(kept) if kept else None,
+               "unseen_answer_tokens": unseen}  # scored ids the base model barely saw (finetune/vocab.py)
     return CellOutcome("diverged" if diverged else "done", summary, metrics, results, diverged)
 
 
