@@ -94,10 +94,38 @@ class ExperimentBase(BaseModel):
         raise NotImplementedError
 
 
+class Tuning(BaseModel):
+    """Successive halving over the grid before the reported runs: every grid point trains on
+    ``seeds`` at ``budget``; the best 1/``eta`` of the points (mean validation loss) go on at
+    ``eta`` x that budget, and so on while more than one point is left and the next budget
+    stays below the experiment's; the survivor is then trained at the experiment's budget on
+    every seed. Every tuning run stays in the store; the choice reads validation data only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)  # seeds of the tuning runs
+    budget: Budget  # the first rung's budget (same kind as the experiment's, and smaller)
+    eta: int = Field(3, ge=2)  # keep the best 1/eta of the points per rung; budget grows eta-fold
+
+
+class Expectation(BaseModel):
+    """A published finding the run can test: ``variant`` against ``versus`` on the protocol's
+    metric (at one evaluation setting, or the headline test metric), with its source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    claim: str = Field(min_length=1)  # the finding in words
+    source: str = Field(min_length=1)  # where it is published (paper, figure or table)
+    variant: str = Field(min_length=1)
+    versus: str | None = None  # default: the protocol's baseline
+    outcome: Literal["better", "worse", "equivalent"]  # what the source expects of variant vs versus
+    setting: dict[str, Any] | None = None  # an eval setting's options (e.g. {n_pairs: 16}); None: all test sets
+
+
 class Protocol(BaseModel):
     """The fair-comparison protocol of a train experiment: each variant's grid point is
-    chosen by its mean validation loss over the seeds; the chosen point is reported on the
-    test split, paired by seed against the baseline."""
+    chosen on validation loss (optionally by successive halving, ``tuning``); the chosen
+    point is reported on the test split, paired by seed against the baseline, and every
+    comparison ends in a decision: better, worse, equivalent within ``margin`` (two one-sided
+    tests), or undetermined."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     tune: bool = True  # search the grid per variant (needs >= 2 grid points)
@@ -105,6 +133,10 @@ class Protocol(BaseModel):
     interval: bool = True  # a paired 95% interval against the baseline (needs >= 2 seeds)
     choose_on: Literal["val"] = "val"  # the split the choice reads (never the test split)
     report_on: Literal["test"] = "test"  # the split the headline numbers come from
+    metric: Literal["loss", "accuracy"] = "loss"  # the test metric decisions read (accuracy: task answers)
+    margin: float | None = Field(None, gt=0)  # equivalence margin in the metric's units (TOST); None: no equivalence
+    tuning: Tuning | None = None  # successive halving on few seeds and a short budget before the reported runs
+    expectations: list[Expectation] = []  # published findings this run checks, shown with what it found
 
 
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:

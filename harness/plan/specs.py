@@ -66,7 +66,31 @@ class TrainExperiment(ExperimentBase):
         if isinstance(self.variants, list) and p.baseline not in self.variants:
             raise ValueError(f"protocol.baseline {p.baseline!r} is not among this experiment's variants "
                              f"{self.variants}; add it to 'variants' or name another baseline")
+        if p.metric == "accuracy" and self.data.source != "task":
+            raise ValueError("protocol.metric: accuracy reads a task's answers, and this experiment's data is "
+                             f"{self.data.source!r} text; use metric: loss or a task source")
+        if p.tuning is not None:
+            self._tuning_possible(p)
+        for i, e in enumerate(p.expectations):
+            for role, name in (("variant", e.variant), ("versus", e.versus)):
+                if name is not None and isinstance(self.variants, list) and name not in self.variants:
+                    raise ValueError(f"protocol.expectations[{i}].{role} {name!r} is not among this "
+                                     f"experiment's variants {self.variants}")
+            if e.setting is not None and e.setting not in self.data.eval_settings:
+                raise ValueError(f"protocol.expectations[{i}].setting {e.setting} is not one of data.eval_settings "
+                                 f"{self.data.eval_settings}; name one of those")
         return self
+
+    def _tuning_possible(self, p: Protocol) -> None:
+        t, full = p.tuning, self.train.budget
+        if t.budget.kind() != full.kind():
+            raise ValueError(f"protocol.tuning.budget is in {t.budget.kind()} and train.budget in {full.kind()}; "
+                             "give both in the same unit")
+        if getattr(t.budget, t.budget.kind()) >= getattr(full, full.kind()):
+            raise ValueError(f"protocol.tuning.budget ({t.budget.model_dump(exclude_none=True)}) must be smaller "
+                             f"than train.budget ({full.model_dump(exclude_none=True)}): tuning is the short run")
+        if not p.tune:
+            raise ValueError("protocol.tuning searches the grid, and protocol.tune is false; remove one of them")
 
 
 SPEED_MODES = ("forward", "train_step", "decode")
