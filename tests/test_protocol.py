@@ -134,3 +134,75 @@ def test_shipped_protocol_suites_validate():
     for name in ("quick.yaml", "compare.yaml"):
         result = run_cli("validate", f"suites/{name}")
         assert result.returncode == 0, result.stderr
+
+
+HALVING_SUITE = """
+    version: 1
+    name: halving
+    device: cpu
+    defaults:
+      model: {d_model: 32, n_layer: 1, n_head: 2}
+    experiments:
+      - name: text
+        kind: train
+        variants: [softmax, linear]
+        seeds: [0, 1]
+        data: {source: text, path: train.txt, val_path: val.txt, test_path: test.txt}
+        train: {budget: {steps: 16}, batch_size: 4, seq_len: 32, warmup_steps: 1, eval_interval: 4,
+                eval_tokens: 1024, log_interval: 4, checkpoint: false, checkpoint_interval: 0}
+        grid: {lr: [1.0e-4, 1.0e-3, 3.0e-3, 3.0e-2]}
+        protocol: {baseline: softmax, margin: 0.05, tuning: {seeds: [0], budget: {steps: 2}, eta: 2}}
+"""
+
+
+def _halving_runs(tmp_path: Path, registry) -> list[dict]:
+    _write_splits(tmp_path, builtin_text("tinyshakespeare")[70_000:80_000])
+    suite = load_suite(write_suite(tmp_path / "suite.yaml", HALVING_SUITE))
+    with Store(tmp_path / "s.sqlite") as store:
+        first = run_suite(suite, store, registry, device="cpu", out=io.StringIO())
+        again = run_suite(suite, store, registry, device="cpu", out=io.StringIO())
+        assert (first.ran, again.ran, again.skipped) == (first.cells, 0, first.cells)  # resumes: nothing new
+        return store.runs("halving")
+
+
+def test_successive_halving_keeps_the_best_points_on_validation_then_runs_the_survivor_on_every_seed(
+        tmp_path, registry):
+    runs = _halving_runs(tmp_path, registry)
+    for variant in ("softmax", "linear"):
+        mine = [r for r in runs if r["variant"] == variant]
+        rungs: dict[int, dict[float, float]] = {}
+        for r in mine:
+            if r["coords"]["stage"] == "tune":
+                assert r["seed"] == 0 and r["config"]["train"]["budget"]["steps"] == 2 * 2 ** r["coords"]["rung"]
+                rungs.setdefault(r["coords"]["rung"], {})[r["coords"]["lr"]] = r["summary"]["val_loss"]
+        # 4 points at 2 steps -> best 2 at 4 steps -> best 1 (8 < 16 steps would be a rung of one: final)
+        assert [len(rungs[k]) for k in sorted(rungs)] == [4, 2]
+        best0 = sorted(rungs[0], key=rungs[0].get)[:2]
+        assert sorted(rungs[1]) == sorted(best0)
+        final = [r for r in mine if r["coords"]["stage"] == "final"]
+        assert sorted(r["seed"] for r in final) == [0, 1]
+        assert {r["coords"]["lr"] for r in final} == {min(rungs[1], key=rungs[1].get)}
+        assert all(r["config"]["train"]["budget"]["steps"] == 16 and "rung" not in r["coords"] for r in final)
+
+
+def test_a_tuned_experiment_cannot_feed_lm_eval(tmp_path, registry):
+    body = HALVING_SUITE + """
+      - name: ev
+        kind: lm_eval
+        variants: [softmax, linear]
+        lm_eval: {tasks: [x], from_experiment: text}
+"""
+    _write_splits(tmp_path, "x" * 2000)
+    res = run_cli("validate", str(write_suite(tmp_path / "suite.yaml", body)))
+    assert res.returncode != 0 and "tunes by successive halving (protocol.tuning)" in res.stderr
+
+
+@pytest.mark.parametrize("tuning, message", [
+    ("{budget: {tokens: 100}}", "protocol.tuning.budget is in tokens and train.budget in steps"),
+    ("{budget: {steps: 16}}", "must be smaller than train.budget"),
+])
+def test_tuning_budget_errors_name_the_fix(tmp_path, tuning, message):
+    body = HALVING_SUITE.replace("tuning: {seeds: [0], budget: {steps: 2}, eta: 2}", f"tuning: {tuning}")
+    _write_splits(tmp_path, "x" * 2000)
+    with pytest.raises(SuiteError, match=message):
+        load_suite(write_suite(tmp_path / "suite.yaml", body))

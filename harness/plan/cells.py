@@ -142,22 +142,36 @@ def expand(
                         raise suite_error_at(suite, ("experiments", ei, "models", mi, "context"),
                                              f"context {model.context} is shorter than the {exp.kind} "
                                              f"experiment needs ({exp.context(spec)})")
-                    for seed in exp.seeds:
+                    tuning = protocol.tuning if protocol is not None else None
+                    if tuning is not None:  # successive halving: rung 0 now, the rest as results come in
+                        spec = type(spec).model_validate({**spec.model_dump(), "budget": tuning.budget})
+                    for seed in (tuning.seeds if tuning is not None else exp.seeds):
                         coords = {"variant": name, "model": mi, "d_model": model.d_model,
-                                  "n_layer": model.n_layer, "seed": seed, **point}
+                                  "n_layer": model.n_layer, "seed": seed, **point,
+                                  **({"stage": "tune", "rung": 0} if tuning is not None else {})}
                         cell = Cell(suite.name, exp.name, exp.kind, name, model, data, spec, seed, coords,
                                     protocol=protocol.model_dump() if protocol else None)
                         if corpus_hash and kind_code:
                             inputs = {
                                 "suite": suite.name, "experiment": exp.name, "kind": exp.kind,
-                                "config": cell.config_dict(), "corpus_sha256": data_hash,
+                                "config": {}, "corpus_sha256": data_hash,
                                 "variant": variant_identity(variant), "harness": kind_code(exp.kind),
                                 "device": device,
                                 "versions": {k: library_versions()[k] for k in ("torch", "python")},
                             }
-                            cell = Cell(**{**cell.__dict__, "key": content_key(inputs), "key_inputs": inputs})
+                            cell = rekey(Cell(**{**cell.__dict__, "key_inputs": inputs}))
                         cells.append(cell)
     return cells
+
+
+def rekey(cell: Cell, **changes: Any) -> Cell:
+    """``cell`` with ``changes`` (spec, seed, coords) applied and its key computed again from
+    its config; a cell planned without keys (``validate``) stays unkeyed."""
+    cell = Cell(**{**cell.__dict__, **changes})
+    if not cell.key_inputs:
+        return cell
+    inputs = {**cell.key_inputs, "config": cell.config_dict()}
+    return Cell(**{**cell.__dict__, "key": content_key(inputs), "key_inputs": inputs})
 
 
 # What "the same model" means when a cell reads the checkpoints of another experiment's cells.

@@ -19,6 +19,7 @@ import torch
 from attnbench import distributed
 from attnbench.experiments.registry import expand_suite
 from attnbench.plan.cells import Cell
+from attnbench.plan.halving import next_cells, planned_total
 from attnbench.data.loading import load_corpus
 from attnbench.errors import DistributedError
 from attnbench.run.executors import Executor, Finished, InProcessExecutor, Task
@@ -123,9 +124,10 @@ class _SuiteRun:
     def __init__(self, suite: Suite, store: Store | None, registry: Registry, dev: torch.device,
                  cells: list[Cell], out: TextIO, executor: Executor, trackers: list[Tracker] = (),
                  retry_failed: bool | None = None) -> None:
-        self.suite, self.store, self.registry, self.dev, self.cells = suite, store, registry, dev, cells
+        self.suite, self.store, self.registry, self.dev, self.cells = suite, store, registry, dev, list(cells)
         self.out, self.executor, self.main = out, executor, distributed.is_main()
         self.report = RunReport(cells=len(cells))
+        self.total = planned_total(suite, cells)  # every rung of a tuned protocol included
         self.progress = ProgressLine(out if self.main else io.StringIO())
         self.checkpoint_dir = distributed.from_main(store.path.parent / "checkpoints" if self.main else None)
         # A Ray worker sees the GPU Ray gave it as cuda:0.
@@ -181,7 +183,7 @@ class _SuiteRun:
             return
         job = self.jobs[cell.key] = CellJob(
             cell, variant, self.registry, self.job_device, self.checkpoint_dir,
-            {"key": verdict.key, "failed": verdict.failed}, (i, len(self.cells)), self.context)
+            {"key": verdict.key, "failed": verdict.failed}, (i, self.total), self.context)
         kind = get_kind(cell.kind)
         live = self.live[cell.key] = LiveCell.for_cell(self.trackers, cell)  # used when it runs here
         task = Task(cell.key, run_cell, (job,), {"store": self.store, "progress": self.progress, "out": self.out,
@@ -193,6 +195,18 @@ class _SuiteRun:
                 self.record(done)
         for done in self.executor.submit(task):
             self.record(done)
+
+    def next_wave(self) -> list[Cell]:
+        """Store what is in flight, then plan the cells the stored outcomes make runnable."""
+        if not any(c.coords.get("stage") for c in self.cells):
+            return []
+        for done in self.executor.drain():
+            self.record(done)
+        wave = distributed.from_main(next_cells(self.suite, self.cells, self.store.outcome) if self.main else None)
+        self.cells += wave
+        self.report.cells = len(self.cells)
+        self.total = max(self.total, len(self.cells))
+        return wave
 
     def finish(self) -> RunReport:
         for done in self.executor.drain():
@@ -223,6 +237,10 @@ def run_suite(
     cells = _plan(suite, registry, dev, only_variants)
     run = _SuiteRun(suite, store, registry, dev, cells, out, executor or InProcessExecutor(), trackers,
                     retry_failed)
-    for i, cell in enumerate(cells, 1):
-        run.submit(i, cell)
+    wave, done = cells, 0
+    while wave:  # a tuned protocol's later rungs exist once the rung before them is stored
+        for cell in wave:
+            done += 1
+            run.submit(done, cell)
+        wave = run.next_wave()
     return run.finish()

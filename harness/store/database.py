@@ -126,6 +126,11 @@ class Store:
         row = self._db.execute("SELECT status FROM runs WHERE cell_key = ?", (cell_key,)).fetchone()
         return row is not None and not (retry_failed and row["status"] in RETRYABLE)
 
+    def outcome(self, cell_key: str) -> tuple[str, dict[str, Any]] | None:
+        """A stored cell's status and summary; None when the key is not stored."""
+        row = self._db.execute("SELECT status, summary FROM runs WHERE cell_key = ?", (cell_key,)).fetchone()
+        return None if row is None else (row["status"], jsonsafe.loads(row["summary"]))
+
     def save_run(self, run: RunRecord) -> int | None:
         """Store a cell with its metrics and results atomically; None if already stored.
         A stored failed attempt is replaced, and kept in ``attempts``."""

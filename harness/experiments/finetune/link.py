@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata as md
 
+from attnbench.plan.halving import tuned_source_error
 from attnbench.plan.cells import Cell, trained_cells_for
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.store.provenance import content_key
@@ -26,6 +27,8 @@ def peft_version() -> str:
 
 
 def _source_error(suite: Suite, src: str) -> str | None:
+    if (why := tuned_source_error(suite, src)) is not None:
+        return why
     exps = {e.name: e for e in suite.experiments}
     if src not in exps:
         return f"no experiment named {src!r} in this suite; experiments: {sorted(exps)}"

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from attnbench.plan.halving import tuned_source_error
 from attnbench.plan.cells import Cell, trained_cells_for
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext, trained_run
 from attnbench.store.provenance import content_key
@@ -66,6 +67,8 @@ def _inputs_hash(folders: list[str] | None, paths: dict[str, str]) -> str:
 
 
 def _source_error(suite: Suite, ei: int, src: str) -> str | None:
+    if (why := tuned_source_error(suite, src)) is not None:
+        return why
     exps = {e.name: e for e in suite.experiments}
     if src not in exps:
         return f"no experiment named {src!r} in this suite; experiments: {sorted(exps)}"

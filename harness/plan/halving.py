@@ -1,0 +1,123 @@
+"""Successive halving for a tuned protocol (``protocol.tuning``): which cells come next, given
+the stored outcomes of the cells so far. Rung 0 is planned with the suite (plan/cells.py);
+each later rung keeps the best 1/eta of the points at eta x the budget, and the survivor
+runs at the experiment's budget on every seed (the "final" stage the report reads).
+
+The choice reads validation loss only. It is a pure function of stored outcomes, so a
+resumed run, another driver or a torchrun rank plans exactly the same cells."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Callable
+
+from attnbench.plan.base import Budget
+from attnbench.plan.cells import Cell, rekey
+from attnbench.plan.suite import Suite
+
+# key -> (status, summary) of a stored cell, or None while it is not stored
+Lookup = Callable[[str], "tuple[str, dict[str, Any]] | None"]
+
+
+def _val_loss(outcome: tuple[str, dict[str, Any]] | None) -> float:
+    """A finished cell's validation loss; failed or diverged points rank last."""
+    if outcome is None or outcome[0] != "done":
+        return math.inf
+    v = outcome[1].get("val_loss")
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.inf
+
+
+def _scaled(budget: Budget, factor: int) -> Budget:
+    kind = budget.kind()
+    value = getattr(budget, kind) * factor
+    return Budget(**{kind: int(value) if kind in ("steps", "tokens") else value})
+
+
+def _group_key(cell: Cell) -> tuple[str, str, int, str]:
+    return cell.experiment, cell.variant, int(cell.coords.get("model", 0)), repr(cell.model.options)
+
+
+def _point(cell: Cell) -> tuple[tuple[str, Any], ...]:
+    skip = {"variant", "model", "d_model", "n_layer", "seed", "stage", "rung"}
+    return tuple(sorted((k, v) for k, v in cell.coords.items() if k not in skip))
+
+
+def _advance_group(cells: list[Cell], full: Budget, seeds: list[int], eta: int,
+                   lookup: Lookup) -> list[Cell]:
+    """The next cells of one (experiment, variant, model, options), or [] when its current
+    rung is not finished yet or its final runs are already planned."""
+    if any(c.coords.get("stage") == "final" for c in cells):
+        return []
+    rung = max(int(c.coords["rung"]) for c in cells)
+    current = [c for c in cells if int(c.coords["rung"]) == rung]
+    outcomes = {c.key: lookup(c.key) for c in current}
+    if any(o is None for o in outcomes.values()):
+        return []  # still running (or refused): wait
+    by_point: dict[tuple, list[Cell]] = {}
+    for c in current:
+        by_point.setdefault(_point(c), []).append(c)
+    ranked = sorted(by_point, key=lambda p: statistics.fmean(_val_loss(outcomes[c.key]) for c in by_point[p]))
+    keep = max(1, math.ceil(len(ranked) / eta))
+    budget = _scaled(current[0].spec.budget, eta)
+    kind = full.kind()
+    if keep > 1 and getattr(budget, kind) < getattr(full, kind):
+        return [rekey(c, spec=c.spec.model_copy(update={"budget": budget}),
+                      coords={**c.coords, "rung": rung + 1})
+                for p in ranked[:keep] for c in by_point[p]]
+    template = by_point[ranked[0]][0]
+    spec = template.spec.model_copy(update={"budget": full})
+    coords = {k: v for k, v in template.coords.items() if k != "rung"}
+    return [rekey(template, spec=spec, seed=s, coords={**coords, "seed": s, "stage": "final"}) for s in seeds]
+
+
+def next_cells(suite: Suite, cells: list[Cell], lookup: Lookup) -> list[Cell]:
+    """The cells that become runnable now that ``lookup`` knows the outcomes of ``cells``:
+    the next rung of each tuned group whose current rung is stored, or its final runs."""
+    out: list[Cell] = []
+    experiments = {e.name: e for e in suite.experiments}
+    groups: dict[tuple, list[Cell]] = {}
+    for c in cells:
+        if c.coords.get("stage") in ("tune", "final"):
+            groups.setdefault(_group_key(c), []).append(c)
+    for (exp_name, *_), group in groups.items():
+        exp = experiments[exp_name]
+        tuning = exp.protocol.tuning
+        out += _advance_group(group, exp.train.budget, exp.seeds, tuning.eta, lookup)
+    return out
+
+
+def tuned_source_error(suite: Suite, src: str) -> str | None:
+    """Why experiment ``src`` cannot feed an lm_eval or finetune experiment: its reported
+    cells are planned only as its tuning finishes, after the suite is linked."""
+    exp = next((e for e in suite.experiments if e.name == src), None)
+    if exp is not None and getattr(getattr(exp, "protocol", None), "tuning", None) is not None:
+        return (f"experiment {src!r} tunes by successive halving (protocol.tuning), so its trained cells are "
+                "not known before it runs; evaluate a train experiment without protocol.tuning")
+    return None
+
+
+def planned_total(suite: Suite, cells: list[Cell]) -> int:
+    """How many cells the suite will run in all once every rung is decided (for progress)."""
+    total = 0
+    experiments = {e.name: e for e in suite.experiments}
+    groups: dict[tuple, list[Cell]] = {}
+    for c in cells:
+        if c.coords.get("stage") == "tune" and c.coords.get("rung") == 0:
+            groups.setdefault(_group_key(c), []).append(c)
+        elif c.coords.get("stage") is None:
+            total += 1
+    for (exp_name, *_), group in groups.items():
+        exp = experiments[exp_name]
+        t = exp.protocol.tuning
+        kind = exp.train.budget.kind()
+        points, budget = len({_point(c) for c in group}), getattr(t.budget, kind)
+        total += points * len(t.seeds)
+        while True:
+            keep, budget = max(1, math.ceil(points / t.eta)), budget * t.eta
+            if keep == 1 or budget >= getattr(exp.train.budget, kind):
+                break
+            points = keep
+            total += points * len(t.seeds)
+        total += len(exp.seeds)
+    return total
