@@ -41,6 +41,15 @@ def require_fla(name: str, x: torch.Tensor) -> None:
         raise RuntimeError(f"{name} kernel 'fla' cannot run: {reason}; use kernel: chunked")
 
 
+def full_precision_linear(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """linear(x) in fp32 (float64 when given float64) even under autocast: for the small gate
+    projections, whose rounding a decay exponentiates."""
+    dt = compute_dtype(x)
+    with torch.autocast(x.device.type, enabled=False):
+        bias = None if linear.bias is None else linear.bias.to(dt)
+        return F.linear(x.to(dt), linear.weight.to(dt), bias)  # (..., out) fp32 or fp64
+
+
 class HeadRMSNorm(nn.Module):
     """RMS norm over each head's channels (fp32 inside), one learned gain per channel."""
 

@@ -20,7 +20,7 @@ from torch import nn
 from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
 
 from attnbench.plugins.recurrent.common import (HeadRMSNorm, ShortConv, check_kernel, check_positive_int,
-                                                compute_dtype, require_fla, state_dtype)
+                                                compute_dtype, full_precision_linear, require_fla, state_dtype)
 from attnbench.plugins.recurrent.delta_kernel import delta_flops_per_token, delta_rule
 from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_delta_rule
 
@@ -87,7 +87,7 @@ class DeltaNet(nn.Module):
         q, k, v = split_heads(qkv, self.n_head)  # 3 x (B, H, T, h)
         dt = compute_dtype(q)
         q, k = F.normalize(q.to(dt), dim=-1), F.normalize(k.to(dt), dim=-1)  # (B, H, T, h) unit norm, fp32
-        beta = torch.sigmoid(self.b_proj(x).to(dt)).transpose(1, 2)  # (B, H, T) in (0, 1)
+        beta = torch.sigmoid(full_precision_linear(self.b_proj, x)).transpose(1, 2)  # (B, H, T) in (0, 1), fp32
         return q, k, v, beta, self.log_decay(x), conv
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

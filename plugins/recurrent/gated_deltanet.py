@@ -18,7 +18,7 @@ from torch import nn
 
 from attnbench import ModelConfig, Variant, hookimpl, merge_heads
 
-from attnbench.plugins.recurrent.common import compute_dtype
+from attnbench.plugins.recurrent.common import full_precision_linear
 from attnbench.plugins.recurrent.deltanet import DeltaNet, DeltaOptions
 from attnbench.plugins.recurrent import deltanet
 
@@ -36,10 +36,9 @@ class GatedDeltaNet(DeltaNet):
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # (H,) softplus(dt_bias) = dt
 
     def log_decay(self, x: torch.Tensor) -> torch.Tensor:
-        a = self.a_proj(x)  # (B, T, H)
-        dt = compute_dtype(a)
-        rate = F.softplus(a.to(dt) + self.dt_bias.to(dt))  # (B, T, H) > 0, fp32
-        return (-torch.exp(self.A_log.to(dt)) * rate).transpose(1, 2)  # (B, H, T) log a_t < 0
+        a = full_precision_linear(self.a_proj, x)  # (B, T, H) fp32 even under autocast
+        rate = F.softplus(a + self.dt_bias.to(a.dtype))  # (B, T, H) > 0
+        return (-torch.exp(self.A_log.to(a.dtype)) * rate).transpose(1, 2)  # (B, H, T) log a_t < 0
 
     def _out(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
         return self.c_proj(merge_heads(self.norm(o)) * F.silu(self.g_proj(x)))  # (B, T, D)

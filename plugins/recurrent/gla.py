@@ -5,7 +5,7 @@ Hardware-Efficient Training", eq. 3-4 and section 4.4), per head:
     alpha_t = sigmoid(x_t W_a1 W_a2 + b_a)^(1/tau)      (low-rank gate: rank 16, tau 16)
     y = W_o (swish(x W_r) * norm_head(o))
 
-d_k = expand_k * d (the paper's d / 2); log alpha = logsigmoid(.) / tau in fp32. The paper's
+d_k = expand_k * d (the paper's d / 2); the gate runs in fp32 even under autocast. The paper's
 LayerNorm per head is an RMS norm (as in fla). Training runs the chunked kernel with a
 decay per key channel (``gla_kernel``); decoding carries S (B, H, d_k / H, d / H).
 """
@@ -20,7 +20,7 @@ from torch import nn
 
 from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads
 
-from attnbench.plugins.recurrent.common import HeadRMSNorm, check_kernel, check_positive_int, compute_dtype, require_fla
+from attnbench.plugins.recurrent.common import HeadRMSNorm, check_kernel, check_positive_int, full_precision_linear, require_fla
 from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_gla
 from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention, gla_flops_per_token, gla_init_state, pair_decay
 
@@ -90,8 +90,8 @@ class GatedLinearAttention(nn.Module):
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         H = self.n_head
         q, k, v = _split(self.q_proj(x), H), _split(self.k_proj(x), H), _split(self.v_proj(x), H)  # (B, H, T, .)
-        logits = self.gate_up(self.gate_down(x))  # (B, T, H d_k) low-rank gate
-        g = F.logsigmoid(logits.to(compute_dtype(logits))) / self.temperature  # (B, T, H d_k) log alpha <= 0, fp32
+        logits = full_precision_linear(self.gate_up, full_precision_linear(self.gate_down, x))  # (B, T, H d_k) fp32
+        g = F.logsigmoid(logits) / self.temperature  # (B, T, H d_k) log alpha <= 0
         return q, k, v, _split(g, H)  # (B, H, T, d_k) x 2, (B, H, T, d_v), (B, H, T, d_k)
 
     def _out(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
