@@ -1,0 +1,87 @@
+"""Pieces the recurrent mixers share: the compute dtype, a per-head RMS norm, a causal
+short convolution with its decode cache, option checks, and the fla kernel guard."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnbench.plugins.kernels.fla_linear import fla_unavailable
+
+KERNELS = ("chunked", "fla")
+
+
+def compute_dtype(*xs: torch.Tensor) -> torch.dtype:
+    """float64 when any input is float64 (reference runs, the gate), else fp32."""
+    return torch.float64 if any(x.dtype == torch.float64 for x in xs) else torch.float32
+
+
+def state_dtype(dtype: torch.dtype | None) -> torch.dtype:
+    """Recurrent states are running sums: fp32 unless float64 is asked."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def check_positive_int(name: str, value: object, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def check_kernel(value: object) -> None:
+    if value not in KERNELS:
+        raise ValueError(f"kernel must be one of {list(KERNELS)}, got {value!r}")
+
+
+def require_fla(name: str, x: torch.Tensor) -> None:
+    """Raise (never fall back) when the fla kernel cannot run on x."""
+    reason = fla_unavailable(x.device)
+    if reason is None and x.dtype == torch.float64:
+        reason = "the fla kernels have no float64 path"
+    if reason:
+        raise RuntimeError(f"{name} kernel 'fla' cannot run: {reason}; use kernel: chunked")
+
+
+def full_precision_linear(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """linear(x) in fp32 (float64 when given float64) even under autocast: for the small gate
+    projections, whose rounding a decay exponentiates."""
+    dt = compute_dtype(x)
+    with torch.autocast(x.device.type, enabled=False):
+        bias = None if linear.bias is None else linear.bias.to(dt)
+        return F.linear(x.to(dt), linear.weight.to(dt), bias)  # (..., out) fp32 or fp64
+
+
+class HeadRMSNorm(nn.Module):
+    """RMS norm over each head's channels (fp32 inside), one learned gain per channel."""
+
+    def __init__(self, head_dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(head_dim))
+
+    def forward(self, o: torch.Tensor) -> torch.Tensor:
+        dt = compute_dtype(o)
+        x = o.to(dt)  # (B, H, T, h)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)  # (B, H, T, h) unit RMS per head
+        return (x * self.weight.to(dt)).to(o.dtype)  # (B, H, T, h)
+
+
+class ShortConv(nn.Module):
+    """Causal depthwise convolution over time (width K) then SiLU, as DeltaNet and Mamba2 put
+    before the recurrence. Decoding carries the last K - 1 inputs (B, K - 1, C)."""
+
+    def __init__(self, channels: int, width: int) -> None:
+        super().__init__()
+        self.width = width
+        self.conv = nn.Conv1d(channels, channels, width, groups=channels, bias=False)
+
+    def init_cache(self, batch: int, device=None, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.zeros(batch, self.width - 1, self.conv.in_channels, device=device, dtype=state_dtype(dtype))
+
+    def forward(self, x: torch.Tensor, cache: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, T, C), cache (B, K-1, C) the inputs before x (zeros at the start)."""
+        if cache is None:
+            cache = self.init_cache(x.shape[0], x.device, x.dtype)
+        xx = torch.cat([cache.to(x.dtype), x], dim=1)  # (B, K-1+T, C)
+        y = F.conv1d(xx.transpose(1, 2), self.conv.weight.to(x.dtype), groups=self.conv.in_channels)  # (B, C, T)
+        new_cache = xx[:, xx.shape[1] - (self.width - 1):].to(cache.dtype, copy=True)  # (B, K-1, C) its own storage
+        return F.silu(y.transpose(1, 2)), new_cache  # (B, T, C), (B, K-1, C)

@@ -1,0 +1,78 @@
+"""Chunked delta rule in the WY form (Yang et al. 2024, "Parallelizing Linear Transformers
+with the Delta Rule over Sequence Length"), with the optional scalar decay of Gated DeltaNet
+(Yang, Kautz & Hatamizadeh 2025). Per head, S (d_k, d_v), k_t unit-norm, beta_t in (0, 1):
+
+    S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,   o_t = scale * S_t^T q_t
+
+(a_t = exp(g_t), g_t <= 0; DeltaNet is g = 0). Written S_t = a_t S_{t-1} + k_t u_t^T with
+u_t = beta_t (v_t - a_t S_{t-1}^T k_t). Inside a chunk, with G the cumulative log decay,
+gamma_i = exp(G_i) and D_ij = exp(G_i - G_j) (j <= i, exponents <= 0):
+
+    (I + tril_{-1}(diag(beta) (D * K K^T))) [U~, W] = diag(beta) [V, diag(gamma) K]   (WY, one solve)
+    U = U~ - W S_n
+    O = scale * ((Q * gamma) S_n + tril(D * Q K^T) U)
+    S_{n+1} = gamma_c S_n + (K * exp(G_c - G))^T U
+
+The unit lower-triangular solve replaces the token loop; only the state S_n loops over
+chunks. fp32 with autocast off (float64 when given float64); the caller's state is untouched.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from attnbench.plugins.recurrent.common import compute_dtype, state_dtype
+
+
+def _chunks(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(B, H, T, ...) -> (B, H, N, c, ...), the tail padded with zeros (k = v = beta = g = 0:
+    the padded steps leave the state as it was)."""
+    B, H, T = x.shape[:3]
+    N = -(-T // c)
+    pad = [0, 0] * (x.dim() - 3) + [0, N * c - T]
+    return F.pad(x, pad).reshape(B, H, N, c, *x.shape[3:])
+
+
+def delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor | None,
+               state: torch.Tensor, chunk: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """q, k (B, H, T, d_k) (k unit-norm), v (B, H, T, d_v), beta (B, H, T) in (0, 1), g (B, H, T)
+    log decays <= 0 or None (no decay), state (B, H, d_k, d_v). Returns o (B, H, T, d_v) in
+    v's dtype and the state after T."""
+    out_dtype, T = v.dtype, v.shape[2]
+    dt = compute_dtype(q, k, v, beta)
+    with torch.autocast(v.device.type, enabled=False):  # fp32 (fp64): the solve and the running state
+        c = min(chunk, T)
+        qc, kc, vc = (_chunks(t.to(dt), c) for t in (q, k, v))  # (B, H, N, c, d)
+        bc = _chunks(beta.to(dt), c)[..., None]  # (B, H, N, c, 1)
+        G = (torch.zeros_like(bc[..., 0]) if g is None else _chunks(g.to(dt), c)).cumsum(dim=3)  # (B, H, N, c)
+        causal = torch.ones(c, c, dtype=torch.bool, device=v.device).tril()  # (c, c) j <= i
+        D = torch.exp((G[..., :, None] - G[..., None, :]).masked_fill(~causal, float("-inf")))  # (B, H, N, c, c)
+        gamma = torch.exp(G)[..., None]  # (B, H, N, c, 1) decay since the chunk start, <= 1
+        strict = (bc * D * (kc @ kc.transpose(-1, -2))).tril(-1)  # (B, H, N, c, c) beta_i D_ij k_i.k_j, j < i
+        eye = torch.eye(c, dtype=dt, device=v.device)  # (c, c)
+        rhs = bc * torch.cat([vc, gamma * kc], dim=-1)  # (B, H, N, c, d_v + d_k)
+        uw = torch.linalg.solve_triangular(eye + strict, rhs, upper=False, unitriangular=True)  # (B, H, N, c, d_v+d_k)
+        d_v = vc.shape[-1]
+        u_tilde, w = uw[..., :d_v], uw[..., d_v:]  # (B, H, N, c, d_v), (B, H, N, c, d_k)
+        k_end = kc * torch.exp(G[..., -1:] - G)[..., None]  # (B, H, N, c, d_k) decayed to the chunk end
+        through = torch.exp(G[..., -1])[..., None, None]  # (B, H, N, 1, 1)
+        s, before, us = state.to(dt), [], []
+        for n in range(qc.shape[2]):
+            u = u_tilde[:, :, n] - w[:, :, n] @ s  # (B, H, c, d_v) the delta-rule updates U
+            before.append(s)
+            us.append(u)
+            s = through[:, :, n] * s + k_end[:, :, n].transpose(-1, -2) @ u  # (B, H, d_k, d_v)
+        carried = torch.stack(before, dim=2)  # (B, H, N, d_k, d_v)
+        U = torch.stack(us, dim=2)  # (B, H, N, c, d_v)
+        scores = (D * (qc @ kc.transpose(-1, -2)))  # (B, H, N, c, c) zero above the diagonal
+        o = scale * ((qc * gamma) @ carried + scores @ U)  # (B, H, N, c, d_v)
+        o = o.flatten(2, 3)[:, :, :T]  # (B, H, T, d_v)
+    return o.to(out_dtype), s.to(state_dtype(state.dtype))
+
+
+def delta_flops_per_token(n_head: int, d_k: int, d_v: int, chunk: int, T: int) -> float:
+    """Kernel FLOPs per token: K K^T and Q K^T 2 * 2 c d_k, the triangular solve c (d_v + d_k),
+    scores @ U 2 c d_v, W S, Q S and K^T U 3 * 2 d_k d_v."""
+    c = min(chunk, max(T, 1))
+    return n_head * (4.0 * c * d_k + c * (d_v + d_k) + 2.0 * c * d_v + 6.0 * d_k * d_v)

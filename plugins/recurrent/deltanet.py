@@ -1,0 +1,133 @@
+"""DeltaNet (Schlag et al. 2021; Yang et al. 2024, "Parallelizing Linear Transformers with
+the Delta Rule over Sequence Length", section 3 and the architecture of section 4), per head:
+
+    S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,   o_t = S_t^T q_t / sqrt(h)
+    [q, k, v] = SiLU(ShortConv([x W_q, x W_k, x W_v])),  q, k L2-normalised,  beta_t = sigmoid(x_t W_b)
+    y = W_o norm_head(o)
+
+Training runs the WY-form chunked kernel (``delta_kernel``); decoding carries S and the
+short convolution's last K - 1 inputs. ``gated_deltanet`` builds on this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
+
+from attnbench.plugins.recurrent.common import (HeadRMSNorm, ShortConv, check_kernel, check_positive_int,
+                                                compute_dtype, full_precision_linear, require_fla, state_dtype)
+from attnbench.plugins.recurrent.delta_kernel import delta_flops_per_token, delta_rule
+from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_delta_rule
+
+
+@dataclass(frozen=True)
+class DeltaOptions:
+    """chunk_size: positions per chunk of the WY form. conv_size: width of the short causal
+    convolution on q, k, v (0: none, SiLU only). kernel: chunked (ours) or fla (CUDA only;
+    decoding stays on ours)."""
+
+    chunk_size: int = 64
+    conv_size: int = 4
+    kernel: str = "chunked"
+
+    def __post_init__(self) -> None:
+        check_positive_int("chunk_size", self.chunk_size)
+        check_positive_int("conv_size", self.conv_size, minimum=0)
+        check_kernel(self.kernel)
+
+
+@dataclass(frozen=True)
+class DeltaState:
+    """Decode state: the delta-rule memory and the short convolution's recent inputs."""
+
+    s: torch.Tensor  # (B, H, h, h) fp32 (float64 when asked)
+    conv: torch.Tensor | None  # (B, K - 1, 3 D) the last K - 1 projected [q, k, v]; None without a conv
+
+
+def _options(config: ModelConfig) -> DeltaOptions:
+    return config.options if isinstance(config.options, DeltaOptions) else DeltaOptions()
+
+
+class DeltaNet(nn.Module):
+    name = "deltanet"
+
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        opts = _options(config)
+        D = config.d_model
+        self.n_head, self.head_dim, self.chunk_size, self.kernel = config.n_head, config.head_dim, opts.chunk_size, opts.kernel
+        self.c_attn = nn.Linear(D, 3 * D, bias=config.bias)
+        self.conv = ShortConv(3 * D, opts.conv_size) if opts.conv_size else None
+        self.b_proj = nn.Linear(D, config.n_head, bias=config.bias)
+        self.norm = HeadRMSNorm(self.head_dim)
+        self.c_proj = mark_residual(nn.Linear(D, D, bias=config.bias))
+
+    def extra_repr(self) -> str:
+        return f"n_head={self.n_head}, chunk_size={self.chunk_size}, kernel={self.kernel}"
+
+    def describe_path(self) -> dict[str, object]:
+        parallel = FLA_OPS[self.name] if self.kernel == "fla" else "recurrent.delta_kernel.delta_rule"
+        return {"kernel": parallel, "decode_kernel": "recurrent.delta_kernel.delta_rule", "chunk_size": self.chunk_size}
+
+    def log_decay(self, x: torch.Tensor) -> torch.Tensor | None:
+        """log a_t per head (B, H, T); DeltaNet has none."""
+        return None
+
+    def _out(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(merge_heads(self.norm(o)))  # (B, T, D)
+
+    def _heads(self, x: torch.Tensor, conv: torch.Tensor | None):
+        qkv = self.c_attn(x)  # (B, T, 3D)
+        qkv, conv = self.conv(qkv, conv) if self.conv is not None else (F.silu(qkv), None)  # (B, T, 3D)
+        q, k, v = split_heads(qkv, self.n_head)  # 3 x (B, H, T, h)
+        dt = compute_dtype(q)
+        q, k = F.normalize(q.to(dt), dim=-1), F.normalize(k.to(dt), dim=-1)  # (B, H, T, h) unit norm, fp32
+        beta = torch.sigmoid(full_precision_linear(self.b_proj, x)).transpose(1, 2)  # (B, H, T) in (0, 1), fp32
+        return q, k, v, beta, self.log_decay(x), conv
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v, beta, g, _ = self._heads(x, None)
+        scale = self.head_dim ** -0.5
+        if self.kernel == "fla":
+            require_fla(self.name, x)
+            return self._out(x, fla_delta_rule(q, k, v, beta, g, scale))  # (B, T, D)
+        s0 = torch.zeros(x.shape[0], self.n_head, self.head_dim, self.head_dim, device=x.device, dtype=state_dtype(x.dtype))
+        o, _ = delta_rule(q, k, v, beta, g, s0, self.chunk_size, scale)  # (B, H, T, h)
+        return self._out(x, o)
+
+    def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> DeltaState:
+        """Zero memory and zero convolution inputs; fp32 unless float64 is asked."""
+        h = self.head_dim
+        s = torch.zeros(batch_size, self.n_head, h, h, device=device, dtype=state_dtype(dtype))  # (B, H, h, h)
+        conv = self.conv.init_cache(batch_size, device, dtype) if self.conv is not None else None
+        return DeltaState(s, conv)
+
+    def step(self, x: torch.Tensor, state: DeltaState) -> tuple[torch.Tensor, DeltaState]:
+        q, k, v, beta, g, conv = self._heads(x, state.conv)
+        o, s = delta_rule(q, k, v, beta, g, state.s, self.chunk_size, self.head_dim ** -0.5)  # (B, H, t, h)
+        return self._out(x, o), DeltaState(s, conv)
+
+
+def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
+    """S per head plus the last K - 1 projected [q, k, v] of the short convolution."""
+    conv = _options(config).conv_size
+    return config.n_head * config.head_dim ** 2 + max(conv - 1, 0) * 3 * config.d_model
+
+
+def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
+    """q, k, v, output projections 8 d^2, beta 2 d H, short convolution 2 K 3d, plus the kernel."""
+    opts, D, h = _options(config), config.d_model, config.head_dim
+    return (8.0 * D * D + 2.0 * D * config.n_head + 6.0 * opts.conv_size * D
+            + delta_flops_per_token(config.n_head, h, h, opts.chunk_size, T))
+
+
+@hookimpl
+def attnbench_register_variants(register) -> None:
+    register(Variant(name="deltanet", build_mixer=DeltaNet, options=DeltaOptions, decode="recurrent",
+                     description="DeltaNet (delta rule; Yang et al. 2024): chunked in the WY form, short convolution, recurrent decoding",
+                     state_size=state_size, flops_per_token=flops_per_token, version="1"))

@@ -1,0 +1,76 @@
+"""Chunked gated linear attention: the kernel of retention (a fixed decay per head) and GLA
+(a data-dependent decay per key channel). Per head, with S_0 the carried state:
+
+    S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T,    o_t = scale * S_t^T q_t      (g_t <= 0)
+
+Chunks of c positions: G = the cumulative sum of g inside a chunk; intra-chunk weights
+A_ij = scale * sum_d q_id k_jd exp(G_id - G_jd) for j <= i, built from pairwise exponents
+that are <= 0 (no exp(+G) factor can overflow, whatever the decay); across chunks the state,
+S_{n+1} = diag(exp(G_c)) S_n + (K * exp(G_c - G))^T V, carried by a loop over chunks.
+A decay per head (g of last size 1) needs (c, c) exponents, per channel (c, c, d_k).
+Computes in fp32 with autocast off (float64 when given float64); the caller's state is
+never modified.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from attnbench.plugins.recurrent.common import compute_dtype, state_dtype
+
+
+def gla_init_state(batch: int, n_head: int, d_k: int, d_v: int, device=None,
+                   dtype: torch.dtype | None = None) -> torch.Tensor:
+    return torch.zeros(batch, n_head, d_k, d_v, device=device, dtype=state_dtype(dtype))  # (B, H, d_k, d_v)
+
+
+def _chunks(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(B, H, T, e) -> (B, H, N, c, e), the tail padded with zeros (k = 0, g = 0: no effect)."""
+    B, H, T, e = x.shape
+    N = -(-T // c)
+    return F.pad(x, (0, 0, 0, N * c - T)).reshape(B, H, N, c, e)
+
+
+def pair_decay(G: torch.Tensor) -> torch.Tensor:
+    """exp(G_i - G_j) for j <= i, else 0: (..., c, e) -> (..., c, c, e); exponents <= 0."""
+    c = G.shape[-2]
+    diff = G[..., :, None, :] - G[..., None, :, :]  # (..., c, c, e) G_i - G_j
+    future = torch.ones(c, c, dtype=torch.bool, device=G.device).triu(1)[:, :, None]  # (c, c, 1) j > i
+    return torch.exp(diff.masked_fill(future, float("-inf")))  # (..., c, c, e) 0 where j > i
+
+
+def gated_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                           state: torch.Tensor, chunk: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """q, k (B, H, T, d_k), v (B, H, T, d_v), g (B, H, T, d_k) or (B, H, T, 1) log decays <= 0,
+    state (B, H, d_k, d_v). Returns o (B, H, T, d_v) in v's dtype and the state after T."""
+    out_dtype, T = v.dtype, v.shape[2]
+    dt = compute_dtype(q, k, v, g)
+    with torch.autocast(v.device.type, enabled=False):  # fp32 (fp64): decays and running sums
+        c = min(chunk, T)
+        qc, kc, vc = (_chunks(t.to(dt), c) for t in (q, k, v))  # (B, H, N, c, d)
+        G = _chunks(g.to(dt), c).cumsum(dim=3)  # (B, H, N, c, e) log decay from the chunk start
+        decay = pair_decay(G)  # (B, H, N, c, c, e) exp(G_i - G_j), j <= i
+        if G.shape[-1] == 1:  # one decay per head: weight the scores
+            scores = (qc @ kc.transpose(-1, -2)) * decay[..., 0]  # (B, H, N, c, c)
+        else:  # one per key channel: inside the sum over d
+            scores = torch.einsum("bhnid,bhnjd,bhnijd->bhnij", qc, kc, decay)  # (B, H, N, c, c)
+        intra = scale * (scores @ vc)  # (B, H, N, c, d_v)
+        k_end = kc * torch.exp(G[:, :, :, -1:] - G)  # (B, H, N, c, d_k) decayed to the chunk end
+        chunk_kv = k_end.transpose(-1, -2) @ vc  # (B, H, N, d_k, d_v)
+        through = torch.exp(G[:, :, :, -1]).unsqueeze(-1)  # (B, H, N, e, 1) decay across a chunk
+        s, before = state.to(dt), []
+        for n in range(qc.shape[2]):  # S_{n+1} = diag(exp(G_c)) S_n + chunk_kv_n
+            before.append(s)
+            s = through[:, :, n] * s + chunk_kv[:, :, n]  # (B, H, d_k, d_v)
+        carried = torch.stack(before, dim=2)  # (B, H, N, d_k, d_v) the state entering each chunk
+        inter = scale * ((qc * torch.exp(G)) @ carried)  # (B, H, N, c, d_v) exp(G) <= 1
+        o = (intra + inter).flatten(2, 3)[:, :, :T]  # (B, H, T, d_v)
+    return o.to(out_dtype), s.to(state_dtype(state.dtype))
+
+
+def gla_flops_per_token(n_head: int, d_k: int, d_v: int, chunk: int, T: int, per_channel: bool) -> float:
+    """Kernel FLOPs per token: c x c scores 2 c d_k (+ c d_k decays per channel), scores @ V
+    2 c d_v, chunk summary and carried-state read 2 * 2 d_k d_v."""
+    c = min(chunk, max(T, 1))
+    return n_head * (2.0 * c * d_k + (c * d_k if per_channel else c) + 2.0 * c * d_v + 4.0 * d_k * d_v)
