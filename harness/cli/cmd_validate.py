@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from attnbench.experiments.registry import expand_suite
+from attnbench.plan.halving import planned_total
 from attnbench.plan.suite import load_suite
 from attnbench.cli.common import registry_with_warnings
 
@@ -22,5 +23,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite, args.overrides)
     cells = expand_suite(suite, registry_with_warnings())
-    print(f"{args.suite}: ok ({len(suite.experiments)} experiments, {len(cells)} cells)")
+    total = planned_total(suite, cells)
+    tuned = f"; {total} once successive halving has chosen" if total != len(cells) else ""
+    print(f"{args.suite}: ok ({len(suite.experiments)} experiments, {len(cells)} cells{tuned})")
     return 0
