@@ -151,7 +151,12 @@ HALVING_SUITE = """
         train: {budget: {steps: 16}, batch_size: 4, seq_len: 32, warmup_steps: 1, eval_interval: 4,
                 eval_tokens: 1024, log_interval: 4, checkpoint: false, checkpoint_interval: 0}
         grid: {lr: [1.0e-4, 1.0e-3, 3.0e-3, 3.0e-2]}
-        protocol: {baseline: softmax, margin: 0.05, tuning: {seeds: [0], budget: {steps: 2}, eta: 2}}
+        protocol:
+          baseline: softmax
+          margin: 0.05
+          tuning: {seeds: [0], budget: {steps: 2}, eta: 2}
+          expectations:
+            - {claim: linear trails softmax, source: a paper, variant: linear, outcome: worse}
 """
 
 
@@ -185,6 +190,19 @@ def test_successive_halving_keeps_the_best_points_on_validation_then_runs_the_su
         assert all(r["config"]["train"]["budget"]["steps"] == 16 and "rung" not in r["coords"] for r in final)
 
 
+def test_the_report_decides_each_row_on_the_final_runs_and_checks_the_stated_findings(tmp_path, registry):
+    _halving_runs(tmp_path, registry)
+    report = build_report(load_store(tmp_path / "s.sqlite", "halving"))
+    summary = next(t for s in report.sections for t in s.tables if t.slug == "summary").data
+    linear = summary[summary["variant"] == "linear"].iloc[0]
+    assert linear["decision"] in ("better", "worse", "equivalent", "undetermined") and linear["n"] == 2
+    assert linear["grid_points"] == 4 and linear["margin"] == 0.05  # 4 points tried; reported: the survivor
+    findings = next(t for s in report.sections for t in s.tables if t.slug == "expectations").data
+    row = findings.iloc[0]
+    assert row["expected"] == "worse" and row["decision"] == linear["decision"]
+    assert row["verdict"] == {"worse": "agrees", "undetermined": "undetermined"}.get(row["decision"], "disagrees")
+
+
 def test_a_tuned_experiment_cannot_feed_lm_eval(tmp_path, registry):
     body = HALVING_SUITE + """
       - name: ev
@@ -203,6 +221,7 @@ def test_a_tuned_experiment_cannot_feed_lm_eval(tmp_path, registry):
 ])
 def test_tuning_budget_errors_name_the_fix(tmp_path, tuning, message):
     body = HALVING_SUITE.replace("tuning: {seeds: [0], budget: {steps: 2}, eta: 2}", f"tuning: {tuning}")
+    assert body != HALVING_SUITE
     _write_splits(tmp_path, "x" * 2000)
     with pytest.raises(SuiteError, match=message):
         load_suite(write_suite(tmp_path / "suite.yaml", body))

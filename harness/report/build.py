@@ -11,6 +11,7 @@ from attnbench.report import figures
 from attnbench.report.anchors import anchor_section
 from attnbench.report.comparison import comparison_sections
 from attnbench.report.document import Report
+from attnbench.report.expectations import expectations_section
 from attnbench.report.document import Section
 from attnbench.report.downstream import lm_eval_sections
 from attnbench.report.finetune import finetune_sections
@@ -51,7 +52,7 @@ def build_report(data: StoreData) -> Report:
         return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, [], [section, gate_section(data)])
     palette = figures.make_palette(data.all_variants)
     sections: list[Section] = [
-        *comparison_sections(data), *anchor_section(data), *train_sections(data, palette), *speed_sections(data, palette), *scaling_sections(data, palette),
+        *comparison_sections(data), *expectations_section(data), *anchor_section(data), *train_sections(data, palette), *speed_sections(data, palette), *scaling_sections(data, palette),
         *lm_eval_sections(data), *finetune_sections(data, palette), gate_section(data), provenance_section(data),
     ]
     return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, find_problems(data), sections)

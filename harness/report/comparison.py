@@ -9,13 +9,14 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.report.decision import TEST_TEXT, Decision
 from attnbench.report.document import Section
+from attnbench.report.paired import eval_settings, paired_decision, protocol_of, seed_values, setting_label
 from attnbench.report.document import Table
 from attnbench.report.load import StoreData
 from attnbench.report.selection import Selection
 from attnbench.report.selection import select
 from attnbench.report.values import MISSING
-from attnbench.report.values import MeanCI
 from attnbench.report.values import bytes_text
 from attnbench.report.values import is_number
 from attnbench.report.values import mean_ci
@@ -23,7 +24,6 @@ from attnbench.report.values import num
 from attnbench.report.values import point_text
 
 DEFAULT_BASELINE = "softmax"
-INTERVAL_METHOD = "paired t (Student t on the per-seed differences, n-1 df)"
 
 
 def _protocol(runs: pd.DataFrame) -> dict[str, Any]:
@@ -31,29 +31,6 @@ def _protocol(runs: pd.DataFrame) -> dict[str, Any]:
         if isinstance(s.get("protocol"), dict):
             return s["protocol"]
     return {}
-
-
-def _by_seed(sel: Selection, key: str) -> dict[int, float]:
-    done = sel.runs[sel.runs["status"] == "done"]
-    return {int(seed): float(s[key]) for seed, s in zip(done["seed"], done["summary"]) if is_number(s.get(key))}
-
-
-def paired_difference(variant: dict[int, float], baseline: dict[int, float]) -> tuple[list[float], MeanCI]:
-    """Per-seed differences (variant - baseline) over the seeds both have, and their mean
-    with a paired-t 95% interval."""
-    diffs = [variant[s] - baseline[s] for s in sorted(set(variant) & set(baseline))]
-    return diffs, mean_ci(diffs)
-
-
-def reading(m: MeanCI, baseline: str) -> str:
-    """The difference in words; an interval that spans zero is "no difference detected"."""
-    if m.mean is None:
-        return "no paired seeds"
-    if m.lo is None or m.hi is None:
-        return f"n={m.n}: no interval (give at least 2 seeds)"
-    if m.lo <= 0 <= m.hi:
-        return f"no difference detected at n={m.n}"
-    return f"{'lower' if m.hi < 0 else 'higher'} loss than {baseline} (n={m.n})"
 
 
 def speed_times(data: StoreData, mode: str) -> dict[str, dict[int, float]]:
@@ -101,30 +78,36 @@ def _speed_text(value: float | None, T: int | None) -> str:
 
 
 def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, baseline: str,
-         speed: dict[str, dict[str, dict[int, float]]], noisy: dict[str, int]) -> tuple[dict, dict]:
-    test = _by_seed(sel, "test_loss")
-    diffs, m = paired_difference(test, _by_seed(base, "test_loss")) if base is not None else ([], MeanCI(None, None, None, 0))
-    acc = mean_ci(_by_seed(sel, "test_accuracy").values())
+         speed: dict[str, dict[str, dict[int, float]]], noisy: dict[str, int],
+         setting: dict[str, Any] | None = None) -> tuple[dict, dict]:
+    """One decided comparison: ``sel`` against ``base`` on the protocol's metric, overall or
+    at one evaluation ``setting``."""
+    protocol = protocol_of(sel)
+    metric, margin = protocol.get("metric", "loss"), protocol.get("margin")
+    is_base = sel.variant == baseline
+    d, diffs = paired_decision(data, sel, base, metric, margin, setting) if base is not None and not is_base \
+        else (Decision("baseline", None, None, None, 0, margin), [])
+    loss = mean_ci(seed_values(data, sel, "loss", setting).values())
+    acc = mean_ci(seed_values(data, sel, "accuracy", setting).values())
     train_x, train_T = speedup_at_longest(speed["train_step"], sel.variant, baseline)
     dec_x, dec_T = speedup_at_longest(speed["decode"], sel.variant, baseline)
     states = [s.get("state_elements") for s in sel.runs["summary"] if is_number(s.get("state_elements"))]
     flags = [f"{st} seed(s)" for st in sorted(set(sel.runs["status"]) - {"done"})]
     if noisy.get(sel.variant):
         flags.append(f"{noisy[sel.variant]} noisy speed point(s)")
-    is_base = sel.variant == baseline
-    raw = {"experiment": exp, "variant": sel.variant, "model": sel.model_label, "chosen_point": point_text(sel.point),
-           "grid_points": sel.n_points, "test_loss_mean": mean_ci(test.values()).mean,
-           "diff_mean": m.mean, "diff_lo": m.lo, "diff_hi": m.hi, "n": m.n, "diffs_by_seed": ", ".join(
-               f"{d:+.4f}" for d in diffs), "test_accuracy": acc.mean, "train_step_speedup": train_x,
-           "train_step_T": train_T, "decode_speedup": dec_x, "decode_T": dec_T,
-           "state_elements": states[0] if states else None, "gate": _gate_text(sel), "flags": "; ".join(flags)}
+    label = exp if setting is None else f"{exp} @ {setting_label(setting)}"
+    raw = {"experiment": exp, "setting": setting_label(setting), "variant": sel.variant, "model": sel.model_label,
+           "chosen_point": point_text(sel.point), "grid_points": sel.n_points, "metric": metric, "margin": margin,
+           "decision": d.outcome, "diff_mean": d.mean, "diff_lo": d.lo, "diff_hi": d.hi, "n": d.n,
+           "diffs_by_seed": ", ".join(f"{x:+.4f}" for x in diffs), "test_loss_mean": loss.mean,
+           "test_accuracy": acc.mean, "train_step_speedup": train_x, "train_step_T": train_T,
+           "decode_speedup": dec_x, "decode_T": dec_T, "state_elements": states[0] if states else None,
+           "gate": _gate_text(sel), "flags": "; ".join(flags)}
     view = {
-        "experiment": exp, "variant": sel.variant, "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points})",
-        f"Δ test loss vs {baseline}, mean [95% CI]": "baseline" if is_base else (
-            MISSING if m.mean is None else f"{m.mean:+.4f}" + (
-                f" [{m.lo:+.4f}, {m.hi:+.4f}]" if m.lo is not None else "")),
-        "n": num(m.n), "reading": "baseline" if is_base else reading(m, baseline),
-        "test loss": num(raw["test_loss_mean"]), "test accuracy": num(acc.mean, 3),
+        "experiment": label, "variant": sel.variant, "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points})",
+        "metric (margin)": metric + (f" (±{margin:g})" if margin else ""),
+        f"Δ vs {baseline} [95% CI], n, decision": "baseline" if is_base else d.text(),
+        "test loss": num(loss.mean), "test accuracy": num(acc.mean, 3),
         "train-step speedup": _speed_text(train_x, train_T), "decode speedup / token": _speed_text(dec_x, dec_T),
         "state size": bytes_text(4 * raw["state_elements"]) if is_number(raw["state_elements"]) else MISSING,
         "trust gate": raw["gate"], "flags": raw["flags"] or "none",
@@ -136,26 +119,31 @@ def _summary_table(data: StoreData) -> Table | None:
     train = data.runs_of("train")
     speed = {mode: speed_times(data, mode) for mode in ("train_step", "decode")}
     noisy = noisy_counts(data)
-    raws, views, baselines = [], [], set()
+    raws, views, baselines, margins = [], [], set(), set()
     for exp in dict.fromkeys(train["experiment"]):
         runs = train[train["experiment"] == exp]
         if not any(is_number(s.get("test_loss")) for s in runs["summary"]):
             continue  # no test split: nothing to report against
-        baseline = _protocol(runs).get("baseline", DEFAULT_BASELINE)
+        protocol = _protocol(runs)
+        baseline = protocol.get("baseline", DEFAULT_BASELINE)
         baselines.add(baseline)
+        margins.add(f"{exp}: {protocol.get('metric', 'loss')} ±{protocol['margin']:g}" if protocol.get("margin")
+                    else f"{exp}: no margin stated (no equivalence decision)")
         sels = select(runs)
         bases = {s.model: s for s in sels if s.variant == baseline}
         for sel in sorted(sels, key=lambda s: (s.variant != baseline, s.model, s.variant)):
-            raw, view = _row(data, exp, sel, bases.get(sel.model), baseline, speed, noisy)
-            raws.append(raw)
-            views.append(view)
+            settings = eval_settings(sel) if protocol.get("metric") == "accuracy" else []
+            for setting in [None, *(settings if len(settings) > 1 else [])]:
+                raw, view = _row(data, exp, sel, bases.get(sel.model), baseline, speed, noisy, setting)
+                raws.append(raw)
+                views.append(view)
     if not raws:
         return None
     note = (f"Each variant at its own chosen grid point (lowest mean validation loss over its seeds); the "
-            f"loss shown is on the test split, which took no part in that choice. Δ = variant - "
-            f"{' / '.join(sorted(baselines))} on the same seed (same batches in the same order); interval: "
-            f"{INTERVAL_METHOD}. Speedups: baseline time / variant time at the longest T both timed "
-            "(> 1 is faster). State size: fp32 recurrent state at the training length.")
+            f"numbers are on the test split, which took no part in that choice. Δ = variant - "
+            f"{' / '.join(sorted(baselines))} on the same seed (same batches in the same order); decision: "
+            f"{TEST_TEXT}; margins: {'; '.join(sorted(margins))}. Speedups: baseline time / variant time at "
+            "the longest T both timed (> 1 is faster). State size: fp32 recurrent state at the training length.")
     return Table("summary", "Summary: each variant against the baseline (test split)", pd.DataFrame(raws),
                  pd.DataFrame(views), note)
 

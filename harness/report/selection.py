@@ -34,11 +34,12 @@ class Selection:
     model_label: str
     point: dict[str, Any]
     runs: pd.DataFrame  # the chosen point's runs, every seed and status
-    points: list[PointScore]  # every grid point tried
+    points: list[PointScore]  # every grid point of the reported runs
+    tried: int = 0  # grid points tried in all, tuning rungs included
 
     @property
     def n_points(self) -> int:
-        return len(self.points)
+        return max(self.tried, len(self.points))
 
 
 def model_label(coords: dict[str, Any], config: dict[str, Any]) -> str:
@@ -53,10 +54,20 @@ def _loss(summary: dict[str, Any]) -> float | None:
     return float(v) if isinstance(v, (int, float)) and is_number(v) else None
 
 
+def reported_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs a comparison reads: every run but the tuning rungs of successive halving
+    (short budgets on few seeds; the survivor's runs at the full budget stand for it)."""
+    return runs[[c.get("stage") != "tune" for c in runs["coords"]]]
+
+
 def select(runs: pd.DataFrame) -> list[Selection]:
     """One Selection per (experiment, variant, model) of ``runs`` (train-like runs), in
     order of first appearance. A point's score is the mean held-out loss of its runs that
     finished ("done"); points with no finished run are chosen only when no point has one."""
+    tried: dict[tuple[str, str, int], set[str]] = {}  # every point tried, tuning rungs included
+    for exp, variant, coords in zip(runs["experiment"], runs["variant"], runs["coords"]):
+        tried.setdefault((str(exp), str(variant), int(coords.get("model", 0))), set()).add(key_of(grid_point(coords)))
+    runs = reported_runs(runs)
     groups: dict[tuple[str, str, int], dict[str, list[int]]] = {}
     for pos, (exp, variant, coords) in enumerate(zip(runs["experiment"], runs["variant"], runs["coords"])):
         key = (str(exp), str(variant), int(coords.get("model", 0)))
@@ -73,5 +84,6 @@ def select(runs: pd.DataFrame) -> list[Selection]:
         best = min(finite, key=lambda s: s[0].mean_loss or 0.0) if finite else scored[0]
         first = runs.iloc[best[1][0]]
         out.append(Selection(exp, variant, model, model_label(first["coords"], first["config"]), best[0].point,
-                             runs.iloc[best[1]], [s[0] for s in scored]))
+                             runs.iloc[best[1]], [s[0] for s in scored],
+                             len(tried.get((exp, variant, model), ()))))
     return out

@@ -12,7 +12,7 @@ from attnbench.fits import t_quantile_975
 
 MISSING = "—"
 # Coordinates of a cell that are not grid (hyper-parameter) coordinates.
-NON_GRID_COORDS = frozenset({"variant", "model", "d_model", "n_layer", "seed", "from_experiment"})
+NON_GRID_COORDS = frozenset({"variant", "model", "d_model", "n_layer", "seed", "from_experiment", "stage", "rung"})
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,64 @@
+"""Published findings a suite states it can test (``protocol.expectations``), each beside what
+this run found: agrees, disagrees, or undetermined (the run could not decide)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from attnbench.report.decision import EQUIVALENT, UNDETERMINED
+from attnbench.report.document import Section
+from attnbench.report.document import Table
+from attnbench.report.load import StoreData
+from attnbench.report.paired import paired_decision, protocol_of, setting_label
+from attnbench.report.selection import select
+
+AGREES, DISAGREES = "agrees", "disagrees"
+
+
+def verdict(expected: str, found: str) -> str:
+    """A decided outcome agrees when it is the expected one; "equivalent" disagrees with an
+    expected difference (and a difference with expected equivalence)."""
+    if found == UNDETERMINED:
+        return UNDETERMINED
+    return AGREES if found == expected else DISAGREES
+
+
+def expectation_rows(data: StoreData) -> list[dict]:
+    """One row per stated expectation of every train experiment with a protocol."""
+    train = data.runs_of("train")
+    rows = []
+    for exp in dict.fromkeys(train["experiment"]):
+        sels = select(train[train["experiment"] == exp])
+        if not sels:
+            continue
+        protocol = protocol_of(sels[0])
+        by_variant = {s.variant: s for s in sels}
+        metric, margin = protocol.get("metric", "loss"), protocol.get("margin")
+        for e in protocol.get("expectations") or []:
+            versus = e.get("versus") or protocol.get("baseline", "softmax")
+            mine, theirs = by_variant.get(e["variant"]), by_variant.get(versus)
+            row = {"experiment": exp, "claim": e["claim"], "source": e["source"],
+                   "comparison": f"{e['variant']} vs {versus}, test {metric} at {setting_label(e.get('setting'))}",
+                   "expected": e["outcome"], "found": "not run", "decision": UNDETERMINED, "verdict": UNDETERMINED}
+            if mine is not None and theirs is not None:
+                d, _ = paired_decision(data, mine, theirs, metric, margin, e.get("setting"))
+                row.update(found=d.text(), decision=d.outcome, verdict=verdict(e["outcome"], d.outcome))
+            else:
+                row["found"] = f"not run: {e['variant'] if mine is None else versus} has no runs here"
+            rows.append(row)
+    return rows
+
+
+def expectations_section(data: StoreData) -> list[Section]:
+    rows = expectation_rows(data)
+    if not rows:
+        return []
+    raw = pd.DataFrame(rows)
+    view = raw[["experiment", "claim", "source", "comparison", "expected", "found", "verdict"]]
+    counts = raw["verdict"].value_counts()
+    intro = (f"{counts.get(AGREES, 0)} agree, {counts.get(DISAGREES, 0)} disagree, "
+             f"{counts.get(UNDETERMINED, 0)} undetermined. Each finding is checked with the same paired decision "
+             f"as the summary (better / worse / {EQUIVALENT} within the margin); a disagreement is this run's "
+             "result at its budget, shown as found, never tuned away.")
+    return [Section("Published findings, checked", intro=intro,
+                    tables=[Table("expectations", "What the literature expects, and what this run found", raw, view)])]

@@ -1,0 +1,57 @@
+"""Per-seed test readings of a chosen grid point, and their paired decision against the
+baseline on the protocol's metric (overall, or at one evaluation setting)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnbench.report.decision import Decision, decide
+from attnbench.report.load import StoreData
+from attnbench.report.selection import Selection
+from attnbench.report.values import is_number
+
+HIGHER_IS_BETTER = {"loss": False, "accuracy": True}
+
+
+def protocol_of(sel: Selection) -> dict[str, Any]:
+    for s in sel.runs["summary"]:
+        if isinstance(s.get("protocol"), dict):
+            return s["protocol"]
+    return {}
+
+
+def eval_settings(sel: Selection) -> list[dict[str, Any]]:
+    """The task settings the experiment scores separately (empty for text)."""
+    for config in sel.runs["config"]:
+        data = config.get("data") or {}
+        return list(data.get("eval_settings") or [])
+    return []
+
+
+def setting_label(setting: dict[str, Any] | None) -> str:
+    return "all test sets" if not setting else ", ".join(f"{k}={v}" for k, v in setting.items())
+
+
+def seed_values(data: StoreData, sel: Selection, metric: str,
+                setting: dict[str, Any] | None = None) -> dict[int, float]:
+    """Test ``metric`` per seed of the finished runs: the summary's mean over test sets, or
+    the result row of one evaluation ``setting``."""
+    done = sel.runs[sel.runs["status"] == "done"]
+    if setting is None:
+        key = f"test_{metric}"
+        return {int(seed): float(s[key]) for seed, s in zip(done["seed"], done["summary"]) if is_number(s.get(key))}
+    seeds = dict(zip(done["id"], done["seed"]))
+    res = data.results[data.results["run_id"].isin(seeds) & (data.results["name"] == metric)]
+    out: dict[int, float] = {}
+    for run_id, value, tags in zip(res["run_id"], res["value"], res["tags"]):
+        if tags.get("split") == "test" and all(tags.get(k) == v for k, v in setting.items()) and is_number(value):
+            out[int(seeds[run_id])] = float(value)
+    return out
+
+
+def paired_decision(data: StoreData, sel: Selection, base: Selection, metric: str, margin: float | None,
+                    setting: dict[str, Any] | None = None) -> tuple[Decision, list[float]]:
+    """The decision on variant - baseline over the seeds both finished, and those differences."""
+    mine, theirs = seed_values(data, sel, metric, setting), seed_values(data, base, metric, setting)
+    diffs = [mine[s] - theirs[s] for s in sorted(set(mine) & set(theirs))]
+    return decide(diffs, margin, HIGHER_IS_BETTER[metric]), diffs
