@@ -17,7 +17,8 @@ from attnbench.report.downstream import lm_eval_sections
 from attnbench.report.finetune import finetune_sections
 from attnbench.report.gate import gate_section
 from attnbench.report.load import StoreData
-from attnbench.report.problems import find_problems
+from attnbench.report.headline import headline_section
+from attnbench.report.problems import find_notes, find_problems
 from attnbench.report.provenance import provenance_section
 from attnbench.report.scaling import scaling_sections
 from attnbench.report.speed import speed_sections
@@ -55,4 +56,5 @@ def build_report(data: StoreData) -> Report:
         *comparison_sections(data), *expectations_section(data), *anchor_section(data), *train_sections(data, palette), *speed_sections(data, palette), *scaling_sections(data, palette),
         *lm_eval_sections(data), *finetune_sections(data, palette), gate_section(data), provenance_section(data),
     ]
-    return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, find_problems(data), sections)
+    return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, find_problems(data), sections,
+                  headline_section(data, palette), find_notes(data))

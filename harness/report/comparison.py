@@ -89,6 +89,7 @@ def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, base
         else (Decision("baseline", None, None, None, 0, margin), [])
     loss = mean_ci(seed_values(data, sel, "loss", setting).values())
     acc = mean_ci(seed_values(data, sel, "accuracy", setting).values())
+    value = acc if metric == "accuracy" else loss
     train_x, train_T = speedup_at_longest(speed["train_step"], sel.variant, baseline)
     dec_x, dec_T = speedup_at_longest(speed["decode"], sel.variant, baseline)
     states = [s.get("state_elements") for s in sel.runs["summary"] if is_number(s.get("state_elements"))]
@@ -98,7 +99,8 @@ def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, base
     label = exp if setting is None else f"{exp} @ {setting_label(setting)}"
     raw = {"experiment": exp, "setting": setting_label(setting), "variant": sel.variant, "model": sel.model_label,
            "chosen_point": point_text(sel.point), "grid_points": sel.n_points, "metric": metric, "margin": margin,
-           "decision": d.outcome, "diff_mean": d.mean, "diff_lo": d.lo, "diff_hi": d.hi, "n": d.n,
+           "decision": d.outcome, "decision_text": d.text(), "value_mean": value.mean, "value_lo": value.lo,
+           "value_hi": value.hi, "baseline": baseline, "diff_mean": d.mean, "diff_lo": d.lo, "diff_hi": d.hi, "n": d.n,
            "diffs_by_seed": ", ".join(f"{x:+.4f}" for x in diffs), "test_loss_mean": loss.mean,
            "test_accuracy": acc.mean, "train_step_speedup": train_x, "train_step_T": train_T,
            "decode_speedup": dec_x, "decode_T": dec_T, "state_elements": states[0] if states else None,
@@ -115,7 +117,7 @@ def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, base
     return raw, view
 
 
-def _summary_table(data: StoreData) -> Table | None:
+def summary_table(data: StoreData) -> Table | None:
     train = data.runs_of("train")
     speed = {mode: speed_times(data, mode) for mode in ("train_step", "decode")}
     noisy = noisy_counts(data)
@@ -168,7 +170,7 @@ def _pivot_table(data: StoreData, baseline: str = DEFAULT_BASELINE) -> Table | N
 
 def comparison_sections(data: StoreData) -> list[Section]:
     """The opening section (empty list when the store has neither test-split runs nor speed)."""
-    tables = [t for t in (_summary_table(data), _pivot_table(data)) if t is not None]
+    tables = [t for t in (summary_table(data), _pivot_table(data)) if t is not None]
     if not tables:
         return []
     return [Section("Summary: the comparison", intro=(

@@ -59,9 +59,12 @@ class Report:
     summary: list[tuple[str, str]]  # (label, value) lines shown under the title
     problems: list[Problem]
     sections: list[Section]
+    headline: Section | None = None  # the first screen: what the run found, and the quality-cost picture
+    notes: list[Problem] = field(default_factory=list)  # limits of the budget, not faults
 
     def tables(self) -> list[Table]:
         return [t for s in self.sections for t in s.tables]
 
     def figures(self) -> list[Figure]:
-        return [f for s in self.sections for f in s.figures]
+        head = self.headline.figures if self.headline else []
+        return [*head, *(f for s in self.sections for f in s.figures)]

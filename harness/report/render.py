@@ -37,6 +37,11 @@ figcaption, .note { color: #444; font-size: 12.5px; }
 dl.summary { display: grid; grid-template-columns: max-content auto; gap: .1em 1em; }
 dl.summary dt { font-weight: 600; } dl.summary dd { margin: 0; }
 nav ul { columns: 2; }
+#answer { display: flex; gap: 1.2em; align-items: flex-start; }
+#answer ul { flex: 1 1 50%; margin: 0; padding-left: 1.1em; font-size: 13px; } #answer li { margin: .2em 0; }
+#answer figure { flex: 0 0 46%; margin: 0; } #answer figcaption { font-size: 11px; }
+header h1 { margin: .2em 0; } header dl.summary { font-size: 12px; }
+.problems h2, .ok h2, .notes h2 { margin-top: .3em; font-size: 1.1em; }
 """
 
 
@@ -86,23 +91,53 @@ def _html_section(section: Section, links: Callable[[Table], dict[str, str]]) ->
         parts.append(f"<p>{_e(section.intro)}</p>")
     parts += [f'<p class="note">{_e(n)}</p>' for n in section.notes]
     parts += [html_table(t, links(t)) for t in section.tables]
-    for f in section.figures:
-        data = base64.b64encode(f.png).decode("ascii")
-        caption = f"<figcaption><b>{_e(f.title)}.</b> {_e(f.caption)}</figcaption>"
-        parts.append(f'<figure><img src="data:image/png;base64,{data}" alt="{_e(f.title)}">{caption}</figure>')
+    parts += [_html_figure(f) for f in section.figures]
     return "".join(parts) + "</section>"
+
+
+def _html_figure(f) -> str:
+    data = base64.b64encode(f.png).decode("ascii")
+    caption = f"<figcaption><b>{_e(f.title)}.</b> {_e(f.caption)}</figcaption>"
+    return f'<figure><img src="data:image/png;base64,{data}" alt="{_e(f.title)}">{caption}</figure>'
+
+
+def _html_headline(section: Section | None) -> str:
+    """The first screen: one sentence per variant beside the quality-against-cost picture."""
+    if section is None:
+        return ""
+    items = "".join(f"<li>{_e(n)}</li>" for n in section.notes)
+    figs = "".join(_html_figure(f) for f in section.figures)
+    return (f'<section id="s-answer"><h2>{_e(section.title)}</h2><p class="note">{_e(section.intro)}</p>'
+            f'<div id="answer"><ul>{items}</ul>{figs}</div></section>')
+
+
+def _grouped(problems: list[Problem], cls: str) -> str:
+    """One line per kind of problem; several of a kind fold into a list under their count."""
+    groups: dict[tuple[str, str], list[Problem]] = {}
+    for p in problems:
+        groups.setdefault((p.kind, p.what), []).append(p)
+    items = []
+    for (kind, what), ps in groups.items():
+        if len(ps) == 1:
+            items.append(f'<li class="{cls}">{_e(_problem_text(ps[0]))}</li>')
+        else:
+            inner = "".join(f"<li>{_e(_problem_text(p))}</li>" for p in ps)
+            items.append(f'<li class="{cls}"><details><summary>{_e(kind)}: {_e(what)} ({len(ps)})</summary>'
+                         f"<ul>{inner}</ul></details></li>")
+    return "<ul>" + "".join(items) + "</ul>"
 
 
 def to_html(report: Report, links: Callable[[Table], dict[str, str]]) -> str:
     """The page; ``links(table)`` gives {label: relative path} of a table's data files."""
     summary = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in report.summary)
     if report.problems:
-        items = "".join(f'<li class="bad">{_e(_problem_text(p))}</li>' for p in report.problems)
         problems = (f'<section id="problems" class="problems"><h2>Problems ({len(report.problems)})</h2>'
-                    f"<ul>{items}</ul></section>")
+                    f"{_grouped(report.problems, 'bad')}</section>")
     else:
         problems = ('<section id="problems" class="ok"><h2>Problems</h2><p>None: every run finished, every '
                     "speed point was measured and every trust-gate check passed.</p></section>")
+    notes = (f'<section id="notes" class="notes"><h2>Notes: limits of this budget ({len(report.notes)})</h2>'
+             f"{_grouped(report.notes, 'note')}</section>") if report.notes else ""
     toc = "".join(f'<li><a href="#{_anchor(s.title)}">{_e(s.title)}</a>'
                   + (" (missing)" if s.missing else "") + "</li>" for s in report.sections)
     body = "".join(_html_section(s, links) for s in report.sections)
@@ -112,7 +147,8 @@ def to_html(report: Report, links: Callable[[Table], dict[str, str]]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>attnbench report: {_e(report.suite)}</title><style>{_CSS}</style></head><body>"
         f"<header><h1>attnbench report: {_e(report.suite)}</h1><dl class=\"summary\">{summary}</dl></header>"
-        f"{problems}<nav><h2>Contents</h2><ul>{toc}</ul></nav>{body}</body></html>\n"
+        f"{_html_headline(report.headline)}{problems}{notes}<nav><h2>Contents</h2><ul>{toc}</ul></nav>{body}"
+        "</body></html>\n"
     )
 
 
@@ -138,9 +174,15 @@ def to_markdown(report: Report, figure_path: Callable[[str], str], links: Callab
     """The Markdown; ``figure_path(slug)`` is a figure's relative PNG path."""
     out = [f"# attnbench report: {md_escape(report.suite)}", ""]
     out += [f"- **{md_escape(k)}:** {md_escape(v)}" for k, v in report.summary] + [""]
+    if report.headline is not None:
+        h = report.headline
+        out += [f"## {md_escape(h.title)}", "", md_escape(h.intro), ""] + [f"- {md_escape(n)}" for n in h.notes] + [""]
+        out += [f"![{md_escape(f.title)}]({figure_path(f.slug)})\n\n*{md_escape(f.caption)}*\n" for f in h.figures]
     out += ["## Problems", ""]
     out += [f"- **{md_escape(_problem_text(p))}**" for p in report.problems] or [
         "None: every run finished, every speed point was measured and every trust-gate check passed."]
+    if report.notes:
+        out += ["", "## Notes: limits of this budget", ""] + [f"- {md_escape(_problem_text(p))}" for p in report.notes]
     for s in report.sections:
         out += ["", f"## {md_escape(s.title)}", ""]
         if s.missing:
