@@ -4,6 +4,7 @@ speedup pivot (variant x T, the baseline's time over the variant's)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -43,6 +44,31 @@ def speed_times(data: StoreData, mode: str) -> dict[str, dict[int, float]]:
         if t.get("mode") == mode and t.get("status") == "ok" and is_number(r["value"]):
             found.setdefault(speed.loc[r["run_id"], "variant"], {}).setdefault(int(t["T"]), []).append(r["value"])
     return {v: {T: statistics.median(xs) for T, xs in Ts.items()} for v, Ts in found.items()}
+
+
+def speed_rounds(data: StoreData, mode: str) -> dict[str, dict[int, tuple[float, float, int]]]:
+    """(mean, standard deviation, rounds) of the repeated timing rounds per (variant, T) of
+    one mode: the ok point with the most rounds."""
+    speed = data.runs_of("speed").set_index("id")
+    res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
+    out: dict[str, dict[int, tuple[float, float, int]]] = {}
+    for run_id, tags in zip(res["run_id"], res["tags"]):
+        if tags.get("mode") == mode and tags.get("status") == "ok" and is_number(tags.get("mean_s")) \
+                and is_number(tags.get("stddev_s")) and int(tags.get("rounds") or 0) >= 2:
+            point = (float(tags["mean_s"]), float(tags["stddev_s"]), int(tags["rounds"]))
+            have = out.setdefault(speed.loc[run_id, "variant"], {})
+            if int(tags["T"]) not in have or have[int(tags["T"])][2] < point[2]:
+                have[int(tags["T"])] = point
+    return out
+
+
+def ratio_interval(base: tuple[float, float, int], variant: tuple[float, float, int]) -> tuple[float, float, float]:
+    """Baseline mean time / variant mean time with a 95% interval from the timing rounds
+    (delta method on the log ratio: se^2 = cv_b^2 / n_b + cv_v^2 / n_v)."""
+    (mb, sb, nb), (mv, sv, nv) = base, variant
+    ratio = mb / mv
+    se = math.sqrt((sb / mb) ** 2 / nb + (sv / mv) ** 2 / nv)
+    return ratio, ratio * math.exp(-1.96 * se), ratio * math.exp(1.96 * se)
 
 
 def speedup_at_longest(times: dict[str, dict[int, float]], variant: str, baseline: str) -> tuple[float | None, int | None]:
@@ -151,21 +177,24 @@ def summary_table(data: StoreData) -> Table | None:
 
 
 def _pivot_table(data: StoreData, baseline: str = DEFAULT_BASELINE) -> Table | None:
-    rows = []
+    rows, views = [], []
     for mode in ("forward", "train_step", "decode"):
-        times = speed_times(data, mode)
-        if baseline not in times:
+        rounds = speed_rounds(data, mode)
+        if baseline not in rounds:
             continue
-        for variant in sorted(times):
-            ratios = {T: times[baseline][T] / t for T, t in times[variant].items() if T in times[baseline]}
-            rows.append({"mode": mode, "variant": variant, **{f"T={T}": ratios[T] for T in sorted(ratios)}})
+        for variant in sorted(rounds):
+            Ts = sorted(T for T in rounds[variant] if T in rounds[baseline])
+            cis = {T: ratio_interval(rounds[baseline][T], rounds[variant][T]) for T in Ts}
+            rows.append({"mode": mode, "variant": variant, **{f"T={T}": cis[T][0] for T in Ts},
+                         **{f"T={T} lo": cis[T][1] for T in Ts}, **{f"T={T} hi": cis[T][2] for T in Ts}})
+            views.append({"mode": mode, "variant": variant,
+                          **{f"T={T}": f"{r:.2f}x [{lo:.2f}, {hi:.2f}]" for T, (r, lo, hi) in cis.items()}})
     if not rows:
         return None
-    raw = pd.DataFrame(rows)
-    view = raw.copy()
-    for c in view.columns[2:]:
-        view[c] = [MISSING if not is_number(v) else f"{v:.2f}x" for v in view[c]]
-    return Table("speedup-pivot", f"Speedup against {baseline} (its time / the variant's; > 1 is faster)", raw, view)
+    view = pd.DataFrame(views).fillna(MISSING)
+    return Table("speedup-pivot", f"Speedup against {baseline} (its time / the variant's; > 1 is faster)",
+                 pd.DataFrame(rows), view, "Mean time over the timing rounds of each point; 95% interval from "
+                 "the rounds' spread (delta method on the log ratio).")
 
 
 def comparison_sections(data: StoreData) -> list[Section]:
