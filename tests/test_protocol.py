@@ -202,6 +202,9 @@ def test_the_report_decides_each_row_on_the_final_runs_and_checks_the_stated_fin
     row = findings.iloc[0]
     assert row["expected"] == "worse" and row["decision"] == linear["decision"]
     assert row["verdict"] == {"worse": "agrees", "undetermined": "undetermined"}.get(row["decision"], "disagrees")
+    trail = next(t for s in report.sections for t in s.tables if t.slug == "tuning").data
+    mine = trail[trail["variant"] == "linear"]
+    assert list(mine["rung"]) == [0, 0, 0, 0, 1, 1] and mine["went_on"].sum() == 3  # 2 of 4, then 1 of 2
 
 
 def test_a_tuned_experiment_cannot_feed_lm_eval(tmp_path, registry):

@@ -23,6 +23,7 @@ from attnbench.report.provenance import provenance_section
 from attnbench.report.scaling import scaling_sections
 from attnbench.report.speed import speed_sections
 from attnbench.report.training import train_sections
+from attnbench.report.tuning import tuning_section
 from attnbench.report.training import variant_labels
 
 EMPTY_SUITE = "empty"
@@ -53,7 +54,7 @@ def build_report(data: StoreData) -> Report:
         return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, [], [section, gate_section(data)])
     palette = figures.make_palette(data.all_variants)
     sections: list[Section] = [
-        *comparison_sections(data), *expectations_section(data), *anchor_section(data), *train_sections(data, palette), *speed_sections(data, palette), *scaling_sections(data, palette),
+        *comparison_sections(data), *expectations_section(data), *anchor_section(data), *train_sections(data, palette), *tuning_section(data), *speed_sections(data, palette), *scaling_sections(data, palette),
         *lm_eval_sections(data), *finetune_sections(data, palette), gate_section(data), provenance_section(data),
     ]
     return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, find_problems(data), sections,
