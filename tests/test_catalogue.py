@@ -145,3 +145,47 @@ def test_suites_whose_names_differ_only_in_dropped_characters_get_their_own_repo
     assert folder_name("plain-name") == "plain-name"
     a, b = folder_name("exp/1"), folder_name("exp?1")
     assert a != b and a.startswith("exp_1-") and b.startswith("exp_1-")
+
+
+# -- issue 28: the report with variants that declare different optional facts ---------------
+BARE_PLUGIN = '''
+import torch
+from torch import nn
+from attnbench import ModelConfig, Variant, hookimpl, mark_residual
+
+
+class Mean(nn.Module):
+    """Causal mean pooling; declares nothing optional (no state size, FLOPs, decoding)."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int):
+        super().__init__()
+        self.proj = mark_residual(nn.Linear(config.d_model, config.d_model))
+
+    def forward(self, x):
+        steps = torch.arange(1, x.size(1) + 1, device=x.device, dtype=x.dtype)[:, None]  # (T, 1)
+        return self.proj(x.cumsum(1) / steps)  # (B, T, D)
+
+
+@hookimpl
+def attnbench_register_variants(register):
+    register(Variant(name="bare-mean", build_mixer=Mean, description="declares no optional fact"))
+'''
+
+
+def test_a_variant_that_declares_no_optional_fact_beside_one_that_declares_all_gets_a_full_report(tmp_path):
+    from tests.helpers import fake_distribution
+
+    (tmp_path / "dist").mkdir()
+    env = {**OFFLINE, **fake_distribution(tmp_path / "dist", "bare-dist", "bare", BARE_PLUGIN, module="bare_plugin"),
+           "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    suite = _suite(tmp_path, suite_text(data="{source: builtin, val_fraction: 0.05, test_fraction: 0.05}")
+                   .replace("[softmax]", "[softmax, bare-mean]")
+                   .replace("train: {budget: {steps: 2}}", "train: {budget: {steps: 2}, eval_interval: 2, "
+                            "checkpoint: false}\n    protocol: {tune: false, interval: false}"))
+    store, out = tmp_path / "st.sqlite", tmp_path / "report"
+    proc = run_cli("run", str(suite), "--store", str(store), "--no-report", env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run_cli("report", "--store", str(store), "--suite", "cat", "--out", str(out), env=env)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    page = (out / "index.html").read_text()
+    assert "bare-mean" in page and "not declared" in page

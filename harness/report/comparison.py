@@ -18,6 +18,7 @@ from attnbench.report.load import StoreData
 from attnbench.report.selection import Selection
 from attnbench.report.selection import select
 from attnbench.report.values import MISSING
+from attnbench.report.values import NOT_DECLARED
 from attnbench.report.values import bytes_text
 from attnbench.report.values import is_number
 from attnbench.report.values import mean_ci
@@ -137,7 +138,7 @@ def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, base
         f"Δ vs {baseline} [95% CI], n, decision": "baseline" if is_base else d.text(),
         "test loss": num(loss.mean), "test accuracy": num(acc.mean, 3),
         "train-step speedup": _speed_text(train_x, train_T), "decode speedup / token": _speed_text(dec_x, dec_T),
-        "state size": bytes_text(4 * raw["state_elements"]) if is_number(raw["state_elements"]) else MISSING,
+        "state size": bytes_text(4 * raw["state_elements"]) if is_number(raw["state_elements"]) else NOT_DECLARED,
         "trust gate": raw["gate"], "flags": raw["flags"] or "none",
     }
     return raw, view

@@ -118,6 +118,8 @@ def equal_budget(curves: pd.DataFrame, palette: Palette, labels: dict[str, str],
     held = curves[curves["split"] == "held-out"].dropna(subset=["loss"])
     if held.empty:
         return None
+    held = held.assign(flops=pd.to_numeric(held["flops"], errors="coerce"))
+    undeclared = sorted(v for v in held["variant"].unique() if held.loc[held["variant"] == v, "flops"].isna().all())
     fig, axes = _new(3)
     for ax, (x, xlabel) in zip(axes, (("tokens", "training tokens"), ("flops", "training FLOPs"),
                                       ("elapsed_s", "training wall-clock time (s)"))):
@@ -133,8 +135,9 @@ def equal_budget(curves: pd.DataFrame, palette: Palette, labels: dict[str, str],
         ax.set(xlabel=xlabel, ylabel="held-out loss (nats/token)")
         _legend(ax)
     fig.suptitle(title)
+    missing = f" FLOPs not declared by: {', '.join(labels.get(v, v) for v in undeclared)}." if undeclared else ""
     return Figure(slug, title, _png(fig), "Validation loss at each evaluation, mean over seeds at each variant's "
-                  "chosen point; band: lowest to highest seed. Seconds are each step's mean training time.")
+                  "chosen point; band: lowest to highest seed. Seconds are each step's mean training time." + missing)
 
 
 def _failed_marks(ax: Axes, failed: pd.DataFrame, palette: Palette) -> None:

@@ -18,6 +18,7 @@ from attnbench.report.load import StoreData
 from attnbench.report.selection import Selection
 from attnbench.report.selection import select
 from attnbench.report.values import MISSING
+from attnbench.report.values import NOT_DECLARED
 from attnbench.report.values import MeanCI
 from attnbench.report.values import bytes_text
 from attnbench.report.values import ci_text
@@ -125,8 +126,8 @@ def _row(data: StoreData, sel: Selection) -> tuple[dict[str, Any], dict[str, Any
     view.update({"status": raw["status"], "trust gate": raw["trust_gate"]})
     cost = {
         "variant": sel.variant, "model": sel.model_label,
-        "parameters": num(facts["n_params"]), "state (elements at T)": num(facts["state_elements"]),
-        "FLOPs/token (fwd)": num(facts["fwd_flops_per_token"], 3), "tokens/s": num(facts["tokens_per_s"], 3),
+        "parameters": num(facts["n_params"]), "state (elements at T)": _declared(facts["state_elements"]),
+        "FLOPs/token (fwd)": _declared(facts["fwd_flops_per_token"], 3), "tokens/s": num(facts["tokens_per_s"], 3),
         "peak memory": bytes_text(facts["peak_memory_bytes"]) if facts["peak_memory_bytes"] else _no_memory(runs),
         "budget": raw["budget"], "tokens used": num(facts["tokens"]), "steps": num(facts["steps"]),
         "train seconds": seconds_text(facts["train_time_s"]),
@@ -153,6 +154,11 @@ def _grid_table(exp: str, sels: list[Selection]) -> Table | None:
     return Table(f"{exp}-grid", f"{exp}: every grid point", data, view)
 
 
+def _declared(value: Any, digits: int = 4) -> str:
+    """An optional fact of the variant's contract: a number, or "not declared" when it gives none."""
+    return NOT_DECLARED if value is None or not is_number(value) else num(value, digits)
+
+
 def _curves(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
     frames = []
     for s in sels:
@@ -165,7 +171,7 @@ def _curves(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
         frames.append(pd.DataFrame({
             "variant": s.variant, "seed": m["run_id"].map(seeds), "tokens": m["tokens"],
             "elapsed_s": m["elapsed_s"], "split": m["name"].map({"train/loss": "train", "val/loss": "held-out"}),
-            "step": m["step"], "flops": m["tokens"] * per_token if per_token else None,
+            "step": m["step"], "flops": m["tokens"] * per_token if per_token else float("nan"),  # NaN: not declared
             "loss": pd.to_numeric(m["value"], errors="coerce"),
         }))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -11,6 +11,7 @@ from typing import Any, Iterable
 from attnbench.fits import t_quantile_975
 
 MISSING = "—"
+NOT_DECLARED = "not declared"  # an optional fact of the variant contract the variant does not give
 # Coordinates of a cell that are not grid (hyper-parameter) coordinates.
 NON_GRID_COORDS = frozenset({"variant", "model", "d_model", "n_layer", "seed", "from_experiment", "stage", "rung"})
 
