@@ -159,6 +159,8 @@ class _SuiteRun:
         job = self.jobs[done.task.key]
         rec = done.value if done.error is None else cell_record(
             job, CellOutcome("failed", error=done.error), done.started_at, done.finished_at)
+        if done.worker:  # the process and torch threads that ran it
+            rec.provenance["worker"] = done.worker
         self.store.save_run_or_set_aside(rec)
         self.report.ran += 1
         track_record(self.trackers, rec, self.live.pop(job.cell.key, None))
