@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import threading
 import time
 from collections import deque
 from concurrent.futures.process import BrokenProcessPool
@@ -109,6 +110,9 @@ def _dumps(obj: Any) -> bytes:
 
 def _init_worker(threads: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the driver, which stops the workers
+    parent = multiprocessing.parent_process()
+    if parent is not None:  # the driver was killed: stop rather than train on for no one
+        threading.Thread(target=lambda: (parent.join(), os._exit(1)), daemon=True).start()
     import torch
 
     torch.set_num_threads(threads)
@@ -222,7 +226,7 @@ class ProcessPoolCellExecutor(Executor):
         """A worker died and the pool with it. One task in flight: it killed its worker (run it
         again while retries last). Several: each runs again alone to find which."""
         procs = self._procs
-        self._shutdown(terminate=True)  # joins the workers: their exit codes are known after it
+        self._shutdown(terminate=False)  # the broken pool stopped its workers; this joins them
         codes = sorted({p.exitcode for p in procs.values() if p.exitcode not in (None, 0, -signal.SIGTERM)})
         if len(lost) > 1:
             self._queue.extendleft(replace(e, alone=True) for e in reversed(lost))
@@ -240,11 +244,21 @@ class ProcessPoolCellExecutor(Executor):
     def _shutdown(self, terminate: bool) -> None:
         if self._pool is None:
             return
-        if terminate:
-            for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
-                proc.terminate()
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        self._pool, self._procs = None, {}
+        pool, self._pool, self._procs = self._pool, None, {}
+        if not terminate:
+            pool.shutdown(wait=True)
+            return
+        # No public way to stop running workers before Python 3.14 (terminate_workers): the pool's own.
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        manager = getattr(pool, "_executor_manager_thread", None)
+        if manager is not None:
+            manager.join(timeout=10)
+            if manager.is_alive():  # seen once: stuck reading a message a killed worker left half-written
+                with contextlib.suppress(Exception):
+                    pool._result_queue._writer.close()  # our copy of the write end: the read ends
+                manager.join(timeout=10)
 
     def close(self) -> None:
         """Stop the workers; interrupted (tasks still in flight), kill them rather than wait."""

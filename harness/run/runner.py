@@ -167,7 +167,7 @@ class _SuiteRun:
         if rec.status != "done":
             self.report.not_done.append(f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: "
                                         f"{rec.status} ({rec.error})")
-            print(f"  {rec.status}: {rec.error}", file=self.out)
+            print("[{}/{}] {}: {}".format(*job.index, rec.status, rec.error), file=self.out)  # which, with several in flight
 
     def submit(self, i: int, cell: Cell) -> None:
         if distributed.from_main(self.store.settled(cell.key, self.retry_failed) if self.main else None):
