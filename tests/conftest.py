@@ -25,6 +25,10 @@ if _WORKERS > 1:
     for _key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_key, _THREADS)
 
+# `attnbench run` defaults to one worker process per core; the tests run cells in process
+# (one spawned pool per CLI run would cost seconds each) unless a test asks for --jobs.
+os.environ.setdefault("ATTNBENCH_JOBS", "1")
+
 import pytest  # noqa: E402
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

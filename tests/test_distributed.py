@@ -65,7 +65,7 @@ RAY_SUITE = """
         seeds: [0, 1]
 """
 
-# Fields that say when and how fast a cell ran, or which executor ran it: everything
+# Fields that say when and how fast a cell ran, or which executor and process ran it: everything
 # else in the store must be the same whichever executor ran the cell.
 # Measured by the machine that ran the cell (time, throughput, load, the matmul peak behind MFU).
 TIMING = {"started_at", "finished_at", "train_time_s", "eval_time_s", "tokens_per_s", "elapsed_s", "mfu",
@@ -84,7 +84,7 @@ def _store_contents(path) -> dict[str, dict]:
             rid = run.pop("id")
             row = {k: v for k, v in run.items() if k not in TIMING}
             row["summary"] = {k: v for k, v in run["summary"].items() if k not in TIMING and k != "checkpoint"}
-            row["provenance"] = {k: v for k, v in run["provenance"].items() if k != "executor"}
+            row["provenance"] = {k: v for k, v in run["provenance"].items() if k not in ("executor", "worker")}
             row["metrics"] = [{k: v for k, v in m.items() if k not in TIMING | {"run_id"}}
                               for m in store.metrics(rid)]
             row["results"] = [{k: v for k, v in r.items() if k != "run_id"} for r in store.results(rid)]

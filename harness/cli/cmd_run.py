@@ -1,7 +1,8 @@
 """`attnbench run SUITE`: run every cell not already in the store.
 
 Under torchrun every process runs this command and trains each cell data-parallel; only
-rank 0 opens the store and reports. `--executor ray` fans cells out as Ray tasks."""
+rank 0 opens the store and reports. `--jobs N` runs cells in a local process pool,
+`--executor ray` fans them out as Ray tasks."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from attnbench import distributed
 from attnbench.errors import DistributedError
 from attnbench.run.executors import EXECUTORS, make_executor
+from attnbench.run.pool import JOBS_ENV, default_jobs
 from attnbench.run.progress import silence_third_party_bars
 from attnbench.store.provenance import resolve_device
 from attnbench.run.runner import run_suite
@@ -36,6 +38,9 @@ def add_parser(sub) -> None:
     p.add_argument("--executor", choices=EXECUTORS, default="local",
                    help="where cells run: 'local' (this process, default) or 'ray' (one Ray task per cell)")
     p.add_argument("--address", help="Ray cluster address for --executor ray (default: a local Ray instance)")
+    p.add_argument("--jobs", type=_workers, metavar="N",
+                   help="cells run at once, each in a single-threaded worker process (default: one per core on "
+                        f"CPU, one on a GPU, or ${JOBS_ENV}); 1 runs them one after another in this process")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the models of every train, scaling and speed experiment (opt-in; recorded)")
 
@@ -50,6 +55,27 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _workers(raw: str) -> int:
+    try:
+        jobs = int(raw)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of workers; give 1 or more")
+    return jobs
+
+
+def _refuse_jobs_with(jobs: int | None, executor: str) -> None:
+    """--jobs N fans cells out over local processes; Ray and torchrun place the work themselves."""
+    if jobs is None or jobs == 1:
+        return
+    if distributed.requested():
+        raise DistributedError(f"--jobs {jobs} runs cells in a local process pool; under torchrun each cell "
+                               "trains across the torchrun processes instead: drop --jobs")
+    if executor != "local":
+        make_executor(executor, jobs=jobs)  # raises: Ray schedules the cells itself
+
+
 def run(args: argparse.Namespace) -> int:
     silence_third_party_bars()  # datasets', the hub's and lm-eval's bars would interleave with ours
     suite = load_suite(args.suite, args.overrides)
@@ -59,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if distributed.requested() and args.executor != "local":
         raise DistributedError("torchrun trains each cell across its processes; it cannot be combined "
                                f"with --executor {args.executor}")
+    _refuse_jobs_with(args.jobs, args.executor)
     with contextlib.ExitStack() as stack:
         info = stack.enter_context(distributed.session(resolve_device(args.device or suite.device)))
         if info is not None and info.rank != 0:  # rank 0 alone opens the store and reports
@@ -73,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
                                  Path(args.store).parent / "tracking", suite.name)
         for tracker in trackers:
             stack.callback(tracker.close)
-        executor = stack.enter_context(make_executor(args.executor, address=args.address))
+        device = info.device if info else resolve_device(args.device or suite.device)
+        jobs = 1 if info or args.executor != "local" else args.jobs or default_jobs(device.type)
+        executor = stack.enter_context(make_executor(args.executor, address=args.address, jobs=jobs))
         report = run_suite(suite, store, registry, device=str(info.device) if info else args.device,
                            only_variants=split_names(args.variants), executor=executor, trackers=trackers,
                            retry_failed=args.retry_failed)

@@ -1,4 +1,5 @@
-"""Where a suite's cells run: in this process (the default), or fanned out as Ray tasks.
+"""Where a suite's cells run: in this process, in a local process pool (``run.pool``), or
+fanned out as Ray tasks.
 
 The runner decides what runs (cells already stored are skipped, the trust gate runs
 first) and stores what comes back; an executor only runs ``Task``s and hands back their
@@ -46,12 +47,17 @@ class Finished:
     attempts: int = 1
     started_at: float = 0.0
     finished_at: float = 0.0
+    worker: dict[str, Any] | None = None  # what ran it: executor, process id, torch threads
 
 
-def _run_here(task: Task, attempts: int = 1) -> Finished:
+def run_here(task: Task, attempts: int = 1) -> Finished:
+    """Run ``task`` in this process (the driver)."""
+    import torch
+
     started = time.time()
     value = task.fn(*task.args, **task.driver_kwargs)
-    return Finished(task, value, None, attempts, started, time.time())
+    worker = {"executor": "in-process", "pid": os.getpid(), "threads": torch.get_num_threads()}
+    return Finished(task, value, None, attempts, started, time.time(), worker)
 
 
 class Executor(ABC):
@@ -59,7 +65,7 @@ class Executor(ABC):
     order they finished, each exactly once."""
 
     name: str = ""
-    remote: bool = False  # True when tasks run in other processes (maybe other machines)
+    remote: bool = False  # True when tasks run where GPUs are renumbered (a Ray worker sees its GPU as cuda:0)
 
     @abstractmethod
     def submit(self, task: Task) -> list[Finished]:
@@ -85,15 +91,18 @@ class InProcessExecutor(Executor):
     name = "in-process"
 
     def submit(self, task: Task) -> list[Finished]:
-        return [_run_here(task)]
+        return [run_here(task)]
 
 
-def _ray_call(fn: Callable[..., Any], args: tuple[Any, ...], num_cpus: float) -> Any:
+def _ray_call(fn: Callable[..., Any], args: tuple[Any, ...], num_cpus: float) -> tuple[Any, dict[str, Any]]:
     """What a Ray worker runs: ``fn(*args)`` with torch using the CPUs the task reserved."""
+    import ray
     import torch
 
     torch.set_num_threads(max(1, int(num_cpus)))
-    return fn(*args)
+    info = {"executor": "ray", "pid": os.getpid(), "threads": torch.get_num_threads(),
+            "node": ray.get_runtime_context().get_node_id()}
+    return fn(*args), info
 
 
 def import_ray() -> Any:
@@ -152,7 +161,7 @@ class RayExecutor(Executor):
 
     def submit(self, task: Task) -> list[Finished]:
         if task.on_driver:
-            return [_run_here(task)]
+            return [run_here(task)]
         self._launch(task, 1)
         return self._collect(block=False)
 
@@ -171,7 +180,8 @@ class RayExecutor(Executor):
         for ref in ready:
             task, attempt, started = self._pending.pop(ref)
             try:
-                done.append(Finished(task, self._ray.get(ref), None, attempt, started, time.time()))
+                value, info = self._ray.get(ref)
+                done.append(Finished(task, value, None, attempt, started, time.time(), info))
             except self._ray.exceptions.RayError as exc:
                 if attempt <= task.retries:
                     self._launch(task, attempt + 1, started)
@@ -192,12 +202,19 @@ class RayExecutor(Executor):
             self._ray.shutdown()
 
 
-def make_executor(name: str = "local", *, address: str | None = None) -> Executor:
-    """The executor ``attnbench run --executor NAME [--address ADDR]`` asks for."""
+def make_executor(name: str = "local", *, address: str | None = None, jobs: int = 1) -> Executor:
+    """The executor ``attnbench run --executor NAME [--address ADDR] [--jobs N]`` asks for."""
     if name not in EXECUTORS:
         raise ExecutorError(f"unknown executor {name!r}; use one of {list(EXECUTORS)}")
     if address and name != "ray":
         raise ExecutorError("--address names a Ray cluster; use it with --executor ray")
     if name == "ray":
+        if jobs > 1:
+            raise ExecutorError(f"--jobs {jobs} runs cells in a local process pool; Ray schedules the cells "
+                                "itself (one task per cell, cpus_per_cell each): drop --jobs, or drop --executor ray")
         return RayExecutor(address)
+    if jobs > 1:
+        from attnbench.run.pool import ProcessPoolCellExecutor
+
+        return ProcessPoolCellExecutor(jobs)
     return InProcessExecutor()

@@ -161,13 +161,15 @@ class _SuiteRun:
         job = self.jobs[done.task.key]
         rec = done.value if done.error is None else cell_record(
             job, CellOutcome("failed", error=done.error), done.started_at, done.finished_at)
+        if done.worker:  # the process and torch threads that ran it
+            rec.provenance["worker"] = done.worker
         self.store.save_run_or_set_aside(rec)
         self.report.ran += 1
         track_record(self.trackers, rec, self.live.pop(job.cell.key, None))
         if rec.status != "done":
             self.report.not_done.append(f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: "
                                         f"{rec.status} ({rec.error})")
-            print(f"  {rec.status}: {rec.error}", file=self.out)
+            print("[{}/{}] {}: {}".format(*job.index, rec.status, rec.error), file=self.out)  # which, with several in flight
 
     def submit(self, i: int, cell: Cell) -> None:
         if distributed.from_main(self.store.settled(cell.key, self.retry_failed) if self.main else None):

@@ -1,0 +1,136 @@
+"""`attnbench run --jobs N`: cells in a local pool of single-threaded worker processes store
+exactly what one process running them one after another stores; a worker that dies fails
+its cell and the run goes on; --jobs is refused where Ray or torchrun place the work."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnbench.cli import main as cli_main
+from attnbench.errors import ExecutorError
+from attnbench.run.executors import InProcessExecutor, make_executor
+from attnbench.run.pool import ProcessPoolCellExecutor, default_jobs
+from attnbench.store.database import Store
+from tests.helpers import fake_distribution, run_cli, write_suite
+
+SUITE = """
+    version: 1
+    name: pool
+    defaults:
+      data: {{source: stdlib, max_bytes: 200000}}
+      model: {{d_model: 32, n_layer: 1, n_head: 2}}
+      train: {{batch_size: 4, seq_len: 32, lr: 1.0e-2, warmup_steps: 2, eval_interval: 4, eval_tokens: 1024,
+              log_interval: 2, checkpoint: false}}
+    experiments:
+      - name: e
+        kind: train
+        variants: {variants}
+        train: {{budget: {{steps: 8}}}}
+        seeds: [0, 1]
+"""
+PLUGINS = {"ATTNBENCH_PLUGINS": "softmax,linear", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _numbers(path) -> dict[str, dict]:
+    """Every stored number of every cell, by cell key: the metric curves and the summary's
+    losses and accuracies (times and throughput left out: they differ run to run)."""
+    out = {}
+    with Store(path) as store:
+        runs = store.runs()
+        assert len({r["cell_key"] for r in runs}) == len(runs)  # each key stored exactly once
+        for run in runs:
+            assert run["status"] == "done", run["error"]
+            summary = {k: v for k, v in run["summary"].items() if "loss" in k or "acc" in k or k == "steps"}
+            curves = [(m["name"], m["step"], m["value"]) for m in store.metrics(run["id"])
+                      if "loss" in m["name"] or "acc" in m["name"]]
+            out[run["cell_key"]] = {"summary": summary, "curves": curves, "worker": run["provenance"]["worker"],
+                                    "threads": run["provenance"]["torch_threads"]}
+    return out
+
+
+def test_two_workers_store_what_one_process_stores(tmp_path):
+    suite = write_suite(tmp_path / "pool.yaml", SUITE.format(variants="[softmax, linear]"))
+    for jobs in ("2", "1"):  # both single-threaded per cell (OMP_NUM_THREADS=1 for the one process)
+        proc = run_cli("run", str(suite), "--store", str(tmp_path / jobs / "store.sqlite"), "--jobs", jobs,
+                       "--device", "cpu", "--no-report", env=PLUGINS)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "4 cells, 4 run, 0 already stored" in proc.stdout
+        started = [line.split()[0] for line in proc.stderr.splitlines() if line.startswith("[") and " e " in line]
+        assert sorted(started) == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"], proc.stderr
+
+    single, pool = _numbers(tmp_path / "1" / "store.sqlite"), _numbers(tmp_path / "2" / "store.sqlite")
+    assert sorted(single) == sorted(pool) and len(pool) == 4
+    for key, cell in pool.items():
+        assert cell["curves"] and cell["summary"]["val_loss"] > 0
+        assert (cell["summary"], cell["curves"]) == (single[key]["summary"], single[key]["curves"]), key
+        assert cell["worker"]["executor"] == "process-pool" and cell["worker"]["threads"] == cell["threads"] == 1
+        assert single[key]["worker"]["executor"] == "in-process" and single[key]["threads"] == 1
+    assert len({c["worker"]["pid"] for c in pool.values()} | {c["worker"]["pid"] for c in single.values()}) >= 2
+
+
+DOOMED = """
+    import multiprocessing
+    import os
+    import signal
+
+    from attnbench import Variant, hookimpl
+    from attnbench.plugins.softmax import SoftmaxAttention, flops_per_token, state_size
+
+
+    def build_mixer(config, layer_idx):
+        if multiprocessing.parent_process() is not None:  # in a pool worker: it dies, as the OOM killer does it
+            os.kill(os.getpid(), signal.SIGKILL)
+        return SoftmaxAttention(config, layer_idx)
+
+
+    @hookimpl
+    def attnbench_register_variants(register):
+        register(Variant(name="doomed", build_mixer=build_mixer, decode="kv_cache",
+                         state_size=state_size, flops_per_token=flops_per_token))
+"""
+
+
+def test_a_killed_worker_fails_its_cell_and_the_others_finish(tmp_path):
+    env = fake_distribution(tmp_path, "doomed_dist", "doomed", DOOMED, module="doomed_plugin")
+    suite = write_suite(tmp_path / "s.yaml", SUITE.format(variants="[softmax, doomed]"))
+    store_path = tmp_path / "store.sqlite"
+    proc = run_cli("run", str(suite), "--store", str(store_path), "--jobs", "2", "--device", "cpu", "--no-report",
+                   "--set", "experiments.e.seeds=[0]", env={**env, **PLUGINS, "ATTNBENCH_PLUGINS": "softmax,doomed"},
+                   timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "2 cells, 2 run, 0 already stored" in proc.stdout
+    with Store(store_path) as store:
+        runs = {r["variant"]: r for r in store.runs()}
+    assert len(runs) == 2
+    assert runs["softmax"]["status"] == "done"  # lost with the pool if still in flight, then run again alone
+    dead = runs["doomed"]
+    assert dead["status"] == "failed" and "worker process running this cell died (exit code -9)" in dead["error"]
+    assert dead["provenance"]["worker"] == {"executor": "process-pool", "died": True, "exit_codes": [-9]}
+
+
+def test_jobs_is_refused_where_ray_or_torchrun_place_the_cells(tmp_path, monkeypatch, capsys):
+    suite = write_suite(tmp_path / "s.yaml", SUITE.format(variants="[softmax]"))
+    args = ["run", str(suite), "--store", str(tmp_path / "s.sqlite"), "--jobs", "2"]
+    assert cli_main([*args, "--executor", "ray"]) == 2
+    assert "--jobs 2 runs cells in a local process pool; Ray schedules the cells itself" in capsys.readouterr().err
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert cli_main(args) == 2
+    assert "under torchrun each cell trains across the torchrun processes" in capsys.readouterr().err
+    monkeypatch.delenv("WORLD_SIZE")
+    with pytest.raises(SystemExit):
+        cli_main([*args[:-1], "0"])
+    assert "'0' is not a number of workers" in capsys.readouterr().err
+    assert not (tmp_path / "s.sqlite").exists()  # refused before anything ran
+
+
+def test_default_jobs_one_per_core_on_cpu_one_on_a_gpu(monkeypatch):
+    monkeypatch.delenv("ATTNBENCH_JOBS", raising=False)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert default_jobs("cpu") == 3 and default_jobs("cuda") == 1
+    monkeypatch.setenv("ATTNBENCH_JOBS", "2")
+    assert default_jobs("cpu") == default_jobs("cuda") == 2
+    monkeypatch.setenv("ATTNBENCH_JOBS", "many")
+    with pytest.raises(ExecutorError, match="ATTNBENCH_JOBS='many' is not a number of workers"):
+        default_jobs("cpu")
+    assert isinstance(make_executor("local", jobs=2), ProcessPoolCellExecutor)
+    assert isinstance(make_executor("local", jobs=1), InProcessExecutor)
