@@ -75,3 +75,7 @@ class InspectError(AttnbenchError):
 
 class FinetuneError(AttnbenchError):
     """A fine-tuning cell that cannot start: no checkpoint, a rank or target that does not fit."""
+
+
+class UsageError(AttnbenchError):
+    """A command-line option or environment setting that cannot mean what it says."""

@@ -95,6 +95,14 @@ CASES = [
     Case("store-check-missing", lambda tmp: ["store", "check", str(tmp / "gone.sqlite")], ["gone.sqlite", "no results store"]),
     Case("merge-input-missing", lambda tmp: ["store", "merge", str(tmp / "out.sqlite"), str(tmp / "gone.sqlite")],
          ["gone.sqlite", "not found"]),
+    # issue 28, item 4: accepted silently before
+    Case("variants-empty", lambda tmp: ["run", str(_suite(tmp, suite_text())), "--store", str(tmp / "st.sqlite"),
+                                        "--variants", ""], ["--variants ''", "names nothing", "leave the option out"]),
+    Case("plugins-env-empty", lambda tmp: ["list"], ["ATTNBENCH_PLUGINS", "names no plugin", "unset it"],
+         env={"ATTNBENCH_PLUGINS": " , "}),
+    Case("plugins-env-hides-task", _validate(suite_text(
+        data="{source: task, task: mqar, task_options: {vocab_size: 64, seq_len: 64, num_kv_pairs: 4}}")),
+         ["unknown task 'mqar'", "ATTNBENCH_PLUGINS='softmax'", "unset it"], env={"ATTNBENCH_PLUGINS": "softmax"}),
 ]
 
 

@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 
+from attnbench.errors import UsageError
 from attnbench.registry.loader import Registry, load_registry
 from attnbench.store.database import DEFAULT_STORE
 
@@ -23,10 +24,16 @@ def registry_with_warnings() -> Registry:
     return registry
 
 
-def split_names(raw: str | None) -> list[str] | None:
-    if not raw:
+def split_names(raw: str | None, option: str = "--variants") -> list[str] | None:
+    """Comma-separated names; None when the option is not given. Given but naming nothing
+    (``--variants ""``) is an error: it would otherwise silently mean "every one"."""
+    if raw is None:
         return None
-    return [n.strip() for n in raw.split(",") if n.strip()]
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    if not names:
+        raise UsageError(f"{option} {raw!r} names nothing; give comma-separated names (e.g. {option} softmax,linear) "
+                         "or leave the option out to run every one")
+    return names
 
 
 def positive_int(raw: str) -> int:

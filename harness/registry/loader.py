@@ -44,7 +44,11 @@ def _allowed_names() -> set[str] | None:
     raw = os.environ.get(PLUGINS_ENV)
     if raw is None:
         return None
-    return {n.strip() for n in raw.split(",") if n.strip()}
+    names = {n.strip() for n in raw.split(",") if n.strip()}
+    if not names:
+        raise PluginError(f"{PLUGINS_ENV} is set but names no plugin ({raw!r}), which would load none; give "
+                          f"comma-separated plugin names (e.g. {PLUGINS_ENV}=softmax,linear) or unset it to load all")
+    return names
 
 
 def get_plugin_manager(
@@ -162,9 +166,11 @@ class Registry:
         try:
             return self.tasks[name]
         except KeyError:
-            raise UnknownVariantError(
-                unknown_variant_message(name, sorted(self.tasks)).replace("unknown variant", "unknown task")
-            ) from None
+            message = unknown_variant_message(name, sorted(self.tasks)).replace("unknown variant", "unknown task")
+            if os.environ.get(PLUGINS_ENV) is not None:
+                message += (f" ({PLUGINS_ENV}={os.environ[PLUGINS_ENV]!r} limits which plugins load: add the plugin "
+                            f"that registers {name!r} (see `attnbench list` without {PLUGINS_ENV}) or unset it)")
+            raise UnknownVariantError(message) from None
 
 
 def unknown_variant_message(name: str, available: list[str]) -> str:
