@@ -197,3 +197,71 @@ def test_a_variant_that_declares_no_optional_fact_beside_one_that_declares_all_g
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     page = (out / "index.html").read_text()
     assert "bare-mean" in page and "not declared" in page
+
+
+# -- issue 28, item 3: a report killed while it is written leaves the old one whole ----------
+def test_a_report_that_fails_half_way_leaves_the_old_report_whole(tmp_path, monkeypatch):
+    import sys
+
+    from attnbench.report import render, write_report
+
+    write = sys.modules["attnbench.report.write"]  # the module (the package exports a function of that name)
+
+    store = tmp_path / "st.sqlite"
+    assert _main(["run", str(_suite(tmp_path, suite_text())), "--store", str(store), "--no-report"]) == 0
+    out = tmp_path / "report"
+    write_report(store, "cat", out)
+    (out / "mine.txt").write_text("the user's own file")
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert any(p.parts[0] == "tables" for p in before) and any(p.parts[0] == "figures" for p in before)
+
+    def dies(*args, **kwargs):
+        raise KeyboardInterrupt  # killed after the tables and figures were written, before index.html
+
+    monkeypatch.setattr(write, "to_html", dies)
+    with pytest.raises(KeyboardInterrupt):
+        write_report(store, "cat", out)
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before  # every table, figure and page of the old report, nothing half-new
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".report")] == []
+    monkeypatch.setattr(write, "to_html", render.to_html)
+    write_report(store, "cat", out)
+    assert (out / "mine.txt").read_text() == "the user's own file" and (out / "index.html").exists()
+
+
+def test_a_merge_that_fails_half_way_leaves_no_output_or_the_old_one(tmp_path, monkeypatch):
+    import sys
+
+    from attnbench.store.database import Store
+    from attnbench.store.merge import merge_stores
+
+    a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    assert _main(["run", str(_suite(tmp_path, suite_text())), "--store", str(a), "--no-report"]) == 0
+    assert _main(["run", str(_suite(tmp_path, suite_text().replace("name: cat", "name: dog"))), "--store", str(b),
+                  "--no-report"]) == 0
+    merge = sys.modules["attnbench.store.merge"]
+    real, calls = merge._merge_runs, []
+
+    def dies_on_second(out, src, label, report):
+        calls.append(label)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # killed after the first input was merged
+        real(out, src, label, report)
+
+    monkeypatch.setattr(merge, "_merge_runs", dies_on_second)
+    new = tmp_path / "all.sqlite"
+    with pytest.raises(KeyboardInterrupt):
+        merge_stores(new, [a, b])
+    assert not new.exists() and [p for p in tmp_path.iterdir() if ".merging" in p.name] == []
+    monkeypatch.setattr(merge, "_merge_runs", real)
+    merge_stores(new, [a])
+    monkeypatch.setattr(merge, "_merge_runs", dies_on_second)
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        merge_stores(new, [b, a])
+    with Store(new) as store:
+        assert {r["suite"] for r in store.runs()} == {"cat"}  # the earlier merge, whole; none of b's runs
+    monkeypatch.setattr(merge, "_merge_runs", real)
+    merge_stores(new, [b])
+    with Store(new) as store:
+        assert {r["suite"] for r in store.runs()} == {"cat", "dog"}

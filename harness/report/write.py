@@ -1,11 +1,14 @@
 """Writing a report to a folder: ``index.html`` (self-contained), ``report.md`` with its
-figures in ``figures/``, and every table as CSV and Parquet in ``tables/``. Files this
-writer made earlier in ``figures/`` and ``tables/`` are replaced, nothing else is touched."""
+figures in ``figures/``, and every table as CSV and Parquet in ``tables/``. The folder is
+written beside the target and swapped in whole (a killed writer leaves the old report);
+files this writer made earlier are replaced, anything else in the folder is kept."""
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
+import shutil
 import uuid
 import re
 from pathlib import Path
@@ -56,20 +59,61 @@ def _parquet_ready(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")  # one per writer
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def _carry_over(old: Path, new: Path) -> None:
+    """Copy what the writer does not own from the old report folder into the new one."""
+    for entry in old.iterdir():
+        if entry.name in ("index.html", "report.md") or entry.name.startswith("."):
+            continue
+        if entry.name in _OWNED and entry.is_dir():
+            for f in entry.iterdir():
+                if not (f.is_file() and f.suffix in _OWNED[entry.name]) and not (new / entry.name / f.name).exists():
+                    (shutil.copytree if f.is_dir() else shutil.copy2)(f, new / entry.name / f.name)
+        elif not (new / entry.name).exists():
+            (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, new / entry.name)
+
+
+def _swap_in(tmp: Path, out_dir: Path) -> None:
+    """Make ``tmp`` the report folder: a reader sees the old report or the new one, never a mix."""
+    if not out_dir.exists():
+        os.replace(tmp, out_dir)
+        return
+    _carry_over(out_dir, tmp)
+    if _exchange(tmp, out_dir):  # tmp now holds the old report
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    old = out_dir.with_name(f".{out_dir.name}.old.{uuid.uuid4().hex[:8]}")
+    os.replace(out_dir, old)  # no exchange here: the folder is absent between these two renames
+    os.replace(tmp, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write(report: Report, out_dir: Path) -> Path:
-    """Write ``report`` under ``out_dir``; returns the path of ``index.html``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for sub, suffixes in _OWNED.items():
-        (out_dir / sub).mkdir(exist_ok=True)
-        for old in (out_dir / sub).iterdir():
-            if old.is_file() and old.suffix in suffixes:
-                old.unlink()
+    """Write ``report`` as the folder ``out_dir``; returns the path of ``index.html``. The new
+    report is written beside it and swapped in whole; what the writer does not own is kept."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(f".{out_dir.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        _write_into(report, tmp)
+        _swap_in(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # left only when writing failed
+    return (out_dir / "index.html").resolve()
+
+
+def _write_into(report: Report, out_dir: Path) -> None:
+    for sub in _OWNED:
+        (out_dir / sub).mkdir(parents=True)
     tables, figs = report.tables(), report.figures()
     table_names = dict(zip(map(id, tables), _unique([t.slug for t in tables])))
     fig_names = dict(zip([f.slug for f in figs], _unique([f.slug for f in figs])))
@@ -84,8 +128,6 @@ def write(report: Report, out_dir: Path) -> Path:
         frame = _parquet_ready(t.data)
         frame.to_csv(out_dir / links(t)["CSV"], index=False)
         frame.to_parquet(out_dir / links(t)["Parquet"], index=False)
-    _write_atomic(out_dir / "report.md",
-                  to_markdown(report, lambda slug: f"figures/{fig_names[slug]}.png", links).encode())
-    index = out_dir / "index.html"
-    _write_atomic(index, to_html(report, links).encode())
-    return index.resolve()
+    (out_dir / "report.md").write_text(to_markdown(report, lambda slug: f"figures/{fig_names[slug]}.png", links),
+                                       encoding="utf-8")
+    (out_dir / "index.html").write_text(to_html(report, links), encoding="utf-8")

@@ -4,7 +4,9 @@ results, gate verdicts and attempt history carried over. Inputs are opened read-
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,6 +106,19 @@ def merge_stores(out_path: Path, inputs: list[Path]) -> MergeReport:
         if Path(path).resolve() == out_path.resolve():
             raise StoreError(f"{path} is both the output and an input; merge into a new file")
     sources = [(_open_input(Path(p)), str(p)) for p in inputs]
+    if out_path.exists():  # one transaction: a kill leaves the output as it was
+        return _merge_into(out_path, sources)
+    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.merging")
+    try:  # a new output appears only whole: built beside it, renamed into place
+        report = _merge_into(tmp, sources)
+        os.replace(tmp, out_path)
+    finally:
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            leftover.unlink(missing_ok=True)
+    return report
+
+
+def _merge_into(out_path: Path, sources: list[tuple[sqlite3.Connection, str]]) -> MergeReport:
     report = MergeReport()
     with Store(out_path) as store, store._write() as out:
         for src, label in sources:
