@@ -15,7 +15,7 @@ import torch
 from attnbench import distributed
 from attnbench.cli import main as cli_main
 from attnbench.errors import DistributedError, ExecutorError, SuiteError
-from attnbench.run.executors import make_executor
+from attnbench.run.choose import make_executor
 from attnbench.registry.loader import load_registry
 from attnbench.run.runner import run_suite
 from attnbench.store.database import Store

@@ -8,7 +8,8 @@ import pytest
 
 from attnbench.cli import main as cli_main
 from attnbench.errors import ExecutorError
-from attnbench.run.executors import InProcessExecutor, make_executor
+from attnbench.run.choose import make_executor
+from attnbench.run.executors import InProcessExecutor
 from attnbench.run.pool import ProcessPoolCellExecutor, default_jobs
 from attnbench.store.database import Store
 from tests.helpers import fake_distribution, run_cli, write_suite

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from attnbench import distributed
 from attnbench.errors import DistributedError
-from attnbench.run.executors import EXECUTORS, make_executor
+from attnbench.run.choose import make_executor
+from attnbench.run.executors import EXECUTORS
 from attnbench.run.pool import JOBS_ENV, default_jobs
 from attnbench.run.progress import silence_third_party_bars
 from attnbench.store.provenance import resolve_device
