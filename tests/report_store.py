@@ -45,17 +45,18 @@ EXPECTATIONS_RECALL = [
 ]
 
 
-def _protocol(metric: str, expectations: list[dict[str, Any]], tuning: dict[str, Any] | None) -> dict[str, Any]:
+def protocol_dict(metric: str, expectations: list[dict[str, Any]], tuning: dict[str, Any] | None) -> dict[str, Any]:
     return {"tune": True, "baseline": "softmax", "interval": True, "choose_on": "val", "report_on": "test",
             "metric": metric, "margin": 0.05, "tuning": tuning, "expectations": expectations,
             "splits": {"train": "head", "val": "slice", "test": "tail"}}
 
 
-def _record(key: str, experiment: str, kind: str, variant: str, seed: int | None, coords: dict[str, Any],
-            config: dict[str, Any], summary: dict[str, Any], results: list[Result] | None = None,
-            status: str = "done") -> RunRecord:
+def record(key: str, experiment: str, kind: str, variant: str, seed: int | None, coords: dict[str, Any],
+           config: dict[str, Any], summary: dict[str, Any], results: list[Result] | None = None,
+           status: str = "done", suite: str = SUITE) -> RunRecord:
+    """One run row of the synthetic suite (model d64 x 2 layers, gate passed)."""
     return RunRecord(
-        cell_key=key, suite=SUITE, experiment=experiment, kind=kind, variant=variant, status=status, seed=seed,
+        cell_key=f"{suite}-{key}", suite=suite, experiment=experiment, kind=kind, variant=variant, status=status, seed=seed,
         coords={"variant": variant, "model": 0, "d_model": 64, "n_layer": 2, "seed": seed, **coords},
         config={"model": {"d_model": 64, "n_layer": 2, "n_head": 2}, **config},
         provenance={"git": {"commit": "c0ffee", "dirty": False}, "device": "cpu:test",
@@ -65,7 +66,7 @@ def _record(key: str, experiment: str, kind: str, variant: str, seed: int | None
 
 def _text_runs() -> list[RunRecord]:
     tuning = {"seeds": [0], "budget": {"steps": 50}, "eta": 2}
-    protocol = _protocol("loss", EXPECTATIONS_TEXT, tuning)
+    protocol = protocol_dict("loss", EXPECTATIONS_TEXT, tuning)
     out = []
     for v in VARIANTS:
         chosen = TEXT_CHOSEN[v]
@@ -74,13 +75,13 @@ def _text_runs() -> list[RunRecord]:
         rung1 = {lr: loss - 0.2 for lr, loss in sorted(rung0.items(), key=lambda kv: kv[1])[:2]}
         for rung, points in enumerate((rung0, rung1)):
             for lr, loss in points.items():
-                out.append(_record(f"text-{v}-t{rung}-{lr}", "text", "train", v, 0,
+                out.append(record(f"text-{v}-t{rung}-{lr}", "text", "train", v, 0,
                                    {"lr": lr, "stage": "tune", "rung": rung},
                                    {"train": {"budget": {"steps": 50 * 2 ** rung}}},
                                    {"val_loss": loss, "test_loss": DECOY_TEST_LOSS, "state_elements": STATE[v],
                                     "protocol": protocol}))
         for seed, test in zip(SEEDS, TEXT_TEST[v]):
-            out.append(_record(f"text-{v}-final-{seed}", "text", "train", v, seed, {"lr": chosen, "stage": "final"},
+            out.append(record(f"text-{v}-final-{seed}", "text", "train", v, seed, {"lr": chosen, "stage": "final"},
                                {"train": {"budget": {"steps": 400}}},
                                {"val_loss": test - 0.01, "test_loss": test, "state_elements": STATE[v],
                                 "protocol": protocol}))
@@ -88,7 +89,7 @@ def _text_runs() -> list[RunRecord]:
 
 
 def _recall_runs() -> list[RunRecord]:
-    protocol = _protocol("accuracy", EXPECTATIONS_RECALL, None)
+    protocol = protocol_dict("accuracy", EXPECTATIONS_RECALL, None)
     config = {"data": {"source": "task", "task": "mqar", "eval_settings": [{"num_kv_pairs": k} for k in PAIRS]},
               "train": {"budget": {"steps": 300}}}
     out = []
@@ -99,7 +100,7 @@ def _recall_runs() -> list[RunRecord]:
                 results = [Result(name, value, "", {"split": "test", "task": "mqar", "num_kv_pairs": k})
                            for k, a in accs.items() for name, value in (("accuracy", a), ("loss", 3.0 * (1 - a)))]
                 mean_acc = sum(accs.values()) / len(accs)
-                out.append(_record(f"recall-{v}-{lr}-{seed}", "recall", "train", v, seed, {"lr": lr}, config,
+                out.append(record(f"recall-{v}-{lr}-{seed}", "recall", "train", v, seed, {"lr": lr}, config,
                                    {"val_loss": 3.0 * (1 - mean_acc) + 0.01, "test_loss": 3.0 * (1 - mean_acc),
                                     "test_accuracy": mean_acc, "state_elements": STATE[v] // 2,
                                     "protocol": protocol}, results))
@@ -118,18 +119,18 @@ def _speed_runs() -> list[RunRecord]:
                         "noisy_reason": "coefficient of variation 25% > 20%" if noisy else None, "attempts": 2}
                 results += [Result("time_s", mean * scale, "s", tags),
                             Result("peak_memory_bytes", 1e5 * T, "B", {**tags, "memory_method": "test"})]
-        out.append(_record(f"speed-{v}", "speed", "speed", v, 0, {}, {}, {}, results))
+        out.append(record(f"speed-{v}", "speed", "speed", v, 0, {}, {}, {}, results))
     fit = Result("slope", 0.9, "", {"mode": "train_step", "quantity": "time", "model": 0, "ci95": [0.2, 1.6],
                                     "n_points": 2, "T_min": 256, "T_max": 1024,
                                     "flags": ["95% interval [0.20, 1.60] is wider than +-0.25"]})
-    out.append(_record("speed-fit-linear", "speed", "speed_fit", "linear", None, {}, {}, {}, [fit]))
+    out.append(record("speed-fit-linear", "speed", "speed_fit", "linear", None, {}, {}, {}, [fit]))
     return out
 
 
-def write_store(path: Path) -> Path:
-    """The synthetic store at ``path`` (every trust-gate check passed)."""
+def write_store(path: Path, extra: list[RunRecord] = ()) -> Path:
+    """The synthetic store at ``path`` (every trust-gate check passed), with ``extra`` runs."""
     with Store(path) as store:
-        for run in [*_text_runs(), *_recall_runs(), *_speed_runs()]:
+        for run in [*_text_runs(), *_recall_runs(), *_speed_runs(), *extra]:
             store.save_run(run)
         for v in VARIANTS:
             store.save_checks(f"gate-{v}", v, [CheckResult("no_future_leak_forward", "pass", 0.0, 1e-5, "ok")], {})

@@ -17,7 +17,7 @@ from attnbench.report.document import Section
 from attnbench.report.figures import Palette
 from attnbench.report.load import StoreData
 from attnbench.report.tradeoff import tradeoff_figure
-from attnbench.report.values import MISSING, bytes_text, is_number
+from attnbench.report.values import MISSING, bytes_text, is_number, seconds_text
 
 ANSWER = "The answer"
 Rounds = dict[int, tuple[float, float, int]]
@@ -65,29 +65,47 @@ def _speed(variant: str, baseline: str, rounds: dict[str, Rounds]) -> str:
     for T in speed_lengths(set(mine) & set(theirs)):
         x, lo, hi = ratio_interval(theirs[T], mine[T])
         parts.append(f"{x:.2f}x [{lo:.2f}, {hi:.2f}] at T={T}")
-    return f"train-step speed vs {baseline} " + ", ".join(parts) if parts else ""
+    return "train step " + ", ".join(parts) if parts else ""
 
 
 def sentence(variant: str, table: pd.DataFrame, rounds: dict[str, Rounds], state: dict[str, float]) -> str:
-    """What this run found for ``variant``: every experiment's value against the baseline with its
-    decision (and, for task accuracy, the decision per evaluation setting), speed and state."""
+    """What this run found for ``variant``: every experiment's value with its difference from the
+    baseline and decision (for task accuracy, also per evaluation setting), speed ratio and state."""
     mine = table[table["variant"] == variant]
     parts = []
     for exp in dict.fromkeys(mine["experiment"]):
         rows = mine[mine["experiment"] == exp]
         head = rows[rows["setting"] == "all test sets"].iloc[0]
-        base = table[(table["experiment"] == exp) & (table["variant"] == head["baseline"])
-                     & (table["setting"] == "all test sets")]
-        bval = _value(head["metric"], base["value_mean"].iloc[0]) if not base.empty else MISSING
-        parts.append(f"{exp} {head['metric']} {_value(head['metric'], head['value_mean'])} vs {head['baseline']} "
-                     f"{bval} ({head['decision_text']})" + _by_setting(rows[rows["setting"] != "all test sets"]))
-    baseline = mine["baseline"].iloc[0]
-    speed = _speed(variant, baseline, rounds)
+        parts.append(f"{exp} {head['metric']} {_value(head['metric'], head['value_mean'])} ({head['decision_text']})"
+                     + _by_setting(rows[rows["setting"] != "all test sets"]))
+    speed = _speed(variant, mine["baseline"].iloc[0], rounds)
     if speed:
         parts.append(speed)
-    if is_number(state.get(variant)) and is_number(state.get(baseline)):
-        parts.append(f"state {bytes_text(state[variant])} vs {bytes_text(state[baseline])}")
+    if is_number(state.get(variant)):
+        parts.append(f"state {bytes_text(state[variant])}")
     return f"{variant}: " + "; ".join(parts)
+
+
+def baseline_sentence(baseline: str, table: pd.DataFrame, rounds: dict[str, Rounds], state: dict[str, float]) -> str:
+    """The baseline's own values, which every other sentence is measured against."""
+    mine = table[(table["variant"] == baseline) & (table["baseline"] == baseline)]
+    parts = []
+    for exp in dict.fromkeys(mine["experiment"]):
+        rows = mine[mine["experiment"] == exp]
+        metric = rows["metric"].iloc[0]
+        head = rows[rows["setting"] == "all test sets"].iloc[0]
+        part = f"{exp} {metric} {_value(metric, head['value_mean'])}"
+        settings = rows[rows["setting"] != "all test sets"]
+        if not settings.empty:
+            keys, labels = short_labels([json.loads(o) for o in settings["setting_options"]])
+            part += f", by {keys} {' / '.join(labels)}: {' / '.join(_value(metric, v) for v in settings['value_mean'])}"
+        parts.append(part)
+    times = rounds.get(baseline, {})
+    if times:
+        parts.append("train step " + ", ".join(f"{seconds_text(times[T][0])} at T={T}" for T in speed_lengths(set(times))))
+    if is_number(state.get(baseline)):
+        parts.append(f"state {bytes_text(state[baseline])}")
+    return f"{baseline} (baseline): " + "; ".join(parts)
 
 
 def headline_section(data: StoreData, palette: Palette) -> Section | None:
@@ -105,17 +123,18 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
     for v, e in zip(rows["variant"], rows["state_elements"]):
         if is_number(e):
             state.setdefault(v, 4.0 * float(e))
-    sentences = [sentence(v, rows, rounds, state) for v in variants
-                 if not (rows.loc[rows["variant"] == v, "decision"] == "baseline").all()]
+    baselines = list(dict.fromkeys(rows["baseline"]))
+    sentences = [baseline_sentence(b, rows, rounds, state) for b in baselines]
+    sentences += [sentence(v, rows, rounds, state) for v in variants
+                  if not (rows.loc[rows["variant"] == v, "decision"] == "baseline").all()]
     overall = rows[rows["setting"] == "all test sets"].copy()
     overall["step_time_s"] = [rounds[v][T][0] if T is not None and v in rounds else None for v in overall["variant"]]
     overall["state_bytes"] = [state.get(v) for v in overall["variant"]]
     figure = tradeoff_figure(overall, palette, T)
-    baselines = " / ".join(sorted(set(rows["baseline"])))
     margins = ", ".join(f"{e} {m} ±{g:g}" if is_number(g) else f"{e} {m}: none stated" for e, m, g in
                         dict.fromkeys(zip(overall["experiment"], overall["metric"], overall["margin"])))
     return Section(ANSWER, intro=(
-        f"Each variant against {baselines} on the test split, at its chosen grid point: value vs baseline "
-        f"(Δ [95% interval], seeds, decision). Decision: {TEST_TEXT}; margins: {margins}. Speed: {baselines}'s "
-        "train-step time / the variant's (> 1 is faster), 95% interval from the timing rounds."),
+        f"Each variant at its chosen grid point on the test split: value (Δ vs {' / '.join(baselines)} [95% "
+        f"interval], seeds, decision). Decision: {TEST_TEXT}; margins: {margins}. Train step: the baseline's "
+        "time / the variant's (> 1 is faster), 95% interval from the timing rounds."),
         notes=sentences, figures=[figure] if figure else [])

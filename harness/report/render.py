@@ -39,9 +39,9 @@ dl.summary dt { font-weight: 600; } dl.summary dt::after { content: ":"; } dl.su
 nav ul { columns: 2; }
 #s-answer h2 { margin-top: .5em; } #s-answer > p.note { margin: .3em 0 .5em; font-size: 11.5px; }
 #answer { display: flex; gap: 1.2em; align-items: flex-start; }
-#answer ul { flex: 1 1 50%; margin: 0; padding-left: 1.1em; font-size: 13px; line-height: 1.4; }
-#answer li { margin: 0 0 .45em; } #answer li > b:first-child { font-size: 13.5px; }
-#answer figure { flex: 0 0 47%; margin: 0; } #answer figcaption { font-size: 11px; }
+#answer ul { flex: 1 1 58%; margin: 0; padding-left: 1.1em; font-size: 12.5px; line-height: 1.35; }
+#answer li { margin: 0 0 .35em; } #answer li > b:first-child { font-size: 13px; }
+#answer figure { flex: 0 0 41%; margin: 0; } #answer figcaption { font-size: 11px; }
 b.better { color: #1b6e20; } b.worse { color: #9a4d00; } b.equivalent { color: #1f4e99; } b.undetermined { color: #666; }
 header h1 { margin: .2em 0; } header dl.summary { font-size: 12px; color: #333; }
 p.alarm { margin: .3em 0; } p.alarm a { color: #a40000; font-weight: 600; }

@@ -51,7 +51,7 @@ def _panel(ax, sub: pd.DataFrame, cost: str, palette: Palette) -> None:
     state = cost == "state_bytes"
     lo, hi = ax.get_xlim()
     subs = (1.0, 2.0, 5.0) if state or hi / lo > 4 else (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)  # >= 2 labels
-    ax.xaxis.set_major_locator(LogLocator(base=2, numticks=6) if state else LogLocator(10, subs, numticks=6))
+    ax.xaxis.set_major_locator(LogLocator(base=2, numticks=4) if state else LogLocator(10, subs, numticks=6))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: (bytes_text if state else seconds_text)(v)))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_minor_formatter(NullFormatter())
@@ -67,7 +67,7 @@ def tradeoff_figure(rows: pd.DataFrame, palette: Palette, T: int | None = None) 
         return None
     costs = (("step_time_s", f"train-step time at T={T}" if T else "train-step time"),
              ("state_bytes", "decode state"))
-    fig = MplFigure(figsize=(6.4, 0.4 + 2.2 * len(experiments)), layout="constrained")
+    fig = MplFigure(figsize=(5.4, 0.3 + 2.0 * len(experiments)), layout="constrained")
     axes = fig.subplots(len(experiments), len(costs), squeeze=False)
     for r, exp in enumerate(experiments):
         sub = rows[rows["experiment"] == exp]
