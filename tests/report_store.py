@@ -56,7 +56,8 @@ def record(key: str, experiment: str, kind: str, variant: str, seed: int | None,
            status: str = "done", suite: str = SUITE) -> RunRecord:
     """One run row of the synthetic suite (model d64 x 2 layers, gate passed)."""
     return RunRecord(
-        cell_key=f"{suite}-{key}", suite=suite, experiment=experiment, kind=kind, variant=variant, status=status, seed=seed,
+        cell_key=f"{suite}-{key}", suite=suite, experiment=experiment, kind=kind, variant=variant, status=status,
+        seed=seed,
         coords={"variant": variant, "model": 0, "d_model": 64, "n_layer": 2, "seed": seed, **coords},
         config={"model": {"d_model": 64, "n_layer": 2, "n_head": 2}, **config},
         provenance={"git": {"commit": "c0ffee", "dirty": False}, "device": "cpu:test",

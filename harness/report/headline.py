@@ -102,7 +102,8 @@ def baseline_sentence(baseline: str, table: pd.DataFrame, rounds: dict[str, Roun
         parts.append(part)
     times = rounds.get(baseline, {})
     if times:
-        parts.append("train step " + ", ".join(f"{seconds_text(times[T][0])} at T={T}" for T in speed_lengths(set(times))))
+        quoted = speed_lengths(set(times))
+        parts.append("train step " + ", ".join(f"{seconds_text(times[T][0])} at T={T}" for T in quoted))
     if is_number(state.get(baseline)):
         parts.append(f"state {bytes_text(state[baseline])}")
     return f"{baseline} (baseline): " + "; ".join(parts)

@@ -42,7 +42,8 @@ nav ul { columns: 2; }
 #answer ul { flex: 1 1 58%; margin: 0; padding-left: 1.1em; font-size: 12.5px; line-height: 1.35; }
 #answer li { margin: 0 0 .35em; } #answer li > b:first-child { font-size: 13px; }
 #answer figure { flex: 0 0 41%; margin: 0; } #answer figcaption { font-size: 11px; }
-b.better { color: #1b6e20; } b.worse { color: #9a4d00; } b.equivalent { color: #1f4e99; } b.undetermined { color: #666; }
+b.better { color: #1b6e20; } b.worse { color: #9a4d00; } b.equivalent { color: #1f4e99; }
+b.undetermined { color: #666; }
 header h1 { margin: .2em 0; } header dl.summary { font-size: 12px; color: #333; }
 p.alarm { margin: .3em 0; } p.alarm a { color: #a40000; font-weight: 600; }
 .problems h2, .ok h2, .notes h2 { margin-top: .3em; font-size: 1.1em; }
