@@ -17,6 +17,10 @@ from attnbench.report.expectations import verdict
     ([0.30, -0.30, 0.10], 0.05, False, UNDETERMINED),  # spans zero and the margin
     ([0.01, -0.01, 0.005], None, False, UNDETERMINED),  # no margin stated: equivalence cannot be shown
     ([0.02], 0.05, False, UNDETERMINED),                # one seed: no interval
+    ([0.0, 0.0, 0.0], 0.05, True, EQUIVALENT),          # identical on every seed: a zero-width interval
+    ([0.01, 0.02], 0.05, False, EQUIVALENT),            # n=2: 90% interval 0.015 +- 0.0316 inside +-0.05
+    ([0.01, 0.02], 0.04, False, UNDETERMINED),          # ... but not inside +-0.04 (upper bound 0.0466)
+    ([0.01, 0.02], None, False, UNDETERMINED),          # n=2, 95% interval 0.015 +- 0.0635 spans 0
 ])
 def test_decisions_on_hand_made_differences(diffs, margin, higher, outcome):
     assert decide(diffs, margin, higher).outcome == outcome
@@ -29,6 +33,14 @@ def test_equivalence_is_the_two_one_sided_tests_at_the_margin_edge():
     assert d.outcome == WORSE and d.within_margin           # upper 90% bound 0.04686 < 0.0469
     assert not decide([0.02, 0.03, 0.04], 0.0468, higher_is_better=False).within_margin
     assert "within ±0.0469" in d.text() and "n=3" in d.text()
+
+
+def test_the_margin_edge_is_symmetric_and_the_text_can_use_fixed_decimals():
+    d = decide([-0.02, -0.03, -0.04], 0.0469, higher_is_better=False)  # the mirror image: lower loss
+    assert d.outcome == BETTER and d.within_margin                     # lower 90% bound -0.04686 > -0.0469
+    assert not decide([-0.02, -0.03, -0.04], 0.0468, higher_is_better=False).within_margin
+    assert decide([-0.02, -0.03, -0.04], 0.0469, higher_is_better=True).outcome == WORSE  # accuracy fell
+    assert d.text(decimals=3).startswith("-0.030 [-0.055, -0.005], n=3, better")
 
 
 def test_a_detected_difference_inside_the_margin_says_both():

@@ -255,7 +255,7 @@ def test_the_first_screen_shows_the_sentences_and_the_picture_at_1400_by_900(tmp
     _halving_runs(tmp_path, registry)
     index = write_report(tmp_path / "s.sqlite", "halving", tmp_path / "report")
     page = index.read_text()
-    assert "linear: text loss" in page and "n=2" in page  # the sentence, with its decision
+    assert "<b>linear</b>: text loss" in page and "n=2" in page  # the sentence, with its decision
     # The page allows no scripts (CSP); a copy without that meta measures where things land.
     probe = tmp_path / "probe.html"
     probe.write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page)
@@ -264,5 +264,5 @@ def test_the_first_screen_shows_the_sentences_and_the_picture_at_1400_by_900(tmp
                           f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probe.as_uri()],
                          capture_output=True, text=True, timeout=120)
     layout = json.loads(re.search(r'data-layout="([^"]*)"', dom.stdout).group(1).replace("&quot;", '"'))
-    assert layout["items"] == 1 and layout["height"] <= 900 and layout["width"] <= 1400
+    assert layout["items"] == 2 and layout["height"] <= 900 and layout["width"] <= 1400
     assert layout["sentences"] <= 900 and layout["picture"] <= 900 and layout["right"] <= 1400

@@ -4,6 +4,7 @@ speedup pivot (variant x T, the baseline's time over the variant's)."""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from typing import Any
@@ -26,6 +27,7 @@ from attnbench.report.values import num
 from attnbench.report.values import point_text
 
 DEFAULT_BASELINE = "softmax"
+DECIMALS = 3  # differences of loss (nats) and of accuracy (fraction) alike
 
 
 def _protocol(runs: pd.DataFrame) -> dict[str, Any]:
@@ -124,9 +126,10 @@ def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, base
     if noisy.get(sel.variant):
         flags.append(f"{noisy[sel.variant]} noisy speed point(s)")
     label = exp if setting is None else f"{exp} @ {setting_label(setting)}"
-    raw = {"experiment": exp, "setting": setting_label(setting), "variant": sel.variant, "model": sel.model_label,
+    raw = {"experiment": exp, "setting": setting_label(setting), "setting_options": json.dumps(setting)
+           if setting else None, "variant": sel.variant, "model": sel.model_label,
            "chosen_point": point_text(sel.point), "grid_points": sel.n_points, "metric": metric, "margin": margin,
-           "decision": d.outcome, "decision_text": d.text(), "value_mean": value.mean, "value_lo": value.lo,
+           "decision": d.outcome, "decision_text": d.text(decimals=DECIMALS), "value_mean": value.mean, "value_lo": value.lo,
            "value_hi": value.hi, "baseline": baseline, "diff_mean": d.mean, "diff_lo": d.lo, "diff_hi": d.hi, "n": d.n,
            "diffs_by_seed": ", ".join(f"{x:+.4f}" for x in diffs), "test_loss_mean": loss.mean,
            "test_accuracy": acc.mean, "train_step_speedup": train_x, "train_step_T": train_T,
@@ -135,7 +138,7 @@ def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, base
     view = {
         "experiment": label, "variant": sel.variant, "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points})",
         "metric (margin)": metric + (f" (±{margin:g})" if margin else ""),
-        f"Δ vs {baseline} [95% CI], n, decision": "baseline" if is_base else d.text(),
+        f"Δ vs {baseline} [95% CI], n, decision": "baseline" if is_base else d.text(decimals=DECIMALS),
         "test loss": num(loss.mean), "test accuracy": num(acc.mean, 3),
         "train-step speedup": _speed_text(train_x, train_T), "decode speedup / token": _speed_text(dec_x, dec_T),
         "state size": bytes_text(4 * raw["state_elements"]) if is_number(raw["state_elements"]) else NOT_DECLARED,

@@ -33,13 +33,15 @@ class Decision:
     margin: float | None
     within_margin: bool = False  # the 90% interval lies inside ±margin
 
-    def text(self, unit: str = "") -> str:
-        """e.g. "-0.56 [-0.61, -0.51], n=3, worse" or "+0.02 [-0.01, +0.05], n=3, equivalent within 0.05"."""
+    def text(self, unit: str = "", decimals: int | None = None) -> str:
+        """e.g. "-0.56 [-0.61, -0.51], n=3, worse" or "+0.02 [-0.01, +0.05], n=3, equivalent within 0.05"
+        (3 significant digits, or ``decimals`` fixed ones)."""
         if self.mean is None:
             return "no paired seeds"
-        head = f"{self.mean:+.3g}{unit}"
+        fmt = "+.3g" if decimals is None else f"+.{decimals}f"
+        head = f"{self.mean:{fmt}}{unit}"
         if self.lo is not None and self.hi is not None:
-            head += f" [{self.lo:+.3g}, {self.hi:+.3g}]"
+            head += f" [{self.lo:{fmt}}, {self.hi:{fmt}}]"
         tail = self.outcome
         if self.outcome == EQUIVALENT or self.within_margin:
             tail += f" within ±{self.margin:g}" if self.outcome == EQUIVALENT else f" (within ±{self.margin:g})"

@@ -42,7 +42,7 @@ def expectation_rows(data: StoreData) -> list[dict]:
                    "expected": e["outcome"], "found": "not run", "decision": UNDETERMINED, "verdict": UNDETERMINED}
             if mine is not None and theirs is not None:
                 d, _ = paired_decision(data, mine, theirs, metric, margin, e.get("setting"))
-                row.update(found=d.text(), decision=d.outcome, verdict=verdict(e["outcome"], d.outcome))
+                row.update(found=d.text(decimals=3), decision=d.outcome, verdict=verdict(e["outcome"], d.outcome))
             else:
                 row["found"] = f"not run: {e['variant'] if mine is None else versus} has no runs here"
             rows.append(row)

@@ -1,45 +1,112 @@
 """The report's first screen: one sentence per variant saying what this run found against the
-baseline (each experiment's decision, speed and state), and the quality-against-cost picture."""
+baseline (each experiment's decision, per evaluation setting where the metric is task accuracy,
+the train-step speed ratio at up to three lengths, the state size), and the quality-against-cost
+picture."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 import pandas as pd
 
 from attnbench.report.comparison import ratio_interval, speed_rounds, summary_table
+from attnbench.report.decision import EQUIVALENT
+from attnbench.report.decision import TEST_TEXT
 from attnbench.report.document import Section
 from attnbench.report.figures import Palette
 from attnbench.report.load import StoreData
 from attnbench.report.tradeoff import tradeoff_figure
-from attnbench.report.values import bytes_text, is_number
+from attnbench.report.values import MISSING, bytes_text, is_number, seconds_text
 
 ANSWER = "The answer"
+Rounds = dict[int, tuple[float, float, int]]
 
 
-def _common_T(times: dict[str, dict[int, tuple]], variants: list[str]) -> int | None:
-    shared = set.intersection(*(set(times.get(v, {})) for v in variants)) if variants else set()
-    return max(shared) if shared else None
+def speed_lengths(lengths: set[int] | list[int]) -> list[int]:
+    """At most three lengths to quote: all of them, or the shortest, a middle one and the longest."""
+    Ts = sorted(lengths)
+    return Ts if len(Ts) <= 3 else [Ts[0], Ts[len(Ts) // 2], Ts[-1]]
 
 
-def _value(row: pd.Series) -> str:
-    v = row["value_mean"]
-    return "—" if not is_number(v) else (f"{v:.2f}" if row["metric"] == "accuracy" else f"{v:.3f}")
+def short_labels(settings: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    """("n_pairs", ["4", "6", "7"]): the fewest leading keys that tell the settings apart."""
+    keys = list(dict.fromkeys(k for s in settings for k in s))
+    for n in range(1, len(keys) + 1):
+        labels = ["/".join(str(s.get(k, MISSING)) for k in keys[:n]) for s in settings]
+        if len(set(labels)) == len(labels):
+            return "/".join(keys[:n]), labels
+    return "/".join(keys), ["/".join(str(s.get(k, MISSING)) for k in keys) for s in settings]
 
 
-def _sentence(variant: str, rows: pd.DataFrame, base_rows: pd.DataFrame, step: dict[str, tuple], T: int | None,
-              state: dict[str, float]) -> str:
+def _value(metric: str, v: Any) -> str:
+    return MISSING if not is_number(v) else (f"{v:.2f}" if metric == "accuracy" else f"{v:.3f}")
+
+
+def _outcome(row: pd.Series) -> str:
+    if row["decision"] == EQUIVALENT:
+        return f"equivalent ±{row['margin']:g}"
+    return str(row["decision"])
+
+
+def _by_setting(rows: pd.DataFrame) -> str:
+    """' by n_pairs 4 / 6 / 7: -0.01 equivalent ±0.05 / -0.26 worse / -0.54 worse' ('' without settings)."""
+    if rows.empty:
+        return ""
+    keys, labels = short_labels([json.loads(o) for o in rows["setting_options"]])
+    found = [f"{d:+.2f} {_outcome(r)}" if is_number(d) else _outcome(r) for d, (_, r) in zip(rows["diff_mean"],
+                                                                                         rows.iterrows())]
+    return f"; by {keys} {' / '.join(labels)}: {' / '.join(found)}"
+
+
+def _speed(variant: str, baseline: str, rounds: dict[str, Rounds]) -> str:
+    mine, theirs = rounds.get(variant, {}), rounds.get(baseline, {})
     parts = []
-    for _, r in rows.iterrows():
-        base = base_rows[base_rows["experiment"] == r["experiment"]]
-        bval = _value(base.iloc[0]) if not base.empty else "—"
-        unit = "accuracy" if r["metric"] == "accuracy" else "loss"
-        parts.append(f"{r['experiment']} {unit} {_value(r)} vs {r['baseline']} {bval} ({r['decision_text']})")
-    baseline = rows["baseline"].iloc[0]
-    if T is not None and variant in step and baseline in step:
-        x, lo, hi = ratio_interval(step[baseline], step[variant])
-        parts.append(f"train step {x:.2f}x [{lo:.2f}, {hi:.2f}] the speed of {baseline} at T={T}")
-    if is_number(state.get(variant)) and is_number(state.get(baseline)):
-        parts.append(f"state {bytes_text(state[variant])} vs {bytes_text(state[baseline])}")
+    for T in speed_lengths(set(mine) & set(theirs)):
+        x, lo, hi = ratio_interval(theirs[T], mine[T])
+        parts.append(f"{x:.2f}x [{lo:.2f}, {hi:.2f}] at T={T}")
+    return "train step " + ", ".join(parts) if parts else ""
+
+
+def sentence(variant: str, table: pd.DataFrame, rounds: dict[str, Rounds], state: dict[str, float]) -> str:
+    """What this run found for ``variant``: every experiment's value with its difference from the
+    baseline and decision (for task accuracy, also per evaluation setting), speed ratio and state."""
+    mine = table[table["variant"] == variant]
+    parts = []
+    for exp in dict.fromkeys(mine["experiment"]):
+        rows = mine[mine["experiment"] == exp]
+        head = rows[rows["setting"] == "all test sets"].iloc[0]
+        parts.append(f"{exp} {head['metric']} {_value(head['metric'], head['value_mean'])} ({head['decision_text']})"
+                     + _by_setting(rows[rows["setting"] != "all test sets"]))
+    speed = _speed(variant, mine["baseline"].iloc[0], rounds)
+    if speed:
+        parts.append(speed)
+    if is_number(state.get(variant)):
+        parts.append(f"state {bytes_text(state[variant])}")
     return f"{variant}: " + "; ".join(parts)
+
+
+def baseline_sentence(baseline: str, table: pd.DataFrame, rounds: dict[str, Rounds], state: dict[str, float]) -> str:
+    """The baseline's own values, which every other sentence is measured against."""
+    mine = table[(table["variant"] == baseline) & (table["baseline"] == baseline)]
+    parts = []
+    for exp in dict.fromkeys(mine["experiment"]):
+        rows = mine[mine["experiment"] == exp]
+        metric = rows["metric"].iloc[0]
+        head = rows[rows["setting"] == "all test sets"].iloc[0]
+        part = f"{exp} {metric} {_value(metric, head['value_mean'])}"
+        settings = rows[rows["setting"] != "all test sets"]
+        if not settings.empty:
+            keys, labels = short_labels([json.loads(o) for o in settings["setting_options"]])
+            part += f", by {keys} {' / '.join(labels)}: {' / '.join(_value(metric, v) for v in settings['value_mean'])}"
+        parts.append(part)
+    times = rounds.get(baseline, {})
+    if times:
+        quoted = speed_lengths(set(times))
+        parts.append("train step " + ", ".join(f"{seconds_text(times[T][0])} at T={T}" for T in quoted))
+    if is_number(state.get(baseline)):
+        parts.append(f"state {bytes_text(state[baseline])}")
+    return f"{baseline} (baseline): " + "; ".join(parts)
 
 
 def headline_section(data: StoreData, palette: Palette) -> Section | None:
@@ -47,24 +114,28 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
     table = summary_table(data)
     if table is None:
         return None
-    rows = table.data[table.data["setting"] == "all test sets"].copy()
+    rows = table.data
     variants = list(dict.fromkeys(rows["variant"]))
     rounds = speed_rounds(data, "train_step")
-    T = _common_T(rounds, variants)
-    step = {v: rounds[v][T] for v in variants if T is not None and v in rounds}
+    timed = [set(rounds[v]) for v in variants if v in rounds]  # variants never timed get no cost point
+    shared = set.intersection(*timed) if timed else set()
+    T = max(shared) if shared else None
     state: dict[str, float] = {}  # at the first experiment's training length
     for v, e in zip(rows["variant"], rows["state_elements"]):
         if is_number(e):
             state.setdefault(v, 4.0 * float(e))
-    rows["step_time_s"] = [step[v][0] if v in step else None for v in rows["variant"]]
-    rows["state_bytes"] = [state.get(v) for v in rows["variant"]]
-    sentences = []
-    for v in variants:
-        mine = rows[rows["variant"] == v]
-        if (mine["decision"] == "baseline").all():
-            continue
-        sentences.append(_sentence(v, mine, rows[rows["variant"] == mine["baseline"].iloc[0]], step, T, state))
-    figure = tradeoff_figure(rows, palette)
-    return Section(ANSWER, intro=("What this run found, per variant against the baseline on the test split: "
-                                  "value vs baseline (Δ [95% interval], seeds, decision)."),
-                   notes=sentences, figures=[figure] if figure else [])
+    baselines = list(dict.fromkeys(rows["baseline"]))
+    sentences = [baseline_sentence(b, rows, rounds, state) for b in baselines]
+    sentences += [sentence(v, rows, rounds, state) for v in variants
+                  if not (rows.loc[rows["variant"] == v, "decision"] == "baseline").all()]
+    overall = rows[rows["setting"] == "all test sets"].copy()
+    overall["step_time_s"] = [rounds[v][T][0] if T is not None and v in rounds else None for v in overall["variant"]]
+    overall["state_bytes"] = [state.get(v) for v in overall["variant"]]
+    figure = tradeoff_figure(overall, palette, T)
+    margins = ", ".join(f"{e} {m} ±{g:g}" if is_number(g) else f"{e} {m}: none stated" for e, m, g in
+                        dict.fromkeys(zip(overall["experiment"], overall["metric"], overall["margin"])))
+    return Section(ANSWER, intro=(
+        f"Each variant at its chosen grid point on the test split: value (Δ vs {' / '.join(baselines)} [95% "
+        f"interval], seeds, decision). Decision: {TEST_TEXT}; margins: {margins}. Train step: the baseline's "
+        "time / the variant's (> 1 is faster), 95% interval from the timing rounds."),
+        notes=sentences, figures=[figure] if figure else [])

@@ -1,16 +1,19 @@
 """What went wrong in a suite, listed at the top of the report: runs that did not finish
 (diverged with their step, failed, out of memory, timed out), speed points that ran out of
-memory, timed out or failed (with their T), and failed trust-gate checks. (A fit that
-could not be made is shown in its own table, with the reason.)"""
+memory, timed out or failed (with their T), measurements taken under load, and failed
+trust-gate checks. Apart from these faults, the notes: limits of a small budget (noisy
+points, flagged fits, few seeds)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from attnbench.fits import t_quantile_975
 from attnbench.report.document import Problem
 from attnbench.report.gate import FAILING
 from attnbench.report.gate import suite_verdicts
 from attnbench.report.load import StoreData
+from attnbench.report.selection import reported_runs
 
 _POINT_FAILURES = ("oom", "timeout", "error")
 
@@ -63,7 +66,7 @@ def _noisy(data: StoreData) -> list[Problem]:
     out = []
     for _, r in data.results[data.results["run_id"].isin(ids)].iterrows():
         t, run = r["tags"], runs.loc[r["run_id"]]
-        if r["name"] == "time_s" and t.get("noisy"):
+        if r["name"] == "time_s" and t.get("noisy") and not _loaded(t):
             out.append(Problem("noisy speed point", run["variant"], f"{run['experiment']} {t.get('mode')} T={t.get('T')}",
                                "noisy", f"{t.get('noisy_reason')} after {t.get('attempts')} measurement(s)"))
         elif r["name"] == "slope" and t.get("flags"):
@@ -72,9 +75,37 @@ def _noisy(data: StoreData) -> list[Problem]:
     return out
 
 
-def _load(data: StoreData) -> list[Problem]:
-    """Training runs whose throughput was measured on a loaded machine."""
+def _loaded(tags: dict) -> bool:
+    """A speed point judged noisy because the machine was loaded (the reason timing wrote)."""
+    return "under load" in str(tags.get("noisy_reason") or "")
+
+
+def _few_seeds(data: StoreData) -> list[Problem]:
+    """Protocol experiments decided on fewer than 3 seeds: intervals are wide at that n."""
+    train = data.runs_of("train")
+    with_protocol = pd.Series([isinstance(s.get("protocol"), dict) for s in train["summary"]], index=train.index,
+                              dtype=bool)
+    reported = reported_runs(train[with_protocol])
     out = []
+    for exp in dict.fromkeys(reported["experiment"]):
+        runs = reported[(reported["experiment"] == exp) & (reported["status"] == "done")]
+        n = runs.groupby("variant")["seed"].nunique().max()
+        if 0 < n < 3:
+            out.append(Problem("few seeds", "all", exp, f"n={n}",
+                               f"each decision rests on {n} paired seed(s): a 95% t interval is "
+                               f"{t_quantile_975(n - 1) if n > 1 else float('inf'):.3g} standard errors each side, "
+                               "so only large differences are decided"))
+    return out
+
+
+def _load(data: StoreData) -> list[Problem]:
+    """Training runs whose throughput, and speed points whose times, were measured on a loaded machine."""
+    speed = data.runs_of("speed").set_index("id")
+    res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
+    out = [Problem("speed point under load", speed.loc[run_id, "variant"],
+                   f"{speed.loc[run_id, 'experiment']} {t.get('mode')} T={t.get('T')}", "timed under load",
+                   f"{t.get('noisy_reason')} after {t.get('attempts')} measurement(s)")
+           for run_id, t in zip(res["run_id"], res["tags"]) if t.get("noisy") and _loaded(t)]
     for _, r in data.runs[data.runs["kind"] == "train"].iterrows():
         if r["summary"].get("throughput_under_load"):
             before, after = r["summary"].get("load_before") or {}, r["summary"].get("load_after") or {}
@@ -103,5 +134,5 @@ def find_problems(data: StoreData) -> list[Problem]:
 
 def find_notes(data: StoreData) -> list[Problem]:
     """Limits of the budget a reader should know but that are no fault: noisy speed points,
-    fits flagged as uncertain."""
-    return [] if data.runs.empty else _noisy(data)
+    fits flagged as uncertain, decisions on fewer than 3 seeds."""
+    return [] if data.runs.empty else _noisy(data) + _few_seeds(data)

@@ -21,7 +21,7 @@ from attnbench.report.values import MISSING
 _BAD = re.compile(r"^(FAIL|ERROR|oom|timeout|timed out|out of memory|diverged|failed|error)\b")
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 _CSS = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1200px;
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1em auto; max-width: 1200px;
        padding: 0 1em; color: #1b1b1b; }
 h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
 h3 { font-size: 1.05em; margin-top: 1.4em; }
@@ -34,13 +34,18 @@ td.bad, li.bad { color: #a40000; font-weight: 600; }
 .missing { color: #555; font-style: italic; }
 figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption, .note { color: #444; font-size: 12.5px; }
-dl.summary { display: grid; grid-template-columns: max-content auto; gap: .1em 1em; }
-dl.summary dt { font-weight: 600; } dl.summary dd { margin: 0; }
+dl.summary { display: flex; flex-wrap: wrap; gap: 0 .3em; margin: .2em 0; }
+dl.summary dt { font-weight: 600; } dl.summary dt::after { content: ":"; } dl.summary dd { margin: 0 1em 0 0; }
 nav ul { columns: 2; }
+#s-answer h2 { margin-top: .5em; } #s-answer > p.note { margin: .3em 0 .5em; font-size: 11.5px; }
 #answer { display: flex; gap: 1.2em; align-items: flex-start; }
-#answer ul { flex: 1 1 50%; margin: 0; padding-left: 1.1em; font-size: 13px; } #answer li { margin: .2em 0; }
-#answer figure { flex: 0 0 46%; margin: 0; } #answer figcaption { font-size: 11px; }
-header h1 { margin: .2em 0; } header dl.summary { font-size: 12px; }
+#answer ul { flex: 1 1 58%; margin: 0; padding-left: 1.1em; font-size: 12.5px; line-height: 1.35; }
+#answer li { margin: 0 0 .35em; } #answer li > b:first-child { font-size: 13px; }
+#answer figure { flex: 0 0 41%; margin: 0; } #answer figcaption { font-size: 11px; }
+b.better { color: #1b6e20; } b.worse { color: #9a4d00; } b.equivalent { color: #1f4e99; }
+b.undetermined { color: #666; }
+header h1 { margin: .2em 0; } header dl.summary { font-size: 12px; color: #333; }
+p.alarm { margin: .3em 0; } p.alarm a { color: #a40000; font-weight: 600; }
 .problems h2, .ok h2, .notes h2 { margin-top: .3em; font-size: 1.1em; }
 """
 
@@ -101,11 +106,22 @@ def _html_figure(f) -> str:
     return f'<figure><img src="data:image/png;base64,{data}" alt="{_e(f.title)}">{caption}</figure>'
 
 
+_DECISION = re.compile(r"\b(better|worse|undetermined|equivalent(?: within)? ±[0-9.e+-]*[0-9])(?=$|[\s);,/])")
+
+
+def sentence_html(text: str) -> str:
+    """A headline sentence: the variant before its first colon in bold, each decision in bold
+    and coloured by its outcome."""
+    variant, sep, rest = text.partition(": ")
+    body = _DECISION.sub(lambda m: f'<b class="{m.group(1).split()[0]}">{m.group(1)}</b>', _e(rest))
+    return f"<b>{_e(variant)}</b>{sep}{body}" if sep else _e(text)
+
+
 def _html_headline(section: Section | None) -> str:
     """The first screen: one sentence per variant beside the quality-against-cost picture."""
     if section is None:
         return ""
-    items = "".join(f"<li>{_e(n)}</li>" for n in section.notes)
+    items = "".join(f"<li>{sentence_html(n)}</li>" for n in section.notes)
     figs = "".join(_html_figure(f) for f in section.figures)
     return (f'<section id="s-answer"><h2>{_e(section.title)}</h2><p class="note">{_e(section.intro)}</p>'
             f'<div id="answer"><ul>{items}</ul>{figs}</div></section>')
@@ -127,6 +143,17 @@ def _grouped(problems: list[Problem], cls: str) -> str:
     return "<ul>" + "".join(items) + "</ul>"
 
 
+def _alarm(problems: list[Problem]) -> str:
+    """One red line under the title when there are problems, so a fault is never below the fold."""
+    if not problems:
+        return ""
+    kinds: dict[str, int] = {}
+    for p in problems:
+        kinds[p.kind] = kinds.get(p.kind, 0) + 1
+    what = ", ".join(f"{n} {k}" for k, n in kinds.items())
+    return f'<p class="alarm"><a href="#problems">{len(problems)} problem(s): {_e(what)} (listed below)</a></p>'
+
+
 def to_html(report: Report, links: Callable[[Table], dict[str, str]]) -> str:
     """The page; ``links(table)`` gives {label: relative path} of a table's data files."""
     summary = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in report.summary)
@@ -146,7 +173,8 @@ def to_html(report: Report, links: Callable[[Table], dict[str, str]]) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>attnbench report: {_e(report.suite)}</title><style>{_CSS}</style></head><body>"
-        f"<header><h1>attnbench report: {_e(report.suite)}</h1><dl class=\"summary\">{summary}</dl></header>"
+        f"<header><h1>attnbench report: {_e(report.suite)}</h1><dl class=\"summary\">{summary}</dl>"
+        f"{_alarm(report.problems)}</header>"
         f"{_html_headline(report.headline)}{problems}{notes}<nav><h2>Contents</h2><ul>{toc}</ul></nav>{body}"
         "</body></html>\n"
     )

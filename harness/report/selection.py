@@ -57,7 +57,7 @@ def _loss(summary: dict[str, Any]) -> float | None:
 def reported_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs a comparison reads: every run but the tuning rungs of successive halving
     (short budgets on few seeds; the survivor's runs at the full budget stand for it)."""
-    return runs[[c.get("stage") != "tune" for c in runs["coords"]]]
+    return runs[pd.Series([c.get("stage") != "tune" for c in runs["coords"]], index=runs.index, dtype=bool)]
 
 
 def select(runs: pd.DataFrame) -> list[Selection]:

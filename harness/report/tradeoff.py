@@ -4,17 +4,14 @@ with the Pareto front (no other variant is both cheaper and better) drawn throug
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 from matplotlib.figure import Figure as MplFigure
-from matplotlib.ticker import NullFormatter
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from attnbench.report.document import Figure
 from attnbench.report.figures import Palette, _png
-from attnbench.report.values import is_number
-
-COSTS = (("step_time_s", "train-step time (s, log)"), ("state_bytes", "decode state (bytes, log)"))
+from attnbench.report.values import bytes_text, is_number, seconds_text
 
 
 def pareto_front(points: list[tuple[float, float]], higher_is_better: bool) -> list[int]:
@@ -32,39 +29,59 @@ def pareto_front(points: list[tuple[float, float]], higher_is_better: bool) -> l
     return sorted(front, key=lambda i: points[i][0])
 
 
-def tradeoff_figure(rows: pd.DataFrame, palette: Palette) -> Figure | None:
-    """``rows``: experiment, variant, metric, value_mean/lo/hi, step_time_s, state_bytes."""
+def _panel(ax, sub: pd.DataFrame, cost: str, palette: Palette) -> None:
+    """One experiment against one cost: points with interval bars, labelled, and the front."""
+    metric = sub["metric"].iloc[0]
+    pts = [(float(x), float(y), v, lo, hi) for x, y, v, lo, hi in zip(
+        sub[cost], sub["value_mean"], sub["variant"], sub["value_lo"], sub["value_hi"])
+        if is_number(x) and x > 0 and is_number(y)]
+    front = pareto_front([(p[0], p[1]) for p in pts], metric == "accuracy")
+    if len(front) > 1:
+        ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "--", color="#999", lw=1, zorder=1)
+    for i, (x, y, v, lo, hi) in enumerate(pts):
+        err = [[y - lo], [hi - y]] if is_number(lo) and is_number(hi) else None
+        ax.errorbar([x], [y], yerr=err, fmt="o", ms=6 if i in front else 4.5, capsize=2, zorder=2,
+                    color=palette.get(v, (0.3, 0.3, 0.3)), mec="black" if i in front else "none", mew=0.8)
+        ax.annotate(v, (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.tick_params(labelsize=7)
+    if pts:
+        ax.margins(x=0.3)
+    # labelled ticks at powers of 2 (bytes) or at 1, 2, 5 x 10^k (seconds), at most about six
+    state = cost == "state_bytes"
+    lo, hi = ax.get_xlim()
+    subs = (1.0, 2.0, 5.0) if state or hi / lo > 4 else (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)  # >= 2 labels
+    ax.xaxis.set_major_locator(LogLocator(base=2, numticks=4) if state else LogLocator(10, subs, numticks=6))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: (bytes_text if state else seconds_text)(v)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    if metric == "accuracy":  # an interval of a mean may pass 1: the axis shows what accuracy can be
+        ax.set_ylim(max(-0.02, ax.get_ylim()[0]), 1.02)
+
+
+def tradeoff_figure(rows: pd.DataFrame, palette: Palette, T: int | None = None) -> Figure | None:
+    """``rows``: experiment, variant, metric, value_mean/lo/hi, step_time_s, state_bytes; ``T``
+    the length the step times were measured at."""
     experiments = list(dict.fromkeys(rows["experiment"]))
     if not experiments:
         return None
-    fig = MplFigure(figsize=(6.4, 2.3 * len(experiments)), layout="constrained")
-    axes = fig.subplots(len(experiments), len(COSTS), squeeze=False)
+    costs = (("step_time_s", f"train-step time at T={T}" if T else "train-step time"),
+             ("state_bytes", "decode state"))
+    fig = MplFigure(figsize=(5.4, 0.3 + 2.0 * len(experiments)), layout="constrained")
+    axes = fig.subplots(len(experiments), len(costs), squeeze=False)
     for r, exp in enumerate(experiments):
         sub = rows[rows["experiment"] == exp]
         metric = sub["metric"].iloc[0]
-        for c, (cost, label) in enumerate(COSTS):
+        for c, (cost, label) in enumerate(costs):
             ax = axes[r][c]
-            pts = [(float(x), float(y), v, lo, hi) for x, y, v, lo, hi in zip(
-                sub[cost], sub["value_mean"], sub["variant"], sub["value_lo"], sub["value_hi"])
-                if is_number(x) and x > 0 and is_number(y)]
-            for x, y, v, lo, hi in pts:
-                err = [[y - lo], [hi - y]] if is_number(lo) and is_number(hi) else None
-                ax.errorbar([x], [y], yerr=err, fmt="o", ms=5, capsize=2, color=palette.get(v, "#555"))
-                ax.annotate(v, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-            front = pareto_front([(p[0], p[1]) for p in pts], metric == "accuracy")
-            if len(front) > 1:
-                ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "--", color="#888", lw=1,
-                        label="Pareto front")
-                ax.legend(fontsize=7, loc="best")
-            ax.set_xscale("log")
-            ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels of a short log range overlap
-            ax.set_xlabel(label, fontsize=8)
-            ax.set_ylabel(f"{exp}: test {metric}" + (" (higher better)" if metric == "accuracy" else " (lower better)"),
-                          fontsize=8)
-            ax.tick_params(labelsize=7)
-            if pts and all(math.isfinite(p[0]) for p in pts):
-                ax.margins(x=0.25)
+            _panel(ax, sub, cost, palette)
+            ax.set_xlabel(label + ", log", fontsize=8)
+            if c == 0:
+                ax.set_ylabel(f"{exp}: test {metric}\n({'higher' if metric == 'accuracy' else 'lower'} is better)",
+                              fontsize=8)
+    front = [Line2D([], [], ls="--", color="#999", marker="o", mec="black", mfc="white", label="Pareto front")]
+    fig.legend(handles=front, loc="outside upper right", fontsize=7, frameon=False)
     return Figure("tradeoff", "Quality against cost", _png(fig),
                   "Each point: a variant at its chosen grid point, test metric as the mean over seeds with its 95% "
-                  "interval; cost: training-step time at the longest length timed for every variant, and the "
-                  "fp32 decode state at the training length. Dashed: the Pareto front.")
+                  "interval; cost: train-step time at the longest length timed for every variant, and the fp32 "
+                  "decode state at the training length. Dashed through outlined points: the Pareto front.")
