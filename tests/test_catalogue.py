@@ -265,3 +265,16 @@ def test_a_merge_that_fails_half_way_leaves_no_output_or_the_old_one(tmp_path, m
     merge_stores(new, [b])
     with Store(new) as store:
         assert {r["suite"] for r in store.runs()} == {"cat", "dog"}
+
+
+def test_defaults_apply_only_to_the_kinds_that_take_them(tmp_path):
+    """issue 28, item 5: defaults.train / defaults.data / defaults.grid merged into a speed
+    experiment used to be refused as keys the user never wrote there."""
+    body = suite_text() + """
+  - name: sp
+    kind: speed
+    variants: [softmax]
+    speed: {lengths: [32], modes: [forward]}
+"""
+    body = body.replace("defaults:\n", "defaults:\n  grid: {lr: [1.0e-2, 2.0e-2]}\n")
+    assert _main(["validate", str(_suite(tmp_path, body))]) == 0

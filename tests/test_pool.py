@@ -135,3 +135,24 @@ def test_default_jobs_one_per_core_on_cpu_one_on_a_gpu(monkeypatch):
         default_jobs("cpu")
     assert isinstance(make_executor("local", jobs=2), ProcessPoolCellExecutor)
     assert isinstance(make_executor("local", jobs=1), InProcessExecutor)
+
+
+def test_speed_cells_run_alone_in_the_driver_while_training_cells_use_the_pool(tmp_path):
+    body = SUITE.format(variants="[softmax]") + """
+      - name: speed
+        kind: speed
+        variants: [softmax]
+        speed: {lengths: [32], modes: [train_step], min_rounds: 2, max_time: 0.01, max_remeasure: 0}
+"""
+    suite = write_suite(tmp_path / "pool.yaml", body)
+    proc = run_cli("run", str(suite), "--store", str(tmp_path / "s.sqlite"), "--jobs", "2", "--device", "cpu",
+                   "--no-report", env=PLUGINS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with Store(tmp_path / "s.sqlite") as store:
+        runs = {(r["kind"], r["seed"]): r for r in store.runs()}
+        train = [r for (kind, _), r in runs.items() if kind == "train"]
+        speed = runs[("speed", 0)]
+        trained_until = max(r["finished_at"] for r in train)
+    assert {r["provenance"]["worker"]["executor"] for r in train} == {"process-pool"}
+    assert speed["provenance"]["worker"]["executor"] == "in-process"  # timed with nothing else in flight
+    assert speed["started_at"] >= trained_until

@@ -65,6 +65,7 @@ class Kind:
     link: Linker | None = None  # called on the expanded (and keyed) cells of a suite
     data_parallel: bool = False  # trains under torchrun on every rank
     on_driver: bool = False  # runs in the driver process (reads earlier cells' results)
+    timed: bool = False  # measures the machine: runs with no other cell in flight here
 
 
 # Code every kind runs: the plugin contract, the shared model and the data.

@@ -207,6 +207,15 @@ def _load_tree(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], list
     return merged, origins, [src, *sources]
 
 
+def _fields_of_kind(kind: Any) -> set[str]:
+    """The top-level settings an experiment of ``kind`` accepts (every key for an unknown
+    kind, so validation names the kind rather than a default it never took)."""
+    for model in get_args(get_args(AnyExperiment)[0]):
+        if kind in get_args(model.model_fields["kind"].annotation):
+            return set(model.model_fields)
+    return {"data", "train", "variants", "seeds", "variant_options", "grid"}
+
+
 def _apply_defaults(raw: dict[str, Any]) -> dict[str, Any]:
     defaults = raw.get("defaults") or {}
     if not isinstance(defaults, dict):
@@ -218,15 +227,16 @@ def _apply_defaults(raw: dict[str, Any]) -> dict[str, Any]:
             exps.append(exp)
             continue
         e = dict(exp)
+        takes = _fields_of_kind(e.get("kind"))  # a default applies only where the kind has the setting
         for key in ("data", "train"):
-            if isinstance(defaults.get(key), dict):
+            if isinstance(defaults.get(key), dict) and key in takes:
                 e[key] = _deep_merge(defaults[key], e.get(key) or {})
         if isinstance(defaults.get("model"), dict):
             models = e.get("models") or [{}]
             if isinstance(models, list):
                 e["models"] = [_deep_merge(defaults["model"], m) if isinstance(m, dict) else m for m in models]
         for key in ("variants", "seeds", "variant_options", "grid"):
-            if key in defaults and key not in e:
+            if key in defaults and key not in e and key in takes:
                 e[key] = copy.deepcopy(defaults[key])
         exps.append(e)
     out["experiments"] = exps

@@ -66,6 +66,7 @@ class Executor(ABC):
 
     name: str = ""
     remote: bool = False  # True when tasks run where GPUs are renumbered (a Ray worker sees its GPU as cuda:0)
+    shares_machine: bool = False  # True when several tasks run at once on this machine (a local pool)
 
     @abstractmethod
     def submit(self, task: Task) -> list[Finished]:

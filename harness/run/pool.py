@@ -143,6 +143,7 @@ class ProcessPoolCellExecutor(Executor):
     the workers train. Tasks marked ``on_driver`` run in this process."""
 
     name = POOL
+    shares_machine = True
 
     def __init__(self, jobs: int, threads: int = 1) -> None:
         if jobs < 1 or threads < 1:

@@ -191,8 +191,10 @@ class _SuiteRun:
         task = Task(cell.key, run_cell, (job,), {"store": self.store, "progress": self.progress, "out": self.out,
                                                  "live": live},
                     num_cpus=self.suite.cpus_per_cell, num_gpus=1 if self.dev.type == "cuda" else 0,
-                    retries=self.suite.retries, on_driver=kind.on_driver)
-        if task.on_driver:  # it reads earlier cells from the store: store them first
+                    retries=self.suite.retries,
+                    # a timed cell beside cells training in a local pool would time the contention
+                    on_driver=kind.on_driver or (kind.timed and self.executor.shares_machine))
+        if task.on_driver:  # it reads earlier cells from the store, or must run alone: store them first
             for done in self.executor.drain():
                 self.record(done)
         for done in self.executor.submit(task):

@@ -268,4 +268,5 @@ def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
     return CellOutcome("done", summary, results=rows)
 
 
-KIND = Kind("speed", run_speed_cell, code=(*COMMON_CODE, "attnbench.experiments.speed"), finalize=finalize_speed)
+KIND = Kind("speed", run_speed_cell, code=(*COMMON_CODE, "attnbench.experiments.speed"), finalize=finalize_speed,
+            timed=True)
