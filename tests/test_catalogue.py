@@ -145,3 +145,53 @@ def test_suites_whose_names_differ_only_in_dropped_characters_get_their_own_repo
     assert folder_name("plain-name") == "plain-name"
     a, b = folder_name("exp/1"), folder_name("exp?1")
     assert a != b and a.startswith("exp_1-") and b.startswith("exp_1-")
+
+
+# --- Issue 28 (part 1): the report with variants that declare different facts, options as rows,
+# atomic writes, slope fits with too few points, one version. ---------------------------------
+
+DECLARED = """
+version: 1
+name: declared
+defaults:
+  model: {d_model: 16, n_layer: 1, n_head: 2}
+experiments:
+  - name: e
+    kind: train
+    variants: [softmax, full, bare]
+    seeds: [0, 1]
+    data: {source: builtin, test_fraction: 0.1}
+    train: {batch_size: 2, seq_len: 32, lr: 1.0e-2, warmup_steps: 1, budget: {steps: 2}, eval_tokens: 256,
+            checkpoint: false}
+"""
+
+
+def _declared_plugins(tmp_path: Path, monkeypatch) -> None:
+    """`full` (every optional fact) and `bare` (none) through a real entry point, in-process."""
+    from tests.helpers import fake_distribution
+
+    site = tmp_path / "site"
+    site.mkdir()
+    fake_distribution(site, "declared-dist", "declared", module="tests.declared_variants")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("ATTNBENCH_PLUGINS", "softmax,declared")
+    for key, value in OFFLINE.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_report_renders_facts_a_variant_does_not_declare(tmp_path, monkeypatch, capsys):
+    import pandas as pd
+
+    _declared_plugins(tmp_path, monkeypatch)
+    store = tmp_path / "st.sqlite"
+    assert _main(["run", str(_suite(tmp_path, DECLARED)), "--store", str(store)]) == 0, capsys.readouterr().err
+    report = tmp_path / "reports" / "declared"
+    assert (report / "index.html").is_file() and (report / "figures" / "e-budget-d16_L1_H2.png").is_file()
+    assert _main(["report", "--store", str(store), "--out", str(tmp_path / "again")]) == 0
+    cost = pd.read_csv(report / "tables" / "e-cost.csv").set_index("variant")
+    assert cost.loc["full", "fwd_flops_per_token"] > 0 and pd.isna(cost.loc["bare", "fwd_flops_per_token"])
+    md = (report / "report.md").read_text()
+    bare = next(line for line in md.splitlines() if line.startswith("| bare | d16 L1 H2 | 7,"))
+    assert bare.count("not declared") == 2  # state size and FLOPs per token
+    summary = next(line for line in md.splitlines() if line.startswith("| e | bare |"))
+    assert "not declared" in summary  # state size in the comparison

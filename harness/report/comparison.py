@@ -17,6 +17,7 @@ from attnbench.report.selection import select
 from attnbench.report.values import MISSING
 from attnbench.report.values import MeanCI
 from attnbench.report.values import bytes_text
+from attnbench.report.values import fact_text
 from attnbench.report.values import is_number
 from attnbench.report.values import mean_ci
 from attnbench.report.values import num
@@ -126,7 +127,7 @@ def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, base
         "n": num(m.n), "reading": "baseline" if is_base else reading(m, baseline),
         "test loss": num(raw["test_loss_mean"]), "test accuracy": num(acc.mean, 3),
         "train-step speedup": _speed_text(train_x, train_T), "decode speedup / token": _speed_text(dec_x, dec_T),
-        "state size": bytes_text(4 * raw["state_elements"]) if is_number(raw["state_elements"]) else MISSING,
+        "state size": fact_text(sel.runs["summary"], "state_elements", lambda v: bytes_text(4 * v)),
         "trust gate": raw["gate"], "flags": raw["flags"] or "none",
     }
     return raw, view

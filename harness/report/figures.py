@@ -122,7 +122,8 @@ def equal_budget(curves: pd.DataFrame, palette: Palette, labels: dict[str, str],
     for ax, (x, xlabel) in zip(axes, (("tokens", "training tokens"), ("flops", "training FLOPs"),
                                       ("elapsed_s", "training wall-clock time (s)"))):
         for variant in sorted(held["variant"].unique()):
-            sub = held[held["variant"] == variant].dropna(subset=[x])
+            sub = held[held["variant"] == variant].assign(**{x: lambda f: pd.to_numeric(f[x], errors="coerce")})
+            sub = sub.dropna(subset=[x])  # a variant that declares no FLOPs has no point on that axis
             if sub.empty:
                 continue
             g = sub.groupby("step").agg(x=(x, "mean"), mean=("loss", "mean"), lo=("loss", "min"),

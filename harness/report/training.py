@@ -21,6 +21,7 @@ from attnbench.report.values import MISSING
 from attnbench.report.values import MeanCI
 from attnbench.report.values import bytes_text
 from attnbench.report.values import ci_text
+from attnbench.report.values import fact_text
 from attnbench.report.values import is_number
 from attnbench.report.values import mean_ci
 from attnbench.report.values import num
@@ -125,8 +126,9 @@ def _row(data: StoreData, sel: Selection) -> tuple[dict[str, Any], dict[str, Any
     view.update({"status": raw["status"], "trust gate": raw["trust_gate"]})
     cost = {
         "variant": sel.variant, "model": sel.model_label,
-        "parameters": num(facts["n_params"]), "state (elements at T)": num(facts["state_elements"]),
-        "FLOPs/token (fwd)": num(facts["fwd_flops_per_token"], 3), "tokens/s": num(facts["tokens_per_s"], 3),
+        "parameters": num(facts["n_params"]), "state (elements at T)": fact_text(runs["summary"], "state_elements"),
+        "FLOPs/token (fwd)": fact_text(runs["summary"], "fwd_flops_per_token", lambda v: num(v, 3)),
+        "tokens/s": num(facts["tokens_per_s"], 3),
         "peak memory": bytes_text(facts["peak_memory_bytes"]) if facts["peak_memory_bytes"] else _no_memory(runs),
         "budget": raw["budget"], "tokens used": num(facts["tokens"]), "steps": num(facts["steps"]),
         "train seconds": seconds_text(facts["train_time_s"]),
@@ -165,7 +167,7 @@ def _curves(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
         frames.append(pd.DataFrame({
             "variant": s.variant, "seed": m["run_id"].map(seeds), "tokens": m["tokens"],
             "elapsed_s": m["elapsed_s"], "split": m["name"].map({"train/loss": "train", "val/loss": "held-out"}),
-            "step": m["step"], "flops": m["tokens"] * per_token if per_token else None,
+            "step": m["step"], "flops": m["tokens"] * per_token if per_token else float("nan"),
             "loss": pd.to_numeric(m["value"], errors="coerce"),
         }))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

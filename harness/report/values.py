@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from attnbench.fits import t_quantile_975
 
 MISSING = "—"
+NOT_DECLARED = "not declared"  # an optional fact the variant does not declare (e.g. no flops_per_token)
 # Coordinates of a cell that are not grid (hyper-parameter) coordinates.
 NON_GRID_COORDS = frozenset({"variant", "model", "d_model", "n_layer", "seed", "from_experiment"})
 
@@ -68,6 +69,16 @@ def ci_text(m: MeanCI, digits: int = 4) -> str:
     if not is_number(m.half):
         return f"{num(m.mean, digits)} (n={m.n})"
     return f"{num(m.mean, digits)} ± {num(m.half, 2)} (n={m.n})"
+
+
+def fact_text(summaries: Iterable[dict[str, Any]], key: str, fmt: Callable[[Any], str] = num) -> str:
+    """A declared fact's mean over runs, "not declared" where the runs recorded it as None
+    (the variant omits it), or MISSING where no run recorded it at all."""
+    summaries = list(summaries)
+    m = mean_ci(s.get(key) for s in summaries)
+    if m.mean is not None:
+        return fmt(m.mean)
+    return NOT_DECLARED if any(key in s for s in summaries) else MISSING
 
 
 def bytes_text(v: Any) -> str:
