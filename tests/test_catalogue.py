@@ -195,3 +195,17 @@ def test_report_renders_facts_a_variant_does_not_declare(tmp_path, monkeypatch, 
     assert bare.count("not declared") == 2  # state size and FLOPs per token
     summary = next(line for line in md.splitlines() if line.startswith("| e | bare |"))
     assert "not declared" in summary  # state size in the comparison
+
+
+def test_distribution_version_is_the_package_version():
+    """Before: pyproject said 0.1.0 while attnbench.__version__ said 0.2.0, and the report showed both."""
+    import importlib.metadata
+
+    import attnbench
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "attnbench.__version__"}
+    assert importlib.metadata.version("attnbench") == attnbench.__version__
