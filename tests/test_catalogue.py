@@ -209,3 +209,31 @@ def test_distribution_version_is_the_package_version():
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "attnbench.__version__"}
     assert importlib.metadata.version("attnbench") == attnbench.__version__
+
+
+def test_a_slope_through_two_points_is_shown_as_no_fit(tmp_path, capsys):
+    """Before: "2.52 (2 points: no interval)", unflagged beside flagged 3-point fits. After: the
+    finalizer stores no slope for 2 points, and the report shows none, for new and old rows."""
+    from attnbench.experiments.speed.fits import fit_results
+    from attnbench.store.database import Result, RunRecord, Store
+
+    curves = {("decode", "memory"): {64: 1.0e6, 128: 5.7e6}, ("decode", "time"): {64: 1e-3, 128: 2e-3, 256: 4e-3}}
+    rows = fit_results(curves, None, 0, "cpu:test", {"model": 0}, with_crossover=False)
+    slope = {r.tags["quantity"]: r for r in rows}
+    assert slope["memory"].value is None and slope["memory"].tags["error"].startswith("2 points: too few to fit")
+    assert abs(slope["time"].value - 1.0) < 1e-9  # 3 points: a fit
+    old = Result("slope", 2.52, "", {"mode": "forward", "quantity": "memory", "model": 0, "ci95": None,
+                                     "n_points": 2, "T_min": 64, "T_max": 128})  # stored before the rule
+    with Store(tmp_path / "st.sqlite") as store:
+        points = [Result(name, v * T, unit, {"mode": mode, "T": T, "status": "ok"}) for T in (64, 128)
+                  for mode in ("forward", "decode") for name, unit, v in (("time_s", "s", 1e-5), ("peak_memory_bytes", "B", 1e4))]
+        for key, kind, variant, results in (("s1", "speed", "linear", points), ("s2", "speed", "heinsen", points),
+                                            ("f1", "speed_fit", "linear", rows), ("f2", "speed_fit", "heinsen", [old])):
+            store.save_run(RunRecord(cell_key=key, suite="sp", experiment="sp", kind=kind, variant=variant,
+                                     status="done", seed=None, coords={"variant": variant, "model": 0},
+                                     config={}, provenance={}, summary={}, started_at=1.0, finished_at=2.0,
+                                     results=results))
+    assert _main(["report", "--store", str(tmp_path / "st.sqlite"), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert md.count("no fit (2 points: too few to fit (a slope needs 3))") == 2
+    assert "2.52" not in md and "5.7" not in md and "no interval" not in md
