@@ -237,3 +237,124 @@ def test_a_slope_through_two_points_is_shown_as_no_fit(tmp_path, capsys):
     md = (tmp_path / "rep" / "report.md").read_text()
     assert md.count("no fit (2 points: too few to fit (a slope needs 3))") == 2
     assert "2.52" not in md and "5.7" not in md and "no interval" not in md
+
+
+def _small_store(path: Path, suite: str = "small", loss: float = 3.0) -> Path:
+    """A store with one train run (a curve, so the report has figures and tables)."""
+    from attnbench.store.database import Metric, RunRecord, Store
+
+    with Store(path) as store:
+        for variant in ("softmax", "linear"):
+            curve = [Metric(s, s * 64, s * 0.1, name, loss + 1 / s) for s in (5, 10) for name in ("train/loss", "val/loss")]
+            store.save_run(RunRecord(
+                cell_key=f"{suite}-{variant}-{loss}", suite=suite, experiment="lm", kind="train", variant=variant,
+                status="done", seed=0, coords={"variant": variant, "model": 0, "d_model": 16, "n_layer": 1, "seed": 0},
+                config={"model": {"d_model": 16, "n_layer": 1, "n_head": 2}}, provenance={},
+                summary={"val_loss": loss, "n_params": 100, "steps": 10, "tokens": 640}, started_at=1.0,
+                finished_at=2.0, metrics=curve))
+    return path
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_report_that_fails_mid_write_leaves_the_old_report_whole(tmp_path, monkeypatch):
+    """Before: the writer deleted the old figures and tables first and wrote index.html last,
+    so a kill left the old index.html linking to files that were gone. After: the new report
+    is written beside the old one and swapped in by renames."""
+    import pandas as pd
+
+    store = _small_store(tmp_path / "st.sqlite")
+    out = tmp_path / "rep"
+    assert _main(["report", "--store", str(store), "--out", str(out)]) == 0
+    before = _snapshot(out)
+    assert "index.html" in before and any(k.startswith("tables/") for k in before) and any(
+        k.startswith("figures/") for k in before)
+    _small_store(store, loss=2.0)  # new results: the next report differs
+    calls = {"n": 0}
+    real = pd.DataFrame.to_parquet
+
+    def dies_part_way(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("simulated crash after two tables")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", dies_part_way)
+    with pytest.raises(OSError, match="simulated crash"):
+        _main(["report", "--store", str(store), "--out", str(out)])
+    assert calls["n"] == 3 and _snapshot(out) == before  # the old report, every file of it
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".rep.")]  # the unfinished one removed
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", real)
+    assert _main(["report", "--store", str(store), "--out", str(out)]) == 0
+    after = _snapshot(out)
+    assert set(after) == set(before) and after != before  # the new report, whole
+
+
+def test_a_report_folder_holding_other_files_is_refused(tmp_path, capsys):
+    store = _small_store(tmp_path / "st.sqlite")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    assert _main(["report", "--store", str(store), "--out", str(tmp_path / "mine")]) == 2
+    assert "notes.txt" in capsys.readouterr().err and (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+def test_a_report_moved_aside_by_a_killed_writer_is_put_back(tmp_path):
+    """A kill between the two renames leaves the old report beside its folder: the next
+    writer puts it back before anything else (and removes a killed writer's half-written folder)."""
+    import subprocess
+    import sys
+
+    from attnbench.report import write_report
+
+    store = _small_store(tmp_path / "st.sqlite")
+    out = tmp_path / "rep"
+    write_report(store, None, out)
+    before = _snapshot(out)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a pid that no longer runs
+    aside = tmp_path / f".rep.old.{dead}.0123abcd"
+    out.rename(aside)
+    (tmp_path / f".rep.new.{dead}.4567cdef").mkdir()
+    from attnbench.report.write import _recover
+
+    _recover(out)
+    assert _snapshot(out) == before and not aside.exists() and not (tmp_path / f".rep.new.{dead}.4567cdef").exists()
+
+
+def test_a_merge_that_fails_part_way_writes_nothing(tmp_path, monkeypatch, capsys):
+    """Before: a kill during `store merge` left an output with 0 runs. After: a new output is
+    built in a temporary file and renamed into place whole; an existing one changes in one
+    transaction, so a failure leaves it as it was."""
+    import sqlite3
+
+    from attnbench.store import merge
+
+    a = _small_store(tmp_path / "a.sqlite", suite="a")
+    b = _small_store(tmp_path / "b.sqlite", suite="b")
+    out = tmp_path / "out.sqlite"
+    real, calls = merge._copy_run, {"n": 0}
+
+    def dies_part_way(*args):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("simulated crash after two runs")
+        return real(*args)
+
+    monkeypatch.setattr(merge, "_copy_run", dies_part_way)
+    with pytest.raises(OSError, match="simulated crash"):
+        _main(["store", "merge", str(out), str(a), str(b)])
+    assert calls["n"] == 3 and not out.exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.sqlite")]  # no leftovers
+    monkeypatch.setattr(merge, "_copy_run", real)
+    assert _main(["store", "merge", str(out), str(a)]) == 0
+    monkeypatch.setattr(merge, "_copy_run", dies_part_way)
+    calls["n"] = 1  # the next copy is the 2nd, then the 3rd raises
+    with pytest.raises(OSError, match="simulated crash"):
+        _main(["store", "merge", str(out), str(b)])
+    with sqlite3.connect(out) as db:
+        assert sorted(r[0] for r in db.execute("SELECT suite FROM runs")) == ["a", "a"]
