@@ -358,3 +358,91 @@ def test_a_merge_that_fails_part_way_writes_nothing(tmp_path, monkeypatch, capsy
         _main(["store", "merge", str(out), str(b)])
     with sqlite3.connect(out) as db:
         assert sorted(r[0] for r in db.execute("SELECT suite FROM runs")) == ["a", "a"]
+
+
+OPTIONS = """
+version: 1
+name: opts
+defaults:
+  model: {d_model: 16, n_layer: 1, n_head: 2}
+experiments:
+  - name: e
+    kind: train
+    variants: [softmax, linear]
+    seeds: [0, 1]
+    data: {source: builtin, test_fraction: 0.1}
+    train: {batch_size: 2, seq_len: 32, lr: 1.0e-2, warmup_steps: 1, budget: {steps: 2}, eval_tokens: 256,
+            checkpoint: false}
+"""
+
+
+def test_runs_with_different_variant_options_are_separate_rows(tmp_path, monkeypatch, capsys):
+    """Before: the two settings of `linear` went into one row, its point chosen over both
+    pooled (n=4 from 2 seeds), the summary pairing whichever ran later. After: one row each,
+    labelled by the option that differs, each over its own 2 seeds."""
+    import pandas as pd
+
+    for key, value in OFFLINE.items():
+        monkeypatch.setenv(key, value)
+    suite, store = str(_suite(tmp_path, OPTIONS)), str(tmp_path / "st.sqlite")
+    assert _main(["run", suite, "--store", store, "--no-report"]) == 0
+    assert _main(["run", suite, "--store", store, "--set", "experiments.e.variant_options.linear.feature_map=relu",
+                  "--no-report"]) == 0
+    assert _main(["report", "--store", store, "--out", str(tmp_path / "rep")]) == 0
+    rows = pd.read_csv(tmp_path / "rep" / "tables" / "e-variants.csv").set_index("variant")
+    assert sorted(rows.index) == ["linear (feature_map=elu)", "linear (feature_map=relu)", "softmax"]
+    assert (rows["seeds"] == 2).all() and (rows["seeds_done"] == 2).all() and (rows["grid_points_tried"] == 1).all()
+    summary = pd.read_csv(tmp_path / "rep" / "tables" / "summary.csv").set_index("variant")
+    assert sorted(summary.index) == sorted(rows.index) and (summary["n"] == 2).all()
+    assert summary.loc["linear (feature_map=elu)", "test_loss_mean"] != summary.loc["linear (feature_map=relu)",
+                                                                                     "test_loss_mean"]
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| e | linear (feature\\_map=relu) |" in md and "(n=4)" not in md
+
+
+GRID_OPTIONS = OPTIONS.replace("    seeds: [0, 1]\n", "    seeds: [0, 1]\n    protocol: {baseline: softmax}\n"
+                               "    grid: {variant_options.linear.feature_map: [elu, relu]}\n")
+
+
+@pytest.mark.parametrize("grid, names", [
+    ("{variant_options.linear.feature_mapp: [elu, relu]}", ["grid.variant_options.linear.feature_mapp",
+                                                            "unknown option(s) ['feature_mapp']", "feature_map"]),
+    ("{variant_options.linear.feature_map: [elu, nope]}", ["grid.variant_options.linear.feature_map", "'nope'",
+                                                           "relu"]),
+    ("{variant_options.additive.feature_map: [elu, relu]}", ["'additive'", "does not run", "add it to 'variants'"]),
+    ("{variant_options.linear: [elu, relu]}", ["variant_options.VARIANT.OPTION", "grid"]),
+], ids=["unknown-option", "bad-value", "variant-not-run", "no-option-named"])
+def test_a_grid_over_variant_options_is_checked_at_load(tmp_path, capsys, grid, names):
+    text = GRID_OPTIONS.replace("{variant_options.linear.feature_map: [elu, relu]}", grid)
+    assert _main(["validate", str(_suite(tmp_path, text))]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "s.yaml:" in err
+    for needle in names:
+        assert needle in err, err
+
+
+def test_a_grid_sweeps_a_variant_option_under_the_protocol(tmp_path, monkeypatch, capsys):
+    """New: grid keys variant_options.VARIANT.OPTION. Each value is its own cell (its own key),
+    only for that variant; the protocol chooses among them on validation loss."""
+    import pandas as pd
+
+    for key, value in OFFLINE.items():
+        monkeypatch.setenv(key, value)
+    suite, store = str(_suite(tmp_path, GRID_OPTIONS)), tmp_path / "st.sqlite"
+    assert _main(["run", suite, "--store", str(store), "--no-report"]) == 0
+    assert "6 cells, 6 run" in capsys.readouterr().out  # softmax x 2 seeds + linear x 2 options x 2 seeds
+    assert _main(["report", "--store", str(store), "--out", str(tmp_path / "rep")]) == 0
+    grid = pd.read_csv(tmp_path / "rep" / "tables" / "e-grid.csv")
+    linear = grid[grid["variant"] == "linear"].set_index("grid_point")
+    assert sorted(linear.index) == ["feature_map=elu", "feature_map=relu"] and (linear["seeds_done"] == 2).all()
+    best = linear["mean_loss"].idxmin()
+    assert linear.loc[best, "chosen"] and not linear.drop(index=best)["chosen"].any()
+    summary = pd.read_csv(tmp_path / "rep" / "tables" / "summary.csv").set_index("variant")
+    assert summary.loc["linear", "chosen_point"] == best and summary.loc["linear", "n"] == 2
+    import sqlite3
+
+    with sqlite3.connect(store) as db:
+        keys = {r[0] for r in db.execute("SELECT cell_key FROM runs WHERE variant = 'linear'")}
+        options = {r[0] for r in db.execute("SELECT json_extract(config, '$.model.options.feature_map') FROM runs "
+                                            "WHERE variant = 'linear'")}
+    assert len(keys) == 4 and options == {"elu", "relu"}

@@ -19,6 +19,7 @@ from attnbench.report.values import MeanCI
 from attnbench.report.values import bytes_text
 from attnbench.report.values import fact_text
 from attnbench.report.values import is_number
+from attnbench.report.values import key_of
 from attnbench.report.values import mean_ci
 from attnbench.report.values import num
 from attnbench.report.values import point_text
@@ -112,15 +113,16 @@ def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, base
     flags = [f"{st} seed(s)" for st in sorted(set(sel.runs["status"]) - {"done"})]
     if noisy.get(sel.variant):
         flags.append(f"{noisy[sel.variant]} noisy speed point(s)")
-    is_base = sel.variant == baseline
-    raw = {"experiment": exp, "variant": sel.variant, "model": sel.model_label, "chosen_point": point_text(sel.point),
+    is_base = sel is base
+    raw = {"experiment": exp, "variant": sel.label, "variant_options": key_of(sel.options), "model": sel.model_label,
+           "chosen_point": point_text(sel.point),
            "grid_points": sel.n_points, "test_loss_mean": mean_ci(test.values()).mean,
            "diff_mean": m.mean, "diff_lo": m.lo, "diff_hi": m.hi, "n": m.n, "diffs_by_seed": ", ".join(
                f"{d:+.4f}" for d in diffs), "test_accuracy": acc.mean, "train_step_speedup": train_x,
            "train_step_T": train_T, "decode_speedup": dec_x, "decode_T": dec_T,
            "state_elements": states[0] if states else None, "gate": _gate_text(sel), "flags": "; ".join(flags)}
     view = {
-        "experiment": exp, "variant": sel.variant, "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points})",
+        "experiment": exp, "variant": sel.label, "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points})",
         f"Δ test loss vs {baseline}, mean [95% CI]": "baseline" if is_base else (
             MISSING if m.mean is None else f"{m.mean:+.4f}" + (
                 f" [{m.lo:+.4f}, {m.hi:+.4f}]" if m.lo is not None else "")),
@@ -145,8 +147,11 @@ def _summary_table(data: StoreData) -> Table | None:
         baseline = _protocol(runs).get("baseline", DEFAULT_BASELINE)
         baselines.add(baseline)
         sels = select(runs)
-        bases = {s.model: s for s in sels if s.variant == baseline}
-        for sel in sorted(sels, key=lambda s: (s.variant != baseline, s.model, s.variant)):
+        bases: dict[int, Selection] = {}
+        for s in sels:  # the baseline row per model size: the one with no differing options first
+            if s.variant == baseline and (s.model not in bases or s.label == baseline):
+                bases[s.model] = s
+        for sel in sorted(sels, key=lambda s: (s is not bases.get(s.model), s.model, s.label)):
             raw, view = _row(data, exp, sel, bases.get(sel.model), baseline, speed, noisy)
             raws.append(raw)
             views.append(view)

@@ -12,6 +12,7 @@ from attnbench.fits import t_quantile_975
 
 MISSING = "—"
 NOT_DECLARED = "not declared"  # an optional fact the variant does not declare (e.g. no flops_per_token)
+OPTION_PREFIX = "variant_options."  # grid coordinates that sweep a variant's own option
 # Coordinates of a cell that are not grid (hyper-parameter) coordinates.
 NON_GRID_COORDS = frozenset({"variant", "model", "d_model", "n_layer", "seed", "from_experiment"})
 
@@ -101,10 +102,13 @@ def seconds_text(v: Any) -> str:
 
 
 def point_text(point: dict[str, Any]) -> str:
-    """A grid point as 'lr=0.003, batch_size=8' ('(single point)' for none)."""
+    """A grid point as 'lr=0.003, feature_map=relu' ('(single point)' for none); a swept
+    variant option (variant_options.VARIANT.OPTION) is named by its option."""
     if not point:
         return "(single point)"
-    return ", ".join(f"{k}={num(v) if is_number(v) else v}" for k, v in sorted(point.items()))
+    short = {(k.split(".", 2)[2] if k.startswith(OPTION_PREFIX) and k.count(".") >= 2 else k): v
+             for k, v in point.items()}
+    return ", ".join(f"{k}={num(v) if is_number(v) else v}" for k, v in sorted(short.items()))
 
 
 def grid_point(coords: dict[str, Any]) -> dict[str, Any]:
