@@ -41,6 +41,14 @@ class SlopeFit:
     T_max: int
 
 
+MIN_SLOPE_POINTS = 3  # a line through 2 points always fits exactly: no residual, no interval, no test
+
+
+def too_few_text(n_points: int) -> str:
+    """What a slope over fewer than ``MIN_SLOPE_POINTS`` points is shown as: not a fit."""
+    return f"{n_points} point{'s' if n_points != 1 else ''}: too few to fit (a slope needs {MIN_SLOPE_POINTS})"
+
+
 def loglog_slope(Ts: list[int], ys: list[float], T_from: int = 0) -> SlopeFit | None:
     """Least-squares slope of log y against log T over the points with T >= T_from and
     y > 0 (a zero cannot be logged: e.g. memory below the measurement's resolution).

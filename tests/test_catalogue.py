@@ -155,50 +155,6 @@ def test_suites_whose_names_differ_only_in_dropped_characters_get_their_own_repo
     assert a != b and a.startswith("exp_1-") and b.startswith("exp_1-")
 
 
-# -- issue 28: the report with variants that declare different optional facts ---------------
-BARE_PLUGIN = '''
-import torch
-from torch import nn
-from attnbench import ModelConfig, Variant, hookimpl, mark_residual
-
-
-class Mean(nn.Module):
-    """Causal mean pooling; declares nothing optional (no state size, FLOPs, decoding)."""
-
-    def __init__(self, config: ModelConfig, layer_idx: int):
-        super().__init__()
-        self.proj = mark_residual(nn.Linear(config.d_model, config.d_model))
-
-    def forward(self, x):
-        steps = torch.arange(1, x.size(1) + 1, device=x.device, dtype=x.dtype)[:, None]  # (T, 1)
-        return self.proj(x.cumsum(1) / steps)  # (B, T, D)
-
-
-@hookimpl
-def attnbench_register_variants(register):
-    register(Variant(name="bare-mean", build_mixer=Mean, description="declares no optional fact"))
-'''
-
-
-def test_a_variant_that_declares_no_optional_fact_beside_one_that_declares_all_gets_a_full_report(tmp_path):
-    from tests.helpers import fake_distribution
-
-    (tmp_path / "dist").mkdir()
-    env = {**OFFLINE, **fake_distribution(tmp_path / "dist", "bare-dist", "bare", BARE_PLUGIN, module="bare_plugin"),
-           "MPLCONFIGDIR": str(tmp_path / "mpl")}
-    suite = _suite(tmp_path, suite_text(data="{source: builtin, val_fraction: 0.05, test_fraction: 0.05}")
-                   .replace("[softmax]", "[softmax, bare-mean]")
-                   .replace("train: {budget: {steps: 2}}", "train: {budget: {steps: 2}, eval_interval: 2, "
-                            "checkpoint: false}\n    protocol: {tune: false, interval: false}"))
-    store, out = tmp_path / "st.sqlite", tmp_path / "report"
-    proc = run_cli("run", str(suite), "--store", str(store), "--no-report", env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    proc = run_cli("report", "--store", str(store), "--suite", "cat", "--out", str(out), env=env)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    page = (out / "index.html").read_text()
-    assert "bare-mean" in page and "not declared" in page
-
-
 # -- issue 28, item 3: a report killed while it is written leaves the old one whole ----------
 def test_a_report_that_fails_half_way_leaves_the_old_report_whole(tmp_path, monkeypatch):
     import sys
@@ -252,7 +208,7 @@ def test_a_merge_that_fails_half_way_leaves_no_output_or_the_old_one(tmp_path, m
     new = tmp_path / "all.sqlite"
     with pytest.raises(KeyboardInterrupt):
         merge_stores(new, [a, b])
-    assert not new.exists() and [p for p in tmp_path.iterdir() if ".merging" in p.name] == []
+    assert not new.exists() and [p for p in tmp_path.iterdir() if p.name.startswith(".all.sqlite")] == []
     monkeypatch.setattr(merge, "_merge_runs", real)
     merge_stores(new, [a])
     monkeypatch.setattr(merge, "_merge_runs", dies_on_second)
@@ -278,3 +234,197 @@ def test_defaults_apply_only_to_the_kinds_that_take_them(tmp_path):
 """
     body = body.replace("defaults:\n", "defaults:\n  grid: {lr: [1.0e-2, 2.0e-2]}\n")
     assert _main(["validate", str(_suite(tmp_path, body))]) == 0
+# --- Issue 28 (part 1): the report with variants that declare different facts, options as rows,
+# atomic writes, slope fits with too few points, one version. ---------------------------------
+
+DECLARED = """
+version: 1
+name: declared
+defaults:
+  model: {d_model: 16, n_layer: 1, n_head: 2}
+experiments:
+  - name: e
+    kind: train
+    variants: [softmax, full, bare]
+    seeds: [0, 1]
+    data: {source: builtin, test_fraction: 0.1}
+    train: {batch_size: 2, seq_len: 32, lr: 1.0e-2, warmup_steps: 1, budget: {steps: 2}, eval_tokens: 256,
+            checkpoint: false}
+"""
+
+
+def _declared_plugins(tmp_path: Path, monkeypatch) -> None:
+    """`full` (every optional fact) and `bare` (none) through a real entry point, in-process."""
+    from tests.helpers import fake_distribution
+
+    site = tmp_path / "site"
+    site.mkdir()
+    fake_distribution(site, "declared-dist", "declared", module="tests.declared_variants")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("ATTNBENCH_PLUGINS", "softmax,declared")
+    for key, value in OFFLINE.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_report_renders_facts_a_variant_does_not_declare(tmp_path, monkeypatch, capsys):
+    import pandas as pd
+
+    _declared_plugins(tmp_path, monkeypatch)
+    store = tmp_path / "st.sqlite"
+    assert _main(["run", str(_suite(tmp_path, DECLARED)), "--store", str(store)]) == 0, capsys.readouterr().err
+    report = tmp_path / "reports" / "declared"
+    assert (report / "index.html").is_file() and (report / "figures" / "e-budget-d16_L1_H2.png").is_file()
+    assert _main(["report", "--store", str(store), "--out", str(tmp_path / "again")]) == 0
+    cost = pd.read_csv(report / "tables" / "e-cost.csv").set_index("variant")
+    assert cost.loc["full", "fwd_flops_per_token"] > 0 and pd.isna(cost.loc["bare", "fwd_flops_per_token"])
+    md = (report / "report.md").read_text()
+    bare = next(line for line in md.splitlines() if line.startswith("| bare | d16 L1 H2 | 7,"))
+    assert bare.count("not declared") == 2  # state size and FLOPs per token
+    summary = next(line for line in md.splitlines() if line.startswith("| e | bare |"))
+    assert "not declared" in summary  # state size in the comparison
+
+
+def test_distribution_version_is_the_package_version():
+    """Before: pyproject said 0.1.0 while attnbench.__version__ said 0.2.0, and the report showed both."""
+    import importlib.metadata
+
+    import attnbench
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "attnbench.__version__"}
+    assert importlib.metadata.version("attnbench") == attnbench.__version__
+
+
+def test_a_slope_through_two_points_is_shown_as_no_fit(tmp_path, capsys):
+    """Before: "2.52 (2 points: no interval)", unflagged beside flagged 3-point fits. After: the
+    finalizer stores no slope for 2 points, and the report shows none, for new and old rows."""
+    from attnbench.experiments.speed.fits import fit_results
+    from attnbench.store.database import Result, RunRecord, Store
+
+    curves = {("decode", "memory"): {64: 1.0e6, 128: 5.7e6}, ("decode", "time"): {64: 1e-3, 128: 2e-3, 256: 4e-3}}
+    rows = fit_results(curves, None, 0, "cpu:test", {"model": 0}, with_crossover=False)
+    slope = {r.tags["quantity"]: r for r in rows}
+    assert slope["memory"].value is None and slope["memory"].tags["error"].startswith("2 points: too few to fit")
+    assert abs(slope["time"].value - 1.0) < 1e-9  # 3 points: a fit
+    old = Result("slope", 2.52, "", {"mode": "forward", "quantity": "memory", "model": 0, "ci95": None,
+                                     "n_points": 2, "T_min": 64, "T_max": 128})  # stored before the rule
+    with Store(tmp_path / "st.sqlite") as store:
+        points = [Result(name, v * T, unit, {"mode": mode, "T": T, "status": "ok"}) for T in (64, 128)
+                  for mode in ("forward", "decode") for name, unit, v in (("time_s", "s", 1e-5), ("peak_memory_bytes", "B", 1e4))]
+        for key, kind, variant, results in (("s1", "speed", "linear", points), ("s2", "speed", "heinsen", points),
+                                            ("f1", "speed_fit", "linear", rows), ("f2", "speed_fit", "heinsen", [old])):
+            store.save_run(RunRecord(cell_key=key, suite="sp", experiment="sp", kind=kind, variant=variant,
+                                     status="done", seed=None, coords={"variant": variant, "model": 0},
+                                     config={}, provenance={}, summary={}, started_at=1.0, finished_at=2.0,
+                                     results=results))
+    assert _main(["report", "--store", str(tmp_path / "st.sqlite"), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert md.count("no fit (2 points: too few to fit (a slope needs 3))") == 2
+    assert "2.52" not in md and "5.7" not in md and "no interval" not in md
+
+
+def _small_store(path: Path, suite: str = "small", loss: float = 3.0) -> Path:
+    """A store with one train run (a curve, so the report has figures and tables)."""
+    from attnbench.store.database import Metric, RunRecord, Store
+
+    with Store(path) as store:
+        for variant in ("softmax", "linear"):
+            curve = [Metric(s, s * 64, s * 0.1, name, loss + 1 / s) for s in (5, 10) for name in ("train/loss", "val/loss")]
+            store.save_run(RunRecord(
+                cell_key=f"{suite}-{variant}-{loss}", suite=suite, experiment="lm", kind="train", variant=variant,
+                status="done", seed=0, coords={"variant": variant, "model": 0, "d_model": 16, "n_layer": 1, "seed": 0},
+                config={"model": {"d_model": 16, "n_layer": 1, "n_head": 2}}, provenance={},
+                summary={"val_loss": loss, "n_params": 100, "steps": 10, "tokens": 640}, started_at=1.0,
+                finished_at=2.0, metrics=curve))
+    return path
+
+
+OPTIONS = """
+version: 1
+name: opts
+defaults:
+  model: {d_model: 16, n_layer: 1, n_head: 2}
+experiments:
+  - name: e
+    kind: train
+    variants: [softmax, linear]
+    seeds: [0, 1]
+    data: {source: builtin, test_fraction: 0.1}
+    train: {batch_size: 2, seq_len: 32, lr: 1.0e-2, warmup_steps: 1, budget: {steps: 2}, eval_tokens: 256,
+            checkpoint: false}
+"""
+
+
+def test_runs_with_different_variant_options_are_separate_rows(tmp_path, monkeypatch, capsys):
+    """Before: the two settings of `linear` went into one row, its point chosen over both
+    pooled (n=4 from 2 seeds), the summary pairing whichever ran later. After: one row each,
+    labelled by the option that differs, each over its own 2 seeds."""
+    import pandas as pd
+
+    for key, value in OFFLINE.items():
+        monkeypatch.setenv(key, value)
+    suite, store = str(_suite(tmp_path, OPTIONS)), str(tmp_path / "st.sqlite")
+    assert _main(["run", suite, "--store", store, "--no-report"]) == 0
+    assert _main(["run", suite, "--store", store, "--set", "experiments.e.variant_options.linear.feature_map=relu",
+                  "--no-report"]) == 0
+    assert _main(["report", "--store", store, "--out", str(tmp_path / "rep")]) == 0
+    rows = pd.read_csv(tmp_path / "rep" / "tables" / "e-variants.csv").set_index("variant")
+    assert sorted(rows.index) == ["linear (feature_map=elu)", "linear (feature_map=relu)", "softmax"]
+    assert (rows["seeds"] == 2).all() and (rows["seeds_done"] == 2).all() and (rows["grid_points_tried"] == 1).all()
+    summary = pd.read_csv(tmp_path / "rep" / "tables" / "summary.csv").set_index("variant")
+    assert sorted(summary.index) == sorted(rows.index) and (summary.drop(index="softmax")["n"] == 2).all()  # paired: 2 seeds each
+    assert summary.loc["linear (feature_map=elu)", "test_loss_mean"] != summary.loc["linear (feature_map=relu)",
+                                                                                     "test_loss_mean"]
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| e | linear (feature\\_map=relu) |" in md and "(n=4)" not in md
+
+
+GRID_OPTIONS = OPTIONS.replace("    seeds: [0, 1]\n", "    seeds: [0, 1]\n    protocol: {baseline: softmax}\n"
+                               "    grid: {variant_options.linear.feature_map: [elu, relu]}\n")
+
+
+@pytest.mark.parametrize("grid, names", [
+    ("{variant_options.linear.feature_mapp: [elu, relu]}", ["grid.variant_options.linear.feature_mapp",
+                                                            "unknown option(s) ['feature_mapp']", "feature_map"]),
+    ("{variant_options.linear.feature_map: [elu, nope]}", ["grid.variant_options.linear.feature_map", "'nope'",
+                                                           "relu"]),
+    ("{variant_options.additive.feature_map: [elu, relu]}", ["'additive'", "does not run", "add it to 'variants'"]),
+    ("{variant_options.linear: [elu, relu]}", ["variant_options.VARIANT.OPTION", "grid"]),
+], ids=["unknown-option", "bad-value", "variant-not-run", "no-option-named"])
+def test_a_grid_over_variant_options_is_checked_at_load(tmp_path, capsys, grid, names):
+    text = GRID_OPTIONS.replace("{variant_options.linear.feature_map: [elu, relu]}", grid)
+    assert _main(["validate", str(_suite(tmp_path, text))]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "s.yaml:" in err
+    for needle in names:
+        assert needle in err, err
+
+
+def test_a_grid_sweeps_a_variant_option_under_the_protocol(tmp_path, monkeypatch, capsys):
+    """New: grid keys variant_options.VARIANT.OPTION. Each value is its own cell (its own key),
+    only for that variant; the protocol chooses among them on validation loss."""
+    import pandas as pd
+
+    for key, value in OFFLINE.items():
+        monkeypatch.setenv(key, value)
+    suite, store = str(_suite(tmp_path, GRID_OPTIONS)), tmp_path / "st.sqlite"
+    assert _main(["run", suite, "--store", str(store), "--no-report"]) == 0
+    assert "6 cells, 6 run" in capsys.readouterr().out  # softmax x 2 seeds + linear x 2 options x 2 seeds
+    assert _main(["report", "--store", str(store), "--out", str(tmp_path / "rep")]) == 0
+    grid = pd.read_csv(tmp_path / "rep" / "tables" / "e-grid.csv")
+    linear = grid[grid["variant"] == "linear"].set_index("grid_point")
+    assert sorted(linear.index) == ["feature_map=elu", "feature_map=relu"] and (linear["seeds_done"] == 2).all()
+    best = linear["mean_loss"].idxmin()
+    assert linear.loc[best, "chosen"] and not linear.drop(index=best)["chosen"].any()
+    summary = pd.read_csv(tmp_path / "rep" / "tables" / "summary.csv").set_index("variant")
+    assert summary.loc["linear", "chosen_point"] == best and summary.loc["linear", "n"] == 2
+    import sqlite3
+
+    with sqlite3.connect(store) as db:
+        keys = {r[0] for r in db.execute("SELECT cell_key FROM runs WHERE variant = 'linear'")}
+        options = {r[0] for r in db.execute("SELECT json_extract(config, '$.model.options.feature_map') FROM runs "
+                                            "WHERE variant = 'linear'")}
+    assert len(keys) == 4 and options == {"elu", "relu"}

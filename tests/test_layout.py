@@ -141,15 +141,3 @@ def test_every_entry_point_resolves_to_an_installed_module():
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     for target in [*config["entry-points"]["attnbench"].values(), *config["scripts"].values()]:
         importlib.import_module(target.partition(":")[0])
-
-
-def test_the_distribution_version_is_the_package_version():
-    """One source for the version: pyproject reads attnbench.__version__ (issue 28.6)."""
-    import importlib.metadata as md
-    import tomllib
-
-    import attnbench
-
-    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
-    assert "version" not in project and "version" in project["dynamic"]
-    assert md.version("attnbench") == attnbench.__version__

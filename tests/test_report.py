@@ -145,7 +145,7 @@ def test_real_report_files_tables_and_figures(real_store, real_report):
     assert slopes.loc[("linear", "forward", "time"), "n_points"] == 3
     assert slopes.loc[("linear", "forward", "time"), "ci95_lo"] < slopes.loc[("linear", "forward", "time"), "slope"]
     assert pd.isna(slopes.loc[("linear", "decode", "time"), "slope"])  # one context: no fit, said so
-    assert "no fit (fewer than 2 ok points to fit)" in html
+    assert "no fit (1 point: too few to fit (a slope needs 3))" in html
     assert set(_table(real_report, "sp-crossover")["variant"]) == {"linear"}
     gate = _table(real_report, "trust-gate")
     assert set(gate["variant"]) == {"softmax", "future", "linear"}
@@ -212,7 +212,7 @@ def problem_store(tmp_path) -> Path:
             *_point("forward", 512, "skipped", None, "skipped after oom at T=256")]))
         store.save_run(_record("h", "sp", "speed_fit", "linear", seed=None, results=[
             Result("slope", 0.26, "", {"mode": "forward", "quantity": "time", "model": 0, "ci95": [0.1, 0.42],
-                                       "n_points": 2, "T_min": 64, "T_max": 128}),
+                                       "n_points": 3, "T_min": 64, "T_max": 256}),
             Result("crossover_T", 128, "", {"mode": "forward", "model": 0, "against": "softmax",
                                             "status": "found", "T_interp": 110.0, "compared_T": [64, 128, 256]})]))
         for i, (n, loss) in enumerate([(1000, 4.0), (4000, 3.5), (16000, 3.2)]):

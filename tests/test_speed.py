@@ -177,7 +177,9 @@ def test_bench_cli_prints_table_and_rows_have_the_documented_format(bench_store)
         slopes = [r for r in fits["toy-ema"] if r["name"] == "slope"]
         assert {(r["tags"]["mode"], r["tags"]["quantity"]) for r in slopes} == {
             (m, q) for m in ("forward", "decode") for q in ("time", "memory")}
-        assert all(r["tags"]["n_points"] == 2 and r["tags"]["T_min"] == 16 for r in slopes if r["value"] is not None)
+        # two lengths: no slope is stored (a line through 2 points has no interval), and it says why
+        assert all(r["value"] is None and "too few to fit" in r["tags"]["error"] for r in slopes)
+        assert all(r["tags"]["T_min"] == 16 for r in slopes if r["tags"]["n_points"] == 2)
         cross = [r for r in fits["toy-ema"] if r["name"] == "crossover_T"]
         assert len(cross) == 2 and all(r["tags"]["status"] in ("found", "never", "always") for r in cross)
         assert all(r["tags"]["against"] == "softmax" and r["tags"]["device"].startswith("cpu") for r in cross)

@@ -140,7 +140,8 @@ def render(store: Store, cells: list[Cell], device: str) -> str:
                 slope = next(r for r in fits if r.name == "slope" and r.tags["mode"] == mode
                              and r.tags["quantity"] == quantity)
                 ci = slope.tags["ci95"]
-                row = [cell.variant, mode, *cols, f"{slope.value:.2f}" if slope.value is not None else "n/a",
+                row = [cell.variant, mode, *cols, f"{slope.value:.2f}" if slope.value is not None
+                       else f"no fit ({slope.tags['n_points']} pts)",
                        f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "",
                        f"{slope.tags['T_min']}-{slope.tags['T_max']}" if slope.value is not None else ""]
                 if quantity == "time":

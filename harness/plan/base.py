@@ -139,6 +139,22 @@ class Protocol(BaseModel):
     expectations: list[Expectation] = []  # published findings this run checks, shown with what it found
 
 
+OPTION_PREFIX = "variant_options."  # grid keys variant_options.<variant>.<option> sweep a variant's own knob
+
+
+def option_key(key: str) -> tuple[str, str] | None:
+    """(variant, option) of a grid key ``variant_options.<variant>.<option>``; None for a train setting."""
+    if not key.startswith(OPTION_PREFIX):
+        return None
+    variant, _, option = key[len(OPTION_PREFIX):].partition(".")
+    return variant, option
+
+
+def variant_point(point: dict[str, Any], variant: str) -> dict[str, Any]:
+    """The part of a grid point that applies to ``variant``: train settings and its own options."""
+    return {k: v for k, v in point.items() if option_key(k) is None or option_key(k)[0] == variant}
+
+
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """Cartesian product of a grid, in key order; [{}] for an empty grid."""
     points: list[dict[str, Any]] = [{}]

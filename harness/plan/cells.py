@@ -4,6 +4,7 @@ variant or of the harness's compute modules gives a new key."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -19,7 +20,7 @@ from attnbench.errors import DataError, UnknownVariantError
 from attnbench.registry.loader import Registry, unknown_variant_message
 from attnbench.registry.identity import variant_identity
 from attnbench.store.provenance import content_key, library_versions
-from attnbench.plan.base import ModelSpec
+from attnbench.plan.base import ModelSpec, option_key, variant_point
 from attnbench.plan.suite import Suite, suite_error_at
 
 BYTE_VOCAB = 256
@@ -113,6 +114,12 @@ def expand(
             if name not in names:
                 raise suite_error_at(suite, ("experiments", ei, "variant_options", name),
                                      f"options given for {name!r}, which this experiment does not run")
+        for key in getattr(exp, "grid", {}):
+            opt = option_key(key)
+            if opt is not None and opt[0] not in names:
+                raise suite_error_at(suite, ("experiments", ei, "grid", key),
+                                     f"grid key {key!r} sweeps an option of {opt[0]!r}, which this experiment "
+                                     f"does not run; it runs: {', '.join(names)}")
         data = exp.data.resolved(base) if getattr(exp, "data", None) else None
         vocab = _data_vocab(suite, ei, data, registry)
         try:
@@ -124,13 +131,22 @@ def expand(
                 continue
             variant = registry.get(name)
             try:
-                options = variant.make_options(exp.variant_options.get(name))
+                variant.make_options(exp.variant_options.get(name))
             except ValueError as exc:
                 raise suite_error_at(suite, ("experiments", ei, "variant_options", name), str(exc)) from None
+            points = list({json.dumps(p, sort_keys=True, default=str): p
+                           for p in (variant_point(q, name) for q in exp.points())}.values())
             for mi, mspec in enumerate(exp.models):
-                for point in exp.points():
+                for point in points:
+                    swept = {option_key(k)[1]: v for k, v in point.items() if option_key(k) is not None}
+                    try:
+                        options = variant.make_options({**exp.variant_options.get(name, {}), **swept})
+                    except ValueError as exc:
+                        where = next(k for k in point if option_key(k) is not None)
+                        raise suite_error_at(suite, ("experiments", ei, "grid", where), str(exc)) from None
+                    settings = {k: v for k, v in point.items() if option_key(k) is None}
                     base_spec = exp.spec()
-                    spec = type(base_spec).model_validate({**base_spec.model_dump(), **point}) if point else base_spec
+                    spec = type(base_spec).model_validate({**base_spec.model_dump(), **settings}) if settings else base_spec
                     if getattr(spec, "model_kind", "backbone") == "own" and variant.build_model is None:
                         raise suite_error_at(suite, ("experiments", ei, exp.kind, "model_kind"),
                                              f"variant {name!r} has no model of its own; use model_kind: backbone")

@@ -63,7 +63,7 @@ MEANINGS = {
     "variant_options": "per variant, its own options (validated against its options dataclass): {NAME: {key: value}}",
     "models": "model sizes; each runs every variant and seed",
     "seeds": "seeds; each is one cell (same batches for every variant)",
-    "grid": "train settings to sweep: {key: [values]}; every point runs",
+    "grid": "train settings (or variant_options.VARIANT.OPTION) to sweep: {key: [values]}; every point runs",
     "batch_size": "sequences per step (global batch under torchrun)",
     "seq_len": "training sequence length T",
     "lr": "peak learning rate (AdamW)",

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from attnbench.data.spec import DataSpec
-from attnbench.plan.base import Budget, ExperimentBase, Protocol, TrainSpec, grid_points
+from attnbench.plan.base import Budget, ExperimentBase, Protocol, TrainSpec, grid_points, option_key
 
 
 class TrainExperiment(ExperimentBase):
@@ -34,18 +34,29 @@ class TrainExperiment(ExperimentBase):
     def _grid_keys(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
         known = set(TrainSpec.model_fields) - {"budget"}
         for key, values in grid.items():
-            if key not in known:
+            opt = option_key(key)
+            if opt is not None and not (opt[0] and opt[1] and "." not in opt[1]):
+                raise ValueError(f"grid key {key!r}: write a variant's option as variant_options.VARIANT.OPTION "
+                                 "(e.g. variant_options.linear.feature_map)")
+            if opt is None and key not in known:
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"grid key {key!r} is not a train setting{hint}; allowed: {sorted(known)}")
+                raise ValueError(f"grid key {key!r} is not a train setting{hint}; allowed: {sorted(known)}, "
+                                 "or variant_options.VARIANT.OPTION")
             if not values:
                 raise ValueError(f"grid key {key!r} has no values")
         return grid
 
     @model_validator(mode="after")
     def _grid_points_valid(self) -> "TrainExperiment":
+        for key in self.grid:
+            opt = option_key(key)
+            if opt is not None and isinstance(self.variants, list) and opt[0] not in self.variants:
+                raise ValueError(f"grid key {key!r} sweeps an option of {opt[0]!r}, which this experiment does not "
+                                 f"run (variants: {self.variants}); add it to 'variants' or correct the key")
         for point in grid_points(self.grid):
-            TrainSpec.model_validate({**self.train.model_dump(), **point})
+            TrainSpec.model_validate({**self.train.model_dump(),
+                                      **{k: v for k, v in point.items() if option_key(k) is None}})
         return self
 
     @model_validator(mode="after")

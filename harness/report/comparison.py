@@ -21,7 +21,9 @@ from attnbench.report.selection import select
 from attnbench.report.values import MISSING
 from attnbench.report.values import NOT_DECLARED
 from attnbench.report.values import bytes_text
+from attnbench.report.values import fact_text
 from attnbench.report.values import is_number
+from attnbench.report.values import key_of
 from attnbench.report.values import mean_ci
 from attnbench.report.values import num
 from attnbench.report.values import point_text
@@ -113,7 +115,7 @@ def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, base
     at one evaluation ``setting``."""
     protocol = protocol_of(sel)
     metric, margin = protocol.get("metric", "loss"), protocol.get("margin")
-    is_base = sel.variant == baseline
+    is_base = sel is base
     d, diffs = paired_decision(data, sel, base, metric, margin, setting) if base is not None and not is_base \
         else (Decision("baseline", None, None, None, 0, margin), [])
     loss = mean_ci(seed_values(data, sel, "loss", setting).values())
@@ -127,7 +129,7 @@ def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, base
         flags.append(f"{noisy[sel.variant]} noisy speed point(s)")
     label = exp if setting is None else f"{exp} @ {setting_label(setting)}"
     raw = {"experiment": exp, "setting": setting_label(setting), "setting_options": json.dumps(setting)
-           if setting else None, "variant": sel.variant, "model": sel.model_label,
+           if setting else None, "variant": sel.label, "variant_options": key_of(sel.options), "model": sel.model_label,
            "chosen_point": point_text(sel.point), "grid_points": sel.n_points, "metric": metric, "margin": margin,
            "decision": d.outcome, "decision_text": d.text(decimals=DECIMALS), "value_mean": value.mean, "value_lo": value.lo,
            "value_hi": value.hi, "baseline": baseline, "diff_mean": d.mean, "diff_lo": d.lo, "diff_hi": d.hi, "n": d.n,
@@ -136,12 +138,12 @@ def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, base
            "decode_speedup": dec_x, "decode_T": dec_T, "state_elements": states[0] if states else None,
            "gate": _gate_text(sel), "flags": "; ".join(flags)}
     view = {
-        "experiment": label, "variant": sel.variant, "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points})",
+        "experiment": label, "variant": sel.label, "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points})",
         "metric (margin)": metric + (f" (±{margin:g})" if margin else ""),
         f"Δ vs {baseline} [95% CI], n, decision": "baseline" if is_base else d.text(decimals=DECIMALS),
         "test loss": num(loss.mean), "test accuracy": num(acc.mean, 3),
         "train-step speedup": _speed_text(train_x, train_T), "decode speedup / token": _speed_text(dec_x, dec_T),
-        "state size": bytes_text(4 * raw["state_elements"]) if is_number(raw["state_elements"]) else NOT_DECLARED,
+        "state size": fact_text(sel.runs["summary"], "state_elements", lambda v: bytes_text(4 * v)),
         "trust gate": raw["gate"], "flags": raw["flags"] or "none",
     }
     return raw, view
@@ -162,8 +164,11 @@ def summary_table(data: StoreData) -> Table | None:
         margins.add(f"{exp}: {protocol.get('metric', 'loss')} ±{protocol['margin']:g}" if protocol.get("margin")
                     else f"{exp}: no margin stated (no equivalence decision)")
         sels = select(runs)
-        bases = {s.model: s for s in sels if s.variant == baseline}
-        for sel in sorted(sels, key=lambda s: (s.variant != baseline, s.model, s.variant)):
+        bases: dict[int, Selection] = {}
+        for s in sels:  # the baseline row per model size: the one with no differing options first
+            if s.variant == baseline and (s.model not in bases or s.label == baseline):
+                bases[s.model] = s
+        for sel in sorted(sels, key=lambda s: (s is not bases.get(s.model), s.model, s.label)):
             settings = eval_settings(sel) if protocol.get("metric") == "accuracy" else []
             for setting in [None, *(settings if len(settings) > 1 else [])]:
                 raw, view = _row(data, exp, sel, bases.get(sel.model), baseline, speed, noisy, setting)

@@ -33,6 +33,20 @@ def make_palette(variants: Iterable[str]) -> Palette:
     return {name: tuple(colours[i]) for i, name in enumerate(names)}
 
 
+def row_palette(palette: Palette, rows: dict[str, str]) -> Palette:
+    """``palette`` plus a colour per report row (label -> variant): the variant's own colour,
+    in lighter and darker shades when one variant has rows with different options."""
+    out = dict(palette)
+    by_variant: dict[str, list[str]] = {}
+    for label, variant in rows.items():
+        by_variant.setdefault(variant, []).append(label)
+    for variant, labels in by_variant.items():
+        for i, label in enumerate(sorted(labels)):
+            shade = 0.3 + 0.4 * i / (len(labels) - 1) if len(labels) > 1 else None
+            out[label] = palette[variant] if shade is None else tuple(sns.set_hls_values(palette[variant], l=shade))
+    return out
+
+
 def _png(fig: MplFigure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=_DPI, bbox_inches="tight", metadata={"Software": None})
@@ -124,7 +138,8 @@ def equal_budget(curves: pd.DataFrame, palette: Palette, labels: dict[str, str],
     for ax, (x, xlabel) in zip(axes, (("tokens", "training tokens"), ("flops", "training FLOPs"),
                                       ("elapsed_s", "training wall-clock time (s)"))):
         for variant in sorted(held["variant"].unique()):
-            sub = held[held["variant"] == variant].dropna(subset=[x])
+            sub = held[held["variant"] == variant].assign(**{x: lambda f: pd.to_numeric(f[x], errors="coerce")})
+            sub = sub.dropna(subset=[x])  # a variant that declares no FLOPs has no point on that axis
             if sub.empty:
                 continue
             g = sub.groupby("step").agg(x=(x, "mean"), mean=("loss", "mean"), lo=("loss", "min"),

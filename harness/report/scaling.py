@@ -14,6 +14,7 @@ from attnbench.report.selection import model_label
 from attnbench.report.values import MISSING
 from attnbench.report.values import MeanCI
 from attnbench.report.values import ci_text
+from attnbench.report.values import fact_text
 from attnbench.report.values import mean_ci
 from attnbench.report.values import num
 
@@ -31,7 +32,8 @@ def _points(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         rows.append({"variant": variant, "model": model_label(g.iloc[0]["coords"], g.iloc[0]["config"]),
                      "n_params": sizes["params"], "train_flops": sizes["flops"], "loss_mean": loss.mean,
                      "loss_ci95_lo": loss.lo, "loss_ci95_hi": loss.hi, "seeds_done": len(done), "seeds": len(g),
-                     "statuses": ", ".join(sorted(set(g["status"])))})
+                     "statuses": ", ".join(sorted(set(g["status"]))),
+                     "flops_text": fact_text(done["summary"], "train_flops", lambda v: num(v, 3))})
         for x, size in sizes.items():
             if size and loss.mean is not None:
                 pts.append({"variant": variant, "x": x, "size": size, "loss": loss.mean})
@@ -64,11 +66,11 @@ def scaling_sections(data: StoreData, palette: figures.Palette) -> list[Section]
             "L(x) = a·x^-b + c fitted per variant against parameters x = N and training compute x = C."))
         view = pd.DataFrame({
             "variant": rows["variant"], "model": rows["model"], "parameters": [num(v) for v in rows["n_params"]],
-            "training FLOPs": [num(v, 3) for v in rows["train_flops"]],
+            "training FLOPs": rows["flops_text"],
             "held-out loss, mean ± 95% CI": [ci_text(_ci(r)) for _, r in rows.iterrows()],
             "status": rows["statuses"],
         })
-        section.tables.append(Table(f"{exp}-sizes", f"{exp}: loss per model size", rows, view))
+        section.tables.append(Table(f"{exp}-sizes", f"{exp}: loss per model size", rows.drop(columns="flops_text"), view))
         fits = _fits(data, exp)
         if fits.empty:
             section.notes.append("No power-law fits stored for this experiment (its finalizer has not run).")

@@ -1,13 +1,16 @@
-"""Which runs stand for a variant in a training comparison: per (variant, model size), the
-grid point with the lowest mean held-out loss over its finished seeds."""
+"""Which runs stand for a variant in a training comparison: per (variant with its options,
+model size), the grid point with the lowest mean held-out loss over its finished seeds.
+Runs of one variant with different fixed ``variant_options`` are different rows; options a
+grid sweeps are grid coordinates, chosen like any other."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from attnbench.report.values import OPTION_PREFIX
 from attnbench.report.values import grid_point
 from attnbench.report.values import is_number
 from attnbench.report.values import key_of
@@ -35,11 +38,35 @@ class Selection:
     point: dict[str, Any]
     runs: pd.DataFrame  # the chosen point's runs, every seed and status
     points: list[PointScore]  # every grid point of the reported runs
+    options: dict[str, Any] = field(default_factory=dict)  # fixed variant options (not swept by the grid)
+    label: str = ""  # the variant, with the options that tell its rows apart: "linear (feature_map=relu)"
     tried: int = 0  # grid points tried in all, tuning rungs included
 
     @property
     def n_points(self) -> int:
         return max(self.tried, len(self.points))
+
+
+def fixed_options(variant: str, coords: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """A run's variant options (from its model config) less those its grid point sweeps."""
+    opts = (config.get("model") or {}).get("options") or {}
+    swept = {k.removeprefix(f"{OPTION_PREFIX}{variant}.") for k in coords if k.startswith(f"{OPTION_PREFIX}{variant}.")}
+    return {k: v for k, v in opts.items() if k not in swept} if isinstance(opts, dict) else {"options": opts}
+
+
+def _labels(keys: list[tuple[str, str, int, str]], options: dict[str, dict[str, Any]]) -> dict[tuple, str]:
+    """Per row key, the variant with the options that differ among that variant's rows."""
+    by_variant: dict[tuple[str, str], set[str]] = {}
+    for exp, variant, _model, okey in keys:
+        by_variant.setdefault((exp, variant), set()).add(okey)
+    out = {}
+    for key in keys:
+        exp, variant, _model, okey = key
+        sets = [options[k] for k in sorted(by_variant[(exp, variant)])]
+        differ = sorted({k for o in sets for k in o if any(o.get(k) != p.get(k) for p in sets)})
+        mine = options[okey]
+        out[key] = variant + (" (" + ", ".join(f"{k}={mine.get(k)}" for k in differ) + ")" if differ else "")
+    return out
 
 
 def model_label(coords: dict[str, Any], config: dict[str, Any]) -> str:
@@ -61,19 +88,28 @@ def reported_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def select(runs: pd.DataFrame) -> list[Selection]:
-    """One Selection per (experiment, variant, model) of ``runs`` (train-like runs), in
-    order of first appearance. A point's score is the mean held-out loss of its runs that
-    finished ("done"); points with no finished run are chosen only when no point has one."""
-    tried: dict[tuple[str, str, int], set[str]] = {}  # every point tried, tuning rungs included
-    for exp, variant, coords in zip(runs["experiment"], runs["variant"], runs["coords"]):
-        tried.setdefault((str(exp), str(variant), int(coords.get("model", 0))), set()).add(key_of(grid_point(coords)))
+    """One Selection per (experiment, variant with its fixed options, model) of ``runs``
+    (train-like runs), in order of first appearance. A point's score is the mean held-out
+    loss of its runs that finished ("done"); points with no finished run are chosen only
+    when no point has one."""
+    groups: dict[tuple[str, str, int, str], dict[str, list[int]]] = {}
+    options: dict[str, dict[str, Any]] = {}
+    tried: dict[tuple[str, str, int, str], set[str]] = {}  # every point tried, tuning rungs included
+    for exp, variant, coords, config in zip(runs["experiment"], runs["variant"], runs["coords"], runs["config"]):
+        okey = key_of(fixed_options(str(variant), coords, config))
+        tried.setdefault((str(exp), str(variant), int(coords.get("model", 0)), okey), set()).add(
+            key_of(grid_point(coords)))
     runs = reported_runs(runs)
-    groups: dict[tuple[str, str, int], dict[str, list[int]]] = {}
-    for pos, (exp, variant, coords) in enumerate(zip(runs["experiment"], runs["variant"], runs["coords"])):
-        key = (str(exp), str(variant), int(coords.get("model", 0)))
+    for pos, (exp, variant, coords, config) in enumerate(zip(runs["experiment"], runs["variant"], runs["coords"],
+                                                              runs["config"])):
+        opts = fixed_options(str(variant), coords, config)
+        okey = key_of(opts)
+        options[okey] = opts
+        key = (str(exp), str(variant), int(coords.get("model", 0)), okey)
         groups.setdefault(key, {}).setdefault(key_of(grid_point(coords)), []).append(pos)
+    labels = _labels(list(groups), options)
     out: list[Selection] = []
-    for (exp, variant, model), points in groups.items():
+    for (exp, variant, model, okey), points in groups.items():
         scored: list[tuple[PointScore, list[int]]] = []
         for positions in points.values():
             sub = runs.iloc[positions]
@@ -84,6 +120,6 @@ def select(runs: pd.DataFrame) -> list[Selection]:
         best = min(finite, key=lambda s: s[0].mean_loss or 0.0) if finite else scored[0]
         first = runs.iloc[best[1][0]]
         out.append(Selection(exp, variant, model, model_label(first["coords"], first["config"]), best[0].point,
-                             runs.iloc[best[1]], [s[0] for s in scored],
-                             len(tried.get((exp, variant, model), ()))))
+                             runs.iloc[best[1]], [s[0] for s in scored], options[okey],
+                             labels[(exp, variant, model, okey)], len(tried.get((exp, variant, model, okey), ()))))
     return out

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.fits import MIN_SLOPE_POINTS, too_few_text
 from attnbench.report import figures
 from attnbench.report.document import Section
 from attnbench.report.document import Table
@@ -97,7 +98,9 @@ def _fit_rows(data: StoreData, exp: str) -> tuple[pd.DataFrame, pd.DataFrame]:
         base = {"variant": variants[r["run_id"]], "model": t.get("model", 0), "mode": t.get("mode")}
         if r["name"] == "slope":
             ci = t.get("ci95") or [None, None]
-            slopes.append({**base, "quantity": t.get("quantity"), "slope": r["value"], "ci95_lo": ci[0],
+            fitted = is_number(t.get("n_points")) and t["n_points"] >= MIN_SLOPE_POINTS
+            slopes.append({**base, "quantity": t.get("quantity"), "slope": r["value"] if fitted else None,
+                           "ci95_lo": ci[0],
                            "ci95_hi": ci[1], "stderr": t.get("stderr"), "n_points": t.get("n_points"),
                            "T_min": t.get("T_min"), "T_max": t.get("T_max"), "error": t.get("error"),
                            "flags": "; ".join(t.get("flags") or [])})
@@ -107,17 +110,23 @@ def _fit_rows(data: StoreData, exp: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(slopes), pd.DataFrame(cross)
 
 
+def _too_few(r: pd.Series) -> bool:
+    """No fit stored, or (in stores made before this rule) a slope through under 3 points."""
+    return not is_number(r["slope"]) or not is_number(r["n_points"]) or r["n_points"] < MIN_SLOPE_POINTS
+
+
 def _slope_text(r: pd.Series) -> str:
-    if not is_number(r["slope"]):
-        return f"no fit ({r['error'] or 'too few points'})"
+    if _too_few(r):
+        n = int(r["n_points"]) if is_number(r["n_points"]) else 0
+        return f"no fit ({too_few_text(n)})"
     if is_number(r["ci95_lo"]):
         return f"{r['slope']:.3g} [{r['ci95_lo']:.3g}, {r['ci95_hi']:.3g}]"
-    return f"{r['slope']:.3g} (2 points: no interval)"
+    return f"{r['slope']:.3g} (no interval)"
 
 
 def _legend_slope(r: pd.Series) -> str:
-    if not is_number(r["slope"]):
-        return "no fit"
+    if _too_few(r):
+        return "no fit: too few points"
     half = (r["ci95_hi"] - r["ci95_lo"]) / 2 if is_number(r["ci95_lo"]) else None
     return f"slope {r['slope']:.2f}" + (f" ± {half:.2f}" if half is not None else "")
 

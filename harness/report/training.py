@@ -18,11 +18,12 @@ from attnbench.report.load import StoreData
 from attnbench.report.selection import Selection
 from attnbench.report.selection import select
 from attnbench.report.values import MISSING
-from attnbench.report.values import NOT_DECLARED
 from attnbench.report.values import MeanCI
 from attnbench.report.values import bytes_text
 from attnbench.report.values import ci_text
+from attnbench.report.values import fact_text
 from attnbench.report.values import is_number
+from attnbench.report.values import key_of
 from attnbench.report.values import mean_ci
 from attnbench.report.values import num
 from attnbench.report.values import point_text
@@ -103,12 +104,13 @@ def _row(data: StoreData, sel: Selection) -> tuple[dict[str, Any], dict[str, Any
     ids = [int(i) for i in runs["id"]]
     aux = aux_names(data, ids)
     raw: dict[str, Any] = {
-        "experiment": sel.experiment, "variant": sel.variant, "model": sel.model_label,
+        "experiment": sel.experiment, "variant": sel.label, "variant_options": key_of(sel.options),
+        "model": sel.model_label,
         "objective": "cross-entropy + auxiliary: " + ", ".join(aux) if aux else "cross-entropy",
         "grid_point": point_text(sel.point), "grid_points_tried": sel.n_points,
         "seeds_done": len(done), "seeds": len(runs),
     }
-    view: dict[str, Any] = {"variant": sel.variant, "model": sel.model_label, "objective": raw["objective"],
+    view: dict[str, Any] = {"variant": sel.label, "model": sel.model_label, "objective": raw["objective"],
                             "chosen point": raw["grid_point"] if sel.n_points == 1
                             else f"{raw['grid_point']} (best of {sel.n_points})"}
     for short, key, label in _HEADLINE:
@@ -125,9 +127,10 @@ def _row(data: StoreData, sel: Selection) -> tuple[dict[str, Any], dict[str, Any
     raw.update(budget=_budget(runs), status=_status(runs), trust_gate=_gate(runs))
     view.update({"status": raw["status"], "trust gate": raw["trust_gate"]})
     cost = {
-        "variant": sel.variant, "model": sel.model_label,
-        "parameters": num(facts["n_params"]), "state (elements at T)": _declared(facts["state_elements"]),
-        "FLOPs/token (fwd)": _declared(facts["fwd_flops_per_token"], 3), "tokens/s": num(facts["tokens_per_s"], 3),
+        "variant": sel.label, "model": sel.model_label,
+        "parameters": num(facts["n_params"]), "state (elements at T)": fact_text(runs["summary"], "state_elements"),
+        "FLOPs/token (fwd)": fact_text(runs["summary"], "fwd_flops_per_token", lambda v: num(v, 3)),
+        "tokens/s": num(facts["tokens_per_s"], 3),
         "peak memory": bytes_text(facts["peak_memory_bytes"]) if facts["peak_memory_bytes"] else _no_memory(runs),
         "budget": raw["budget"], "tokens used": num(facts["tokens"]), "steps": num(facts["steps"]),
         "train seconds": seconds_text(facts["train_time_s"]),
@@ -141,7 +144,7 @@ def _grid_table(exp: str, sels: list[Selection]) -> Table | None:
     rows = []
     for s in sels:
         for p in s.points:
-            rows.append({"variant": s.variant, "model": s.model_label, "grid_point": point_text(p.point),
+            rows.append({"variant": s.label, "model": s.model_label, "grid_point": point_text(p.point),
                          "mean_loss": p.mean_loss, "seeds_done": p.done, "seeds": p.total,
                          "chosen": p.point == s.point})
     data = pd.DataFrame(rows)
@@ -154,11 +157,6 @@ def _grid_table(exp: str, sels: list[Selection]) -> Table | None:
     return Table(f"{exp}-grid", f"{exp}: every grid point", data, view)
 
 
-def _declared(value: Any, digits: int = 4) -> str:
-    """An optional fact of the variant's contract: a number, or "not declared" when it gives none."""
-    return NOT_DECLARED if value is None or not is_number(value) else num(value, digits)
-
-
 def _curves(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
     frames = []
     for s in sels:
@@ -169,9 +167,9 @@ def _curves(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
         if m.empty:
             continue
         frames.append(pd.DataFrame({
-            "variant": s.variant, "seed": m["run_id"].map(seeds), "tokens": m["tokens"],
+            "variant": s.label, "seed": m["run_id"].map(seeds), "tokens": m["tokens"],
             "elapsed_s": m["elapsed_s"], "split": m["name"].map({"train/loss": "train", "val/loss": "held-out"}),
-            "step": m["step"], "flops": m["tokens"] * per_token if per_token else float("nan"),  # NaN: not declared
+            "step": m["step"], "flops": m["tokens"] * per_token if per_token else float("nan"),
             "loss": pd.to_numeric(m["value"], errors="coerce"),
         }))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -189,7 +187,7 @@ def _task_rows(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
             if "task" not in tags or r["name"] in _NOT_TASK_METRICS:
                 continue
             coords = {k: v for k, v in tags.items() if k not in ("split", "task")}
-            rows.append({"variant": s.variant, "task": tags["task"], "metric": r["name"],
+            rows.append({"variant": s.label, "task": tags["task"], "metric": r["name"],
                          "seed": seeds[r["run_id"]], "value": r["value"], **coords})
     return pd.DataFrame(rows)
 
@@ -229,14 +227,17 @@ def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
     sections = []
     for exp in dict.fromkeys(runs["experiment"]):
         sels = select(runs[runs["experiment"] == exp])
+        rows_palette = figures.row_palette(palette, {s.label: s.variant for s in sels})
+        row_labels = {s.label: labels.get(s.variant, s.variant).replace(s.variant, s.label, 1) for s in sels}
         pairs = [_row(data, s) for s in sels]
         raw = pd.DataFrame([p[0] for p in pairs])
         main = Table(f"{exp}-variants", f"{exp}: each variant at equal budget", raw,
                      pd.DataFrame([p[1] for p in pairs]).fillna(MISSING))
         cost = Table(f"{exp}-cost", f"{exp}: facts and budget consumed (mean over the chosen point's runs)",
-                     raw[["variant", "model", *_COST]], pd.DataFrame([p[2] for p in pairs]))
+                     raw[["variant", "variant_options", "model", *_COST]], pd.DataFrame([p[2] for p in pairs]))
         section = Section(f"Training: {exp}", intro=(
-            "Each row is one variant (and model size) at the experiment's common budget. Held-out values "
+            "Each row is one variant with its options (and model size) at the experiment's common budget; "
+            "runs with different variant_options are different rows. Held-out values "
             "are the mean over finished seeds with a two-sided 95% Student-t interval, at the grid point "
             "with the lowest mean validation loss. These are validation values, the split the choice read, "
             "so they flatter larger grids; where the data has a test split, the Summary at the top reports "
@@ -249,17 +250,18 @@ def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
         for model in models:
             curves = _curves(data, [s for s in sels if s.model_label == model])
             title = f"{exp}: loss curves" + (f" ({model})" if len(models) > 1 else "")
-            fig = None if curves.empty else figures.loss_curves(curves, palette, labels, title, f"{exp}-loss-{model}")
+            fig = None if curves.empty else figures.loss_curves(curves, rows_palette, row_labels, title,
+                                                                f"{exp}-loss-{model}")
             if fig:
                 section.figures.append(fig)
-            fig = None if curves.empty else figures.equal_budget(curves, palette, labels, f"{exp}: equal-budget "
+            fig = None if curves.empty else figures.equal_budget(curves, rows_palette, row_labels, f"{exp}: equal-budget "
                                                                    f"views" + (f" ({model})" if len(models) > 1 else ""),
                                                                    f"{exp}-budget-{model}")
             if fig:
                 section.figures.append(fig)
         task_rows = _task_rows(data, sels)
         if not task_rows.empty:
-            tables, figs = _task_section(exp, task_rows, palette)
+            tables, figs = _task_section(exp, task_rows, rows_palette)
             section.tables += tables
             section.figures += figs
         if any(is_number(s.get("resumed_from_step")) for s in runs["summary"]):

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from attnbench.fits import t_quantile_975
 
 MISSING = "—"
-NOT_DECLARED = "not declared"  # an optional fact of the variant contract the variant does not give
+NOT_DECLARED = "not declared"  # an optional fact the variant does not declare (e.g. no flops_per_token)
+OPTION_PREFIX = "variant_options."  # grid coordinates that sweep a variant's own option
 # Coordinates of a cell that are not grid (hyper-parameter) coordinates.
 NON_GRID_COORDS = frozenset({"variant", "model", "d_model", "n_layer", "seed", "from_experiment", "stage", "rung"})
 
@@ -71,6 +72,16 @@ def ci_text(m: MeanCI, digits: int = 4) -> str:
     return f"{num(m.mean, digits)} ± {num(m.half, 2)} (n={m.n})"
 
 
+def fact_text(summaries: Iterable[dict[str, Any]], key: str, fmt: Callable[[Any], str] = num) -> str:
+    """A declared fact's mean over runs, "not declared" where the runs recorded it as None
+    (the variant omits it), or MISSING where no run recorded it at all."""
+    summaries = list(summaries)
+    m = mean_ci(s.get(key) for s in summaries)
+    if m.mean is not None:
+        return fmt(m.mean)
+    return NOT_DECLARED if any(key in s for s in summaries) else MISSING
+
+
 def bytes_text(v: Any) -> str:
     if not is_number(v):
         return MISSING
@@ -91,10 +102,13 @@ def seconds_text(v: Any) -> str:
 
 
 def point_text(point: dict[str, Any]) -> str:
-    """A grid point as 'lr=0.003, batch_size=8' ('(single point)' for none)."""
+    """A grid point as 'lr=0.003, feature_map=relu' ('(single point)' for none); a swept
+    variant option (variant_options.VARIANT.OPTION) is named by its option."""
     if not point:
         return "(single point)"
-    return ", ".join(f"{k}={num(v) if is_number(v) else v}" for k, v in sorted(point.items()))
+    short = {(k.split(".", 2)[2] if k.startswith(OPTION_PREFIX) and k.count(".") >= 2 else k): v
+             for k, v in point.items()}
+    return ", ".join(f"{k}={num(v) if is_number(v) else v}" for k, v in sorted(short.items()))
 
 
 def grid_point(coords: dict[str, Any]) -> dict[str, Any]:

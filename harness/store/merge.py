@@ -99,39 +99,49 @@ def _merge_runs(out: sqlite3.Connection, src: sqlite3.Connection, label: str, re
             report.duplicates += 1
 
 
+def _merge_all(out: sqlite3.Connection, sources: list[tuple[sqlite3.Connection, str]], report: MergeReport) -> None:
+    for src, label in sources:
+        _merge_runs(out, src, label, report)
+        tables = {r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for row in (src.execute("SELECT * FROM attempts ORDER BY id").fetchall() if "attempts" in tables else []):
+            report.attempts += _add_attempt(out, row, row["reason"])
+        for c in src.execute("SELECT * FROM checks").fetchall():
+            cur = out.execute("INSERT OR IGNORE INTO checks (gate_key, variant, check_name, status, figure, "
+                              "tolerance, detail, provenance, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                              tuple(c[k] for k in ("gate_key", "variant", "check_name", "status", "figure",
+                                                   "tolerance", "detail", "provenance", "created_at")))
+            report.checks += cur.rowcount
+
+
 def merge_stores(out_path: Path, inputs: list[Path]) -> MergeReport:
-    """Merge ``inputs`` into the store at ``out_path`` (created if missing) in one transaction."""
+    """Merge ``inputs`` into the store at ``out_path``, all or nothing: an existing store in
+    one transaction; a new one built in a temporary file beside it, renamed into place when whole."""
     out_path = Path(out_path)
     for path in inputs:
         if Path(path).resolve() == out_path.resolve():
             raise StoreError(f"{path} is both the output and an input; merge into a new file")
     sources = [(_open_input(Path(p)), str(p)) for p in inputs]
-    if out_path.exists():  # one transaction: a kill leaves the output as it was
-        return _merge_into(out_path, sources)
-    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.merging")
-    try:  # a new output appears only whole: built beside it, renamed into place
-        report = _merge_into(tmp, sources)
-        os.replace(tmp, out_path)
-    finally:
-        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
-            leftover.unlink(missing_ok=True)
-    return report
+    return _merge_into(out_path, sources)
 
 
 def _merge_into(out_path: Path, sources: list[tuple[sqlite3.Connection, str]]) -> MergeReport:
     report = MergeReport()
-    with Store(out_path) as store, store._write() as out:
-        for src, label in sources:
-            _merge_runs(out, src, label, report)
-            tables = {r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            for row in (src.execute("SELECT * FROM attempts ORDER BY id").fetchall() if "attempts" in tables else []):
-                report.attempts += _add_attempt(out, row, row["reason"])
-            for c in src.execute("SELECT * FROM checks").fetchall():
-                cur = out.execute("INSERT OR IGNORE INTO checks (gate_key, variant, check_name, status, figure, "
-                                  "tolerance, detail, provenance, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                  tuple(c[k] for k in ("gate_key", "variant", "check_name", "status", "figure",
-                                                       "tolerance", "detail", "provenance", "created_at")))
-                report.checks += cur.rowcount
+    try:
+        if out_path.exists():
+            with Store(out_path) as store, store._write() as out:
+                _merge_all(out, sources, report)
+            return report
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            with Store(tmp) as store, store._write() as out:
+                _merge_all(out, sources, report)
+            os.replace(tmp, out_path)  # closed: its WAL is checkpointed into the file and removed
+        finally:
+            for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+                leftover.unlink(missing_ok=True)
+    finally:
+        for src, _ in sources:
             src.close()
     return report
 

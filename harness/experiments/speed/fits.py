@@ -19,13 +19,13 @@ import torch
 from attnbench.plan.cells import Cell
 from attnbench.experiments.derived import save_derived
 from attnbench.registry.identity import code_hash
-from attnbench.fits import crossover, loglog_slope
+from attnbench.fits import MIN_SLOPE_POINTS, crossover, loglog_slope, too_few_text
 from attnbench.store.provenance import device_name
 from attnbench.store.database import Result, Store
 
 BASELINE = "softmax"
 QUANTITIES = {"time_s": "time", "peak_memory_bytes": "memory"}
-MIN_FIT_POINTS = 3  # with fewer points at T >= fit_T_min, the longest ok points are used
+MIN_FIT_POINTS = MIN_SLOPE_POINTS  # with fewer points at T >= fit_T_min, the longest ok points are used
 MAX_CI_HALF = 0.5  # a slope whose 95% interval is wider than +-this is flagged
 
 Curve = dict[int, float | None]  # T -> value (None: the point failed or was skipped)
@@ -94,7 +94,11 @@ def _slope_row(mode: str, quantity: str, curve: Curve, fit_T_min: int, extra: di
     tags: dict[str, Any] = {"mode": mode, "quantity": quantity, "fit_T_min": fit_T_min, **extra}
     if fit is None:
         return Result("slope", None, "", {**tags, "T_min": None, "T_max": None, "stderr": None, "ci95": None,
-                                          "n_points": len(ok), "error": "fewer than 2 ok points to fit"})
+                                          "n_points": len(ok), "error": too_few_text(len(ok))})
+    if fit.n_points < MIN_SLOPE_POINTS:  # stored as no fit: two points say nothing about the exponent's error
+        return Result("slope", None, "", {**tags, "T_min": fit.T_min, "T_max": fit.T_max, "stderr": None,
+                                          "ci95": None, "n_points": fit.n_points,
+                                          "error": too_few_text(fit.n_points)})
     return Result("slope", fit.slope, "", {
         **tags, "T_min": fit.T_min, "T_max": fit.T_max, "stderr": fit.stderr,
         "ci95": list(fit.ci95) if fit.ci95 else None, "n_points": fit.n_points, "log_intercept": fit.intercept,
