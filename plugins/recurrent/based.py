@@ -91,7 +91,8 @@ class Based(nn.Module):
 
     def _heads(self, x: torch.Tensor):
         """(q~, k~) (B, H, T, f) and q, k, v (B, H, T, h)."""
-        qf, kf = split_heads(self.c_feat(x), self.n_head)  # (B, H, T, f) each
+        B, T, _ = x.shape
+        qf, kf = self.c_feat(x).view(B, T, 2, self.n_head, self.feature_dim).permute(2, 0, 3, 1, 4)  # (B, H, T, f) each
         q, k, v = split_heads(self.c_attn(x), self.n_head)  # (B, H, T, h) each
         return qf, kf, q, k, v
 

@@ -41,7 +41,8 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: W
     dt = torch.float64 if q.dtype == torch.float64 else torch.float32
     keys = torch.cat([cache.k.to(v.dtype), k], dim=2)  # (B, H, P+t, h)
     values = torch.cat([cache.v.to(v.dtype), v], dim=2)  # (B, H, P+t, h)
-    new = WindowCache(keys[:, :, max(P + t - (w - 1), 0):].clone(), values[:, :, max(P + t - (w - 1), 0):].clone())
+    keep = max(P + t - (w - 1), 0)  # the last w - 1 positions stay, at the cache's own dtype
+    new = WindowCache(keys[:, :, keep:].to(cache.k.dtype, copy=True), values[:, :, keep:].to(cache.v.dtype, copy=True))
     with torch.autocast(q.device.type, enabled=False):  # scores and softmax in fp32 (float64 when given)
         c = min(block, t)
         N = -(-t // c)
