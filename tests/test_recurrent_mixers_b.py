@@ -21,7 +21,7 @@ from attnbench.gate.checks import run_checks
 from attnbench.plugins.kernels.chunked import linear_attention, linear_init_state
 from attnbench.plugins.linear import taylor_features
 from attnbench.plugins.recurrent.ssd_kernel import ssd_scan
-from attnbench.plugins.recurrent.window_kernel import WindowCache, window_attention, window_init_cache
+from attnbench.plugins.recurrent.window_kernel import window_attention, window_init_cache
 
 VARIANTS = ("mamba2", "swa", "based")
 F64 = torch.float64
