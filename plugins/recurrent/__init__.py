@@ -1,2 +1,3 @@
-"""Modern recurrent mixers (issue 29): retention, GLA, DeltaNet, Gated DeltaNet and their
-kin, one plugin module per mechanism, with the shared chunked kernels beside them."""
+"""Recurrent and windowed mixers researchers compare against today: retention, GLA, DeltaNet,
+Gated DeltaNet, Mamba2 (SSD), sliding-window softmax and Based; one plugin module per
+mechanism, with the shared chunked kernels beside them."""

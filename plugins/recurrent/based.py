@@ -1,0 +1,172 @@
+"""Based (Arora et al. 2024, "Simple linear attention language models balance the
+recall-throughput tradeoff"): linear attention with the 2nd-order Taylor map on small
+feature projections, plus a small sliding window of exact softmax attention:
+
+    lin_i = phi(q~_i)^T sum_{j<=i} phi(k~_j) v_j^T / (phi(q~_i)^T sum_{j<=i} phi(k~_j) + eps)
+    phi(q~).phi(k~) = 1 + q~.k~ / sqrt(f) + (q~.k~)^2 / (2 f)      (q~, k~ of f dims per head)
+    swa_i = softmax_{i-w<j<=i}(q_i . k_j / sqrt(h)) v_j
+    y = W_o (lin + swa) / 2
+
+The paper stacks the two as separate layers; here one mixer holds both over a shared v, so
+y mixes the values by (A_lin + A_swa) / 2, rows summing to 1 (that is its attention map).
+Training: the chunked linear kernel and the blocked window kernel; decoding carries the
+Taylor state (S, z) and the last w - 1 keys and values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
+
+from attnbench.plugins.kernels.chunked import LinearState, linear_attention, linear_init_state
+from attnbench.plugins.linear import taylor_features
+from attnbench.plugins.recurrent.guards import KERNELS, check_int, check_kernel, require_fla
+from attnbench.plugins.recurrent.window_kernel import FLA_WINDOW_OP, WindowCache, fla_window_attention, mean_keys, window_attention, window_init_cache, window_weights
+
+FLA_TAYLOR_OP = "fla.ops.based.parallel_based"
+
+
+@dataclass(frozen=True)
+class BasedOptions:
+    """feature_dim: f, the q~ and k~ size per head (the paper's 16; 1 + f + f^2 features).
+    window: positions the softmax part sees, itself included (the paper's small windows:
+    64 to 128). chunk_size: positions per chunk (block) of the training forms. eps: added
+    to the linear part's normaliser. kernel: chunked (ours) or fla (fla's parallel_based and
+    parallel_attn Triton kernels, CUDA only; decoding stays on ours)."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kernel": KERNELS}
+    feature_dim: int = 16
+    window: int = 64
+    chunk_size: int = 64
+    eps: float = 1e-6
+    kernel: str = "chunked"
+
+    def __post_init__(self) -> None:
+        for name in ("feature_dim", "window", "chunk_size"):
+            check_int(name, getattr(self, name))
+        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 < self.eps < 1:
+            raise ValueError(f"eps must be a number in (0, 1), got {self.eps!r}")
+        check_kernel(self.kernel)
+
+
+def _options(config: ModelConfig) -> BasedOptions:
+    return config.options if isinstance(config.options, BasedOptions) else BasedOptions()
+
+
+def n_features(f: int) -> int:
+    return 1 + f + f * f  # the Taylor map's 0th, 1st and 2nd order terms
+
+
+@dataclass(frozen=True)
+class BasedState:
+    linear: LinearState  # S (B, H, F, h), z (B, H, F), F = 1 + f + f^2
+    window: WindowCache  # the last min(T, w - 1) keys and values (B, H, P, h)
+
+
+class Based(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        opts = _options(config)
+        self.n_head, self.head_dim, self.feature_dim = config.n_head, config.head_dim, opts.feature_dim
+        self.window, self.chunk_size, self.eps, self.kernel = opts.window, opts.chunk_size, opts.eps, opts.kernel
+        self.c_feat = nn.Linear(config.d_model, 2 * config.n_head * opts.feature_dim, bias=config.bias)  # q~, k~
+        self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)  # q, k (window), v (shared)
+        self.c_proj = mark_residual(nn.Linear(config.d_model, config.d_model, bias=config.bias))
+
+    def extra_repr(self) -> str:
+        return (f"n_head={self.n_head}, feature_dim={self.feature_dim}, window={self.window}, "
+                f"chunk_size={self.chunk_size}, kernel={self.kernel}")
+
+    def describe_path(self) -> dict[str, object]:
+        fla = self.kernel == "fla"
+        return {"kernel": f"{FLA_TAYLOR_OP} + {FLA_WINDOW_OP}" if fla else
+                "chunked.linear_attention + recurrent.window_kernel.window_attention",
+                "decode_kernel": "chunked.linear_attention + recurrent.window_kernel.window_attention",
+                "chunk_size": self.chunk_size, "window": self.window, "feature_dim": self.feature_dim}
+
+    def _heads(self, x: torch.Tensor):
+        """(q~, k~) (B, H, T, f) and q, k, v (B, H, T, h)."""
+        B, T, _ = x.shape
+        qf, kf = self.c_feat(x).view(B, T, 2, self.n_head, self.feature_dim).permute(2, 0, 3, 1, 4)  # (B, H, T, f) each
+        q, k, v = split_heads(self.c_attn(x), self.n_head)  # (B, H, T, h) each
+        return qf, kf, q, k, v
+
+    @staticmethod
+    def _phi(x: torch.Tensor) -> torch.Tensor:
+        """Taylor features in fp32 (float64 when given): under autocast x is half precision."""
+        dt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        return taylor_features(x.to(dt))  # (B, H, T, 1 + f + f^2)
+
+    def _mix(self, x: torch.Tensor, state: BasedState) -> tuple[torch.Tensor, BasedState]:
+        qf, kf, q, k, v = self._heads(x)  # (B, H, t, f) x 2, (B, H, t, h) x 3
+        lin, lin_state = linear_attention(self._phi(qf), self._phi(kf), v, state.linear, self.chunk_size, self.eps)
+        swa, cache = window_attention(q, k, v, state.window, self.window, self.chunk_size)  # (B, H, t, h)
+        return self.c_proj(merge_heads(0.5 * (lin + swa))), BasedState(lin_state, cache)  # (B, t, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel == "fla":
+            require_fla("based", x)
+            qf, kf, q, k, v = self._heads(x)  # (B, H, T, f) x 2, (B, H, T, h) x 3
+            lin = fla_taylor_attention(qf, kf, v)  # (B, H, T, h)
+            swa = fla_window_attention(q, k, v, self.window)  # (B, H, T, h)
+            return self.c_proj(merge_heads(0.5 * (lin + swa)))  # (B, T, D)
+        y, _ = self._mix(x, self.init_state(x.shape[0], x.shape[1], x.device, x.dtype))
+        return y  # (B, T, D)
+
+    def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> BasedState:
+        """Zero S and z (fp32 unless float64 is asked) and an empty window cache."""
+        lin = linear_init_state(batch_size, self.n_head, n_features(self.feature_dim), self.head_dim, device, dtype)
+        return BasedState(lin, window_init_cache(batch_size, self.n_head, self.head_dim, device, dtype))
+
+    def step(self, x: torch.Tensor, state: BasedState) -> tuple[torch.Tensor, BasedState]:
+        return self._mix(x, state)
+
+
+def fla_taylor_attention(qf: torch.Tensor, kf: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The Taylor part through fla's parallel_based (its eps is 1e-6 too), from S = 0."""
+    from fla.ops.based import parallel_based
+
+    q, k, vv = (t.transpose(1, 2).contiguous().to(v.dtype) for t in (qf, kf, v))  # (B, T, H, .) fla's layout
+    o = parallel_based(q, k, vv, scale=qf.shape[-1] ** -0.5, use_norm=True)  # (B, T, H, h)
+    return o.transpose(1, 2)  # (B, H, T, h)
+
+
+def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
+    opts = _options(config)
+    F_ = n_features(opts.feature_dim)
+    linear = config.n_head * (F_ * config.head_dim + F_)  # S and z, independent of T
+    return linear + 2 * min(T, opts.window - 1) * config.d_model  # + the window's keys and values
+
+
+def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
+    """Projections (q~, k~: 4 d H f; q, k, v, out: 8 d^2), the chunked Taylor part per head
+    (c x c scores over F features 2 c F, scores @ [v, 1] 2 c (h+1), state 4 F (h+1)) and
+    the window part (2 * 2 d per key seen)."""
+    opts = _options(config)
+    d, H, h, f = config.d_model, config.n_head, config.head_dim, opts.feature_dim
+    F_, c = n_features(f), min(opts.chunk_size, max(T, 1))
+    taylor = H * (2.0 * c * F_ + 2.0 * c * (h + 1) + 4.0 * F_ * (h + 1))
+    return 4.0 * d * H * f + 8.0 * d * d + taylor + 4.0 * d * mean_keys(T, opts.window)
+
+
+@torch.no_grad()
+def attention_maps(mixer: Based, x: torch.Tensor) -> torch.Tensor:
+    """The weights y applies to the shared values: (A_lin + A_swa) / 2, rows sum to 1 (up to
+    the eps): (B, H, T, T)."""
+    qf, kf, q, k, _ = mixer._heads(x)
+    a = (mixer._phi(qf).float() @ mixer._phi(kf).float().transpose(-1, -2)).tril()  # (B, H, T, T) >= 0
+    lin = a / (a.sum(-1, keepdim=True) + mixer.eps)  # (B, H, T, T)
+    return 0.5 * (lin + window_weights(q, k, mixer.window))  # (B, H, T, T)
+
+
+@hookimpl
+def attnbench_register_variants(register) -> None:
+    register(Variant(name="based", build_mixer=Based, options=BasedOptions, decode="recurrent",
+                     description="Based (Arora et al. 2024): Taylor linear attention plus a small softmax window; chunked, recurrent decoding",
+                     state_size=state_size, flops_per_token=flops_per_token, version="1",
+                     attention_maps=attention_maps))

@@ -1,0 +1,201 @@
+"""Mamba2 (Dao & Gu 2024, "Transformers are SSMs", sec. 7 and Fig. 6), per head with a
+scalar decay (SSD):
+
+    [z, xBC, dt] = W_in u;   [x, B, C] = silu(conv1d_causal(xBC));   dt = softplus(dt + dt_bias)
+    S_t = exp(dt_t A) S_{t-1} + dt_t B_t x_t^T,   y_t = S_t^T C_t + D x_t,   A = -exp(A_log) < 0
+    out = W_out RMSNorm(y * silu(z))
+
+x has expand * D channels in H = n_head heads of P = expand * D / H; B and C (d_state each)
+are shared by the heads of a group (n_groups). Training runs ``ssd_kernel.ssd_scan``
+(chunked); decoding carries the convolution's last d_conv - 1 inputs and S (B, H, N_s, P).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnbench import ModelConfig, Variant, hookimpl, mark_residual
+
+from attnbench.plugins.recurrent.ssd_kernel import segment_sums, ssd_flops_per_token, ssd_init_state, ssd_scan
+from attnbench.plugins.recurrent.guards import KERNELS, check_int, check_kernel, require_fla
+
+FLA_SSD_OP = "fla.ops.simple_gla.chunk_simple_gla"
+
+
+@dataclass(frozen=True)
+class Mamba2Options:
+    """d_state: N_s, the size of B and C. d_conv: the causal convolution's width. expand:
+    inner width / d_model. n_groups: groups of heads sharing B and C. chunk_size: positions
+    per chunk of the training form. dt_min, dt_max: range of the initial step sizes.
+    kernel: chunked (ours) or fla (simple GLA's Triton kernel, CUDA only; decoding stays on ours)."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kernel": KERNELS}
+    d_state: int = 128
+    d_conv: int = 4
+    expand: int = 2
+    n_groups: int = 1
+    chunk_size: int = 64
+    dt_min: float = 0.001
+    dt_max: float = 0.1
+    kernel: str = "chunked"
+
+    def __post_init__(self) -> None:
+        for name in ("d_state", "d_conv", "expand", "n_groups", "chunk_size"):
+            check_int(name, getattr(self, name))
+        if not (isinstance(self.dt_min, (int, float)) and isinstance(self.dt_max, (int, float))
+                and 0 < self.dt_min <= self.dt_max):
+            raise ValueError(f"need 0 < dt_min <= dt_max, got dt_min={self.dt_min!r}, dt_max={self.dt_max!r}")
+        check_kernel(self.kernel)
+
+
+def _options(config: ModelConfig) -> Mamba2Options:
+    return config.options if isinstance(config.options, Mamba2Options) else Mamba2Options()
+
+
+def _dims(config: ModelConfig) -> tuple[int, int, int]:
+    """(inner width, head size P, convolution channels), checked against the config."""
+    opts = _options(config)
+    inner = opts.expand * config.d_model
+    if inner % config.n_head or config.n_head % opts.n_groups:
+        raise ValueError(f"mamba2 needs n_head ({config.n_head}) to divide expand * d_model ({inner}) "
+                         f"and n_groups ({opts.n_groups}) to divide n_head")
+    return inner, inner // config.n_head, inner + 2 * opts.n_groups * opts.d_state
+
+
+@dataclass(frozen=True)
+class Mamba2State:
+    conv: torch.Tensor  # (B, d_conv - 1, C_conv) the last inputs of the convolution, oldest first
+    ssm: torch.Tensor  # (B, H, N_s, P) S, fp32 (float64 when asked)
+
+
+class Mamba2(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        opts = _options(config)
+        self.inner, self.head_dim, self.conv_dim = _dims(config)
+        self.n_head, self.d_state, self.n_groups = config.n_head, opts.d_state, opts.n_groups
+        self.d_conv, self.chunk_size, self.kernel = opts.d_conv, opts.chunk_size, opts.kernel
+        self.in_proj = nn.Linear(config.d_model, self.inner + self.conv_dim + self.n_head, bias=config.bias)
+        self.conv = nn.Conv1d(self.conv_dim, self.conv_dim, opts.d_conv, groups=self.conv_dim)  # depthwise
+        # dt = softplus(dt_bias) log-uniform in [dt_min, dt_max]; A = -exp(A_log) uniform in [1, 16].
+        dt = torch.exp(torch.empty(self.n_head).uniform_(math.log(opts.dt_min), math.log(opts.dt_max)))  # (H,)
+        dt = dt.clamp_min(1e-4)  # (H,)
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # (H,) inverse softplus
+        self.A_log = nn.Parameter(torch.log(torch.empty(self.n_head).uniform_(1.0, 16.0)))  # (H,)
+        self.D = nn.Parameter(torch.ones(self.n_head))  # (H,)
+        self.norm_weight = nn.Parameter(torch.ones(self.inner))  # (inner,) the gated RMSNorm's gain
+        self.out_proj = mark_residual(nn.Linear(self.inner, config.d_model, bias=config.bias))
+
+    def extra_repr(self) -> str:
+        return (f"n_head={self.n_head}, head_dim={self.head_dim}, d_state={self.d_state}, d_conv={self.d_conv}, "
+                f"n_groups={self.n_groups}, chunk_size={self.chunk_size}, kernel={self.kernel}")
+
+    def describe_path(self) -> dict[str, object]:
+        parallel = FLA_SSD_OP if self.kernel == "fla" else "recurrent.ssd_kernel.ssd_scan"
+        return {"kernel": parallel, "decode_kernel": "recurrent.ssd_kernel.ssd_scan", "chunk_size": self.chunk_size}
+
+    def _conv(self, xbc: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Causal depthwise convolution then SiLU; cache (B, d_conv-1, C) the inputs before xbc."""
+        full = torch.cat([cache.to(xbc.dtype), xbc], dim=1)  # (B, d_conv-1+t, C)
+        y = F.conv1d(full.transpose(1, 2), self.conv.weight.to(xbc.dtype), self.conv.bias.to(xbc.dtype),
+                     groups=self.conv_dim)  # (B, C, t)
+        new = full[:, full.shape[1] - (self.d_conv - 1):].to(cache.dtype, copy=True)  # (B, d_conv-1, C) own storage
+        return F.silu(y.transpose(1, 2)), new  # (B, t, C), (B, d_conv-1, C)
+
+    def _ssm_inputs(self, u: torch.Tensor, conv_cache: torch.Tensor):
+        """u (B, t, D) -> z (B, t, inner), x (B, H, t, P), B and C (B, H, t, N_s), dt and log a
+        (B, H, t) in fp32 (float64 when given), and the new convolution cache."""
+        B_, t, _ = u.shape
+        z, xbc, dt = self.in_proj(u).split([self.inner, self.conv_dim, self.n_head], dim=-1)  # (B, t, .)
+        xbc, conv_cache = self._conv(xbc, conv_cache)  # (B, t, C_conv)
+        x, b, c = xbc.split([self.inner, self.n_groups * self.d_state, self.n_groups * self.d_state], dim=-1)
+        x = x.view(B_, t, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, t, P)
+        per_group = self.n_head // self.n_groups
+        b, c = (m.view(B_, t, self.n_groups, self.d_state).transpose(1, 2)
+                .repeat_interleave(per_group, dim=1) for m in (b, c))  # (B, H, t, N_s) each
+        fp = torch.float64 if u.dtype == torch.float64 else torch.float32
+        with torch.autocast(u.device.type, enabled=False):  # the decay is exponentiated: fp32 at least
+            dt = F.softplus(dt.to(fp) + self.dt_bias.to(fp)).transpose(1, 2)  # (B, H, t) > 0
+            log_a = -torch.exp(self.A_log.to(fp))[:, None] * dt  # (B, H, t) dt A <= 0
+        return z, x, b, c, dt, log_a, conv_cache
+
+    def _out(self, y: torch.Tensor, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """y + D x, gated RMSNorm (norm of y * silu(z), fp32 inside), output projection."""
+        y = y + self.D.to(y.dtype)[:, None, None] * x  # (B, H, t, P) skip
+        y = y.transpose(1, 2).flatten(2)  # (B, t, inner)
+        fp = torch.float64 if y.dtype == torch.float64 else torch.float32
+        g = y.to(fp) * F.silu(z.to(fp))  # (B, t, inner)
+        g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-5)  # (B, t, inner) unit RMS
+        return self.out_proj((g * self.norm_weight.to(fp)).to(z.dtype))  # (B, t, D)
+
+    def _mix(self, u: torch.Tensor, state: Mamba2State) -> tuple[torch.Tensor, Mamba2State]:
+        z, x, b, c, dt, log_a, conv = self._ssm_inputs(u, state.conv)
+        y, ssm = ssd_scan(c, b * dt[..., None], x, log_a, state.ssm, self.chunk_size)  # (B, H, t, P)
+        return self._out(y, x, z), Mamba2State(conv, ssm)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        if self.kernel == "fla":
+            require_fla("mamba2", u)
+            conv = torch.zeros(u.shape[0], self.d_conv - 1, self.conv_dim, device=u.device, dtype=u.dtype)
+            z, x, b, c, dt, log_a, _ = self._ssm_inputs(u, conv)
+            return self._out(fla_ssd(c, b * dt[..., None], x, log_a), x, z)  # (B, T, D)
+        y, _ = self._mix(u, self.init_state(u.shape[0], u.shape[1], u.device, u.dtype))
+        return y  # (B, T, D)
+
+    def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> Mamba2State:
+        """Zero convolution inputs and S: fp32 unless float64 is asked."""
+        fp = torch.float64 if dtype == torch.float64 else torch.float32
+        conv = torch.zeros(batch_size, self.d_conv - 1, self.conv_dim, device=device, dtype=fp)
+        return Mamba2State(conv, ssd_init_state(batch_size, self.n_head, self.d_state, self.head_dim, device, dtype))
+
+    def step(self, u: torch.Tensor, state: Mamba2State) -> tuple[torch.Tensor, Mamba2State]:
+        return self._mix(u, state)
+
+
+def fla_ssd(c, b, x, log_a) -> torch.Tensor:
+    """The SSD scan through fla's simple GLA kernel (q = C, k = dt B, v = x, g = dt A), from S = 0."""
+    from fla.ops.simple_gla import chunk_simple_gla
+
+    q, k, v = (t.transpose(1, 2).contiguous().to(x.dtype) for t in (c, b, x))  # (B, T, H, .) fla's layout
+    o, _ = chunk_simple_gla(q, k, v, g=log_a.transpose(1, 2).contiguous().float(), scale=1.0)  # (B, T, H, P)
+    return o.transpose(1, 2)  # (B, H, T, P)
+
+
+def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
+    opts = _options(config)
+    inner, head_dim, conv_dim = _dims(config)
+    return (opts.d_conv - 1) * conv_dim + config.n_head * opts.d_state * head_dim  # independent of T
+
+
+def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
+    """Input and output projections, the depthwise convolution, and the chunked SSD scan."""
+    opts = _options(config)
+    inner, head_dim, conv_dim = _dims(config)
+    d = config.d_model
+    proj = 2.0 * d * (inner + conv_dim + config.n_head) + 2.0 * inner * d
+    return proj + 2.0 * conv_dim * opts.d_conv + ssd_flops_per_token(config.n_head, opts.d_state, head_dim,
+                                                                       opts.chunk_size, T)
+
+
+@torch.no_grad()
+def attention_maps(mixer: Mamba2, x: torch.Tensor) -> torch.Tensor:
+    """SSD's attention form (the paper's eq. 16): w_ij = (C_i . B_j) dt_j exp(sum_{j<l<=i} dt_l A)
+    for j <= i, signed and unnormalised (the D x_i skip not included): (B, H, T, T)."""
+    conv = torch.zeros(x.shape[0], mixer.d_conv - 1, mixer.conv_dim, device=x.device, dtype=x.dtype)
+    _, _, b, c, dt, log_a, _ = mixer._ssm_inputs(x, conv)  # (B, H, T, N_s), (B, H, T)
+    scores = c.float() @ (b.float() * dt.float()[..., None]).transpose(-1, -2)  # (B, H, T, T)
+    return scores * torch.exp(segment_sums(log_a.float()))  # (B, H, T, T) zero above the diagonal
+
+
+@hookimpl
+def attnbench_register_variants(register) -> None:
+    register(Variant(name="mamba2", build_mixer=Mamba2, options=Mamba2Options, decode="recurrent",
+                     description="Mamba2 (Dao & Gu 2024): SSD with a scalar decay per head, short convolution, gated RMSNorm; chunked, recurrent decoding",
+                     state_size=state_size, flops_per_token=flops_per_token, version="1",
+                     attention_maps=attention_maps))

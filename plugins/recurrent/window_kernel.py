@@ -1,0 +1,91 @@
+"""Sliding-window causal softmax attention, blocked: each query sees the w most recent
+positions, itself included (keys j in [i - w + 1, i], fla's and Longformer's convention):
+
+    o_i = softmax_j(q_i . k_j / sqrt(h) + M_ij) v_j,   M_ij = 0 for i - w < j <= i, else -inf
+
+Queries go in blocks of c; a block reads only its c + w - 1 keys (an unfolded view), so
+time and memory are O(T (c + w)), never O(T^2). Decoding carries the last w - 1 keys and
+values (O(w) state); the same function serves training (empty cache) and ``step``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+FLA_WINDOW_OP = "fla.ops.attn.parallel_attn(window_size=w)"
+
+
+@dataclass(frozen=True)
+class WindowCache:
+    """The last min(T, w - 1) keys and values, oldest first (what the next query can see)."""
+
+    k: torch.Tensor  # (B, H, P, h), P <= w - 1
+    v: torch.Tensor  # (B, H, P, h)
+
+
+def window_init_cache(batch: int, n_head: int, head_dim: int, device=None,
+                      dtype: torch.dtype | None = None) -> WindowCache:
+    """An empty cache (P = 0): it grows to w - 1 positions, then slides."""
+    empty = torch.zeros(batch, n_head, 0, head_dim, device=device, dtype=dtype or torch.float32)  # (B, H, 0, h)
+    return WindowCache(empty, empty.clone())
+
+
+def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: WindowCache, window: int,
+                     block: int) -> tuple[torch.Tensor, WindowCache]:
+    """q, k, v (B, H, t, h) the next t positions after ``cache``. Returns o (B, H, t, h) in
+    v's dtype and the new cache (new tensors)."""
+    out_dtype, (B, H, t, h), P, w = v.dtype, q.shape, cache.k.shape[2], window
+    dt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    keys = torch.cat([cache.k.to(v.dtype), k], dim=2)  # (B, H, P+t, h)
+    values = torch.cat([cache.v.to(v.dtype), v], dim=2)  # (B, H, P+t, h)
+    keep = max(P + t - (w - 1), 0)  # the last w - 1 positions stay, at the cache's own dtype
+    new = WindowCache(keys[:, :, keep:].to(cache.k.dtype, copy=True), values[:, :, keep:].to(cache.v.dtype, copy=True))
+    with torch.autocast(q.device.type, enabled=False):  # scores and softmax in fp32 (float64 when given)
+        c = min(block, t)
+        N = -(-t // c)
+        S = c + w - 1  # keys one block reads
+        front, back = w - 1 - P, N * c - t  # zero keys before position 0 (masked), tail padding
+        kp = F.pad(keys.to(dt), (0, 0, front, back))  # (B, H, w-1+N*c, h) cached/new key a at index a + front
+        vp = F.pad(values.to(dt), (0, 0, front, back))  # (B, H, w-1+N*c, h)
+        kb = kp.unfold(2, S, c)  # (B, H, N, h, S) block n: padded keys [n c, n c + S)
+        vb = vp.unfold(2, S, c).transpose(-1, -2)  # (B, H, N, S, h)
+        qb = F.pad(q.to(dt), (0, 0, 0, back)).unflatten(2, (N, c))  # (B, H, N, c, h)
+        scores = (qb @ kb) * h ** -0.5  # (B, H, N, c, S)
+        i = torch.arange(c, device=q.device)[:, None]  # (c, 1) query offset in its block
+        r = torch.arange(S, device=q.device)[None, :]  # (1, S) key offset in the block's span
+        start = torch.arange(N, device=q.device)[:, None, None] * c  # (N, 1, 1) block start
+        # Key r of block n sits w - 1 - (r - i) places before query i; it is a real key (not front
+        # padding) when n c + r >= front.
+        seen = (r >= i) & (r <= i + w - 1) & (start + r >= front)  # (N, c, S)
+        p = scores.masked_fill(~seen, float("-inf")).softmax(dim=-1)  # (B, H, N, c, S) every real row sees itself
+        o = (p @ vb).flatten(2, 3)[:, :, :t]  # (B, H, t, h)
+    return o.to(out_dtype), new
+
+
+def window_weights(q: torch.Tensor, k: torch.Tensor, window: int) -> torch.Tensor:
+    """The full (B, H, T, T) probabilities of the sliding window (for attention maps), fp32."""
+    T = q.shape[2]
+    scores = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5  # (B, H, T, T)
+    pos = torch.arange(T, device=q.device)
+    gap = pos[:, None] - pos[None, :]  # (T, T) i - j
+    return scores.masked_fill((gap < 0) | (gap >= window), float("-inf")).softmax(-1)  # (B, H, T, T)
+
+
+def mean_keys(T: int, window: int) -> float:
+    """Average keys a query sees over positions 0..T-1: min(i + 1, w)."""
+    T = max(T, 1)
+    if T <= window:
+        return (T + 1) / 2
+    return (window * (window + 1) / 2 + (T - window) * window) / T
+
+
+def fla_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> torch.Tensor:
+    """fla's Triton kernel for the same equation, from an empty cache: (B, H, T, h) in and out."""
+    from fla.ops.attn import parallel_attn
+
+    qq, kk, vv = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # (B, T, H, h) fla's layout
+    o = parallel_attn(qq, kk, vv, scale=q.shape[-1] ** -0.5, window_size=window)  # (B, T, H, h)
+    return o.transpose(1, 2).to(v.dtype)  # (B, H, T, h)
