@@ -25,7 +25,7 @@ from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads
 
 from attnbench.plugins.kernels.chunked import LinearState, linear_attention, linear_init_state
 from attnbench.plugins.linear import taylor_features
-from attnbench.plugins.recurrent.guards import KERNELS, check_int, check_kernel, require_fla
+from attnbench.plugins.recurrent.common import KERNELS, check_kernel, check_positive_int, require_fla
 from attnbench.plugins.recurrent.window_kernel import FLA_WINDOW_OP, WindowCache, fla_window_attention, mean_keys, window_attention, window_init_cache, window_weights
 
 FLA_TAYLOR_OP = "fla.ops.based.parallel_based"
@@ -48,7 +48,7 @@ class BasedOptions:
 
     def __post_init__(self) -> None:
         for name in ("feature_dim", "window", "chunk_size"):
-            check_int(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 < self.eps < 1:
             raise ValueError(f"eps must be a number in (0, 1), got {self.eps!r}")
         check_kernel(self.kernel)

@@ -23,7 +23,7 @@ from torch import nn
 from attnbench import ModelConfig, Variant, hookimpl, mark_residual
 
 from attnbench.plugins.recurrent.ssd_kernel import segment_sums, ssd_flops_per_token, ssd_init_state, ssd_scan
-from attnbench.plugins.recurrent.guards import KERNELS, check_int, check_kernel, require_fla
+from attnbench.plugins.recurrent.common import KERNELS, check_kernel, check_positive_int, require_fla
 
 FLA_SSD_OP = "fla.ops.simple_gla.chunk_simple_gla"
 
@@ -47,7 +47,7 @@ class Mamba2Options:
 
     def __post_init__(self) -> None:
         for name in ("d_state", "d_conv", "expand", "n_groups", "chunk_size"):
-            check_int(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         if not (isinstance(self.dt_min, (int, float)) and isinstance(self.dt_max, (int, float))
                 and 0 < self.dt_min <= self.dt_max):
             raise ValueError(f"need 0 < dt_min <= dt_max, got dt_min={self.dt_min!r}, dt_max={self.dt_max!r}")

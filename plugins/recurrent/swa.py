@@ -17,7 +17,7 @@ from torch import nn
 
 from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
 
-from attnbench.plugins.recurrent.guards import KERNELS, check_int, check_kernel, require_fla
+from attnbench.plugins.recurrent.common import KERNELS, check_kernel, check_positive_int, require_fla
 from attnbench.plugins.recurrent.window_kernel import FLA_WINDOW_OP, WindowCache, fla_window_attention, mean_keys, window_attention, window_init_cache, window_weights
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class SWAOptions:
     kernel: str = "chunked"
 
     def __post_init__(self) -> None:
-        check_int("window", self.window)
-        check_int("chunk_size", self.chunk_size)
+        check_positive_int("window", self.window)
+        check_positive_int("chunk_size", self.chunk_size)
         check_kernel(self.kernel)
 
 
