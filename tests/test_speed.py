@@ -318,3 +318,18 @@ def test_shipped_speed_suite_validates():
     spec = suite.experiments[0].speed
     assert spec.sweep("train_step")[-1] == 16384 and suite.experiments[0].variants == "all"
     assert expand_suite(suite, load_registry())  # every registered variant, context covers 16384
+
+
+def test_report_path_column_shows_what_the_mixer_says_it_ran(tmp_path):
+    """The points table names the mixer's describe_path() (kernel, chunk size), not only the
+    attention backend the profiler saw."""
+    store = tmp_path / "s.sqlite"
+    result = run_cli("bench", "--variants", "linear", "--lengths", "16", "--modes", "forward", "--d-model", "32",
+                     "--n-layer", "1", "--n-head", "2", "--min-rounds", "2", "--max-time", "0.05", "--threads", "1",
+                     "--store", str(store))
+    assert result.returncode == 0, result.stderr
+    report = run_cli("report", "--store", str(store), "--out", str(tmp_path / "rep"))
+    assert report.returncode == 0, report.stderr
+    row = next(line.replace("\\_", "_") for line in (tmp_path / "rep" / "report.md").read_text().splitlines()
+               if line.startswith("| linear") and "| forward |" in line)
+    assert "| kernel=chunked.linear_attention, chunk_size=64, " in row and "; backend=n/a |" in row, row

@@ -40,8 +40,27 @@ def speed_points(data: StoreData, run_ids: list[int]) -> pd.DataFrame:
             "status": t.get("status", "ok" if r["value"] is not None else "unknown"),
             "error": t.get("error"), "stddev_s": t.get("stddev_s"), "backend": t.get("backend"),
             "fallback": t.get("fallback"), "dtype": t.get("dtype"), "noisy": bool(t.get("noisy")),
+            "path": t.get("path") or {},
         })
     return pd.DataFrame(rows)
+
+
+def path_text(backend: Any, path: Any, fallback: Any) -> str:
+    """What ran at a point: the mixers' own ``describe_path()`` (per layer when they differ),
+    then the attention backend the profiler saw, and "(fallback)" when either fell back."""
+    def pairs(d: dict[str, Any]) -> str:  # the kernel first, then the rest as stored
+        keys = sorted((k for k in d if k != "layers"), key=lambda k: k != "kernel")
+        return ", ".join(f"{k}={d[k]}" for k in keys)
+    parts: list[str] = []
+    if isinstance(path, dict) and path.get("layers"):
+        parts.append("; ".join(f"L{i}: {pairs(p)}" for i, p in enumerate(path["layers"])))
+    elif isinstance(path, dict) and path:
+        parts.append(pairs(path))
+    if isinstance(backend, str) and backend:
+        parts.append(f"backend={backend}")
+    if not parts:
+        return MISSING
+    return "; ".join(parts) + (" (fallback)" if fallback else "")
 
 
 def _points_table(exp: str, pts: pd.DataFrame) -> Table:
@@ -63,6 +82,7 @@ def _points_table(exp: str, pts: pd.DataFrame) -> Table:
             "error": next((e for e in g["error"] if isinstance(e, str) and e), None),
             "backend": trow["backend"] if trow is not None else None,
             "fallback": trow["fallback"] if trow is not None else None,
+            "path": trow["path"] if trow is not None else {},
             "noisy": bool(trow.get("noisy", False)) if trow is not None else False,
         })
     data = pd.DataFrame(wide)
@@ -78,8 +98,8 @@ def _points_table(exp: str, pts: pd.DataFrame) -> Table:
         "variant": data["variant"], "model": data["model_label"], "seed": data["seed"], "mode": data["mode"],
         "T": [num(t) for t in data["T"]], "time (median ± sd)": data.apply(time_text, axis=1),
         "peak memory": [bytes_text(v) if is_number(v) else MISSING for v in data["peak_memory_bytes"]],
-        "status": data["status"], "path": [f"{b}{' (fallback)' if f else ''}" if b else MISSING
-                                           for b, f in zip(data["backend"], data["fallback"])],
+        "status": data["status"],
+        "path": [path_text(b, p, f) for b, p, f in zip(data["backend"], data["path"], data["fallback"])],
         "error": [e or "" for e in data["error"]],
     })
     return Table(f"{exp}-points", f"{exp}: measured points (decode: time per generated token)", data, view,
