@@ -29,10 +29,17 @@ def test_reference_lists_every_key_of_the_models():
     from attnbench.plan.reference import reference_markdown
 
     text = reference_markdown()
-    for model in (DataSpec, base.TrainSpec, specs.SpeedSpec, base.ModelSpec, specs.LmEvalSpec, base.Budget):
+    for model in (DataSpec, base.TrainSpec, specs.SpeedSpec, base.ModelSpec, specs.LmEvalSpec, base.Budget,
+                  base.Protocol, base.Tuning, base.Expectation, specs.FinetuneSpec):
         for key in model.model_fields:
             assert f"| `{key}` |" in text, f"{model.__name__}.{key} missing from the reference"
     assert "| `lr` | float | `0.001` | > 0 |" in text
+    for heading in ("Protocol (train experiments)", "Tuning by successive halving", "Published expectations",
+                    "Fine-tuning (kind: finetune)", "Fine-tuning settings"):
+        assert f"## {heading}" in text, heading
+    # every key says what it means (an empty last cell is a key a reader cannot use)
+    unexplained = [row for row in text.splitlines() if row.startswith("| `") and row.rstrip().endswith("|  |")]
+    assert not unexplained, unexplained
 
 
 @pytest.mark.parametrize("suite", SUITES, ids=lambda p: p.name)

@@ -38,6 +38,14 @@ SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
     ("Training (kind: train)", specs.TrainExperiment, "experiments[]", "kind: train\ngrid: {lr: [1.0e-3, 3.0e-3]}"),
     ("Training settings", base.TrainSpec, "train / defaults.train",
      "train: {budget: {steps: 500}, batch_size: 8, seq_len: 128, lr: 3.0e-3}"),
+    ("Protocol (train experiments)", base.Protocol, "protocol",
+     "protocol: {baseline: softmax, metric: loss, margin: 0.05,\n"
+     "           tuning: {seeds: [0], budget: {steps: 200}, eta: 2}}"),
+    ("Tuning by successive halving", base.Tuning, "protocol.tuning",
+     "tuning: {seeds: [0], budget: {steps: 200}, eta: 2}"),
+    ("Published expectations", base.Expectation, "protocol.expectations[]",
+     "- claim: a sliding window cannot recall a pair outside it\n  source: Based (Arora et al. 2024)\n"
+     "  variant: windowed\n  outcome: worse\n  setting: {n_pairs: 7, n_queries: 1}"),
     ("Speed (kind: speed)", specs.SpeedExperiment, "experiments[]", "kind: speed"),
     ("Speed settings", specs.SpeedSpec, "speed", "speed: {T_min: 128, T_max: 1024, modes: [forward, decode]}"),
     ("Scaling (kind: scaling)", specs.ScalingExperiment, "experiments[]", "kind: scaling"),
@@ -45,6 +53,10 @@ SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
     ("lm-eval (kind: lm_eval)", specs.LmEvalExperiment, "experiments[]", "kind: lm_eval"),
     ("lm-eval settings", specs.LmEvalSpec, "lm_eval",
      "lm_eval: {from_experiment: text, tasks: [attnbench_recall], include_path: lm_eval_tasks}"),
+    ("Fine-tuning (kind: finetune)", specs.FinetuneExperiment, "experiments[]", "kind: finetune"),
+    ("Fine-tuning settings", specs.FinetuneSpec, "finetune",
+     "finetune: {from_experiment: text, method: lora, ranks: [1, 4, 16], target: mixer,\n"
+     "           budget: {steps: 300}, batch_size: 16, seq_len: 64, lr: 1.0e-3}"),
 ]
 
 # Meanings of keys whose model line carries no comment.
@@ -89,6 +101,26 @@ MEANINGS = {
     "train_examples": "synthetic training examples (source: task)", "val_examples": "held-out examples (source: task)",
     "tasks": "lm-eval task, group or tag names", "num_fewshot": "lm-eval few-shot examples",
     "limit": "documents per task (< 1: a fraction)",
+    "context": "longest sequence the model takes (positions); default: the experiment's training length",
+    "budget": "how much each cell trains: exactly one of steps, tokens, seconds, flops (see Budget above)",
+    "variant": "a registered variant name",
+    "speed": "the speed settings (see Speed settings below)",
+    "T_min": "shortest length timed when `lengths` is not given (then T_min, 2 T_min, ... T_max)",
+    "T_max": "longest length timed when `lengths` is not given",
+    "modes": "what is timed: forward, train_step (forward + backward + optimizer step), decode (per generated token)",
+    "scaling": "the scaling settings (see Scaling settings below)",
+    "tokens_per_param": "each size trains on this many tokens per parameter (give this or flops_per_param)",
+    "flops_per_param": "each size trains on this many training FLOPs per parameter (give this or tokens_per_param)",
+    "lm_eval": "the lm-eval settings (see lm-eval settings below)",
+    "metadata": "passed to lm-eval's task manager as task metadata (e.g. max_seq_lengths)",
+    "paths": "named local files a task YAML reads (relative to the suite file), passed in metadata as absolute paths",
+    "method": "lora: low-rank adapters on `target`, the rest frozen; full: every weight trains (the reference row)",
+    "target": "what LoRA adapts: mixer (every token mixer's Linear layers), linear (every Linear), or module-name suffixes",
+    "from_scratch": "start from initialisation instead of the trained checkpoint (targeted matrices frozen at init plus their adapter)",
+    "protocol": "the fair-comparison protocol: choice on validation, decisions on test (see Protocol below)",
+    "finetune": "fine-tuning settings (see Fine-tuning settings below)",
+    "data": "the training data (see Data below)",
+    "train": "training settings (see Training settings below)",
 }
 
 WHERE_FILES_GO = """\
