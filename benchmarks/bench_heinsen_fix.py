@@ -3,8 +3,8 @@
     python benchmarks/bench_heinsen_fix.py [--T 8192] [--repeats 5]
 
 "before" is the kernel as it was (kept here only, copied verbatim from
-plugins/kernels/chunked.py at 3456515): one log V maximum per chunk (later positions
-included) and clamp_min(tiny). "after" is ``attnbench.plugins.kernels.chunked.log_attention``.
+plugins/kernels/chunked.py (now harness/kernels/chunked.py) at 3456515): one log V maximum per chunk (later positions
+included) and clamp_min(tiny). "after" is ``attnbench.kernels.chunked.log_attention``.
 Batch 1, 4 heads, h = 32 (d_model 128), chunk 64, as benchmarks/bench_kernels.py. Prints:
   1. forward+backward peak memory of the kernel at T against the straightforward
      formulation (logcumsumexp over [B, H, T, h_k, h_v]); target after/naive <= 1/8;
@@ -33,7 +33,7 @@ from bench_kernels import D_MODEL, H_DIM, N_HEAD, VOCAB, backbone, fwd_bwd, log_
 
 from attnbench.experiments.speed.memory import measure_peak  # noqa: E402
 from attnbench.plugins import heinsen  # noqa: E402
-from attnbench.plugins.kernels.chunked import LEVEL, _chunks, _exclusive, _future, _unchunk, _with_ones, log_attention, log_init_state  # noqa: E402,F401
+from attnbench.kernels.chunked import LEVEL, _chunks, _exclusive, _future, _unchunk, _with_ones, log_attention, log_init_state  # noqa: E402,F401
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,15 @@ from attnbench.contract.task import IGNORE, Task, TaskBatch, TaskEval  # noqa: E
 from attnbench.contract.variant import AuxLoss, MixerOutput, Variant  # noqa: E402
 from attnbench.data.heldout import RecallOptions, recall_line, recall_training_tensors  # noqa: E402
 from attnbench.errors import AttnbenchError, PluginError  # noqa: E402
+from attnbench.kernels import (  # noqa: E402
+    LinearState,
+    LogState,
+    chunked_flops_per_token,
+    linear_attention,
+    linear_init_state,
+    log_attention,
+    log_init_state,
+)
 from attnbench.nn.backbone import Backbone, embed_with_positions, mark_residual, merge_heads, split_heads  # noqa: E402
 from attnbench.nn.model import LanguageModel, ModelOutput, lm_loss  # noqa: E402
 from attnbench.registry.loader import Registry, get_plugin_manager, load_registry  # noqa: E402
@@ -25,6 +34,10 @@ __all__ = [
     # the shared model around any mixer
     "Backbone", "LanguageModel", "ModelOutput", "lm_loss", "embed_with_positions", "mark_residual",
     "split_heads", "merge_heads",
+    # the chunked scans the built-in linear, Heinsen and Based mixers use (one code path for
+    # training and for step)
+    "linear_attention", "linear_init_state", "LinearState", "log_attention", "log_init_state", "LogState",
+    "chunked_flops_per_token",
     # the text format of the recall task shared with the lm-eval recall task
     "RecallOptions", "recall_line", "recall_training_tensors",
     # errors a plugin may raise, and the registry loader

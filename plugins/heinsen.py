@@ -3,7 +3,7 @@
     o_i = log sum_{j<=i} exp(LSE_d(q_id + k_jd) + log V_j) - log sum_{j<=i} exp(LSE_d(q_id + k_jd))
 
 i.e. log of linear attention with phi = exp and values exp(log V) (spec 5.1). Computed by
-``attnbench.plugins.kernels.chunked.log_attention``: chunkwise with running max-stabilisers, so it is
+``attnbench.kernels.chunked.log_attention``: chunkwise with running max-stabilisers, so it is
 causal at every magnitude (every stabiliser a row sees depends on positions <= its own) and
 never materialises the [B, H, T, h_k, h_v] tensor of the reference; decoding carries the
 log-space state (log S, log z, running key max) as an explicit value. Tested
@@ -32,7 +32,7 @@ from torch import nn
 
 from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
 
-from attnbench.plugins.kernels.chunked import LogState, chunked_flops_per_token, log_attention, log_init_state
+from attnbench import LogState, chunked_flops_per_token, log_attention, log_init_state
 from attnbench.plugins.heinsen_model import HeinsenLM
 
 

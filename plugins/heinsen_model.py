@@ -23,7 +23,7 @@ from torch import nn
 
 from attnbench import LanguageModel, ModelConfig, ModelOutput, lm_loss
 
-from attnbench.plugins.kernels.chunked import LogState, log_attention, log_init_state
+from attnbench import LogState, log_attention, log_init_state
 
 # Positions per chunk of the position recurrence: within a chunk the log-decay is summed
 # over at most this many steps, so its fp32 rounding stays bounded whatever T is.

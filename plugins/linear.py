@@ -13,7 +13,7 @@ that checkpoints save, never redrawn, so training, evaluation and decoding use o
 
 No 1/sqrt(h) scaling, nothing applied to the values, eps = 1e-6 added after the dot
 product (as in fast-transformers). Training runs the chunkwise form of
-``attnbench.plugins.kernels.chunked.linear_attention`` (masked c x c scores inside a chunk, carried state
+``attnbench.kernels.chunked.linear_attention`` (masked c x c scores inside a chunk, carried state
 across chunks: memory O(T d), never O(T h_k h_v)); decoding carries S (B, H, h, h) and
 z (B, H, h) as an explicit state, returned as new tensors on every step.
 """
@@ -32,7 +32,7 @@ from torch import nn
 
 from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
 
-from attnbench.plugins.kernels.chunked import LinearState, chunked_flops_per_token, linear_attention, linear_init_state
+from attnbench import LinearState, chunked_flops_per_token, linear_attention, linear_init_state
 from attnbench.plugins.kernels.fla_linear import FLA_OP, fla_linear_attention, fla_unavailable
 
 

@@ -85,9 +85,9 @@ def test_keys_follow_exactly_the_code_that_changed(tmp_path):
     pkg = _copy_tree(tmp_path / "copy")
     base = _keys(tmp_path / "copy", suite)
 
-    # A kernel helper only linear and heinsen import: their train and speed cells and their
+    # A shared kernel (attnbench.kernels) only linear and heinsen use: their train and speed cells and their
     # gate identities change, nothing else does.
-    _append(pkg / "plugins" / "kernels" / "chunked.py", "\n_EDITED = 1  # a kernel edit\n")
+    _append(pkg / "kernels" / "chunked.py", "\n_EDITED = 1  # a shared kernel edit\n")
     after = _keys(tmp_path / "copy", suite)
     assert _changed(base, after) == {
         "t/linear", "t/heinsen", "s/linear", "s/heinsen", "gate/linear", "gate/heinsen"}
@@ -139,5 +139,15 @@ def test_moving_an_unchanged_file_between_packages_keeps_the_code_hash(tmp_path,
 
 def test_module_closure_follows_imports_within_the_package_only():
     found = module_closure(["attnbench.plugins.heinsen"], "attnbench.plugins")
-    assert set(found) == {"attnbench.plugins", "attnbench.plugins.heinsen", "attnbench.plugins.heinsen_model",
-                          "attnbench.plugins.kernels", "attnbench.plugins.kernels.chunked"}
+    assert set(found) == {"attnbench.plugins", "attnbench.plugins.heinsen", "attnbench.plugins.heinsen_model"}
+
+
+def test_a_plugin_using_the_shared_kernels_is_identified_by_them():
+    """The shared chunked scans live outside the plugins' package; a plugin that takes them
+    from attnbench.__all__ still has them in its identity (an edit there re-runs its cells)."""
+    from attnbench.registry.identity import plugin_source_files
+    import attnbench.plugins.heinsen as heinsen
+    import attnbench.plugins.softmax as softmax
+
+    assert any(f.endswith("kernels/chunked.py") for f in plugin_source_files(None, heinsen))
+    assert not any("kernels/chunked.py" in f for f in plugin_source_files(None, softmax))

@@ -135,7 +135,7 @@ def log_direct64(q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor) -> torch
 
 
 def log_kernel(q, k, log_v, chunk):
-    from attnbench.plugins.kernels.chunked import log_attention, log_init_state
+    from attnbench.kernels.chunked import log_attention, log_init_state
     B, H, _, h = q.shape
     return log_attention(q, k, log_v, log_init_state(B, H, h, h, dtype=q.dtype), chunk)[0]  # (B, H, T, h)
 

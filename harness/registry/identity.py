@@ -4,7 +4,8 @@ verdict can never survive an edit of code it depended on.
 
 - A plugin's identity covers every module of its own package that its plugin module
   imports, transitively (found by reading import statements, so it does not depend on
-  what happens to be imported already).
+  what happens to be imported already), and the shared kernels (``attnbench.kernels``)
+  those modules use.
 - Harness code is hashed per package, over the sorted content hashes of its files:
   moving a file inside the hashed set changes nothing, changing any line changes it.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import importlib
 import importlib.metadata as md
 import importlib.util
 import inspect
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from attnbench.contract.variant import Variant
 
 BUILTIN_PLUGINS = "attnbench.plugins"
+SHARED_KERNELS = "attnbench.kernels"  # chunked scans offered to every plugin through attnbench.__all__
 
 
 def file_sha256(path: str | Path) -> str:
@@ -110,11 +113,31 @@ def _defining_modules(item: Any, plugin: Any) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _shared_kernel_modules(path: Path) -> Iterable[str]:
+    """Modules of ``attnbench.kernels`` a file uses, whether it imports them from there or
+    takes the names ``attnbench.__all__`` re-exports (``from attnbench import log_attention``)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or node.level:
+            continue
+        if node.module == "attnbench":
+            shared = importlib.import_module(SHARED_KERNELS)  # attnbench re-exports these names
+            for alias in node.names:
+                home = getattr(getattr(shared, alias.name, None), "__module__", None)
+                if home and home.startswith(SHARED_KERNELS):
+                    yield home
+        elif node.module and node.module.startswith(SHARED_KERNELS):
+            yield node.module
+
+
 def plugin_source_files(item: Any, plugin: Any) -> tuple[str, ...]:
-    """Files of a registered variant or task's own package that define it, transitively."""
+    """Files of a registered variant or task's own package that define it, transitively,
+    and the shared kernel modules (``attnbench.kernels``) those files use."""
     files: dict[str, Path] = {}
     for name in _defining_modules(item, plugin):
         files.update(module_closure([name], own_package(name)))
+    kernels = [k for path in list(files.values()) for k in _shared_kernel_modules(path)]
+    if kernels:
+        files.update(module_closure(kernels, SHARED_KERNELS))
     return tuple(str(p) for _, p in sorted(files.items()))
 
 

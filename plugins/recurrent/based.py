@@ -23,7 +23,7 @@ from torch import nn
 
 from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
 
-from attnbench.plugins.kernels.chunked import LinearState, linear_attention, linear_init_state
+from attnbench import LinearState, linear_attention, linear_init_state
 from attnbench.plugins.linear import taylor_features
 from attnbench.plugins.recurrent.common import KERNELS, check_kernel, check_positive_int, require_fla
 from attnbench.plugins.recurrent.window_kernel import FLA_WINDOW_OP, WindowCache, fla_window_attention, mean_keys, window_attention, window_init_cache, window_weights
