@@ -32,6 +32,6 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2]}")
     if folder is None:
-        print(f"\nfiles: {shipped_dir()}\nrun one by name (attnbench run quick, attnbench validate quick); "
-              "copy its file to change it")
+        print(f"\nfiles: {shipped_dir()} (lm-eval tasks: {shipped_dir() / 'lm_eval_tasks'})\n"
+              "run one by name (attnbench run quick, attnbench validate quick); copy its file to change it")
     return 0

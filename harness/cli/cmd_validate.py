@@ -4,6 +4,7 @@ plugins before any compute is spent."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from attnbench.experiments.registry import expand_suite
 from attnbench.plan.halving import planned_total
@@ -25,5 +26,6 @@ def run(args: argparse.Namespace) -> int:
     cells = expand_suite(suite, registry_with_warnings())
     total = planned_total(suite, cells)
     tuned = f"; {total} once successive halving has chosen" if total != len(cells) else ""
-    print(f"{args.suite}: ok ({len(suite.experiments)} experiments, {len(cells)} cells{tuned})")
+    shipped = "" if Path(args.suite).expanduser().is_file() else f" ({suite.path})"  # a shipped suite's name
+    print(f"{args.suite}{shipped}: ok ({len(suite.experiments)} experiments, {len(cells)} cells{tuned})")
     return 0

@@ -131,9 +131,10 @@ def list_suites(folder: Path | None = None) -> list[ShippedSuite]:
     """Every suite file in ``folder`` (default: the shipped suites), by name."""
     folder = shipped_dir() if folder is None else folder
     if not folder.is_dir():
-        raise SuiteError(f"{folder} is not a folder; give a folder of suite YAML files, or nothing for the shipped ones")
+        raise SuiteError(f"{folder} is not a folder; give a folder of suite YAML files, "
+                         "or nothing for the shipped ones")
     out = []
-    for path in sorted(folder.iterdir()):
+    for path in sorted(folder.iterdir(), key=lambda p: (p.stem, p.suffix)):
         if path.suffix in SUFFIXES and path.is_file():
             try:
                 out.append(describe(path))
