@@ -26,8 +26,8 @@ _WALL_TIME = re.compile(r"^#\s*wall time\s*(?:\((?P<note>[^)]*)\))?\s*:\s*(?P<ti
 
 
 @dataclass(frozen=True)
-class ShippedSuite:
-    """One shipped suite file, as `attnbench suites` lists it."""
+class SuiteSummary:
+    """One suite file as `attnbench suites` lists it."""
 
     name: str  # what `attnbench run NAME` takes: the file name without .yaml
     path: Path
@@ -104,7 +104,7 @@ def _header(text: str) -> list[str]:
     return lines
 
 
-def describe(path: Path) -> ShippedSuite:
+def describe(path: Path) -> SuiteSummary:
     """Name, description and measured wall time of one suite file (read, not validated)."""
     text = path.read_text(encoding="utf-8")
     header = _header(text)
@@ -123,11 +123,11 @@ def describe(path: Path) -> ShippedSuite:
             wall = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
             note = (m["note"] or "").strip()
             break
-    return ShippedSuite(name=path.stem, path=path, description=str(description), wall_time_s=wall,
+    return SuiteSummary(name=path.stem, path=path, description=str(description), wall_time_s=wall,
                         wall_time_note=note)
 
 
-def list_suites(folder: Path | None = None) -> list[ShippedSuite]:
+def list_suites(folder: Path | None = None) -> list[SuiteSummary]:
     """Every suite file in ``folder`` (default: the shipped suites), by name."""
     folder = shipped_dir() if folder is None else folder
     if not folder.is_dir():
