@@ -14,7 +14,7 @@ import attnbench
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 from tests.helpers import REPO, python
 
-ROOTS = {"attnbench": REPO / "harness", "attnbench.plugins": REPO / "plugins"}
+ROOTS = {"attnbench": REPO / "harness", "attnbench.plugins": REPO / "plugins", "attnbench.suites": REPO / "suites"}
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60  # in experiments/ and run/
 
@@ -132,7 +132,7 @@ def test_pyproject_lists_every_package():
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     on_disk = sorted(m for m, p in _modules().items() if p.name == "__init__.py")
     assert sorted(config["packages"]) == on_disk
-    assert config["package-dir"] == {"attnbench": "harness", "attnbench.plugins": "plugins"}
+    assert config["package-dir"] == {"attnbench": "harness", "attnbench.plugins": "plugins", "attnbench.suites": "suites"}
 
 
 def test_every_entry_point_resolves_to_an_installed_module():

@@ -16,10 +16,11 @@ from attnbench.cli import cmd_lm_eval
 from attnbench.cli import cmd_report
 from attnbench.cli import cmd_run
 from attnbench.cli import cmd_store
+from attnbench.cli import cmd_suites
 from attnbench.cli import cmd_validate
 
 COMMANDS = (cmd_list, cmd_validate, cmd_run, cmd_check, cmd_bench, cmd_lm_eval, cmd_report,
-            cmd_export, cmd_docs, cmd_store, cmd_inspect)
+            cmd_export, cmd_docs, cmd_store, cmd_inspect, cmd_suites)
 
 
 def build_parser() -> argparse.ArgumentParser:

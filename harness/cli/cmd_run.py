@@ -29,7 +29,7 @@ from attnbench.cli.common import split_names
 
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run a suite; cells already stored are skipped")
-    p.add_argument("suite", help="path to a suite YAML file")
+    p.add_argument("suite", help="a suite YAML file, or a shipped suite's name (quick; attnbench suites lists them)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a suite setting, validated like the file (repeatable): "
                         "defaults.train.lr=1e-3, experiments.NAME.seeds=[0,1]")

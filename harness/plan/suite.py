@@ -31,6 +31,7 @@ from pydantic import (
 
 from attnbench.errors import SuiteError
 from attnbench.plan import overrides as ov_
+from attnbench.plan.shipped import resolve_suite
 from attnbench.plan.specs import AnyExperiment
 
 # Experiment kinds, read off the experiment models of the suite schema (specs.AnyExperiment).
@@ -288,10 +289,9 @@ def _suite_error(exc: ValidationError, sources_by_loc) -> SuiteError:
 
 
 def load_suite(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Suite:
-    """Parse, merge includes, apply `--set` overrides and defaults, and validate a suite file."""
-    path = Path(path)
-    if not path.is_file():
-        raise SuiteError(f"suite file {path} not found")
+    """Parse, merge includes, apply `--set` overrides and defaults, and validate a suite file
+    (a path, or a shipped suite's name: ``quick``)."""
+    path = resolve_suite(path)
     raw, origins, sources = _load_tree(path, ())
     main = sources[0]
     sets = [ov_.parse_override(text) for text in overrides]

@@ -115,6 +115,10 @@ def link_lm_eval_cells(suite: Suite, cells: list[Cell]) -> list[Cell]:
             if not Path(folder).is_dir():
                 raise suite_error_at(suite, ("experiments", ei, "lm_eval", "include_path"),
                                      f"task folder {folder} does not exist (paths are relative to the suite file)")
+        for name, value in spec.paths.items():
+            if not Path(value).exists():
+                raise suite_error_at(suite, ("experiments", ei, "lm_eval", "paths", name),
+                                     f"file {value} does not exist (paths are relative to the suite file)")
         matches = trained_cells_for(cell, src, cells)
         if not matches:
             raise suite_error_at(suite, ("experiments", ei), (
