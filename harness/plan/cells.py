@@ -18,7 +18,7 @@ from attnbench.data.loading import vocab_size_for
 from attnbench.data.tasks import task_seq_len
 from attnbench.errors import DataError, UnknownVariantError
 from attnbench.contract.variant import Variant
-from attnbench.registry.hybrid import make_part
+from attnbench.registry.hybrid import is_hybrid_name, make_part
 from attnbench.registry.loader import Registry, unknown_variant_message
 from attnbench.registry.identity import variant_identity
 from attnbench.store.provenance import content_key, library_versions
@@ -93,7 +93,7 @@ def expand(
     if only_variants:
         hybrids = [h.name for ei in range(len(suite.experiments)) for h in _hybrids(suite, ei, registry).values()]
         for name in only_variants:
-            if name not in registry.variants and name not in hybrids:
+            if name not in registry.variants and name not in hybrids and not is_hybrid_name(name):
                 raise UnknownVariantError(unknown_variant_message(name, registry.names()))
         runs = list(dict.fromkeys([n for e in suite.experiments
                                    for n in (registry.names() if e.variants == "all" else e.variants)] + hybrids))
@@ -106,9 +106,10 @@ def expand(
     for ei, exp in enumerate(suite.experiments):
         names = registry.names() if exp.variants == "all" else exp.variants
         for vi, name in enumerate(names):
-            if name not in registry.variants:
-                raise suite_error_at(suite, ("experiments", ei, "variants", vi),
-                                     unknown_variant_message(name, registry.names()))
+            try:
+                registry.get(name)  # a registered variant, or a hybrid by its pattern name
+            except UnknownVariantError as exc:
+                raise suite_error_at(suite, ("experiments", ei, "variants", vi), str(exc)) from None
         protocol = getattr(exp, "protocol", None)
         if protocol is not None and protocol.baseline not in names:
             raise suite_error_at(suite, ("experiments", ei, "protocol", "baseline"),
@@ -160,6 +161,11 @@ def expand(
                         model = _model_config(mspec, exp.context(spec), options, vocab)
                     except ValueError as exc:
                         raise suite_error_at(suite, ("experiments", ei, "models", mi), str(exc)) from None
+                    period = len(getattr(variant, "parts", ())) or 1
+                    if model.n_layer % period:
+                        raise suite_error_at(suite, ("experiments", ei, "models", mi, "n_layer"),
+                                             f"hybrid {name!r} repeats a pattern of {period} layers, and n_layer "
+                                             f"{model.n_layer} is not a multiple of {period}; change n_layer")
                     if model.context < exp.context(spec):
                         raise suite_error_at(suite, ("experiments", ei, "models", mi, "context"),
                                              f"context {model.context} is shorter than the {exp.kind} "
