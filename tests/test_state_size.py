@@ -81,3 +81,43 @@ def test_a_hybrids_state_is_the_tuple_of_its_layers_states_and_sums_to_its_facts
     assert held[3] == held[7] == 2 * T * 16  # softmax layers: a K/V cache that grows with T
     assert held[0] == held[1] == held[2] != held[3]  # gated deltanet layers: a fixed recurrent state
     assert model_facts(hybrid, config, T)["state_elements"] == sum(held)
+
+
+FAIR = """
+version: 1
+name: fair
+experiments:
+  - name: text
+    kind: train
+    variants: [softmax, gla, retnet]
+    models:
+      - {d_model: 32, n_layer: 4, n_head: 2, match_params: softmax}
+      - {d_model: 32, n_layer: 4, n_head: 2, match_params: softmax, layers: {pattern: [gated_deltanet, softmax]}}
+    data: {source: builtin, max_bytes: 20000}
+    train: {budget: {steps: 2}, batch_size: 2, seq_len: 32}
+"""
+
+
+def test_match_params_sets_each_variants_mlp_width_within_2_percent(tmp_path, capsys):
+    from attnbench.cli import main
+    from attnbench.plan.cells import expand
+    from attnbench.plan.suite import load_suite
+    from tests.helpers import write_suite
+
+    registry = load_registry()
+    cells = {c.variant: c for c in expand(load_suite(write_suite(tmp_path / "fair.yaml", FAIR)), registry)}
+    counts = {n: Backbone(c.model, registry.get(n).build_mixer).num_params() for n, c in cells.items()}
+    assert set(counts) == {"softmax", "gla", "retnet", "gated_deltanet + softmax"}
+    assert cells["softmax"].model.mlp_hidden is None and "mlp_hidden" not in cells["softmax"].model.to_dict()
+    for name, n in counts.items():
+        assert abs(n - counts["softmax"]) <= 0.02 * counts["softmax"], (name, n, counts["softmax"])
+        assert name == "softmax" or cells[name].model.mlp_hidden != 4 * 32  # the MLP took up the difference
+    # without matching, gla's and retnet's mixers make them > 2% off
+    plain = {n: Backbone(c.model.replace(mlp_hidden=None), registry.get(n).build_mixer).num_params()
+             for n, c in cells.items()}
+    assert all(abs(plain[n] - plain["softmax"]) > 0.02 * plain["softmax"] for n in ("gla", "retnet"))
+    # a mixer larger than any MLP width can make up: a clear error naming the key
+    big = write_suite(tmp_path / "big.yaml", FAIR.replace("[softmax, gla, retnet]", "[softmax, mamba2]"))
+    assert main(["validate", str(big)]) == 2
+    err = capsys.readouterr().err
+    assert "models[0].match_params: 'mamba2' has" in err and "no MLP width matches them" in err

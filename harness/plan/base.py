@@ -86,6 +86,8 @@ class ModelSpec(BaseModel):
     # A hybrid: {pattern: [...]} repeated to n_layer, or one entry per layer (a variant name or
     # {variant, options}); this model then runs the hybrid instead of the experiment's variants.
     layers: LayerPattern | list[str | LayerEntry] | None = None
+    match_params: str | None = None  # a variant: every other's MLP width is set so its parameters match that one's
+    params_within: float = Field(0.02, gt=0, lt=1)  # relative tolerance of match_params
 
     @model_validator(mode="before")
     @classmethod

@@ -23,6 +23,7 @@ from attnbench.registry.loader import Registry, unknown_variant_message
 from attnbench.registry.identity import variant_identity
 from attnbench.store.provenance import content_key, library_versions
 from attnbench.plan.base import LayerPattern, ModelSpec, option_key, variant_point
+from attnbench.plan.sizes import matched_config
 from attnbench.plan.suite import Suite, suite_error_at
 
 BYTE_VOCAB = 256
@@ -161,6 +162,8 @@ def expand(
                         model = _model_config(mspec, exp.context(spec), options, vocab)
                     except ValueError as exc:
                         raise suite_error_at(suite, ("experiments", ei, "models", mi), str(exc)) from None
+                    if mspec.match_params is not None:
+                        model = _matched(suite, ei, mi, registry, variant, model, spec)
                     period = len(getattr(variant, "parts", ())) or 1
                     if model.n_layer % period:
                         raise suite_error_at(suite, ("experiments", ei, "models", mi, "n_layer"),
@@ -214,6 +217,22 @@ def _hybrids(suite: Suite, ei: int, registry: Registry) -> dict[int, Variant]:
         except UnknownVariantError as exc:
             raise suite_error_at(suite, where, str(exc)) from None
     return out
+
+
+def _matched(suite: Suite, ei: int, mi: int, registry: Registry, variant: Variant, model: ModelConfig,
+             spec: BaseModel) -> ModelConfig:
+    """``model`` with the MLP width that matches ``variant``'s parameters to ``match_params``."""
+    exp, where = suite.experiments[ei], ("experiments", ei, "models", mi, "match_params")
+    mspec = exp.models[mi]
+    if getattr(spec, "model_kind", "backbone") != "backbone":
+        raise suite_error_at(suite, where, "match_params sets the shared backbone's MLP width; "
+                                           "use model_kind: backbone or remove match_params")
+    try:
+        reference = registry.get(mspec.match_params)
+        options = reference.make_options(exp.variant_options.get(mspec.match_params))
+        return matched_config(variant, model, reference, options, mspec.params_within)
+    except (UnknownVariantError, ValueError) as exc:
+        raise suite_error_at(suite, where, str(exc)) from None
 
 
 def _size_index(models: list[ModelSpec], mi: int) -> int:
