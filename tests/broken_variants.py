@@ -11,6 +11,7 @@ drifty            step keeps its token count in bf16 (exact to 256)   incrementa
 overflowy         softmax as exp(s) / sum exp(s), no max-subtraction  finite
 nondeterministic  output gains drawn from Python's unseeded `random`  deterministic
 wrong_state_size  declares K only, holds K and V                      declared facts
+overstated_state  declares 4x the K and V it holds                     declared facts
 undeclared_aux    returns an auxiliary loss but declares aux_loss=False declared facts
 bad_shape         returns (B, T, D/2)                                 error (every forward)
 bad_dtype         returns float64 for a float32 input                 error (every forward)
@@ -251,6 +252,8 @@ def attnbench_register_variants(register) -> None:
     plain("drifty", Drifty, decode="recurrent", state_size=lambda c, i, T: c.d_model + 1)
     plain("wrong_state_size", WrongStateSize, decode="kv_cache",
           state_size=lambda c, i, T: T * c.d_model)
+    # Declares 8 T D for a cache of 2 T D: a 4x overstatement (as Zoology's RWKV-7 state size was).
+    plain("overstated_state", WrongStateSize, decode="kv_cache", state_size=lambda c, i, T: 8 * T * c.d_model)
     plain("undeclared_aux", UndeclaredAux)
     plain("own_model_leaky", MaskedAttention, build_model=lambda c: Backbone(c, Leaky))
     plain("raises", raising_builder, decode="recurrent", state_size=lambda c, i, T: 1,

@@ -27,6 +27,7 @@ class ModelConfig:
     bias: bool = True
     options: Any = field(default=None, compare=True)
     activation: str = "gelu"  # backbone MLP: "gelu" (exact erf) or "gelu_tanh" (HF GPT-2's gelu_new)
+    mlp_hidden: int | None = None  # MLP width; None: mlp_ratio * d_model (set to match parameter counts)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layer", "n_head", "context", "mlp_ratio"):
@@ -36,6 +37,8 @@ class ModelConfig:
             raise ValueError(
                 f"ModelConfig.d_model ({self.d_model}) must be divisible by n_head ({self.n_head})"
             )
+        if self.mlp_hidden is not None and self.mlp_hidden <= 0:
+            raise ValueError(f"ModelConfig.mlp_hidden must be positive, got {self.mlp_hidden}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"ModelConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -45,6 +48,10 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.d_model // self.n_head
 
+    @property
+    def mlp_width(self) -> int:
+        return self.mlp_ratio * self.d_model if self.mlp_hidden is None else self.mlp_hidden
+
     def replace(self, **changes: Any) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
 
@@ -53,6 +60,8 @@ class ModelConfig:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "options"}
         if self.activation == "gelu":  # the default is left out: keys of earlier cells stay valid
             del out["activation"]
+        if self.mlp_hidden is None:  # likewise
+            del out["mlp_hidden"]
         opts = self.options
         if dataclasses.is_dataclass(opts):
             opts = dataclasses.asdict(opts)

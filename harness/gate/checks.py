@@ -77,10 +77,11 @@ GATE_CODE = ("attnbench.gate", "attnbench.contract", "attnbench.nn")
 
 
 def default_config(variant: Variant) -> ModelConfig:
-    """The small model every check uses: 2 layers, d_model 32, 2 heads (h = 16), bytes
-    vocabulary, context 512 (> the 320-token incremental check), the variant's default options.
+    """The small model every check uses: 2 layers (a hybrid: one period of its pattern, so
+    every layer type is built), d_model 32, 2 heads (h = 16), bytes vocabulary, context 512 (> the 320-token incremental check), the variant's default options.
     """
-    return ModelConfig(vocab_size=256, d_model=32, n_layer=2, n_head=2, context=512,
+    return ModelConfig(vocab_size=256, d_model=32, n_layer=max(2, len(getattr(variant, "parts", ()))),
+                       n_head=2, context=512,
                        mlp_ratio=4, dropout=0.0, bias=True, options=variant.make_options(None))
 
 

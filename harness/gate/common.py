@@ -117,6 +117,18 @@ def guarded(build_mixer: MixerBuilder) -> MixerBuilder:
     return build
 
 
+def layer_types(ctx: CheckContext) -> list[tuple[int, str]]:
+    """(first layer, label) of each distinct layer type of the checked model: layer 0 of a
+    plain variant; the first layer of each part of a hybrid (every type, not only layer 0's)."""
+    parts = getattr(ctx.variant, "parts", ())
+    if not parts:
+        return [(0, ctx.variant.name)]
+    first: dict[str, int] = {}
+    for i in range(ctx.config.n_layer):
+        first.setdefault(parts[i % len(parts)].label, i)
+    return [(i, label) for label, i in first.items()]
+
+
 def build_mixer(ctx: CheckContext, layer_idx: int, config: ModelConfig | None = None) -> nn.Module:
     """The bare mixer of one layer, seeded, on the check device, fp32."""
     torch.manual_seed(ctx.seed + layer_idx)

@@ -153,9 +153,17 @@ def _state_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> float
             worst = max(worst, abs(measured - int(declared)))
             if measured != declared:
                 fails.append(f"layer {layer}, T={T}: state holds {measured:,} elements, "
-                             f"state_size declares {int(declared):,}")
+                             f"state_size declares {int(declared):,} ({_factor(int(declared), measured)})")
     notes.append("state " + ", ".join(measured_at))
     return worst
+
+
+def _factor(declared: int, measured: int) -> str:
+    """How far a declared state size is off, as a factor: '4x overstated', '2x understated'."""
+    if measured <= 0 or declared <= 0:
+        return "declared or held size is zero"
+    ratio = declared / measured
+    return f"{ratio:.3g}x overstated" if ratio > 1 else f"{1 / ratio:.3g}x understated"
 
 
 def _flops_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> None:

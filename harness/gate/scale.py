@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnbench.gate.common import CheckContext, CheckResult, ContractError, build_mixer, fmt, is_worse, mixer_y, normal, verdict
+from attnbench.gate.common import CheckContext, CheckResult, ContractError, build_mixer, fmt, is_worse, layer_types, mixer_y, normal, verdict
 
 SCALE_FACTORS = (1.0, 4.0, 16.0)  # projection weights x this
 EXTREME, EXTREME_POS = 2.0, 2  # one early token (and the first perturbed one) x this again
@@ -47,9 +47,9 @@ _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 BATCH = 2
 
 
-def _scaled_mixer(ctx: CheckContext, factor: float, dtype: torch.dtype = torch.float32) -> nn.Module:
-    """Layer 0's bare mixer, eval mode, projection weights x ``factor``, in ``dtype``."""
-    mixer = build_mixer(ctx, 0, ctx.config.replace(dropout=0.0)).eval()
+def _scaled_mixer(ctx: CheckContext, factor: float, dtype: torch.dtype = torch.float32, layer: int = 0) -> nn.Module:
+    """One layer's bare mixer, eval mode, projection weights x ``factor``, in ``dtype``."""
+    mixer = build_mixer(ctx, layer, ctx.config.replace(dropout=0.0)).eval()
     with torch.no_grad():
         for p in mixer.parameters():
             if p.dim() >= 2 and p.is_floating_point():
@@ -78,15 +78,33 @@ def _first_over(got: torch.Tensor, ref: torch.Tensor, scale: float, tol: float) 
     return int(bad[0, 0]) if len(bad) else None
 
 
-def _magnitudes(factors: tuple[float, ...]) -> str:
-    return (f"magnitudes tried: weights x{', x'.join(f'{f:g}' for f in factors)}; token "
+def _where(ctx: CheckContext, layer: int, label: str) -> str:
+    """How a verdict names a layer: only a hybrid has several layer types."""
+    return f"layer {layer} ({label}), " if getattr(ctx.variant, "parts", ()) else ""
+
+
+def _magnitudes(factors: tuple[float, ...], ctx: CheckContext | None = None) -> str:
+    types = "" if ctx is None or not getattr(ctx.variant, "parts", ()) else (
+        "layer types " + ", ".join(f"{label} (layer {i})" for i, label in layer_types(ctx)) + "; ")
+    return (f"{types}magnitudes tried: weights x{', x'.join(f'{f:g}' for f in factors)}; token "
             f"{EXTREME_POS} and the first perturbed token x{EXTREME:g}; T={SCALE_T}, "
             f"cuts t={'/'.join(map(str, SCALE_CUTS))}")
 
 
 def _leak(ctx: CheckContext, factor: float, amp: torch.dtype | None, tol: float) -> tuple[float, str]:
-    """Worst relative change of outputs at <= t when positions > t change; where it was."""
-    mixer, x = _scaled_mixer(ctx, factor), _inputs(ctx)
+    """Worst relative change of outputs at <= t when positions > t change, over every layer
+    type; where it was."""
+    worst, where = 0.0, ""
+    for layer, label in layer_types(ctx):
+        dev, at = _leak_layer(ctx, factor, amp, tol, layer)
+        if is_worse(dev, worst):
+            worst, where = dev, _where(ctx, layer, label) + at
+    return worst, where
+
+
+def _leak_layer(ctx: CheckContext, factor: float, amp: torch.dtype | None, tol: float,
+                layer: int) -> tuple[float, str]:
+    mixer, x = _scaled_mixer(ctx, factor, layer=layer), _inputs(ctx)
     worst, where = 0.0, ""
     with torch.no_grad(), torch.autocast(ctx.device.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
         ref = mixer_y(mixer(x)).float()  # (B, T, D)
@@ -111,7 +129,7 @@ def check_leak_at_scale(ctx: CheckContext) -> CheckResult:
         if is_worse(dev, worst):
             worst, where = dev, at
     detail = (f"max |d y[<=t]| / max |y[<=t]| = {fmt(worst)}" + (f", worst at {where}" if where else "")
-              + f"; {_magnitudes(SCALE_FACTORS)}")
+              + f"; {_magnitudes(SCALE_FACTORS, ctx)}")
     return verdict("leak_at_scale", worst, SCALE_LEAK_TOL, detail)
 
 
@@ -132,8 +150,8 @@ def check_incremental_at_scale(ctx: CheckContext) -> CheckResult:
         return CheckResult(name, "skip", None, SCALE_INCREMENTAL_TOL,
                            "variant declares decode='none' (no incremental decoding)")
     worst, where = 0.0, ""
-    for factor in SCALE_FACTORS:
-        mixer, x = _scaled_mixer(ctx, factor), _inputs(ctx)
+    for (layer, label), factor in ((t, f) for t in layer_types(ctx) for f in SCALE_FACTORS):
+        mixer, x = _scaled_mixer(ctx, factor, layer=layer), _inputs(ctx)
         with torch.no_grad():
             ref = mixer_y(mixer(x)).float()  # (B, T, D)
             scale = float(ref.abs().max())
@@ -145,22 +163,31 @@ def check_incremental_at_scale(ctx: CheckContext) -> CheckResult:
                 dev = dev if math.isfinite(float(got.abs().max())) else math.nan
                 if is_worse(dev, worst):
                     first = _first_over(got, ref, scale, SCALE_INCREMENTAL_TOL)
-                    worst, where = dev, (f"weights x{factor:g}, steps of {size}"
+                    worst, where = dev, (f"{_where(ctx, layer, label)}weights x{factor:g}, steps of {size}"
                                          + (f", first over tolerance at position {first}" if first is not None else ""))
     detail = (f"max |step y - forward y| / max |y| = {fmt(worst)}" + (f", worst at {where}" if where else "")
-              + f"; {_magnitudes(SCALE_FACTORS)}")
+              + f"; {_magnitudes(SCALE_FACTORS, ctx)}")
     return verdict(name, worst, SCALE_INCREMENTAL_TOL, detail)
 
 
 def _against_float64(ctx: CheckContext, factor: float, amp: torch.dtype | None) -> float:
-    """max |y - y64| / max |y64| for one magnitude (y in fp32, or under ``amp`` autocast)."""
+    """max |y - y64| / max |y64| for one magnitude, worst over the layer types (y in fp32,
+    or under ``amp`` autocast)."""
+    worst = 0.0
+    for layer, _ in layer_types(ctx):
+        dev = _against_float64_layer(ctx, factor, amp, layer)
+        worst = dev if is_worse(dev, worst) else worst
+    return worst
+
+
+def _against_float64_layer(ctx: CheckContext, factor: float, amp: torch.dtype | None, layer: int) -> float:
     x = _inputs(ctx)
     with torch.no_grad():
-        y64 = mixer_y(_scaled_mixer(ctx, factor, torch.float64)(x.double()))  # (B, T, D)
+        y64 = mixer_y(_scaled_mixer(ctx, factor, torch.float64, layer)(x.double()))  # (B, T, D)
         if y64.dtype != torch.float64:
             raise ContractError(f"mixer returned {y64.dtype} for a float64 input; expected float64")
         with torch.autocast(ctx.device.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
-            y = mixer_y(_scaled_mixer(ctx, factor)(x)).double()  # (B, T, D)
+            y = mixer_y(_scaled_mixer(ctx, factor, layer=layer)(x)).double()  # (B, T, D)
     dev = float((y - y64).abs().max()) / max(float(y64.abs().max()), 1e-300)
     return dev if math.isfinite(dev) else math.nan
 
@@ -173,7 +200,7 @@ def check_float64_at_scale(ctx: CheckContext) -> CheckResult:
         if is_worse(dev, worst):
             worst, where = dev, f"weights x{factor:g}"
     detail = (f"max |y32 - y64| / max |y64| = {fmt(worst)}" + (f", worst at {where}" if where else "")
-              + f"; {_magnitudes(SCALE_FACTORS)}")
+              + f"; {_magnitudes(SCALE_FACTORS, ctx)}")
     return verdict("float64_at_scale", worst, FLOAT64_TOL, detail)
 
 
@@ -194,4 +221,4 @@ def check_autocast_at_scale(ctx: CheckContext) -> CheckResult:
             parts.append(f"{label} x{factor:g}: leak {fmt(leak)} (tol {leak_tol:g}), vs float64 "
                          f"{fmt(agree)} (tol {f64_tol:g})" + ("" if ok else f" FAIL at {at}"))
             status = status if ok else "fail"
-    return CheckResult(name, status, worst, None, "; ".join(parts) + f"; {_magnitudes(SCALE_FACTORS)}")
+    return CheckResult(name, status, worst, None, "; ".join(parts) + f"; {_magnitudes(SCALE_FACTORS, ctx)}")

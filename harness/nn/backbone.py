@@ -44,7 +44,7 @@ def merge_heads(y: torch.Tensor) -> torch.Tensor:
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        hidden = config.mlp_ratio * config.d_model
+        hidden = config.mlp_width
         self.c_fc = nn.Linear(config.d_model, hidden, bias=config.bias)
         self.c_proj = mark_residual(nn.Linear(hidden, config.d_model, bias=config.bias))
         self.approximate = "tanh" if config.activation == "gelu_tanh" else "none"  # gelu_new when tanh

@@ -10,8 +10,8 @@ from attnbench.contract.variant import Variant
 
 def backbone_flops_per_token(config: ModelConfig) -> float:
     """Forward FLOPs per token outside the mixers: MLPs (2 matmuls) and the LM head."""
-    d, r = config.d_model, config.mlp_ratio
-    return config.n_layer * 2.0 * (2 * d * r * d) + 2.0 * d * config.vocab_size
+    d, h = config.d_model, config.mlp_width
+    return config.n_layer * 2.0 * (2 * d * h) + 2.0 * d * config.vocab_size
 
 
 def model_facts(variant: Variant, config: ModelConfig, T: int, n_params: int | None = None) -> dict[str, Any]:

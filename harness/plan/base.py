@@ -51,8 +51,28 @@ class TrainSpec(BaseModel):
     compile: bool = False  # torch.compile the model for training (opt-in; recorded with the result)
 
 
+class LayerEntry(BaseModel):
+    """One layer of a hybrid: a registered variant and its own options."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    variant: str = Field(min_length=1)  # a registered variant name (`attnbench list`)
+    options: dict[str, Any] = {}  # that variant's options, as variant_options would give them
+
+
+class LayerPattern(BaseModel):
+    """Layers of a hybrid as a pattern repeated to n_layer (n_layer a multiple of its length)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    pattern: list[str | LayerEntry] = Field(min_length=2)  # variant names or {variant, options}, in layer order
+
+
+def _entry(item: str | LayerEntry) -> tuple[str, dict[str, Any]]:
+    return (item, {}) if isinstance(item, str) else (item.variant, dict(item.options))
+
+
 class ModelSpec(BaseModel):
-    """Model size; `context` defaults to the training sequence length."""
+    """Model size; `context` defaults to the training sequence length. With ``layers`` the
+    model is a hybrid: each layer's mixer is the variant its entry names."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     d_model: int = Field(64, gt=0)
@@ -63,12 +83,41 @@ class ModelSpec(BaseModel):
     dropout: float = Field(0.0, ge=0, lt=1)
     bias: bool = True
     activation: Literal["gelu", "gelu_tanh"] = "gelu"  # backbone MLP; gelu_tanh = HF GPT-2's gelu_new
+    # A hybrid: {pattern: [...]} repeated to n_layer, or one entry per layer (a variant name or
+    # {variant, options}); this model then runs the hybrid instead of the experiment's variants.
+    layers: LayerPattern | list[str | LayerEntry] | None = None
+    match_params: str | None = None  # a variant: every other's MLP width is set so its parameters match that one's
+    params_within: float = Field(0.02, gt=0, lt=1)  # relative tolerance of match_params
+
+    @model_validator(mode="before")
+    @classmethod
+    def _n_layer_from_list(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("layers"), list) and "n_layer" not in data:
+            data = {**data, "n_layer": len(data["layers"])}  # a per-layer list says how many
+        return data
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelSpec":
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
         return self
+
+    @model_validator(mode="after")
+    def _layers_fit(self) -> "ModelSpec":
+        if isinstance(self.layers, list) and len(self.layers) != self.n_layer:
+            raise ValueError(f"layers lists {len(self.layers)} layers and n_layer is {self.n_layer}; make them "
+                             "agree (leave n_layer out to take the list's length), or write {pattern: [...]}")
+        if isinstance(self.layers, LayerPattern) and self.n_layer % len(self.layers.pattern):
+            raise ValueError(f"layers.pattern has {len(self.layers.pattern)} layers, which do not repeat to "
+                             f"n_layer {self.n_layer}; make n_layer a multiple of {len(self.layers.pattern)}")
+        return self
+
+    def layer_entries(self) -> list[tuple[str, dict[str, Any]]] | None:
+        """(variant, options) per layer of one period of the hybrid; None for a plain model."""
+        if self.layers is None:
+            return None
+        items = self.layers.pattern if isinstance(self.layers, LayerPattern) else self.layers
+        return [_entry(item) for item in items]
 
 
 class ExperimentBase(BaseModel):

@@ -17,10 +17,13 @@ from attnbench.data.files import check_data_files
 from attnbench.data.loading import vocab_size_for
 from attnbench.data.tasks import task_seq_len
 from attnbench.errors import DataError, UnknownVariantError
+from attnbench.contract.variant import Variant
+from attnbench.registry.hybrid import is_hybrid_name, make_part
 from attnbench.registry.loader import Registry, unknown_variant_message
 from attnbench.registry.identity import variant_identity
 from attnbench.store.provenance import content_key, library_versions
-from attnbench.plan.base import ModelSpec, option_key, variant_point
+from attnbench.plan.base import LayerPattern, ModelSpec, option_key, variant_point
+from attnbench.plan.sizes import matched_config
 from attnbench.plan.suite import Suite, suite_error_at
 
 BYTE_VOCAB = 256
@@ -89,11 +92,12 @@ def expand(
     runs) are given; ``validate`` passes neither. Kinds link their cells afterwards
     (``experiments.registry.expand_suite`` does both)."""
     if only_variants:
+        hybrids = [h.name for ei in range(len(suite.experiments)) for h in _hybrids(suite, ei, registry).values()]
         for name in only_variants:
-            if name not in registry.variants:
+            if name not in registry.variants and name not in hybrids and not is_hybrid_name(name):
                 raise UnknownVariantError(unknown_variant_message(name, registry.names()))
-        runs = list(dict.fromkeys(n for e in suite.experiments
-                                  for n in (registry.names() if e.variants == "all" else e.variants)))
+        runs = list(dict.fromkeys([n for e in suite.experiments
+                                   for n in (registry.names() if e.variants == "all" else e.variants)] + hybrids))
         missing = [n for n in only_variants if n not in runs]
         if missing:
             raise UnknownVariantError(f"--variants names {', '.join(missing)}, which suite {suite.name!r} does "
@@ -103,9 +107,10 @@ def expand(
     for ei, exp in enumerate(suite.experiments):
         names = registry.names() if exp.variants == "all" else exp.variants
         for vi, name in enumerate(names):
-            if name not in registry.variants:
-                raise suite_error_at(suite, ("experiments", ei, "variants", vi),
-                                     unknown_variant_message(name, registry.names()))
+            try:
+                registry.get(name)  # a registered variant, or a hybrid by its pattern name
+            except UnknownVariantError as exc:
+                raise suite_error_at(suite, ("experiments", ei, "variants", vi), str(exc)) from None
         protocol = getattr(exp, "protocol", None)
         if protocol is not None and protocol.baseline not in names:
             raise suite_error_at(suite, ("experiments", ei, "protocol", "baseline"),
@@ -126,17 +131,20 @@ def expand(
             data_hash = corpus_hash(data) if corpus_hash and data else ""
         except DataError as exc:
             raise suite_error_at(suite, ("experiments", ei, "data"), str(exc)) from None
-        for name in names:
-            if only_variants and name not in only_variants:
+        plain = [mi for mi, m in enumerate(exp.models) if m.layers is None]
+        runs = [(name, registry.get(name), plain) for name in names]
+        runs += [(h.name, h, [mi]) for mi, h in _hybrids(suite, ei, registry).items()]
+        for name, variant, model_indices in runs:
+            if only_variants and name not in only_variants or not model_indices:
                 continue
-            variant = registry.get(name)
             try:
                 variant.make_options(exp.variant_options.get(name))
             except ValueError as exc:
                 raise suite_error_at(suite, ("experiments", ei, "variant_options", name), str(exc)) from None
             points = list({json.dumps(p, sort_keys=True, default=str): p
                            for p in (variant_point(q, name) for q in exp.points())}.values())
-            for mi, mspec in enumerate(exp.models):
+            for mi in model_indices:
+                mspec = exp.models[mi]
                 for point in points:
                     swept = {option_key(k)[1]: v for k, v in point.items() if option_key(k) is not None}
                     try:
@@ -154,6 +162,13 @@ def expand(
                         model = _model_config(mspec, exp.context(spec), options, vocab)
                     except ValueError as exc:
                         raise suite_error_at(suite, ("experiments", ei, "models", mi), str(exc)) from None
+                    if mspec.match_params is not None:
+                        model = _matched(suite, ei, mi, registry, variant, model, spec)
+                    period = len(getattr(variant, "parts", ())) or 1
+                    if model.n_layer % period:
+                        raise suite_error_at(suite, ("experiments", ei, "models", mi, "n_layer"),
+                                             f"hybrid {name!r} repeats a pattern of {period} layers, and n_layer "
+                                             f"{model.n_layer} is not a multiple of {period}; change n_layer")
                     if model.context < exp.context(spec):
                         raise suite_error_at(suite, ("experiments", ei, "models", mi, "context"),
                                              f"context {model.context} is shorter than the {exp.kind} "
@@ -162,7 +177,7 @@ def expand(
                     if tuning is not None:  # successive halving: rung 0 now, the rest as results come in
                         spec = type(spec).model_validate({**spec.model_dump(), "budget": tuning.budget})
                     for seed in (tuning.seeds if tuning is not None else exp.seeds):
-                        coords = {"variant": name, "model": mi, "d_model": model.d_model,
+                        coords = {"variant": name, "model": _size_index(exp.models, mi), "d_model": model.d_model,
                                   "n_layer": model.n_layer, "seed": seed, **point,
                                   **({"stage": "tune", "rung": 0} if tuning is not None else {})}
                         cell = Cell(suite.name, exp.name, exp.kind, name, model, data, spec, seed, coords,
@@ -178,6 +193,53 @@ def expand(
                             cell = rekey(Cell(**{**cell.__dict__, "key_inputs": inputs}))
                         cells.append(cell)
     return cells
+
+
+def _hybrids(suite: Suite, ei: int, registry: Registry) -> dict[int, Variant]:
+    """The hybrid of each model of experiment ``ei`` that lists ``layers``, by model index."""
+    out = {}
+    for mi, mspec in enumerate(suite.experiments[ei].models):
+        entries = mspec.layer_entries()
+        if entries is None:
+            continue
+        where = ("experiments", ei, "models", mi, "layers")
+        at = where + (("pattern",) if isinstance(mspec.layers, LayerPattern) else ())
+        parts = []
+        for li, (name, options) in enumerate(entries):
+            if name not in registry.variants:
+                raise suite_error_at(suite, at + (li,), unknown_variant_message(name, registry.names()))
+            try:
+                parts.append(make_part(registry.get(name), options, f"layer {li} ({name})"))
+            except UnknownVariantError as exc:
+                raise suite_error_at(suite, at + (li,), str(exc)) from None
+        try:
+            out[mi] = registry.compose(parts)
+        except UnknownVariantError as exc:
+            raise suite_error_at(suite, where, str(exc)) from None
+    return out
+
+
+def _matched(suite: Suite, ei: int, mi: int, registry: Registry, variant: Variant, model: ModelConfig,
+             spec: BaseModel) -> ModelConfig:
+    """``model`` with the MLP width that matches ``variant``'s parameters to ``match_params``."""
+    exp, where = suite.experiments[ei], ("experiments", ei, "models", mi, "match_params")
+    mspec = exp.models[mi]
+    if getattr(spec, "model_kind", "backbone") != "backbone":
+        raise suite_error_at(suite, where, "match_params sets the shared backbone's MLP width; "
+                                           "use model_kind: backbone or remove match_params")
+    try:
+        reference = registry.get(mspec.match_params)
+        options = reference.make_options(exp.variant_options.get(mspec.match_params))
+        return matched_config(variant, model, reference, options, mspec.params_within)
+    except (UnknownVariantError, ValueError) as exc:
+        raise suite_error_at(suite, where, str(exc)) from None
+
+
+def _size_index(models: list[ModelSpec], mi: int) -> int:
+    """The ``model`` coordinate: the first model of the same size, layers aside, so a hybrid
+    pairs with the plain variants of its size in every comparison."""
+    size = models[mi].model_dump(exclude={"layers"})
+    return next(i for i, m in enumerate(models) if m.model_dump(exclude={"layers"}) == size)
 
 
 def rekey(cell: Cell, **changes: Any) -> Cell:

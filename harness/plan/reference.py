@@ -30,6 +30,11 @@ SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
      "- name: text\n  kind: train\n  variants: [softmax, linear]\n  seeds: [0, 1]\n"
      "  variant_options: {linear: {feature_map: elu}}"),
     ("Model size", base.ModelSpec, "models[] / defaults.model", "models: [{d_model: 128, n_layer: 4, n_head: 4}]"),
+    ("Hybrid layers", base.LayerPattern, "models[].layers",
+     "layers: {pattern: [gated_deltanet, gated_deltanet, gated_deltanet, softmax]}   # repeated to n_layer\n"
+     "layers: [softmax, gla, {variant: gla, options: {chunk_size: 8}}]            # one entry per layer"),
+    ("Hybrid layer entry", base.LayerEntry, "models[].layers[] / layers.pattern[]",
+     "{variant: gla, options: {chunk_size: 8}}   # or just the variant's name"),
     ("Data", DataSpec, "data / defaults.data",
      "data: {source: builtin}                # Tiny Shakespeare, shipped\n"
      "data: {source: text, path: corpus.txt, tokenizer: bpe, bpe_vocab_size: 8192}\n"

@@ -356,4 +356,5 @@ def suite_error_at(suite: Suite, loc: tuple[Any, ...], message: str) -> SuiteErr
     if locate is None:
         return SuiteError(f"{_format_loc(loc)}: {message}")
     src, line = locate(loc)
-    return SuiteError(f"{src.path}:{line}: {_format_loc(loc)}: {message}")
+    where = src.path if line is None else f"{src.path}:{line}"  # a --set override has no line
+    return SuiteError(f"{where}: {_format_loc(loc)}: {message}")

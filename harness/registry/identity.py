@@ -187,8 +187,9 @@ def _dist_version(dist: str) -> str:
 
 
 def variant_identity(variant: "Variant") -> dict[str, Any]:
-    """What identifies a variant's code version (part of cell and trust-gate keys)."""
-    return {
+    """What identifies a variant's code version (part of cell and trust-gate keys); a
+    hybrid's adds each of its parts' (and its sources are all of theirs)."""
+    out = {
         "name": variant.name,
         "version": variant.version,
         "plugin": variant.plugin,
@@ -196,3 +197,7 @@ def variant_identity(variant: "Variant") -> dict[str, Any]:
         "distribution_version": _dist_version(variant.distribution),
         "sources": sources_digest(variant.source_files),
     }
+    parts = getattr(variant, "parts", ())
+    if parts:
+        out["parts"] = [{**variant_identity(p.variant), "options": p.changed()} for p in parts]
+    return out

@@ -18,6 +18,7 @@ from attnbench.contract import hookspecs
 from attnbench.errors import PluginError, UnknownVariantError
 from attnbench.contract.task import Task
 from attnbench.contract.variant import DECODE_KINDS, Variant
+from attnbench.registry.hybrid import Part, compose, is_hybrid_name, parse_hybrid
 from attnbench.registry.identity import plugin_source_files
 
 ENTRY_POINT_GROUP = "attnbench"
@@ -152,15 +153,29 @@ class Registry:
     variants: dict[str, Variant]
     errors: list[PluginLoadError]
     tasks: dict[str, Task] = field(default_factory=dict)
+    hybrids: dict[str, Variant] = field(default_factory=dict, repr=False)  # built from their names
 
     def names(self) -> list[str]:
         return sorted(self.variants)
 
-    def get(self, name: str) -> Variant:
+    def _registered(self, name: str) -> Variant:
         try:
             return self.variants[name]
         except KeyError:
             raise UnknownVariantError(unknown_variant_message(name, self.names())) from None
+
+    def get(self, name: str) -> Variant:
+        """A registered variant, or the hybrid a pattern name stands for ("gla x3 + softmax")."""
+        if name in self.variants or not is_hybrid_name(name):
+            return self._registered(name)
+        if name not in self.hybrids:
+            self.hybrids[name] = parse_hybrid(name, self._registered)
+        return self.hybrids[name]
+
+    def compose(self, parts: list[Part]) -> Variant:
+        """The hybrid of ``parts`` (one per layer), kept so ``get`` finds it by name."""
+        hybrid = compose(parts)
+        return self.hybrids.setdefault(hybrid.name, hybrid)
 
     def get_task(self, name: str) -> Task:
         try:

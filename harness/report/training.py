@@ -125,10 +125,14 @@ def _row(data: StoreData, sel: Selection) -> tuple[dict[str, Any], dict[str, Any
     facts = {k: _mean(runs, k) for k in _COST if k != "budget"}
     raw.update(facts)
     raw.update(budget=_budget(runs), status=_status(runs), trust_gate=_gate(runs))
-    view.update({"status": raw["status"], "trust gate": raw["trust_gate"]})
+    state = fact_text(runs["summary"], "state_elements")
+    view.update({"parameters": num(facts["n_params"]), "state (elements at T)": state,
+                 "status": raw["status"], "trust gate": raw["trust_gate"]})
+    mlp = (runs.iloc[0]["config"].get("model") or {}).get("mlp_hidden") if len(runs) else None
     cost = {
         "variant": sel.label, "model": sel.model_label,
-        "parameters": num(facts["n_params"]), "state (elements at T)": fact_text(runs["summary"], "state_elements"),
+        "parameters": num(facts["n_params"]) + (f" (MLP width {mlp}: matched)" if mlp else ""),
+        "state (elements at T)": state,
         "FLOPs/token (fwd)": fact_text(runs["summary"], "fwd_flops_per_token", lambda v: num(v, 3)),
         "tokens/s": num(facts["tokens_per_s"], 3),
         "peak memory": bytes_text(facts["peak_memory_bytes"]) if facts["peak_memory_bytes"] else _no_memory(runs),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 from attnbench.contract.variant import Variant
-from attnbench.errors import ExecutorError
+from attnbench.errors import ExecutorError, UnknownVariantError
 from attnbench.registry.identity import variant_identity
 from attnbench.registry.loader import Registry, load_registry
 from attnbench.run.executors import Executor, Finished, Task, run_here
@@ -89,7 +89,10 @@ class _Unpickler(pickle.Unpickler):
         if pid[0] == "registry":
             return registry
         _, name, identity = pid
-        variant = registry.variants.get(name)
+        try:
+            variant = registry.get(name)  # a hybrid is rebuilt from its name
+        except UnknownVariantError:
+            variant = None
         if variant is None or content_key(variant_identity(variant)) != identity:
             found = "does not register it" if variant is None else "registers other code under that name"
             raise ExecutorError(f"variant {name!r}: the plugins a worker process loads {found} (registered in the "

@@ -58,6 +58,8 @@ def _set_options(options: Any) -> dict[str, Any]:
         return {}
     out = {}
     for f in dataclasses.fields(options):
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            continue  # no default to differ from (a hybrid's layers: its name says them)
         default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
         if getattr(options, f.name) != default:
             out[f.name] = getattr(options, f.name)
