@@ -17,7 +17,10 @@ class ByteTokenizer:
     vocab_size = 256
 
     def encode(self, text: str) -> torch.Tensor:
-        return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8)  # (N,)
+        data = bytearray(text.encode("utf-8"))
+        if not data:  # torch.frombuffer refuses an empty buffer
+            return torch.empty(0, dtype=torch.uint8)
+        return torch.frombuffer(data, dtype=torch.uint8)  # (N,)
 
     def decode(self, tokens: torch.Tensor | list[int]) -> str:
         return bytes(int(t) for t in tokens).decode("utf-8", errors="replace")
