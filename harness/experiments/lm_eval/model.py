@@ -35,7 +35,7 @@ from attnbench.nn.checkpoint import CheckpointMeta, find_run, load_checkpoint, r
 from attnbench.errors import CheckpointError, ModelArgsError
 from attnbench.nn.model import LanguageModel
 from attnbench.store.database import Store
-from attnbench.data.tokenizers import ByteTokenizer
+from attnbench.data.tokenizers import ByteTokenizer, tokenizer_kind
 from attnbench.nn.precision import autocast_for
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,7 @@ class AttnbenchLM(LM):
         self.max_gen_toks = int(max_gen_toks)
         self.info = {**(info or {}), "context": self.context, "device": str(self._device),
                      "batch_size": self.batch_size, "prefix_token": self.prefix_token,
-                     "tokenizer": "bytes" if tokenizer_json is None else "trained"}
+                     "tokenizer": tokenizer_kind(tokenizer_json)}
         self._warned_no_step = False
 
     @classmethod
@@ -264,7 +264,7 @@ class AttnbenchLM(LM):
 
 
 def _tokenizer(tokenizer_json: str | None, vocab_size: int) -> Any:
-    """The checkpoint's tokenizer: bytes, or its trained tokenizer.json."""
+    """The checkpoint's tokenizer: bytes, a token-id task's ids, or its trained tokenizer.json."""
     if tokenizer_json is None:
         if vocab_size != ByteTokenizer.vocab_size:
             raise CheckpointError(
@@ -273,9 +273,11 @@ def _tokenizer(tokenizer_json: str | None, vocab_size: int) -> Any:
         return ByteTokenizer()
     from tokenizers import Tokenizer
 
-    from attnbench.data.tokenizers import HFTokenizer
+    from attnbench.data.tokenizers import HFTokenizer, TokenIdsTokenizer, token_ids_vocab
 
-    tok = HFTokenizer(Tokenizer.from_str(tokenizer_json), "checkpoint")
+    ids_vocab = token_ids_vocab(tokenizer_json)
+    tok = HFTokenizer(Tokenizer.from_str(tokenizer_json), "checkpoint") if ids_vocab is None \
+        else TokenIdsTokenizer(ids_vocab)  # text that is not ids is refused by name
     if tok.vocab_size > vocab_size:
         raise CheckpointError(f"the checkpoint's tokenizer has {tok.vocab_size} tokens, the model embeds {vocab_size}")
     return tok
