@@ -46,6 +46,6 @@ def seq_len(options: TextRecallOptions) -> int:
 def attnbench_register_tasks(register) -> None:
     register(Task(
         name="text_recall", options=TextRecallOptions, generate=generate,
-        vocab_size=lambda options: BYTE_VOCAB, seq_len=seq_len, version="1",
+        vocab_size=lambda options: BYTE_VOCAB, seq_len=seq_len, version="1", tokens="bytes",
         description="associative recall as text bytes (trains for the attnbench_recall lm-eval task)",
     ))

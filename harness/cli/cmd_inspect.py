@@ -7,7 +7,7 @@ from pathlib import Path
 
 from attnbench.cli.common import registry_with_warnings
 from attnbench.explain.maps import inspect_checkpoint
-from attnbench.explain.render import write_html, write_json, write_pngs
+from attnbench.explain.render import check_out_dir, write_html, write_json, write_pngs
 
 
 def add_parser(sub) -> None:
@@ -32,8 +32,9 @@ def _ids(value: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    ins = inspect_checkpoint(args.checkpoint, args.text, registry_with_warnings(), args.tokens)
     out = Path(args.out)
+    check_out_dir(out)
+    ins = inspect_checkpoint(args.checkpoint, args.text, registry_with_warnings(), args.tokens)
     pngs = write_pngs(ins, out)
     page = write_html(ins, pngs, out)
     print(f"{ins.variant}: {len(ins.layers)} layers x {ins.layers[0].weights.shape[0]} heads "

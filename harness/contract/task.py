@@ -49,6 +49,8 @@ class Task:
     evaluate: optional ``(model, options, device, seed) -> list[TaskEval]`` for evaluations
         beyond answer accuracy (e.g. completing occluded images and classifying them).
     coords: ``(options) -> dict`` difficulty coordinates tagged on every evaluation row.
+    tokens: what a token is: ``"ids"`` (symbols with no text meaning; checkpoints keep a
+        token-ids tokenizer, text "5 4099 12" <-> ids) or ``"bytes"`` (UTF-8 bytes, vocabulary 256).
     """
 
     name: str
@@ -60,6 +62,7 @@ class Task:
     evaluate: Callable[..., list[TaskEval]] | None = None
     coords: Callable[[Any], dict[str, Any]] = _asdict
     version: str = "0"
+    tokens: str = "ids"
     plugin: str = field(default="", compare=False)
     distribution: str = field(default="", compare=False)
     source_files: tuple[str, ...] = field(default=(), compare=False)

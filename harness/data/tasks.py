@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from attnbench.data.spec import DataSpec, EvalSet
+from attnbench.data.tokenizers import TokenIdsTokenizer
 from attnbench.errors import DataError
 from attnbench.contract.task import IGNORE, Task, TaskBatch
 
@@ -31,6 +32,12 @@ class TaskData:
     description: str
     tests: tuple[tuple[Any, TaskBatch], ...] = ()  # (options, test examples) per eval setting
     bytes_per_token = None
+
+    @property
+    def tokenizer_json(self) -> str | None:
+        """What checkpoints keep to read the model's tokens: a token-ids tokenizer, or None
+        (the default, bytes) for a byte-level task."""
+        return None if self.task.tokens == "bytes" else TokenIdsTokenizer(self.vocab_size).to_json()
 
     def train_batch(self, batch_size: int, seq_len: int, gen: torch.Generator):
         ix = torch.randint(len(self.train_inputs), (batch_size,), generator=gen)  # (B,)

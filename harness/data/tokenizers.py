@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -17,7 +18,10 @@ class ByteTokenizer:
     vocab_size = 256
 
     def encode(self, text: str) -> torch.Tensor:
-        return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8)  # (N,)
+        data = bytearray(text.encode("utf-8"))
+        if not data:  # torch.frombuffer refuses an empty buffer
+            return torch.empty(0, dtype=torch.uint8)
+        return torch.frombuffer(data, dtype=torch.uint8)  # (N,)
 
     def decode(self, tokens: torch.Tensor | list[int]) -> str:
         return bytes(int(t) for t in tokens).decode("utf-8", errors="replace")
@@ -42,6 +46,54 @@ class HFTokenizer:
     def to_json(self) -> str:
         """The tokenizer.json text: kept in checkpoints so trained models can be evaluated and exported."""
         return self._tok.to_str()
+
+
+class TokenIdsTokenizer:
+    """The tokenizer of a token-id task (MQAR and the like): ids in, ids out. Text is the ids
+    written out, whitespace-separated ("5 4099 12"); as a tokenizer.json, a word-level
+    vocabulary "0".."V-1", so Hugging Face tokenizers read a model's ids the same way."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size, self.name = int(vocab_size), f"token-ids-{vocab_size}"
+
+    def encode(self, text: str) -> torch.Tensor:
+        try:
+            ids = [int(word) for word in text.split()]
+        except ValueError:
+            raise DataError(f"this model reads token ids, not text: give ids 0..{self.vocab_size - 1} "
+                            f"separated by spaces (e.g. '5 12 3'), not {text[:40]!r}") from None
+        if any(not 0 <= i < self.vocab_size for i in ids):
+            raise DataError(f"token ids must lie in 0..{self.vocab_size - 1}; got {text[:40]!r}")
+        return torch.tensor(ids, dtype=torch.int64)  # (N,)
+
+    def decode(self, tokens: torch.Tensor | list[int]) -> str:
+        return " ".join(str(int(t)) for t in tokens)
+
+    def to_json(self) -> str:
+        """tokenizer.json text, kept in checkpoints (see ``token_ids_vocab``)."""
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        tok = Tokenizer(models.WordLevel({str(i): i for i in range(self.vocab_size)}, unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        return tok.to_str()
+
+
+def token_ids_vocab(tokenizer_json: str | None) -> int | None:
+    """The vocabulary size when ``tokenizer_json`` is a ``TokenIdsTokenizer``'s, else None."""
+    if tokenizer_json is None:
+        return None
+    model = json.loads(tokenizer_json).get("model") or {}
+    vocab = model.get("vocab")
+    if model.get("type") != "WordLevel" or not isinstance(vocab, dict):
+        return None
+    return len(vocab) if vocab == {str(i): i for i in range(len(vocab))} else None
+
+
+def tokenizer_kind(tokenizer_json: str | None) -> str:
+    """How a checkpoint's model reads text: "bytes" (no tokenizer kept), "token-ids" or "trained"."""
+    if tokenizer_json is None:
+        return "bytes"
+    return "token-ids" if token_ids_vocab(tokenizer_json) is not None else "trained"
 
 
 def cache_dir() -> Path:

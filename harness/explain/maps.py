@@ -66,6 +66,9 @@ def _encode(text: str | None, tokens: list[int] | None, config: ModelConfig) -> 
             raise InspectError(f"the checkpoint's vocabulary has {config.vocab_size} tokens; --text is read "
                                "as bytes and needs a byte-level model (vocabulary 256); give --tokens "
                                "(space-separated token ids) instead")
+        if not text:
+            raise InspectError(f"--text is empty; give the text to look at (1 to {min(MAX_TOKENS, config.context)} "
+                               "bytes, e.g. --text 'the cat sat')")
         ids = ByteTokenizer().encode(text).long()  # (T,)
         what, labels = f"--text is {len(ids)} bytes", token_labels(ids.tolist())
     else:

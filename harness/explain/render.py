@@ -7,7 +7,22 @@ import html
 import json
 from pathlib import Path
 
+from attnbench.errors import InspectError
 from attnbench.explain.maps import Inspection, LayerMap
+
+
+def check_out_dir(out: Path) -> None:
+    """Refuse, before any work, an output folder that cannot be made: it, or a folder above
+    it, is an existing file."""
+    for path in (out, *out.parents):
+        if path.exists():
+            if path.is_dir():
+                return
+            if path == out:
+                raise InspectError(f"--out {out} is an existing file, not a folder; give --out a folder path "
+                                   "(it is created if missing), or move the file")
+            raise InspectError(f"--out {out}: {path} is an existing file, so no folder can be made under it; "
+                               "give --out a folder path elsewhere, or move the file")
 
 
 def _figure(m: LayerMap, tokens: list[str]):

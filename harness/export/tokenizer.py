@@ -7,12 +7,16 @@ BPE models: the trained tokenizer.json the checkpoint kept, unchanged.
 The beginning-of-text token is the newline, the prefix attnbench's lm-eval model
 conditions a document's first token on, so ``lm_eval --model hf`` scores the same way
 (so ``decode(..., skip_special_tokens=True)`` drops newlines: decode without it).
+Token-id task models (MQAR): the token-ids tokenizer.json the checkpoint kept ("5 12" <->
+[5, 12]), without special tokens: the vocabulary has no newline and no spare id.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from attnbench.data.tokenizers import token_ids_vocab, tokenizer_kind
 
 PREFIX_TEXT = "\n"
 
@@ -46,6 +50,9 @@ def prefix_token_id(tokenizer_json: str | None) -> int:
     """Id of the newline (the document prefix); raises ValueError if it is not one token."""
     if tokenizer_json is None:
         return ord(PREFIX_TEXT)
+    if token_ids_vocab(tokenizer_json) is not None:
+        raise ValueError("this model reads token ids of a synthetic task, with no newline to condition a "
+                         "document on; give prefix_token=ID")
     from tokenizers import Tokenizer
 
     ids = Tokenizer.from_str(tokenizer_json).encode(PREFIX_TEXT, add_special_tokens=False).ids
@@ -61,13 +68,13 @@ def write_tokenizer(out_dir: Path, tokenizer_json: str | None, context: int) -> 
 
     text = tokenizer_json if tokenizer_json is not None else byte_tokenizer_json()
     tok = Tokenizer.from_str(text)
-    prefix = tok.id_to_token(prefix_token_id(tokenizer_json))
+    kind = tokenizer_kind(tokenizer_json)
+    prefix = None if kind == "token-ids" else tok.id_to_token(prefix_token_id(tokenizer_json))
     # The newline doubles as bos (lm-eval's prefix), eos and pad: the vocabulary has no spare id.
     # split_special_tokens: text is always encoded as text, never matched against them.
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=prefix, eos_token=prefix, pad_token=prefix,
-                                   split_special_tokens=True, model_max_length=context,
-                                   clean_up_tokenization_spaces=False)
+    special = {} if prefix is None else {"bos_token": prefix, "eos_token": prefix, "pad_token": prefix}
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, **special, split_special_tokens=True,
+                                   model_max_length=context, clean_up_tokenization_spaces=False)
     fast.save_pretrained(str(out_dir))
-    kind = "bytes" if tokenizer_json is None else "trained"
     json.loads((out_dir / "tokenizer.json").read_text())  # what was written parses
     return {"kind": kind, "prefix_token": prefix}

@@ -34,7 +34,7 @@ AUTO_MAP = {"AutoConfig": "configuration_attnbench.AttnbenchConfig",
 class ExportInfo:
     out_dir: Path
     variant: str
-    tokenizer: str  # "bytes" or "trained"
+    tokenizer: str  # "bytes", "trained" or "token-ids"
     n_params: int
 
 

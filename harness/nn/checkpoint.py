@@ -4,7 +4,8 @@ A final checkpoint (written by ``attnbench.experiments.train.loop.save_checkpoin
 
     {"model": state_dict, "config": ModelConfig.to_dict() (options as a dict),
      "variant": name, "model_kind": "backbone" | "own", "cell_key": key, "step": int,
-     "tokenizer": tokenizer.json text (absent for byte-level models)}
+     "tokenizer": tokenizer.json text: the trained BPE, or a token-id task's ids
+                  (``data.tokenizers.TokenIdsTokenizer``); absent for byte-level models}
 
 It is read with ``torch.load(weights_only=True)``: tensors and plain values only, no code.
 """
@@ -39,7 +40,7 @@ class CheckpointMeta:
     cell_key: str | None
     step: int | None
     n_params: int
-    tokenizer: str | None = None  # the trained tokenizer's tokenizer.json; None: UTF-8 bytes
+    tokenizer: str | None = None  # tokenizer.json (a trained BPE or a task's token ids); None: UTF-8 bytes
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -65,22 +65,43 @@ def target(raw: dict[str, Any], ov: Override) -> tuple[Any, ...]:
     return ov.path
 
 
+def _key(node: Any, part: Any, ov: Override, depth: int) -> Any:
+    """``part`` as a key of ``node``: a list takes a whole-number index within its length."""
+    if not isinstance(node, list) or isinstance(part, int):  # an int: the experiment index `target` found
+        return part
+    if part.isdigit() and int(part) < len(node):
+        return int(part)
+    where = ".".join(ov.path[:depth])
+    if not node:
+        raise SuiteError(f"--set {ov.text!r}: {where} is an empty list, so it has no item {part!r}; "
+                         f"set {where} itself instead, e.g. --set {where}=[...]")
+    raise SuiteError(f"--set {ov.text!r}: {where} is a list of {len(node)} item(s), so {part!r} is not an index "
+                     f"of it; give an index from 0 to {len(node) - 1} (e.g. {where}.0=...), or set {where} itself "
+                     f"(e.g. {where}=[...])")
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[Override]) -> dict[str, Any]:
-    """A copy of ``raw`` with each override set, in order (missing mappings are created)."""
+    """A copy of ``raw`` with each override set, in order (missing mappings are created;
+    list items are addressed by index, ``experiments.NAME.variants.0``)."""
     out = copy.deepcopy(raw)
     for ov in overrides:
         loc = target(out, ov)
         node: Any = out
         for i, part in enumerate(loc[:-1]):
-            child = node[part] if isinstance(part, int) else node.get(part)
+            part = _key(node, part, ov, i)
+            child = node[part] if isinstance(node, list) else node.get(part)
             if child is None:
+                if str(loc[i + 1]).isdigit():
+                    where = ".".join(ov.path[: i + 1])
+                    raise SuiteError(f"--set {ov.text!r}: {where} is not set, so it has no item {loc[i + 1]}; "
+                                     f"set {where} itself instead, e.g. --set {where}=[...]")
                 child = node[part] = {}
             if not isinstance(child, (dict, list)):
                 where = ".".join(map(str, ov.path[: i + 1]))
                 raise SuiteError(f"--set {ov.text!r}: {where} is {child!r}, not a mapping; "
                                  f"set {where} itself instead")
             node = child
-        node[loc[-1]] = copy.deepcopy(ov.value)
+        node[_key(node, loc[-1], ov, len(loc) - 1)] = copy.deepcopy(ov.value)
     return out
 
 
@@ -92,13 +113,14 @@ def matching(overrides: list[Override], raw: dict[str, Any], loc: tuple[Any, ...
             at = target(raw, ov)
         except SuiteError:
             continue
-        if tuple(loc[: len(at)]) == at:
+        at = tuple(map(str, at))  # list indices are numbers in ``loc``, text in a key
+        if tuple(map(str, loc[: len(at)])) == at:
             return ov
         if at[0] == "defaults" and len(loc) > 2 and loc[0] == "experiments":
-            rest = loc[2:]
+            rest = tuple(map(str, loc[2:]))
             if rest and rest[0] == "models":
                 rest = ("model", *rest[2:])
-            if tuple(rest[: len(at) - 1]) == at[1:]:
+            if rest[: len(at) - 1] == at[1:]:
                 return ov
     return None
 

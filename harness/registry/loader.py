@@ -143,6 +143,9 @@ def _validate_task(task: Any, plugin_name: str) -> Task:
         )
     if not _NAME_RE.match(task.name):
         raise PluginError(f"plugin {plugin_name!r} registered invalid task name {task.name!r}")
+    if task.tokens not in ("ids", "bytes"):
+        raise PluginError(f"plugin {plugin_name!r} registered task {task.name!r} with tokens={task.tokens!r}; "
+                          "give tokens='ids' (token ids) or tokens='bytes' (UTF-8 bytes, vocabulary 256)")
     return task
 
 

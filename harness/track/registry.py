@@ -38,5 +38,19 @@ def make_trackers(names: list[str], out_dir: Path, suite: str,
     for name in names:
         if name not in known:
             raise TrackerError(f"unknown tracker {name!r}; available: {sorted(known)}")
+        _make_folder(out_dir / name, name)
         out.append(known[name].make(out_dir / name, suite))
     return out
+
+
+def _make_folder(folder: Path, name: str) -> None:
+    """The tracker's folder, made now: a file in the way is found before any cell trains, not
+    when the tracker first writes (after a cell trained, which then failed)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+        why = f"{blocking} is a file" if blocking is not None else f"{type(exc).__name__}: {exc.strerror or exc}"
+        raise TrackerError(f"tracker {name!r} writes under {folder}, which cannot be made ({why}); move "
+                           f"{blocking or 'it'} aside, or give --store in another folder (trackers write in "
+                           "tracking/ beside the store)") from None

@@ -116,7 +116,7 @@ def run_finetune_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutc
     results += [Result(r.name, r.value, r.unit, {**r.tags, **tags}) for r in rows]
     kept = None
     if spec.checkpoint and not names and ctx.checkpoint_dir is not None:  # full tuning: a plain model
-        kept = save_final(ctx.checkpoint_dir, cell, model.cpu(), steps)
+        kept = save_final(ctx.checkpoint_dir, cell, model.cpu(), steps, getattr(data, "tokenizer_json", None))
     summary = {**{f"val_{k}": v for k, v in headline(rows).items()}, **tags,
                "trainable_params": n_train, "total_params": n_total, "adapted_modules": names,
                "steps": steps, "train_time_s": seconds, "eval_time_s": eval_time,

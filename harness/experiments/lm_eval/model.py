@@ -35,7 +35,7 @@ from attnbench.nn.checkpoint import CheckpointMeta, find_run, load_checkpoint, r
 from attnbench.errors import CheckpointError, ModelArgsError
 from attnbench.nn.model import LanguageModel
 from attnbench.store.database import Store
-from attnbench.data.tokenizers import ByteTokenizer
+from attnbench.data.tokenizers import ByteTokenizer, tokenizer_kind
 from attnbench.nn.precision import autocast_for
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ MODEL_ARGS = {
     "store": "a results store (with run=) to take the checkpoint of a stored train run from",
     "run": "that run's id or cell key (8+ characters)",
     "device": "cpu, cuda, cuda:N (default: cuda when available)",
-    "batch_size": "sequences scored per forward pass (default 16)",
+    "batch_size": "sequences scored per forward pass (default 16; wins over lm-eval's --batch_size)",
     "max_batch_size": "accepted for lm-eval's --max_batch_size; unused",
     "prefix_token": "token id the first token of a document is conditioned on (default: newline)",
     "max_gen_toks": f"most tokens generate_until writes (default {DEFAULT_MAX_GEN_TOKS})",
@@ -74,6 +74,17 @@ def _reject_unknown(given: dict[str, Any]) -> None:
         hints = [f"{u!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(u, list(MODEL_ARGS), 1))
                  else repr(u) for u in unknown]
         raise ModelArgsError(f"unknown attnbench model_args {', '.join(hints)}; accepted: {', '.join(MODEL_ARGS)}")
+
+
+def _merged(args: dict[str, Any], additional_config: dict[str, Any] | None) -> dict[str, Any]:
+    """model_args, then lm-eval's --batch_size/--max_batch_size/--device where model_args has none
+    (lm-eval's own classmethods pass both and fail on a repeated keyword)."""
+    _reject_unknown(args)
+    extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k in MODEL_ARGS}
+    for name in sorted(extra.keys() & args.keys()):
+        if str(extra[name]) != str(args[name]):
+            log.info("model_args %s=%s is used; lm-eval's --%s %s is not", name, args[name], name, extra[name])
+    return {**extra, **args}
 
 
 def _batch_size(value: Any) -> int:
@@ -126,19 +137,21 @@ class AttnbenchLM(LM):
         self.prefix_token = _prefix(prefix_token, tokenizer_json, model.config.vocab_size)
         self.max_gen_toks = int(max_gen_toks)
         self.info = {**(info or {}), "context": self.context, "device": str(self._device),
-                     "prefix_token": self.prefix_token, "tokenizer": "bytes" if tokenizer_json is None else "trained"}
+                     "batch_size": self.batch_size, "prefix_token": self.prefix_token,
+                     "tokenizer": tokenizer_kind(tokenizer_json)}
         self._warned_no_step = False
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict[str, Any] | None = None) -> "AttnbenchLM":
-        """model_args, then lm-eval's --batch_size/--max_batch_size/--device where model_args has none
-        (lm-eval's own version passes both and fails on a repeated keyword)."""
+        """model_args as text (``checkpoint=PATH,batch_size=8``); see ``_merged``."""
         from lm_eval.utils import simple_parse_args_string
 
-        args = simple_parse_args_string(arg_string or "")
-        _reject_unknown(args)
-        extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k in MODEL_ARGS}
-        return cls(**{**extra, **args})
+        return cls(**_merged(simple_parse_args_string(arg_string or ""), additional_config))
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict[str, Any], additional_config: dict[str, Any] | None = None) -> "AttnbenchLM":
+        """model_args as a dict (lm-eval's command line parses --model_args into one); see ``_merged``."""
+        return cls(**_merged(dict(arg_dict or {}), additional_config))
 
     @classmethod
     def from_model(cls, model: LanguageModel, **kwargs: Any) -> "AttnbenchLM":
@@ -251,7 +264,7 @@ class AttnbenchLM(LM):
 
 
 def _tokenizer(tokenizer_json: str | None, vocab_size: int) -> Any:
-    """The checkpoint's tokenizer: bytes, or its trained tokenizer.json."""
+    """The checkpoint's tokenizer: bytes, a token-id task's ids, or its trained tokenizer.json."""
     if tokenizer_json is None:
         if vocab_size != ByteTokenizer.vocab_size:
             raise CheckpointError(
@@ -260,9 +273,11 @@ def _tokenizer(tokenizer_json: str | None, vocab_size: int) -> Any:
         return ByteTokenizer()
     from tokenizers import Tokenizer
 
-    from attnbench.data.tokenizers import HFTokenizer
+    from attnbench.data.tokenizers import HFTokenizer, TokenIdsTokenizer, token_ids_vocab
 
-    tok = HFTokenizer(Tokenizer.from_str(tokenizer_json), "checkpoint")
+    ids_vocab = token_ids_vocab(tokenizer_json)
+    tok = HFTokenizer(Tokenizer.from_str(tokenizer_json), "checkpoint") if ids_vocab is None \
+        else TokenIdsTokenizer(ids_vocab)  # text that is not ids is refused by name
     if tok.vocab_size > vocab_size:
         raise CheckpointError(f"the checkpoint's tokenizer has {tok.vocab_size} tokens, the model embeds {vocab_size}")
     return tok
@@ -289,7 +304,8 @@ def _load(checkpoint: str | None, store: str | None, run: str | int | None) -> t
         if not store or run is None:
             raise CheckpointError(
                 "the attnbench model needs model_args checkpoint=PATH (a '<cell key>.pt' file) "
-                "or store=PATH,run=ID (a trained run in a results store)"
+                "or store=PATH,run=ID (a trained run in a results store), e.g. "
+                "--model_args checkpoint=results/checkpoints/KEY.pt,batch_size=8"
             )
         if not Path(store).is_file():
             raise CheckpointError(f"results store {store} does not exist; pass the store the run was trained into")
