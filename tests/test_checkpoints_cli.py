@@ -140,6 +140,7 @@ def test_export_best_says_when_the_chosen_run_kept_no_checkpoint(trained, tmp_pa
     rc, _, err = cli(capsys, "export", "--best", "linear", "--experiment", "text", "--store", str(synthetic),
                      str(tmp_path / "out"))
     assert rc == 2 and "the chosen run of linear in experiment 'text'" in err and "kept no checkpoint" in err
+    assert "(seed 0, key screen-text-linear-final-0)" in err  # final seeds' val loss 2.25 / 2.28 / 2.26
     assert "train.checkpoint: true" in err
     kept = Path(next(r for r in _listed(cli(capsys, "checkpoints", "--store", str(trained), "--chosen")[1])
                      if r["variant"] == "softmax" and r["chosen"] == "run")["path"])

@@ -129,7 +129,7 @@ class Protocol(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     tune: bool = True  # search the grid per variant (needs >= 2 grid points)
-    baseline: str = "softmax"  # the variant every other is compared with, seed by seed
+    baseline: str = "softmax"  # the variant every other is compared with, seed by seed (with baselines: their first)
     # several baselines, e.g. [softmax, linear]: one difference, interval and decision per baseline (the first leads)
     baselines: list[str] | None = Field(None, min_length=1)
     interval: bool = True  # a paired 95% interval against the baseline (needs >= 2 seeds)

@@ -120,7 +120,7 @@ def best_checkpoint(data: StoreData, variant: str, experiment: str | None = None
                               f"(statuses: {', '.join(sorted(set(sel.runs['status'])))}); run the suite again")
     row = next((r for r in checkpoint_rows(data) if r.key == best["cell_key"]), None)
     if row is None:
-        raise CheckpointError(f"the chosen run of {what} (seed {best['seed']}, key {best['cell_key']}) kept no "
+        raise CheckpointError(f"the chosen run of {what} (seed {int(best['seed'])}, key {best['cell_key']}) kept no "
                               "checkpoint: set train.checkpoint: true (the default) and run the suite again")
     if row.path is None:
         looked = " or ".join(str(p) for p in checkpoint_candidates(data.path, row.recorded))
