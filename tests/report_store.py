@@ -45,10 +45,12 @@ EXPECTATIONS_RECALL = [
 ]
 
 
-def protocol_dict(metric: str, expectations: list[dict[str, Any]], tuning: dict[str, Any] | None) -> dict[str, Any]:
+def protocol_dict(metric: str, expectations: list[dict[str, Any]], tuning: dict[str, Any] | None,
+                  baselines: list[str] | None = None) -> dict[str, Any]:
+    """A recorded protocol; ``baselines`` None records it as stores did before protocol.baselines."""
     return {"tune": True, "baseline": "softmax", "interval": True, "choose_on": "val", "report_on": "test",
             "metric": metric, "margin": 0.05, "tuning": tuning, "expectations": expectations,
-            "splits": {"train": "head", "val": "slice", "test": "tail"}}
+            "splits": {"train": "head", "val": "slice", "test": "tail"}, **({"baselines": baselines} if baselines else {})}
 
 
 def record(key: str, experiment: str, kind: str, variant: str, seed: int | None, coords: dict[str, Any],
@@ -65,9 +67,9 @@ def record(key: str, experiment: str, kind: str, variant: str, seed: int | None,
         summary=summary, started_at=100.0, finished_at=110.0, results=results or [])
 
 
-def _text_runs() -> list[RunRecord]:
+def _text_runs(baselines: list[str] | None) -> list[RunRecord]:
     tuning = {"seeds": [0], "budget": {"steps": 50}, "eta": 2}
-    protocol = protocol_dict("loss", EXPECTATIONS_TEXT, tuning)
+    protocol = protocol_dict("loss", EXPECTATIONS_TEXT, tuning, baselines)
     out = []
     for v in VARIANTS:
         chosen = TEXT_CHOSEN[v]
@@ -89,8 +91,8 @@ def _text_runs() -> list[RunRecord]:
     return out
 
 
-def _recall_runs() -> list[RunRecord]:
-    protocol = protocol_dict("accuracy", EXPECTATIONS_RECALL, None)
+def _recall_runs(baselines: list[str] | None) -> list[RunRecord]:
+    protocol = protocol_dict("accuracy", EXPECTATIONS_RECALL, None, baselines)
     config = {"data": {"source": "task", "task": "mqar", "eval_settings": [{"num_kv_pairs": k} for k in PAIRS]},
               "train": {"budget": {"steps": 300}}}
     out = []
@@ -128,10 +130,11 @@ def _speed_runs() -> list[RunRecord]:
     return out
 
 
-def write_store(path: Path, extra: list[RunRecord] = ()) -> Path:
-    """The synthetic store at ``path`` (every trust-gate check passed), with ``extra`` runs."""
+def write_store(path: Path, extra: list[RunRecord] = (), baselines: list[str] | None = None) -> Path:
+    """The synthetic store at ``path`` (every trust-gate check passed), with ``extra`` runs; its
+    protocols compare with ``baselines`` (default: softmax alone, recorded as protocol.baseline)."""
     with Store(path) as store:
-        for run in [*_text_runs(), *_recall_runs(), *_speed_runs(), *extra]:
+        for run in [*_text_runs(baselines), *_recall_runs(baselines), *_speed_runs(), *extra]:
             store.save_run(run)
         for v in VARIANTS:
             store.save_checks(f"gate-{v}", v, [CheckResult("no_future_leak_forward", "pass", 0.0, 1e-5, "ok")], {})

@@ -8,6 +8,7 @@ import sys
 from attnbench.errors import AttnbenchError
 from attnbench.cli import cmd_bench
 from attnbench.cli import cmd_check
+from attnbench.cli import cmd_checkpoints
 from attnbench.cli import cmd_docs
 from attnbench.cli import cmd_export
 from attnbench.cli import cmd_inspect
@@ -20,7 +21,7 @@ from attnbench.cli import cmd_suites
 from attnbench.cli import cmd_validate
 
 COMMANDS = (cmd_list, cmd_validate, cmd_run, cmd_check, cmd_bench, cmd_lm_eval, cmd_report,
-            cmd_export, cmd_docs, cmd_store, cmd_inspect, cmd_suites)
+            cmd_export, cmd_docs, cmd_store, cmd_inspect, cmd_suites, cmd_checkpoints)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -25,6 +25,7 @@ from attnbench.nn.backbone import Backbone
 from attnbench.contract.config import ModelConfig
 from attnbench.errors import CheckpointError, UnknownVariantError
 from attnbench.nn.model import LanguageModel
+from attnbench.store.checkpoint_paths import checkpoint_candidates, locate_checkpoint
 
 _REQUIRED = ("model", "config", "variant", "model_kind")
 
@@ -159,10 +160,10 @@ def run_checkpoint(store: Any, run: dict[str, Any]) -> Path:
             f"run {run['id']} ({run['experiment']}/{run['variant']}, status {run['status']}) kept "
             "no checkpoint: only finished train runs with train.checkpoint: true have one"
         )
-    candidates = [Path(recorded), Path(store.path).parent / "checkpoints" / Path(recorded).name]
-    for path in candidates:
-        if path.is_file():
-            return path.resolve()
+    found = locate_checkpoint(store.path, recorded)
+    if found is not None:
+        return found
+    candidates = checkpoint_candidates(store.path, recorded)
     raise CheckpointError(
         f"run {run['id']} recorded checkpoint {recorded}, but it is not there (also looked at "
         f"{candidates[1]}); the checkpoints folder was moved or deleted. Re-train the cell."

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Budget(BaseModel):
@@ -178,14 +178,40 @@ class Protocol(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     tune: bool = True  # search the grid per variant (needs >= 2 grid points)
-    baseline: str = "softmax"  # the variant every other is compared with, seed by seed
+    baseline: str = "softmax"  # the variant every other is compared with, seed by seed (with baselines: their first)
+    # several baselines, e.g. [softmax, linear]: one difference, interval and decision per baseline (the first leads)
+    baselines: list[str] | None = Field(None, min_length=1)
     interval: bool = True  # a paired 95% interval against the baseline (needs >= 2 seeds)
     choose_on: Literal["val"] = "val"  # the split the choice reads (never the test split)
     report_on: Literal["test"] = "test"  # the split the headline numbers come from
-    metric: Literal["loss", "accuracy"] = "loss"  # the test metric decisions read (accuracy: task answers)
+    # the test metric decisions read; default: accuracy (the task's answers) for task data, loss for text
+    metric: Literal["loss", "accuracy"] | None = None
     margin: float | None = Field(None, gt=0)  # equivalence margin in the metric's units (TOST); None: no equivalence
     tuning: Tuning | None = None  # successive halving on few seeds and a short budget before the reported runs
     expectations: list[Expectation] = []  # published findings this run checks, shown with what it found
+
+    @model_validator(mode="before")
+    @classmethod
+    def _baseline_leads(cls, raw: Any) -> Any:
+        """``baselines`` given: ``baseline`` is its first (stated both ways, they must agree)."""
+        listed = raw.get("baselines") if isinstance(raw, dict) else None
+        if not (isinstance(listed, list) and listed and isinstance(listed[0], str)):
+            return raw
+        if raw.get("baseline", listed[0]) != listed[0]:
+            raise ValueError(f"protocol.baseline {raw['baseline']!r} is not the first of protocol.baselines "
+                             f"{listed}; give one of the two, or list {raw['baseline']!r} first")
+        return {**raw, "baseline": listed[0]}
+
+    @field_validator("baselines")
+    @classmethod
+    def _distinct(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and len(set(v)) != len(v):
+            raise ValueError(f"protocol.baselines names a variant twice: {v}; list each baseline once")
+        return v
+
+    def compared_with(self) -> list[str]:
+        """The baselines, the leading one first."""
+        return list(self.baselines or [self.baseline])
 
 
 OPTION_PREFIX = "variant_options."  # grid keys variant_options.<variant>.<option> sweep a variant's own knob

@@ -112,9 +112,12 @@ def expand(
             except UnknownVariantError as exc:
                 raise suite_error_at(suite, ("experiments", ei, "variants", vi), str(exc)) from None
         protocol = getattr(exp, "protocol", None)
-        if protocol is not None and protocol.baseline not in names:
-            raise suite_error_at(suite, ("experiments", ei, "protocol", "baseline"),
-                                 unknown_variant_message(protocol.baseline, names))
+        listed = protocol.compared_with() if protocol is not None else []
+        for bi, baseline in enumerate(listed):
+            if baseline not in names:
+                where = ("baselines", bi) if protocol.baselines else ("baseline",)
+                raise suite_error_at(suite, ("experiments", ei, "protocol", *where),
+                                     unknown_variant_message(baseline, names))
         for name in exp.variant_options:
             if name not in names:
                 raise suite_error_at(suite, ("experiments", ei, "variant_options", name),

@@ -45,7 +45,8 @@ SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
      "train: {budget: {steps: 500}, batch_size: 8, seq_len: 128, lr: 3.0e-3}"),
     ("Protocol (train experiments)", base.Protocol, "protocol",
      "protocol: {baseline: softmax, metric: loss, margin: 0.05,\n"
-     "           tuning: {seeds: [0], budget: {steps: 200}, eta: 2}}"),
+     "           tuning: {seeds: [0], budget: {steps: 200}, eta: 2}}\n"
+     "protocol: {baselines: [softmax, linear]}   # a Δ column, interval and decision against each"),
     ("Tuning by successive halving", base.Tuning, "protocol.tuning",
      "tuning: {seeds: [0], budget: {steps: 200}, eta: 2}"),
     ("Published expectations", base.Expectation, "protocol.expectations[]",
@@ -136,6 +137,8 @@ WHERE_FILES_GO = """\
   for the default store); `attnbench report --out DIR` writes elsewhere.
 - **Checkpoints**: `checkpoints/` beside the store (final models of `train` cells with
   `checkpoint: true`, and resumable training states every `checkpoint_interval` steps).
+  `attnbench checkpoints [--suite S] [--variant V] [--chosen]` says which `<cell key>.pt` is
+  which run; `attnbench export --best VARIANT --experiment E OUT` exports the chosen one.
 - **Tokenizers**: a `bpe` tokenizer is trained locally on the training text; a `pretrained`
   one is read from `tokenizer_name`, which is a hub name or a `tokenizer.json` / folder
   relative to the suite file.

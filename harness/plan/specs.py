@@ -74,9 +74,13 @@ class TrainExperiment(ExperimentBase):
             what = ("data.test_examples (e.g. 256)" if self.data.source == "task"
                     else "data.test_fraction (e.g. 0.05) or data.test_path (a separate file)")
             raise ValueError(f"protocol reports on a test split, and this experiment's data has none; set {what}")
-        if isinstance(self.variants, list) and p.baseline not in self.variants:
-            raise ValueError(f"protocol.baseline {p.baseline!r} is not among this experiment's variants "
-                             f"{self.variants}; add it to 'variants' or name another baseline")
+        if isinstance(self.variants, list):
+            for where, name in baseline_keys(p):
+                if name not in self.variants:
+                    raise ValueError(f"{where} {name!r} is not among this experiment's variants {self.variants}; "
+                                     "add it to 'variants' or name another baseline")
+        if p.metric is None:  # a task is read by its answers, text by its loss
+            p = self.protocol = p.model_copy(update={"metric": "accuracy" if self.data.source == "task" else "loss"})
         if p.metric == "accuracy" and self.data.source != "task":
             raise ValueError("protocol.metric: accuracy reads a task's answers, and this experiment's data is "
                              f"{self.data.source!r} text; use metric: loss or a task source")
@@ -102,6 +106,13 @@ class TrainExperiment(ExperimentBase):
                              f"than train.budget ({full.model_dump(exclude_none=True)}): tuning is the short run")
         if not p.tune:
             raise ValueError("protocol.tuning searches the grid, and protocol.tune is false; remove one of them")
+
+
+def baseline_keys(p: Protocol) -> list[tuple[str, str]]:
+    """(key, variant) of each baseline, as a suite writes it: protocol.baselines[i] or protocol.baseline."""
+    if p.baselines:
+        return [(f"protocol.baselines[{i}]", name) for i, name in enumerate(p.baselines)]
+    return [("protocol.baseline", p.baseline)]
 
 
 SPEED_MODES = ("forward", "train_step", "decode")

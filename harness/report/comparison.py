@@ -11,9 +11,10 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.report.decision import TEST_TEXT, Decision
+from attnbench.report.decision import TEST_TEXT, UNDETERMINED, Decision
 from attnbench.report.document import Section
-from attnbench.report.paired import eval_settings, paired_decision, protocol_of, seed_values, setting_label
+from attnbench.report.paired import baselines_of, eval_settings, metric_of, paired_decision, protocol_of
+from attnbench.report.paired import seed_values, setting_label
 from attnbench.report.document import Table
 from attnbench.report.load import StoreData
 from attnbench.report.selection import Selection
@@ -108,16 +109,36 @@ def _speed_text(value: float | None, T: int | None) -> str:
     return MISSING if value is None else f"{value:.2f}x at T={T}"
 
 
-def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, baseline: str,
+def _against(data: StoreData, sel: Selection, base: Selection | None, metric: str, margin: float | None,
+             setting: dict[str, Any] | None) -> tuple[Decision, list[float]] | None:
+    """``sel`` against one baseline's row (None: ``sel`` is that baseline)."""
+    if base is sel:
+        return None
+    if base is None:  # the baseline did not run at this model size
+        return Decision(UNDETERMINED, None, None, None, 0, margin), []
+    return paired_decision(data, sel, base, metric, margin, setting)
+
+
+def _vs_columns(name: str, found: tuple[Decision, list[float]] | None) -> dict[str, Any]:
+    """The raw columns of one further baseline: vs_<name>_diff_mean, ..._decision."""
+    d = found[0] if found else None
+    return {f"vs_{name}_decision": "baseline" if d is None else d.outcome,
+            f"vs_{name}_decision_text": "baseline" if d is None else d.text(decimals=DECIMALS),
+            f"vs_{name}_diff_mean": d and d.mean, f"vs_{name}_diff_lo": d and d.lo,
+            f"vs_{name}_diff_hi": d and d.hi, f"vs_{name}_n": d.n if d else None}
+
+
+def _row(data: StoreData, exp: str, sel: Selection, bases: dict[str, Selection | None],
          speed: dict[str, dict[str, dict[int, float]]], noisy: dict[str, int],
          setting: dict[str, Any] | None = None) -> tuple[dict, dict]:
-    """One decided comparison: ``sel`` against ``base`` on the protocol's metric, overall or
-    at one evaluation ``setting``."""
+    """One decided comparison: ``sel`` against each baseline of ``bases`` (the leading one
+    first) on the protocol's metric, overall or at one evaluation ``setting``."""
     protocol = protocol_of(sel)
-    metric, margin = protocol.get("metric", "loss"), protocol.get("margin")
-    is_base = sel is base
-    d, diffs = paired_decision(data, sel, base, metric, margin, setting) if base is not None and not is_base \
-        else (Decision("baseline", None, None, None, 0, margin), [])
+    metric, margin = metric_of(protocol), protocol.get("margin")
+    found = {name: _against(data, sel, base, metric, margin, setting) for name, base in bases.items()}
+    baseline = next(iter(bases))
+    lead = found[baseline]
+    d, diffs = lead if lead is not None else (Decision("baseline", None, None, None, 0, margin), [])
     loss = mean_ci(seed_values(data, sel, "loss", setting).values())
     acc = mean_ci(seed_values(data, sel, "accuracy", setting).values())
     value = acc if metric == "accuracy" else loss
@@ -128,19 +149,26 @@ def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, base
     if noisy.get(sel.variant):
         flags.append(f"{noisy[sel.variant]} noisy speed point(s)")
     label = exp if setting is None else f"{exp} @ {setting_label(setting)}"
+    chosen = sel.chosen_run()
     raw = {"experiment": exp, "setting": setting_label(setting), "setting_options": json.dumps(setting)
            if setting else None, "variant": sel.label, "variant_options": key_of(sel.options), "model": sel.model_label,
-           "chosen_point": point_text(sel.point), "grid_points": sel.n_points, "metric": metric, "margin": margin,
+           "chosen_point": point_text(sel.point), "grid_points": sel.n_points,
+           "key": None if chosen is None else chosen["cell_key"], "keys": " ".join(sel.keys()),
+           "metric": metric, "margin": margin,
            "decision": d.outcome, "decision_text": d.text(decimals=DECIMALS), "value_mean": value.mean, "value_lo": value.lo,
            "value_hi": value.hi, "baseline": baseline, "diff_mean": d.mean, "diff_lo": d.lo, "diff_hi": d.hi, "n": d.n,
-           "diffs_by_seed": ", ".join(f"{x:+.4f}" for x in diffs), "test_loss_mean": loss.mean,
+           "diffs_by_seed": ", ".join(f"{x:+.4f}" for x in diffs),
+           "baselines": ", ".join(bases), **{k: v for name in list(bases)[1:] for k, v in
+                                             _vs_columns(name, found[name]).items()},
+           "test_loss_mean": loss.mean,
            "test_accuracy": acc.mean, "train_step_speedup": train_x, "train_step_T": train_T,
            "decode_speedup": dec_x, "decode_T": dec_T, "state_elements": states[0] if states else None,
            "gate": _gate_text(sel), "flags": "; ".join(flags)}
     view = {
         "experiment": label, "variant": sel.label, "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points})",
         "metric (margin)": metric + (f" (±{margin:g})" if margin else ""),
-        f"Δ vs {baseline} [95% CI], n, decision": "baseline" if is_base else d.text(decimals=DECIMALS),
+        **{f"Δ vs {name} [95% CI], n, decision": "baseline" if f is None else f[0].text(decimals=DECIMALS)
+           for name, f in found.items()},
         "test loss": num(loss.mean), "test accuracy": num(acc.mean, 3),
         "train-step speedup": _speed_text(train_x, train_T), "decode speedup / token": _speed_text(dec_x, dec_T),
         "state size": fact_text(sel.runs["summary"], "state_elements", lambda v: bytes_text(4 * v)),
@@ -149,40 +177,49 @@ def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, base
     return raw, view
 
 
+def _baseline_rows(sels: list[Selection], names: list[str]) -> dict[str, dict[int, Selection]]:
+    """Per baseline, its row per model size: the one with no differing options first."""
+    out: dict[str, dict[int, Selection]] = {name: {} for name in names}
+    for s in sels:
+        if s.variant in out and (s.model not in out[s.variant] or s.label == s.variant):
+            out[s.variant][s.model] = s
+    return out
+
+
 def summary_table(data: StoreData) -> Table | None:
     train = data.runs_of("train")
     speed = {mode: speed_times(data, mode) for mode in ("train_step", "decode")}
     noisy = noisy_counts(data)
-    raws, views, baselines, margins = [], [], set(), set()
+    raws, views, baselines, margins = [], [], {}, set()
     for exp in dict.fromkeys(train["experiment"]):
         runs = train[train["experiment"] == exp]
         if not any(is_number(s.get("test_loss")) for s in runs["summary"]):
             continue  # no test split: nothing to report against
         protocol = _protocol(runs)
-        baseline = protocol.get("baseline", DEFAULT_BASELINE)
-        baselines.add(baseline)
-        margins.add(f"{exp}: {protocol.get('metric', 'loss')} ±{protocol['margin']:g}" if protocol.get("margin")
+        names = baselines_of(protocol, DEFAULT_BASELINE)
+        baselines.update(dict.fromkeys(names))
+        margins.add(f"{exp}: {metric_of(protocol)} ±{protocol['margin']:g}" if protocol.get("margin")
                     else f"{exp}: no margin stated (no equivalence decision)")
         sels = select(runs)
-        bases: dict[int, Selection] = {}
-        for s in sels:  # the baseline row per model size: the one with no differing options first
-            if s.variant == baseline and (s.model not in bases or s.label == baseline):
-                bases[s.model] = s
-        for sel in sorted(sels, key=lambda s: (s is not bases.get(s.model), s.model, s.label)):
-            settings = eval_settings(sel) if protocol.get("metric") == "accuracy" else []
+        bases = _baseline_rows(sels, names)
+        rank = {id(b): i for i, name in enumerate(names) for b in bases[name].values()}
+        for sel in sorted(sels, key=lambda s: (rank.get(id(s), len(names)), s.model, s.label)):
+            settings = eval_settings(sel) if metric_of(protocol) == "accuracy" else []
             for setting in [None, *(settings if len(settings) > 1 else [])]:
-                raw, view = _row(data, exp, sel, bases.get(sel.model), baseline, speed, noisy, setting)
+                mine = {name: bases[name].get(sel.model) for name in names}
+                raw, view = _row(data, exp, sel, mine, speed, noisy, setting)
                 raws.append(raw)
                 views.append(view)
     if not raws:
         return None
     note = (f"Each variant at its own chosen grid point (lowest mean validation loss over its seeds); the "
-            f"numbers are on the test split, which took no part in that choice. Δ = variant - "
-            f"{' / '.join(sorted(baselines))} on the same seed (same batches in the same order); decision: "
-            f"{TEST_TEXT}; margins: {'; '.join(sorted(margins))}. Speedups: baseline time / variant time at "
-            "the longest T both timed (> 1 is faster). State size: fp32 recurrent state at the training length.")
+            f"numbers are on the test split, which took no part in that choice. Δ = variant - baseline "
+            f"({' / '.join(baselines)}), one column per baseline, on the same seed (same batches in the same "
+            f"order); decision: {TEST_TEXT}; margins: {'; '.join(sorted(margins))}. Speedups: the (first) "
+            "baseline's time / variant time at the longest T both timed (> 1 is faster). State size: fp32 "
+            "recurrent state at the training length.")
     return Table("summary", "Summary: each variant against the baseline (test split)", pd.DataFrame(raws),
-                 pd.DataFrame(views), note)
+                 pd.DataFrame(views).fillna(MISSING), note)
 
 
 def _pivot_table(data: StoreData, baseline: str = DEFAULT_BASELINE) -> Table | None:

@@ -9,7 +9,7 @@ from attnbench.report.decision import EQUIVALENT, UNDETERMINED
 from attnbench.report.document import Section
 from attnbench.report.document import Table
 from attnbench.report.load import StoreData
-from attnbench.report.paired import paired_decision, protocol_of, setting_label
+from attnbench.report.paired import metric_of, paired_decision, protocol_of, setting_label
 from attnbench.report.selection import select
 
 AGREES, DISAGREES = "agrees", "disagrees"
@@ -33,7 +33,7 @@ def expectation_rows(data: StoreData) -> list[dict]:
             continue
         protocol = protocol_of(sels[0])
         by_variant = {s.variant: s for s in sels}
-        metric, margin = protocol.get("metric", "loss"), protocol.get("margin")
+        metric, margin = metric_of(protocol), protocol.get("margin")
         for e in protocol.get("expectations") or []:
             versus = e.get("versus") or protocol.get("baseline", "softmax")
             mine, theirs = by_variant.get(e["variant"]), by_variant.get(versus)

@@ -59,6 +59,18 @@ def _by_setting(rows: pd.DataFrame) -> str:
     return f"; by {keys} {' / '.join(labels)}: {' / '.join(found)}"
 
 
+def further_baselines(row: pd.Series) -> list[str]:
+    """The baselines of a summary row after the leading one."""
+    names = row.get("baselines")
+    return str(names).split(", ")[1:] if isinstance(names, str) else []
+
+
+def _further(row: pd.Series) -> str:
+    """'; vs linear -0.12 [...], n=3, better' per further baseline the row is not itself."""
+    return "".join(f"; vs {b} {row[f'vs_{b}_decision_text']}" for b in further_baselines(row)
+                   if row.get(f"vs_{b}_decision") != "baseline")
+
+
 def _speed(variant: str, baseline: str, rounds: dict[str, Rounds]) -> str:
     mine, theirs = rounds.get(variant, {}), rounds.get(baseline, {})
     parts = []
@@ -76,8 +88,8 @@ def sentence(variant: str, table: pd.DataFrame, rounds: dict[str, Rounds], state
     for exp in dict.fromkeys(mine["experiment"]):
         rows = mine[mine["experiment"] == exp]
         head = rows[rows["setting"] == "all test sets"].iloc[0]
-        parts.append(f"{exp} {head['metric']} {_value(head['metric'], head['value_mean'])} ({head['decision_text']})"
-                     + _by_setting(rows[rows["setting"] != "all test sets"]))
+        parts.append(f"{exp} {head['metric']} {_value(head['metric'], head['value_mean'])} ({head['decision_text']}"
+                     f"{_further(head)})" + _by_setting(rows[rows["setting"] != "all test sets"]))
     speed = _speed(variant, mine["baseline"].iloc[0], rounds)
     if speed:
         parts.append(speed)
@@ -125,6 +137,7 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
         if is_number(e):
             state.setdefault(v, 4.0 * float(e))
     baselines = list(dict.fromkeys(rows["baseline"]))
+    further = list(dict.fromkeys(b for _, r in rows.iterrows() for b in further_baselines(r)))
     sentences = [baseline_sentence(b, rows, rounds, state) for b in baselines]
     sentences += [sentence(v, rows, rounds, state) for v in variants
                   if not (rows.loc[rows["variant"] == v, "decision"] == "baseline").all()]
@@ -134,8 +147,9 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
     figure = tradeoff_figure(overall, palette, T)
     margins = ", ".join(f"{e} {m} ±{g:g}" if is_number(g) else f"{e} {m}: none stated" for e, m, g in
                         dict.fromkeys(zip(overall["experiment"], overall["metric"], overall["margin"])))
+    also = "".join(f"; then vs {b}" for b in further)
     return Section(ANSWER, intro=(
         f"Each variant at its chosen grid point on the test split: value (Δ vs {' / '.join(baselines)} [95% "
-        f"interval], seeds, decision). Decision: {TEST_TEXT}; margins: {margins}. Train step: the baseline's "
-        "time / the variant's (> 1 is faster), 95% interval from the timing rounds."),
+        f"interval], seeds, decision{also}). Decision: {TEST_TEXT}; margins: {margins}. Train step: the "
+        "baseline's time / the variant's (> 1 is faster), 95% interval from the timing rounds."),
         notes=sentences, figures=[figure] if figure else [])

@@ -20,6 +20,16 @@ def protocol_of(sel: Selection) -> dict[str, Any]:
     return {}
 
 
+def metric_of(protocol: dict[str, Any]) -> str:
+    """The metric decisions read (stores written before it defaulted by data kind say loss)."""
+    return protocol.get("metric") or "loss"
+
+
+def baselines_of(protocol: dict[str, Any], default: str = "softmax") -> list[str]:
+    """The protocol's baselines, the leading one first (``baselines``, else the one ``baseline``)."""
+    return list(protocol.get("baselines") or [protocol.get("baseline") or default])
+
+
 def eval_settings(sel: Selection) -> list[dict[str, Any]]:
     """The task settings the experiment scores separately (empty for text)."""
     for config in sel.runs["config"]:

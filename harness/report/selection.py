@@ -46,6 +46,21 @@ class Selection:
     def n_points(self) -> int:
         return max(self.tried, len(self.points))
 
+    def chosen_run(self) -> pd.Series | None:
+        """The one run that stands for this selection (what ``export --best`` exports): the
+        finished seed of the chosen point with the lowest validation loss, chosen on validation
+        like the point (ties: the lowest seed); None when no seed finished."""
+        done = [(loss, seed, pos) for pos, (status, seed, summary) in
+                enumerate(zip(self.runs["status"], self.runs["seed"], self.runs["summary"]))
+                if status == "done" and (loss := _loss(summary)) is not None]
+        if not done:
+            return None
+        return self.runs.iloc[min(done)[2]]
+
+    def keys(self) -> list[str]:
+        """The cell keys of the chosen point's runs, by seed."""
+        return [str(k) for _, k in sorted(zip(self.runs["seed"], self.runs["cell_key"]), key=lambda sk: sk[0])]
+
 
 def fixed_options(variant: str, coords: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """A run's variant options (from its model config) less those its grid point sweeps."""

@@ -108,6 +108,7 @@ def _row(data: StoreData, sel: Selection) -> tuple[dict[str, Any], dict[str, Any
         "model": sel.model_label,
         "objective": "cross-entropy + auxiliary: " + ", ".join(aux) if aux else "cross-entropy",
         "grid_point": point_text(sel.point), "grid_points_tried": sel.n_points,
+        "key": None if (chosen := sel.chosen_run()) is None else chosen["cell_key"], "keys": " ".join(sel.keys()),
         "seeds_done": len(done), "seeds": len(runs),
     }
     view: dict[str, Any] = {"variant": sel.label, "model": sel.model_label, "objective": raw["objective"],
