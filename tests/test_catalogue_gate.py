@@ -69,3 +69,68 @@ def test_a_store_that_fills_up_while_verdicts_are_written_says_so_and_keeps_what
     assert "Free disk space" in err and "cannot rollback" not in err
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT * FROM checks ORDER BY check_name").fetchall() == before
+
+
+# -- item 7: gate messages name the broken rule, not only the symptom -----------------------
+
+def _failure(out: str, variant: str, check: str) -> str:
+    """The detail line `attnbench check` prints for one failed or errored check."""
+    prefix = f"{variant} / {check}: "
+    lines = [line for line in out.splitlines() if line.startswith(prefix)]
+    assert len(lines) == 1, out
+    return lines[0]
+
+
+def test_a_step_that_mutates_its_state_is_named(tmp_path, rules, capsys):
+    """Before: "incremental_equals_parallel: FAIL 3.82e-03 ... worst at backbone, stepping
+    twice from the state saved at 160". After: the rule first, with how to keep it."""
+    code, out, err = _check(tmp_path, capsys, "mutates_state")
+    assert code == 1, (out, err)
+    line = _failure(out, "mutates_state", "incremental_equals_parallel")
+    assert ": FAIL " in line and "step modified the state it was given (backbone: stepping twice from the state " \
+                                 "saved at 160 gave logits" in line, line
+    assert "the first step changed that state's values in place" in line and "not `total.add_(s)`" in line
+    assert "0/1 variants passed" in out
+
+
+def test_a_step_that_keeps_its_state_on_the_module_is_named(tmp_path, rules, capsys):
+    code, out, err = _check(tmp_path, capsys, "state_on_module")
+    assert code == 1, (out, err)
+    line = _failure(out, "state_on_module", "incremental_equals_parallel")
+    assert "step's result depends on more than the state it was given (backbone: stepping twice from the state " \
+           "saved at 160 gave logits" in line and "the state unchanged" in line, line
+    assert "none on the module" in line and "step modified" not in line
+
+
+def test_an_overflow_at_trained_magnitudes_is_not_called_a_leak(tmp_path, rules, capsys):
+    """Before: "leak_at_scale: FAIL nan ... worst at weights x16, perturbed after t=40" (and
+    float64_at_scale the same), while finite_long_inputs passed. After: non-finite output."""
+    code, out, err = _check(tmp_path, capsys, "overflows_at_scale")
+    assert code == 1, (out, err)
+    assert "overflows_at_scale / finite_long_inputs" not in out  # passed: finite at init weights, inputs x10
+    leak = _failure(out, "overflows_at_scale", "leak_at_scale")
+    assert "non-finite output at weights x16 (first at position" in leak and "not a leak" in leak, leak
+    assert "perturbed after" not in leak and "outputs must stay finite at the magnitudes trained models reach" in leak
+    f64 = _failure(out, "overflows_at_scale", "float64_at_scale")
+    assert "non-finite fp32 output at weights x16, where float64 stays finite" in f64, f64
+    assert "worst at" not in leak + f64
+
+
+@pytest.mark.parametrize("variant, cast_line, error", [
+    ("float32_inside", "s = q.float() @ k", "RuntimeError: expected scalar type Double but found Float (at "
+                                             "rule_breakers.py:{line})"),
+    ("returns_float32", ".float()  # (B, T, D) the bug", "mixer ReturnsFloat32.forward returned torch.float32 "
+                                                          "for a torch.float64 input"),
+], ids=["float32-operand", "float32-result"])
+def test_a_mixer_that_cannot_take_float64_is_told_the_rule_and_the_line(tmp_path, rules, capsys, variant,
+                                                                         cast_line, error):
+    """Before: only the dtype error ("RuntimeError: expected scalar type Double but found Float",
+    or "returned torch.float32 for a torch.float64 input"). After: the rule, and the cast's line."""
+    source = (Path(__file__).parent / "rule_breakers.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if cast_line in text)
+    code, out, err = _check(tmp_path, capsys, variant)
+    assert code == 1, (out, err)
+    detail = _failure(out, variant, "float64_at_scale")
+    assert f": ERROR -: ContractError: mixers must accept float64 (a .float() cast at rule_breakers.py:{line}?): " \
+           "with a float64 input, " in detail, detail
+    assert error.format(line=line) in detail, detail
