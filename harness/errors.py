@@ -6,6 +6,19 @@ The CLI turns these into one-line messages in exactly one place
 
 from __future__ import annotations
 
+QUOTE_LIMIT = 200  # characters of a user's value that a message quotes
+
+
+def shortened(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` cut to about ``limit`` characters, saying how long it was (a value in a suite
+    can be megabytes long; a message needs only enough of it to recognise it)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` for a message, ``shortened``."""
+    return shortened(repr(value), limit)
+
 
 class AttnbenchError(Exception):
     """Base class: a problem the user can fix; the message says what, where and how."""

@@ -58,6 +58,10 @@ def _data_file(content: bytes, extra: str = ""):
     return setup
 
 
+# Nested aliases, 9 of each level: 9**6 = 531,441 values once expanded (the classic "billion laughs" at 9**9).
+_LAUGHS = "x-lol0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"x-lol{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 7))
+
 CASES = [
     Case("budget-seconds-inf", _validate(suite_text(budget="{seconds: .inf}")),
          ["s.yaml:", "budget.seconds", "finite"]),
@@ -103,6 +107,23 @@ CASES = [
     Case("plugins-env-hides-task", _validate(suite_text(
         data="{source: task, task: mqar, task_options: {vocab_size: 64, seq_len: 64, num_kv_pairs: 4}}")),
          ["unknown task 'mqar'", "ATTNBENCH_PLUGINS='softmax'", "unset it"], env={"ATTNBENCH_PLUGINS": "softmax"}),
+    # issue 28, item 5: a RecursionError traceback, a multi-megabyte message, a 100 kB one before
+    Case("yaml-nested-20000-deep", _validate("version: 1\nname: deep\nexperiments: " + "[" * 20000 + "]" * 20000),
+         ["s.yaml:3:", "nest more than 64 levels deep", "(the limit)", "Remove the extra"]),
+    Case("yaml-deep-through-an-alias", _validate(suite_text() + "x-deep: &d " + "[" * 40 + "]" * 40 + "\n"
+                                                 + "x-deeper: " + "[" * 30 + "*d" + "]" * 30 + "\n"),
+         ["s.yaml:13:", "more than 64 levels deep once the alias *d is expanded"]),
+    Case("yaml-alias-bomb", _validate(suite_text() + _LAUGHS),
+         ["s.yaml:17:", "more than 100,000 values (the limit)", "aliases of aliases multiply", "fewer times"]),
+    Case("yaml-alias-inside-its-anchor", _validate(suite_text() + "x-loop: &a [1, *a]\n"),
+         ["s.yaml:12:", "alias *a is used inside the value its anchor names", "only after"]),
+    Case("set-nested-too-deep", lambda tmp: ["validate", str(_suite(tmp, suite_text())), "--set",
+                                             "defaults.train.lr=" + "[" * 100 + "]" * 100],
+         ["--set 'defaults.train.lr=[[[", "(220 characters)", "nest more than 64 levels deep"]),
+    Case("absurdly-long-variant-name", _validate(suite_text().replace("[softmax]", "['" + "a" * 100_000 + "']")),
+         ["s.yaml:10:", "unknown variant 'aaaa", "... (100,002 characters). Available:"]),
+    Case("absurdly-long-value", _validate(suite_text(data="{source: '" + "b" * 100_000 + "'}")),
+         ["s.yaml:5:", "data.source", "(got 'bbbb", "... (100,002 characters))"]),
 ]
 
 
@@ -127,6 +148,7 @@ def test_bad_input_gets_a_clear_message(tmp_path, case, capsys, monkeypatch):
     out, err = capsys.readouterr()
     assert code == case.code, (code, out, err[-2000:])
     assert "Traceback" not in err and "Traceback" not in out
+    assert len(err) < 2000, f"a {len(err):,}-character message: {err[:500]}"  # quoted values are cut
     for needle in case.names:
         assert needle in err, f"{needle!r} not in: {err}"
 

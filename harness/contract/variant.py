@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from attnbench.contract.config import ModelConfig
+from attnbench.errors import quoted, shortened
 
 DecodeKind = Literal["kv_cache", "recurrent", "window", "none"]
 DECODE_KINDS: tuple[str, ...] = ("kv_cache", "recurrent", "window", "none")
@@ -116,7 +117,7 @@ class Variant:
         if self.options is None:
             if raw:
                 raise ValueError(
-                    f"variant {self.name!r} takes no options, got {sorted(raw)}; "
+                    f"variant {self.name!r} takes no options, got {quoted(sorted(raw))}; "
                     "remove 'variant_options'"
                 )
             return None
@@ -124,13 +125,13 @@ class Variant:
         unknown = sorted(set(raw) - set(known))
         if unknown:
             raise ValueError(
-                f"unknown option(s) {unknown} for variant {self.name!r}; "
+                f"unknown option(s) {quoted(unknown)} for variant {self.name!r}; "
                 f"accepted: {sorted(known)}"
             )
         try:
             return self.options(**raw)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"invalid options for variant {self.name!r}: {exc}") from exc
+            raise ValueError(f"invalid options for variant {self.name!r}: {shortened(str(exc))}") from exc
 
 
 def state_tensors(state: Any) -> list[torch.Tensor]:

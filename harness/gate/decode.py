@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import numbers
 from typing import Any
@@ -48,7 +50,7 @@ def check_incremental(ctx: CheckContext) -> CheckResult:
     T, V = min(INCREMENTAL_T, ctx.config.context), ctx.config.vocab_size
     schedules = [(f"chunks of {n}", (n,)) for n in CHUNK_SIZES]
     schedules.append(("mixed chunks " + "/".join(map(str, MIXED_SCHEDULE)), MIXED_SCHEDULE))
-    worst, where, notes = 0.0, "", []
+    worst, where, notes, rules = 0.0, "", [], []
     for label, model in models(ctx):
         model.eval()
         idx = tokens(ctx, BATCH, T, offset=5)  # (B, T)
@@ -74,14 +76,64 @@ def check_incremental(ctx: CheckContext) -> CheckResult:
             # Branch: the same saved state stepped twice must give the same logits.
             P = T // 2
             _, saved = _step_through(model, idx[:, :P], (64,), fresh(), label, V)
+            kept = _snapshot(saved)
             first, _ = _step_through(model, idx[:, P : P + 7], (7,), saved, label, V)  # (B, 7, V)
+            changed = _changed(kept, saved)
             again, _ = _step_through(model, idx[:, P : P + 7], (7,), saved, label, V)  # (B, 7, V)
-            for dev in (rel_dev(again, first, scale), rel_dev(first, ref[:, P : P + 7], scale)):
+            branch = rel_dev(again, first, scale)
+            if not branch <= INCREMENTAL_TOL:  # NaN included
+                rules.append(_branch_rule(label, P, branch, changed))
+            for dev in (branch, rel_dev(first, ref[:, P : P + 7], scale)):
                 if is_worse(dev, worst):
                     worst, where = dev, f"{label}, stepping twice from the state saved at {P}"
-    detail = (f"max |step logits - forward logits| / max |logits| = {fmt(worst)} at T={T}"
+    detail = ("".join(f"{r}; " for r in rules)
+              + f"max |step logits - forward logits| / max |logits| = {fmt(worst)} at T={T}"
               + (f", worst at {where}" if where else "") + "".join(f"; {n}" for n in notes))
     return verdict(name, worst, INCREMENTAL_TOL, detail)
+
+
+def _snapshot(state: Any) -> list[Any]:
+    """Copies of a decode state's leaves (tensors cloned), to see whether ``step`` changed it."""
+    if isinstance(state, torch.Tensor):
+        return [state.detach().clone()]
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        return [x for f in dataclasses.fields(state) for x in _snapshot(getattr(state, f.name))]
+    if isinstance(state, dict):
+        return [x for v in state.values() for x in _snapshot(v)]
+    if isinstance(state, (tuple, list)):
+        return [x for v in state for x in _snapshot(v)]
+    return [copy.copy(state)]
+
+
+def _changed(kept: list[Any], state: Any) -> bool:
+    now = _snapshot(state)
+    if len(now) != len(kept):
+        return True
+    for a, b in zip(kept, now):
+        if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+            return True
+        if isinstance(a, torch.Tensor):
+            same = a.shape == b.shape and a.dtype == b.dtype and (torch.equal(a, b) or (
+                a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)))
+        else:
+            try:
+                same = bool(a == b)
+            except Exception:  # a leaf without a plain equality: not ours to judge
+                same = True
+        if not same:
+            return True
+    return False
+
+
+def _branch_rule(label: str, P: int, dev: float, changed: bool) -> str:
+    """The rule a failed branch (one saved state stepped twice) breaks, named."""
+    seen = f"{label}: stepping twice from the state saved at {P} gave logits {fmt(dev)} apart"
+    if changed:
+        return (f"step modified the state it was given ({seen}, and the first step changed that state's "
+                "values in place); step must leave its input state as it was and return a new one "
+                "(e.g. `total + s`, not `total.add_(s)` or `total[:] = ...`)")
+    return (f"step's result depends on more than the state it was given ({seen}, the state unchanged): "
+            "keep every running value in the state object, none on the module")
 
 
 def _n_params(module: nn.Module) -> int:

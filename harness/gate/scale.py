@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from attnbench.gate.common import CheckContext, CheckResult, ContractError, build_mixer, fmt, is_worse, layer_types, mixer_y, normal, verdict
+from attnbench.gate.float64 import float64_output
 
 SCALE_FACTORS = (1.0, 4.0, 16.0)  # projection weights x this
 EXTREME, EXTREME_POS = 2.0, 2  # one early token (and the first perturbed one) x this again
@@ -78,6 +79,21 @@ def _first_over(got: torch.Tensor, ref: torch.Tensor, scale: float, tol: float) 
     return int(bad[0, 0]) if len(bad) else None
 
 
+def _first_nonfinite(y: torch.Tensor) -> int | None:
+    """The first position t of y (B, T, D) holding a NaN or inf, None when all are finite."""
+    bad = (~torch.isfinite(y)).any(dim=0).any(dim=-1).nonzero()  # (k, 1)
+    return int(bad[0, 0]) if len(bad) else None
+
+
+def _overflow(what: str, factor: float, pos: int, where: str = "") -> str:
+    return f"non-finite {what} at weights x{factor:g}{where} (first at position {pos})"
+
+
+# Said after an overflow, in place of a figure that a NaN made meaningless.
+_OVERFLOW_RULE = ("outputs must stay finite at the magnitudes trained models reach (finite_long_inputs "
+                  "tries init weights, inputs x10): an exp without max-subtraction, or a sum that overflows fp32?")
+
+
 def _where(ctx: CheckContext, layer: int, label: str) -> str:
     """How a verdict names a layer: only a hybrid has several layer types."""
     return f"layer {layer} ({label}), " if getattr(ctx.variant, "parts", ()) else ""
@@ -91,41 +107,53 @@ def _magnitudes(factors: tuple[float, ...], ctx: CheckContext | None = None) -> 
             f"cuts t={'/'.join(map(str, SCALE_CUTS))}")
 
 
-def _leak(ctx: CheckContext, factor: float, amp: torch.dtype | None, tol: float) -> tuple[float, str]:
+def _leak(ctx: CheckContext, factor: float, amp: torch.dtype | None, tol: float) -> tuple[float, str, str]:
     """Worst relative change of outputs at <= t when positions > t change, over every layer
-    type; where it was."""
+    type, where it was, and a non-finite output that was not a leak (the mixer's own
+    overflow), if any."""
     worst, where = 0.0, ""
     for layer, label in layer_types(ctx):
-        dev, at = _leak_layer(ctx, factor, amp, tol, layer)
+        dev, at, overflow = _leak_layer(ctx, factor, amp, tol, layer)
+        if overflow:
+            return dev, "", _where(ctx, layer, label) + overflow
         if is_worse(dev, worst):
             worst, where = dev, _where(ctx, layer, label) + at
-    return worst, where
+    return worst, where, ""
 
 
 def _leak_layer(ctx: CheckContext, factor: float, amp: torch.dtype | None, tol: float,
-                layer: int) -> tuple[float, str]:
+                layer: int) -> tuple[float, str, str]:
     mixer, x = _scaled_mixer(ctx, factor, layer=layer), _inputs(ctx)
     worst, where = 0.0, ""
     with torch.no_grad(), torch.autocast(ctx.device.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
         ref = mixer_y(mixer(x)).float()  # (B, T, D)
+        pos = _first_nonfinite(ref)
+        if pos is not None:  # no leak can be measured against a NaN
+            return math.nan, "", _overflow("output", factor, pos)
         for t in SCALE_CUTS:
             got = mixer_y(mixer(_perturbed(ctx, x, t))).float()  # (B, T, D)
+            past = _first_nonfinite(got[:, : t + 1])
+            later = _first_nonfinite(got[:, t + 1 :])
+            if past is None and later is not None:  # the perturbed positions overflow, not the past
+                return math.nan, "", _overflow("output", factor, t + 1 + later, f" with inputs perturbed after t={t}")
             scale = float(ref[:, : t + 1].abs().max())
             dev = float((got[:, : t + 1] - ref[:, : t + 1]).abs().max()) / max(scale, 1e-30)
-            if not math.isfinite(float(got.abs().max())):
-                dev = math.nan
+            dev = math.nan if past is not None else dev  # later inputs made earlier outputs NaN: a leak
             if is_worse(dev, worst):
-                first = _first_over(got[:, : t + 1], ref[:, : t + 1], scale, tol)
+                first = past if past is not None else _first_over(got[:, : t + 1], ref[:, : t + 1], scale, tol)
                 worst, where = dev, (f"weights x{factor:g}, perturbed after t={t}"
                                      + (f", first leaking position {first}" if first is not None else ""))
-    return worst, where
+    return worst, where, ""
 
 
 def check_leak_at_scale(ctx: CheckContext) -> CheckResult:
     """Outputs at <= t must not move when positions > t change, at every magnitude."""
     worst, where = 0.0, ""
     for factor in SCALE_FACTORS:
-        dev, at = _leak(ctx, factor, None, SCALE_LEAK_TOL)
+        dev, at, overflow = _leak(ctx, factor, None, SCALE_LEAK_TOL)
+        if overflow:
+            detail = f"{overflow}, not a leak: {_OVERFLOW_RULE}; {_magnitudes(SCALE_FACTORS, ctx)}"
+            return CheckResult("leak_at_scale", "fail", math.nan, SCALE_LEAK_TOL, detail)
         if is_worse(dev, worst):
             worst, where = dev, at
     detail = (f"max |d y[<=t]| / max |y[<=t]| = {fmt(worst)}" + (f", worst at {where}" if where else "")
@@ -159,6 +187,12 @@ def check_incremental_at_scale(ctx: CheckContext) -> CheckResult:
                 got = _step_all(mixer, x, size, torch.float32).float()  # (B, T, D)
                 if got.shape != ref.shape:
                     raise ContractError(f"step returned {tuple(got.shape)} in all; expected {tuple(ref.shape)}")
+                overflow = next((_where(ctx, layer, label) + _overflow(what, factor, pos) for what, pos in (
+                    ("forward output", _first_nonfinite(ref)), (f"step output (steps of {size})", _first_nonfinite(got)))
+                    if pos is not None), "")
+                if overflow:
+                    detail = f"{overflow}, so step and forward cannot be compared: {_OVERFLOW_RULE}; {_magnitudes(SCALE_FACTORS, ctx)}"
+                    return CheckResult(name, "fail", math.nan, SCALE_INCREMENTAL_TOL, detail)
                 dev = float((got - ref).abs().max()) / max(scale, 1e-30)
                 dev = dev if math.isfinite(float(got.abs().max())) else math.nan
                 if is_worse(dev, worst):
@@ -170,33 +204,43 @@ def check_incremental_at_scale(ctx: CheckContext) -> CheckResult:
     return verdict(name, worst, SCALE_INCREMENTAL_TOL, detail)
 
 
-def _against_float64(ctx: CheckContext, factor: float, amp: torch.dtype | None) -> float:
-    """max |y - y64| / max |y64| for one magnitude, worst over the layer types (y in fp32,
-    or under ``amp`` autocast)."""
+def _against_float64(ctx: CheckContext, factor: float, amp: torch.dtype | None) -> tuple[float, str]:
+    """max |y - y64| / max |y64| for one magnitude, worst over the layer types (y in fp32, or
+    under ``amp`` autocast), and which of the two outputs was non-finite, if one was."""
     worst = 0.0
-    for layer, _ in layer_types(ctx):
-        dev = _against_float64_layer(ctx, factor, amp, layer)
+    for layer, label in layer_types(ctx):
+        dev, overflow = _against_float64_layer(ctx, factor, amp, layer)
+        if overflow:
+            return dev, _where(ctx, layer, label) + overflow
         worst = dev if is_worse(dev, worst) else worst
-    return worst
+    return worst, ""
 
 
-def _against_float64_layer(ctx: CheckContext, factor: float, amp: torch.dtype | None, layer: int) -> float:
+def _against_float64_layer(ctx: CheckContext, factor: float, amp: torch.dtype | None,
+                           layer: int) -> tuple[float, str]:
     x = _inputs(ctx)
     with torch.no_grad():
-        y64 = mixer_y(_scaled_mixer(ctx, factor, torch.float64, layer)(x.double()))  # (B, T, D)
-        if y64.dtype != torch.float64:
-            raise ContractError(f"mixer returned {y64.dtype} for a float64 input; expected float64")
         with torch.autocast(ctx.device.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
             y = mixer_y(_scaled_mixer(ctx, factor, layer=layer)(x)).double()  # (B, T, D)
+        # After fp32 ran: an error here is float64's alone.
+        y64 = float64_output(_scaled_mixer(ctx, factor, torch.float64, layer), x.double())  # (B, T, D)
+    for what, where, out in (("output", " even in float64", y64),
+                             (f"{'fp32' if amp is None else 'autocast'} output", ", where float64 stays finite", y)):
+        pos = _first_nonfinite(out)
+        if pos is not None:
+            return math.nan, _overflow(what, factor, pos, where)
     dev = float((y - y64).abs().max()) / max(float(y64.abs().max()), 1e-300)
-    return dev if math.isfinite(dev) else math.nan
+    return (dev if math.isfinite(dev) else math.nan), ""
 
 
 def check_float64_at_scale(ctx: CheckContext) -> CheckResult:
     """The fp32 mixer agrees with the same mixer in float64, at every magnitude."""
     worst, where = 0.0, ""
     for factor in SCALE_FACTORS:
-        dev = _against_float64(ctx, factor, None)
+        dev, overflow = _against_float64(ctx, factor, None)
+        if overflow:
+            detail = f"{overflow}: {_OVERFLOW_RULE}; {_magnitudes(SCALE_FACTORS, ctx)}"
+            return CheckResult("float64_at_scale", "fail", math.nan, FLOAT64_TOL, detail)
         if is_worse(dev, worst):
             worst, where = dev, f"weights x{factor:g}"
     detail = (f"max |y32 - y64| / max |y64| = {fmt(worst)}" + (f", worst at {where}" if where else "")
@@ -214,11 +258,13 @@ def check_autocast_at_scale(ctx: CheckContext) -> CheckResult:
     for label, (leak_tol, f64_tol, factors) in AUTOCAST_TOL.items():
         amp = _AUTOCAST_DTYPES[label]
         for factor in factors:
-            leak, at = _leak(ctx, factor, amp, leak_tol)
-            agree = _against_float64(ctx, factor, amp)
+            leak, at, overflow = _leak(ctx, factor, amp, leak_tol)
+            agree, overflow64 = _against_float64(ctx, factor, amp)
             ok = all(math.isfinite(v) for v in (leak, agree)) and leak <= leak_tol and agree <= f64_tol
             worst = leak if is_worse(leak, worst) else worst
-            parts.append(f"{label} x{factor:g}: leak {fmt(leak)} (tol {leak_tol:g}), vs float64 "
-                         f"{fmt(agree)} (tol {f64_tol:g})" + ("" if ok else f" FAIL at {at}"))
+            overflow = overflow or overflow64
+            parts.append(f"{label} x{factor:g}: " + (f"{overflow} FAIL" if overflow else (
+                f"leak {fmt(leak)} (tol {leak_tol:g}), vs float64 {fmt(agree)} (tol {f64_tol:g})"
+                + ("" if ok else f" FAIL at {at}"))))
             status = status if ok else "fail"
     return CheckResult(name, status, worst, None, "; ".join(parts) + f"; {_magnitudes(SCALE_FACTORS, ctx)}")

@@ -16,7 +16,7 @@ from attnbench.data.spec import DataSpec
 from attnbench.data.files import check_data_files
 from attnbench.data.loading import vocab_size_for
 from attnbench.data.tasks import task_seq_len
-from attnbench.errors import DataError, UnknownVariantError
+from attnbench.errors import DataError, UnknownVariantError, quoted, shortened
 from attnbench.contract.variant import Variant
 from attnbench.registry.hybrid import is_hybrid_name, make_part
 from attnbench.registry.loader import Registry, unknown_variant_message
@@ -100,7 +100,7 @@ def expand(
                                    for n in (registry.names() if e.variants == "all" else e.variants)] + hybrids))
         missing = [n for n in only_variants if n not in runs]
         if missing:
-            raise UnknownVariantError(f"--variants names {', '.join(missing)}, which suite {suite.name!r} does "
+            raise UnknownVariantError(f"--variants names {shortened(', '.join(missing))}, which suite {quoted(suite.name)} does "
                                       f"not run; it runs: {', '.join(runs)}. Name some of those.")
     base = suite.path.parent if suite.path else Path.cwd()
     cells: list[Cell] = []
@@ -121,12 +121,12 @@ def expand(
         for name in exp.variant_options:
             if name not in names:
                 raise suite_error_at(suite, ("experiments", ei, "variant_options", name),
-                                     f"options given for {name!r}, which this experiment does not run")
+                                     f"options given for {quoted(name)}, which this experiment does not run")
         for key in getattr(exp, "grid", {}):
             opt = option_key(key)
             if opt is not None and opt[0] not in names:
                 raise suite_error_at(suite, ("experiments", ei, "grid", key),
-                                     f"grid key {key!r} sweeps an option of {opt[0]!r}, which this experiment "
+                                     f"grid key {quoted(key)} sweeps an option of {quoted(opt[0])}, which this experiment "
                                      f"does not run; it runs: {', '.join(names)}")
         data = exp.data.resolved(base) if getattr(exp, "data", None) else None
         vocab = _data_vocab(suite, ei, data, registry)

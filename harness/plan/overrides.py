@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-from attnbench.errors import SuiteError
+from attnbench.errors import SuiteError, quoted, shortened
+from attnbench.plan import bounded_yaml
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,13 @@ def parse_override(text: str) -> Override:
     key, sep, raw = text.partition("=")
     path = tuple(part.strip() for part in key.split("."))
     if not sep or not all(path):
-        raise SuiteError(f"--set {text!r}: write KEY=VALUE with a dotted key, e.g. --set defaults.train.lr=1e-3")
+        raise SuiteError(f"--set {quoted(text)}: write KEY=VALUE with a dotted key, e.g. --set defaults.train.lr=1e-3")
     try:
-        value = yaml.safe_load(raw)
+        _, value = bounded_yaml.load(raw)
+    except bounded_yaml.LimitError as exc:
+        raise SuiteError(f"--set {quoted(text)}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise SuiteError(f"--set {text!r}: the value is not valid YAML ({exc}); quote it or fix it") from None
+        raise SuiteError(f"--set {quoted(text)}: the value is not valid YAML ({exc}); quote it or fix it") from None
     return Override(text, path, _number(value) if isinstance(value, str) else value)
 
 
@@ -51,15 +54,15 @@ def _experiment_index(raw: dict[str, Any], name: str, ov: Override) -> int:
         return names.index(name)
     close = difflib.get_close_matches(name, [n for n in names if isinstance(n, str)], n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
-    raise SuiteError(f"--set {ov.text!r}: the suite has no experiment named {name!r}; {hint}"
-                     f"experiments: {names}")
+    raise SuiteError(f"--set {quoted(ov.text)}: the suite has no experiment named {quoted(name)}; {hint}"
+                     f"experiments: {quoted(names)}")
 
 
 def target(raw: dict[str, Any], ov: Override) -> tuple[Any, ...]:
     """The override's location in the merged suite (experiment names made indices)."""
     if ov.path[0] == "experiments":
         if len(ov.path) < 3:
-            raise SuiteError(f"--set {ov.text!r}: address a setting of one experiment, "
+            raise SuiteError(f"--set {quoted(ov.text)}: address a setting of one experiment, "
                              "e.g. experiments.NAME.seeds=[0,1]")
         return ("experiments", _experiment_index(raw, ov.path[1], ov), *ov.path[2:])
     return ov.path
@@ -98,7 +101,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[Override]) -> dict[str,
                 child = node[part] = {}
             if not isinstance(child, (dict, list)):
                 where = ".".join(map(str, ov.path[: i + 1]))
-                raise SuiteError(f"--set {ov.text!r}: {where} is {child!r}, not a mapping; "
+                raise SuiteError(f"--set {quoted(ov.text)}: {shortened(where)} is {quoted(child)}, not a mapping; "
                                  f"set {where} itself instead")
             node = child
         node[_key(node, loc[-1], ov, len(loc) - 1)] = copy.deepcopy(ov.value)
@@ -158,4 +161,4 @@ class CommandLine:
     """Stands in for a suite file in error messages about an override."""
 
     def __init__(self, ov: Override) -> None:
-        self.path = f"--set {ov.text}"
+        self.path = f"--set {shortened(ov.text)}"

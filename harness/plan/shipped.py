@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from attnbench.errors import SuiteError
+from attnbench.errors import SuiteError, shortened
 
 PACKAGE = "attnbench.suites"
 SUFFIXES = (".yaml", ".yml")
@@ -63,21 +63,28 @@ def _shipped_file(name: str) -> Path | None:
     return None
 
 
+def _exists(path: Path, kind: str) -> bool:
+    try:
+        return path.is_file() if kind == "file" else path.is_dir()
+    except OSError:  # a name too long for the file system, say: no such file
+        return False
+
+
 def resolve_suite(arg: str | Path) -> Path:
     """The suite file ``arg`` means: an existing path as given, else the shipped suite that a
     bare name (``quick``, ``quick.yaml``) names. Raises SuiteError listing the shipped names."""
-    text = str(arg)
-    if not text.strip():
+    text = shortened(str(arg))  # as messages quote it
+    if not str(arg).strip():
         raise SuiteError("no suite given: pass a suite YAML file's path or a shipped suite's name "
                          "(attnbench suites lists them)")
-    path = Path(text).expanduser()
-    if path.is_file():
+    path = Path(str(arg)).expanduser()
+    if _exists(path, "file"):
         return path
-    bare = path.name == text and not text.startswith(".")  # no folder in it
+    bare = path.name == str(arg) and not text.startswith(".")  # no folder in it
     stem = next((text[: -len(s)] for s in SUFFIXES if text.endswith(s)), text)
     if bare and (found := _shipped_file(stem)) is not None:
         return found
-    if path.is_dir():
+    if _exists(path, "dir"):
         raise SuiteError(f"{text} is a folder; pass a suite YAML file in it "
                          "or a shipped suite's name (attnbench suites lists them)")
     try:
@@ -86,7 +93,7 @@ def resolve_suite(arg: str | Path) -> Path:
         names = []
     shipped = ", ".join(names) or "(none installed)"
     if not bare:
-        raise SuiteError(f"suite file {text} not found (looked at {path.absolute()}); give an existing suite "
+        raise SuiteError(f"suite file {text} not found (looked at {shortened(str(path.absolute()))}); give an existing suite "
                          f"YAML file, or a shipped suite's name without a folder: {shipped}")
     close = difflib.get_close_matches(stem, names, n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from attnbench.data.spec import DataSpec
+from attnbench.errors import quoted
 from attnbench.plan.base import Budget, ExperimentBase, Protocol, TrainSpec, grid_points, option_key
 
 
@@ -36,15 +37,15 @@ class TrainExperiment(ExperimentBase):
         for key, values in grid.items():
             opt = option_key(key)
             if opt is not None and not (opt[0] and opt[1] and "." not in opt[1]):
-                raise ValueError(f"grid key {key!r}: write a variant's option as variant_options.VARIANT.OPTION "
+                raise ValueError(f"grid key {quoted(key)}: write a variant's option as variant_options.VARIANT.OPTION "
                                  "(e.g. variant_options.linear.feature_map)")
             if opt is None and key not in known:
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"grid key {key!r} is not a train setting{hint}; allowed: {sorted(known)}, "
+                raise ValueError(f"grid key {quoted(key)} is not a train setting{hint}; allowed: {sorted(known)}, "
                                  "or variant_options.VARIANT.OPTION")
             if not values:
-                raise ValueError(f"grid key {key!r} has no values")
+                raise ValueError(f"grid key {quoted(key)} has no values")
         return grid
 
     @model_validator(mode="after")
@@ -52,8 +53,8 @@ class TrainExperiment(ExperimentBase):
         for key in self.grid:
             opt = option_key(key)
             if opt is not None and isinstance(self.variants, list) and opt[0] not in self.variants:
-                raise ValueError(f"grid key {key!r} sweeps an option of {opt[0]!r}, which this experiment does not "
-                                 f"run (variants: {self.variants}); add it to 'variants' or correct the key")
+                raise ValueError(f"grid key {quoted(key)} sweeps an option of {quoted(opt[0])}, which this experiment "
+                                 f"does not run (variants: {quoted(self.variants)}); add it to 'variants' or correct the key")
         for point in grid_points(self.grid):
             TrainSpec.model_validate({**self.train.model_dump(),
                                       **{k: v for k, v in point.items() if option_key(k) is None}})
@@ -77,8 +78,8 @@ class TrainExperiment(ExperimentBase):
         if isinstance(self.variants, list):
             for where, name in baseline_keys(p):
                 if name not in self.variants:
-                    raise ValueError(f"{where} {name!r} is not among this experiment's variants {self.variants}; "
-                                     "add it to 'variants' or name another baseline")
+                    raise ValueError(f"{where} {quoted(name)} is not among this experiment's variants "
+                                     f"{quoted(self.variants)}; add it to 'variants' or name another baseline")
         if p.metric is None:  # a task is read by its answers, text by its loss
             p = self.protocol = p.model_copy(update={"metric": "accuracy" if self.data.source == "task" else "loss"})
         if p.metric == "accuracy" and self.data.source != "task":
@@ -89,8 +90,8 @@ class TrainExperiment(ExperimentBase):
         for i, e in enumerate(p.expectations):
             for role, name in (("variant", e.variant), ("versus", e.versus)):
                 if name is not None and isinstance(self.variants, list) and name not in self.variants:
-                    raise ValueError(f"protocol.expectations[{i}].{role} {name!r} is not among this "
-                                     f"experiment's variants {self.variants}")
+                    raise ValueError(f"protocol.expectations[{i}].{role} {quoted(name)} is not among this "
+                                     f"experiment's variants {quoted(self.variants)}")
             if e.setting is not None and e.setting not in self.data.eval_settings:
                 raise ValueError(f"protocol.expectations[{i}].setting {e.setting} is not one of data.eval_settings "
                                  f"{self.data.eval_settings}; name one of those")

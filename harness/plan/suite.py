@@ -29,7 +29,8 @@ from pydantic import (
     BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator,
 )
 
-from attnbench.errors import SuiteError
+from attnbench.errors import SuiteError, quoted, shortened
+from attnbench.plan import bounded_yaml
 from attnbench.plan import overrides as ov_
 from attnbench.plan.shipped import resolve_suite
 from attnbench.plan.specs import AnyExperiment
@@ -115,8 +116,9 @@ class _Source:
             raise SuiteError(f"{path}:1: the suite file is empty; a suite needs at least `version: 1` "
                              "and `experiments:` (see suites/smoke.yaml)")
         try:
-            self.node = yaml.compose(text)
-            self.data = yaml.safe_load(text)
+            self.node, self.data = bounded_yaml.load(text)
+        except bounded_yaml.LimitError as exc:
+            raise SuiteError(f"{path}:{exc.line}: {exc}") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
@@ -155,13 +157,20 @@ def _no_duplicate_keys(path: Path, node: Any) -> None:
             if isinstance(key, yaml.ScalarNode):
                 line = key.start_mark.line + 1
                 if key.value in seen:
-                    raise SuiteError(f"{path}:{line}: key {key.value!r} appears twice in one mapping (first at "
+                    raise SuiteError(f"{path}:{line}: key {quoted(key.value)} appears twice in one mapping (first at "
                                      f"line {seen[key.value]}); the later one would silently win. Keep one.")
                 seen[key.value] = line
             _no_duplicate_keys(path, value)
     elif isinstance(node, yaml.SequenceNode):
         for item in node.value:
             _no_duplicate_keys(path, item)
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long for the file system, say: no such file
+        return False
 
 
 def _load_tree(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], list[tuple[_Source, int]], list[_Source]]:
@@ -179,10 +188,10 @@ def _load_tree(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], list
     sources: list[_Source] = []
     for inc in includes:
         inc_path = path.parent / inc
-        if not inc_path.is_file():
+        if not _is_file(inc_path):
             raise SuiteError(
-                f"{path}:{src.line(('include',))}: included file {inc!r} not found "
-                f"(looked at {inc_path}); paths are relative to the including file"
+                f"{path}:{src.line(('include',))}: included file {quoted(inc)} not found "
+                f"(looked at {shortened(str(inc_path))}); paths are relative to the including file"
             )
         data, inc_origins, inc_sources = _load_tree(inc_path, (*seen, path))
         exps = merged.get("experiments", []) + data.pop("experiments", [])
@@ -247,7 +256,7 @@ def _apply_defaults(raw: dict[str, Any]) -> dict[str, Any]:
 def _format_loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        out += f"[{part}]" if isinstance(part, int) else (f".{shortened(str(part))}" if out else shortened(str(part)))
     return out
 
 
@@ -283,7 +292,7 @@ def _suite_error(exc: ValidationError, sources_by_loc) -> SuiteError:
         msg = err["msg"].removeprefix("Value error, ")
         got = ""
         if err["type"] not in ("missing", "model_type", "union_tag_invalid") and not isinstance(err.get("input"), dict):
-            got = f" (got {err.get('input')!r})"
+            got = f" (got {quoted(err.get('input'))})"
         lines.append(f"{where}: {_format_loc(loc) or '(top level)'}: {msg}{got}; {_fix_hint(err)}")
     return SuiteError("invalid suite:\n  " + "\n  ".join(lines))
 
@@ -323,7 +332,7 @@ def load_suite(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
 
     if "version" in raw and raw["version"] != SUITE_VERSION:
         raise SuiteError(
-            f"{main.path}:{main.line(('version',))}: suite format version {raw['version']!r} "
+            f"{main.path}:{main.line(('version',))}: suite format version {quoted(raw['version'])} "
             f"is not supported; this attnbench reads version {SUITE_VERSION}"
         )
     try:

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 import pluggy
 
 from attnbench.contract import hookspecs
-from attnbench.errors import PluginError, UnknownVariantError
+from attnbench.errors import PluginError, UnknownVariantError, quoted
 from attnbench.contract.task import Task
 from attnbench.contract.variant import DECODE_KINDS, Variant
 from attnbench.registry.hybrid import Part, compose, is_hybrid_name, parse_hybrid
@@ -187,14 +187,14 @@ class Registry:
             message = unknown_variant_message(name, sorted(self.tasks)).replace("unknown variant", "unknown task")
             if os.environ.get(PLUGINS_ENV) is not None:
                 message += (f" ({PLUGINS_ENV}={os.environ[PLUGINS_ENV]!r} limits which plugins load: add the plugin "
-                            f"that registers {name!r} (see `attnbench list` without {PLUGINS_ENV}) or unset it)")
+                            f"that registers {quoted(name)} (see `attnbench list` without {PLUGINS_ENV}) or unset it)")
             raise UnknownVariantError(message) from None
 
 
 def unknown_variant_message(name: str, available: list[str]) -> str:
     close = difflib.get_close_matches(name, available, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    return f"unknown variant {name!r}.{hint} Available: {', '.join(available) or '(none)'}"
+    return f"unknown variant {quoted(name)}.{hint} Available: {', '.join(available) or '(none)'}"
 
 
 def _collect(loaded: LoadedPlugins, hook: str, validate, errors: list[PluginLoadError]) -> dict[str, Any]:

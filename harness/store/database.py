@@ -101,10 +101,13 @@ class Store:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield self._db
+            self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            # After some errors (disk full, out of memory) SQLite has already rolled back; a
+            # second ROLLBACK would fail and hide the error that matters.
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
 
     def schema(self) -> list[str]:
         """The schema's SQL, for pinning in tests."""
@@ -214,13 +217,19 @@ class Store:
     ) -> None:
         """Store one variant's check verdicts (``attnbench.gate.checks.CheckResult``-like rows)."""
         now = time.time()
-        with self._write() as db:
-            db.executemany(
-                "INSERT OR REPLACE INTO checks (gate_key, variant, check_name, status, figure, "
-                "tolerance, detail, provenance, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(gate_key, variant, r.check, r.status, r.figure, r.tolerance, r.detail,
-                  _dumps(provenance), now) for r in results],
-            )
+        try:
+            with self._write() as db:
+                db.executemany(
+                    "INSERT OR REPLACE INTO checks (gate_key, variant, check_name, status, figure, "
+                    "tolerance, detail, provenance, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(gate_key, variant, r.check, r.status, r.figure, r.tolerance, r.detail,
+                      _dumps(provenance), now) for r in results],
+                )
+        except sqlite3.Error as exc:
+            raise StoreError(f"could not store the trust gate's verdicts for {variant} in results store "
+                             f"{self.path} ({exc}); nothing stored was changed (the write was rolled "
+                             "back). Free disk space (or fix the file's permissions, or end the process "
+                             "holding its lock) and run again, or pass another --store.") from exc
 
     def checks(self, gate_key: str | None = None, variant: str | None = None) -> list[dict[str, Any]]:
         """Verdicts for one gate key, or the latest verdicts of a variant (or of all)."""
