@@ -245,7 +245,7 @@ def _intra_scores(qc: torch.Tensor, kc: torch.Tensor, mk: torch.Tensor, row: tor
         q_log = torch.where(level[at] == lvl, qc[at] + ref - row[at], float("-inf"))  # (M, c, h_k)
         k_f = torch.exp((kc[at] - ref).clamp_max(LEVEL_K))  # (M, c, h_k) cap hits only j > i
         part = _cut_exp(q_log, cut) @ k_f.transpose(-1, -2)  # (M, c, c)
-        scores = part if scores is None else scores.index_add(0, at, part)  # (BHN, c, c)
+        scores = part if scores is None else scores.index_add_(0, at, part)  # (BHN, c, c) in place: no copy
     return scores.view(B, H, N, c, c)
 
 
