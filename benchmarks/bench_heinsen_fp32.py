@@ -1,6 +1,6 @@
 """fp32 accuracy of the Heinsen kernel against float64, beside the reference formulation (issue 28).
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_heinsen_fp32.py [--T 512] [--seeds 3] [--chunks 16,64]
+    OMP_NUM_THREADS=1 python benchmarks/bench_heinsen_fp32.py [--T 512] [--seeds 3] [--chunks 16,64] [--grads]
 
 Head size 32, batch 1, 4 heads, q, k and log V drawn N(0, std^2) (q and k the same std),
 `--seeds` draws per point. For each point: the fp32 kernel (``log_attention``, one row per
@@ -8,6 +8,9 @@ chunk size) and Heinsen's reference formulation run in fp32 (logcumsumexp over
 [B, H, T, h_k, h_v], ``bench_kernels.naive_log``), each against a float64 log-space
 quadratic evaluation: "max" is the tests' metric max |o - o64| / max(|o64|, 1), worst over
 seeds; "mean" is mean |o - o64|. Points where ours is above 1e-4 are marked "!".
+--grads adds, per point, the gradient error of the fp32 kernel against the float64 kernel
+(exact in float64): max |g - g64| / max |g64| for q, k and log V, worst over seeds, chunk
+= the last of --chunks.
 """
 
 from __future__ import annotations
@@ -54,6 +57,22 @@ def point(T: int, qk_std: float, v_std: float, chunks: list[int], seeds: int) ->
     return worst
 
 
+def grad_errors(T: int, qk_std: float, v_std: float, chunk: int, seeds: int) -> list[float]:
+    """Worst over seeds of max |g - g64| / max |g64| for q, k, log V (loss: o . w, w random)."""
+    worst = [0.0, 0.0, 0.0]
+    for seed in range(seeds):
+        w = torch.randn(1, N_HEAD, T, H_DIM, generator=torch.Generator().manual_seed(100 + seed))  # (1, H, T, h)
+        grads = {}
+        for dt in (torch.float32, torch.float64):
+            inputs = [t.to(dt).requires_grad_() for t in draw(T, qk_std, v_std, seed)]  # (1, H, T, h) each
+            o = log_attention(*inputs, log_init_state(1, N_HEAD, H_DIM, H_DIM, dtype=dt), chunk)[0]
+            (o * w.to(dt)).sum().backward()
+            grads[dt] = [t.grad.double() for t in inputs]
+        for n, (g, g64) in enumerate(zip(grads[torch.float32], grads[torch.float64])):
+            worst[n] = max(worst[n], float((g - g64).abs().max() / g64.abs().max()))
+    return worst
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--T", type=int, default=512)
@@ -61,12 +80,14 @@ def main() -> None:
     ap.add_argument("--chunks", default="16,64")
     ap.add_argument("--qk", default="1,5,10,15,20,25,30", help="q, k stds")
     ap.add_argument("--v", default="1,20,30,50", help="log V stds")
+    ap.add_argument("--grads", action="store_true", help="also the gradients' error (slower)")
     args = ap.parse_args()
     chunks = [int(c) for c in args.chunks.split(",")]
     print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads; T={args.T}, h={H_DIM}, "
           f"{N_HEAD} heads, {args.seeds} seeds; error = max |o - o64| / max(|o64|, 1) (mean |o - o64|)")
     names = [f"chunk {c}" for c in chunks] + ["reference"]
-    print(f"{'q,k std':>7} {'logV std':>8} " + " ".join(f"{n:>20}" for n in names))
+    print(f"{'q,k std':>7} {'logV std':>8} " + " ".join(f"{n:>20}" for n in names)
+          + (f"   grads q / k / logV (chunk {chunks[-1]})" if args.grads else ""))
     for qk in (float(x) for x in args.qk.split(",")):
         for v in (float(x) for x in args.v.split(",")):
             worst = point(args.T, qk, v, chunks, args.seeds)
@@ -75,6 +96,8 @@ def main() -> None:
                 mx, mean = worst[n]
                 flag = "!" if mx > 1e-4 and n != "reference" else " "
                 cells.append(f"{mx:9.1e}{flag}({mean:7.1e})")
+            if args.grads:
+                cells.append(" / ".join(f"{e:.1e}" for e in grad_errors(args.T, qk, v, chunks[-1], args.seeds)))
             print(f"{qk:7g} {v:8g} " + " ".join(f"{c:>20}" for c in cells), flush=True)
 
 
