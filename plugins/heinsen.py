@@ -10,11 +10,12 @@ log-space state (log S, log z, running key max) as an explicit value. fp32 again
 float64 term-by-term evaluation (tests/test_kernels.py, tests/test_heinsen_fp32.py,
 benchmarks/bench_heinsen_fp32.py; h = 32): within 2e-5 relative for q, k std up to 20
 with log V std up to 50 (one exception: chunk 16 at q, k std 20, log V std 50, 2.3e-2),
-and with an early token of k = -150, log V = 200; gradients within 3e-6 up to q, k std
-15. From q, k std 25 with log V std >= 20 fp32 is not accurate (1e-4 to O(1): a row's
-largest term pairs a weight and a value ~e^90 apart); outputs and gradients stay finite
-and causal even at q, k x100, and the float64 run is exact. A later change moves no
-earlier output (1e-6). Runs in float64 when given float64.
+and with an early token of k = -150, log V = 200; gradients within 2e-5 (of the largest)
+up to q, k std 15. With log V std >= 20, not accurate from q, k std 25 (1e-4 to O(1): a
+row's largest term pairs a weight and a value ~e^90 apart), nor are gradients from std 20
+(3e-2 to 0.15); outputs and gradients stay finite and causal even at q, k x100, and the
+float64 run is exact. A later change moves no earlier output (1e-6). Runs in float64
+when given float64.
 
 In the shared backbone one mixer is: x (B, T, D) -> q, k, log V per head (one Linear
 D -> 3D) -> log attention -> o (B, H, T, h) -> W_o. The output o is the *log* of the
