@@ -159,16 +159,23 @@ class FutureAttention(SoftmaxAttention):
         nn.init.normal_(self.k_future, mean=0.0, std=0.02)
         nn.init.normal_(self.v_future, mean=0.0, std=0.02)
 
+    def _future_keys(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(q', K') with band score (q . K_future + b_k) / sqrt(h) = q' . K' / sqrt(h'), the
+        scaling band_scores applies: (B, H, T, h'), (H, h', C-1) in fp32; h' = h + 1 with the
+        bias folded in as one more product term, else h. The forward and the maps use it."""
+        q_f, k_f = fp32(q), fp32(self.k_future)  # (B, H, T, h), (H, h, C-1)
+        if self.k_future_bias is not None:
+            r = math.sqrt((q.size(-1) + 1) / q.size(-1))  # sqrt(h+1)/sqrt(h): undoes the wider scaling
+            q_f = torch.cat([q_f * r, torch.full_like(q_f[..., :1], r)], dim=-1)  # (B, H, T, h+1)
+            k_f = torch.cat([k_f, fp32(self.k_future_bias)], dim=1)  # (H, h+1, C-1)
+        return q_f, k_f
+
     def _attend(self, q, k, v, offset: int, dropout_p: float):
         """Attention core in fp32: (y, out_future, lse_causal), each (B, H, T, ...)."""
         seed = int(torch.randint(0, 2**62, ())) if dropout_p > 0 else 0
         out_c, lse_c = causal_attention_lse(q, k, v, offset, dropout_p, seed)
         # out_c (B, H, T, h), lse_c (B, H, T)
-        q_f, k_f = q, fp32(self.k_future)  # (B, H, T, h), (H, h, C-1)
-        if self.k_future_bias is not None:  # (q . K_f + b_k) / sqrt(h) as one product over h+1
-            r = math.sqrt((q.size(-1) + 1) / q.size(-1))  # band_scores divides by sqrt(h+1)
-            q_f = torch.cat([q * r, torch.full_like(q[..., :1], r)], dim=-1)  # (B, H, T, h+1)
-            k_f = torch.cat([k_f, fp32(self.k_future_bias)], dim=1)  # (H, h+1, C-1)
+        q_f, k_f = self._future_keys(q)  # (B, H, T, h'), (H, h', C-1)
         s, vw = band_scores(q_f, k_f, fp32(self.v_future).transpose(1, 2),
                             first_pos=1, offset=offset, last=self.context - 1,
                             fd=self.opts.future_dim)  # s (B, H, nb, blk, W), vw (H, nb, W, h)
@@ -258,9 +265,9 @@ def attention_maps(mixer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return causal
     q, k, _ = mixer._heads(x)  # (B, H, T, h)
     T, C, fd = q.size(2), mixer.context, mixer.opts.future_dim
-    scale = q.size(-1) ** -0.5
-    true = (q.float() @ k.float().transpose(-1, -2)) * scale  # (B, H, T, T)
-    band = (q.float() @ mixer.k_future.float()) * scale  # (B, H, T, C-1) column c: position c+1
+    true = (q.float() @ k.float().transpose(-1, -2)) * q.size(-1) ** -0.5  # (B, H, T, T)
+    q_f, k_f = mixer._future_keys(q)  # (B, H, T, h'), (H, h', C-1): the forward's band scores
+    band = (q_f @ k_f) * q_f.size(-1) ** -0.5  # (B, H, T, C-1) column c: position c+1, b_k included
     i = torch.arange(T, device=x.device)[:, None]  # (T, 1)
     pos = torch.arange(1, C, device=x.device)[None, :]  # (1, C-1)
     j = torch.arange(T, device=x.device)[None, :]  # (1, T)

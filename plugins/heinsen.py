@@ -6,13 +6,16 @@ i.e. log of linear attention with phi = exp and values exp(log V) (spec 5.1). Co
 ``attnbench.kernels.chunked.log_attention``: chunkwise with running max-stabilisers, so it is
 causal at every magnitude (every stabiliser a row sees depends on positions <= its own) and
 never materialises the [B, H, T, h_k, h_v] tensor of the reference; decoding carries the
-log-space state (log S, log z, running key max) as an explicit value. Tested
-(tests/test_kernels.py) against a float64 term-by-term evaluation: with log V of std up to
-50 and an early token with k = -150, log V = 200 (q, k std 1), and with q, k std 10 and
-log V std 20: within 1e-4 relative; a later change moves no earlier output (1e-6). With
-q, k x100 outputs and gradients stay finite and causal but fp32 is not accurate (a row's
-q spread of ~10^2 puts its pair weights outside fp32); the float64 run is exact there.
-Runs in float64 when given float64.
+log-space state (log S, log z, running key max) as an explicit value. fp32 against a
+float64 term-by-term evaluation (tests/test_kernels.py, tests/test_heinsen_fp32.py,
+benchmarks/bench_heinsen_fp32.py; h = 32): within 2e-5 relative for q, k std up to 20
+with log V std up to 50 (one exception: chunk 16 at q, k std 20, log V std 50, 2.3e-2),
+and with an early token of k = -150, log V = 200; gradients within 2e-5 (of the largest)
+up to q, k std 15. With log V std >= 20, not accurate from q, k std 25 (1e-4 to O(1): a
+row's largest term pairs a weight and a value ~e^90 apart), nor are gradients from std 20
+(3e-2 to 0.15); outputs and gradients stay finite and causal even at q, k x100, and the
+float64 run is exact. A later change moves no earlier output (1e-6). Runs in float64
+when given float64.
 
 In the shared backbone one mixer is: x (B, T, D) -> q, k, log V per head (one Linear
 D -> 3D) -> log attention -> o (B, H, T, h) -> W_o. The output o is the *log* of the
@@ -123,7 +126,7 @@ def attnbench_register_variants(register) -> None:
             decode="recurrent",
             state_size=state_size,
             flops_per_token=flops_per_token,
-            version="2",
+            version="3",
             attention_maps=attention_maps,
         )
     )

@@ -191,6 +191,23 @@ def test_incremental_decoding_equals_parallel_form_up_to_context(chunk, blocks):
         assert _variant().state_size(model.config, i, 64) == 2 * 64 * 32
 
 
+@pytest.mark.parametrize("T", [20, 30])  # band inside the context; band cut at C - 1
+def test_attention_maps_use_the_forward_scores_with_future_key_biases(T):
+    """Issue 28: the maps' causal weights applied to V give the causal part of the output of
+    6.3 with the future K/V biases on; the maps used to leave b_k out of the band scores."""
+    config = _config(context=32, future_dim=8)
+    mixer = _mixer(config).eval()  # every parameter ~ N(0, 0.3^2), the biases too
+    assert mixer.k_future_bias is not None and mixer.k_future_bias.abs().max() > 0.5
+    x = torch.randn(2, T, config.d_model, generator=torch.Generator().manual_seed(7))  # (B, T, D)
+    w = _variant().attention_maps(mixer, x)  # (B, H, T, T)
+    with torch.no_grad():
+        q, k, v = mixer._heads(x)  # (B, H, T, h)
+        y, out_future = reference_attention(q, k, v, mixer.k_future, mixer.v_future, 8, config.context,
+                                            k_bias=mixer.k_future_bias, v_bias=mixer.v_future_bias)
+    torch.testing.assert_close(w @ v, y - out_future, rtol=1e-4, atol=1e-5)  # (B, H, T, h) causal part
+    assert (w.sum(-1) < 1).all()  # the band keeps its share of every row that has one
+
+
 @pytest.mark.parametrize("training", [False, True])
 def test_no_future_leak_in_outputs(training):
     """Inference path (and the training output y): perturbing inputs after t leaves

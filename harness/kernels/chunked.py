@@ -24,21 +24,39 @@ import torch.nn.functional as F
 # Key and value factors exp(x - ref) are capped at exp(LEVEL) and the references are LEVEL
 # apart: every factor a row reads stays inside the normal fp32 range (e^-87 .. e^88).
 LEVEL = 40.0
-# Query factors, pair weights, chunk summaries and numerators below exp(-CUT) of their
-# reference are dropped (value 0, no gradient): 1 / x in the backward then stays below
-# e^CUT, and no inf meets a 0 (NaN). fp32 could not add such terms to the others anyway.
+# Inside a chunk the key references are LEVEL_K apart (key factor < e^LEVEL_K), so a query
+# factor too small to pass gradient (see CUT) belongs to pair terms below e^(LEVEL_K - CUT).
+LEVEL_K = 5.0
+# Query factors, pair weights, chunk summaries and numerators below exp(-CUT) relative to
+# L_i and their references pass no gradient, their values are kept: 1 / x in the backward
+# then stays below e^CUT, and no inf meets a 0 (NaN). (Dropping the values too, as before
+# issue 28, lost terms that large key or value factors make count.)
 CUT = {torch.float32: 70.0, torch.float64: 700.0}
+# Rows are shifted by L_i - HEADROOM, not L_i: pair weights up to e^HEADROOM, so a row whose
+# largest term pairs a small weight with a large value stays above fp32's underflow.
+HEADROOM = 20.0
 
 
 def _cut_exp(x: torch.Tensor, cut: float) -> torch.Tensor:
-    """exp(x) where x > -cut, else exactly 0 with no gradient (where, not a product)."""
-    keep = x > -cut  # same shape as x
-    return torch.where(keep, torch.exp(x.clamp_min(-cut)), 0.0)
+    """exp(x); no gradient where x <= -cut (``where``, not a product: an inf meets no 0)."""
+    e = torch.exp(x)  # same shape as x
+    return torch.where(x > -cut, e, e.detach())
 
 
-def _cut(x: torch.Tensor, cut: float, fill: float = 0.0) -> torch.Tensor:
-    """x where x > exp(-cut), else ``fill`` with no gradient."""
-    return torch.where(x > math.exp(-cut), x, fill)
+def _cut(x: torch.Tensor, cut: float) -> torch.Tensor:
+    """x; no gradient where x <= exp(-cut)."""
+    return torch.where(x > math.exp(-cut), x, x.detach())
+
+
+def _cut_log(x: torch.Tensor, cut: float, shift: float = 0.0) -> torch.Tensor:
+    """log x - shift for x >= 0, x floored at tiny; gradient only where x > exp(-cut), so
+    1 / x <= e^cut. Taken as log(x e^-shift) where that is above exp(-cut): a log near 0
+    rounds finer than one near ``shift``."""
+    low, tiny = math.exp(-cut), torch.finfo(x.dtype).tiny
+    scaled = x * math.exp(-shift)  # same shape as x
+    near_0 = scaled > low  # same shape as x
+    log_x = torch.where(near_0, scaled, x.clamp_min(tiny)).log() - torch.where(near_0, 0.0, shift)  # one log
+    return torch.where(x > low, log_x, log_x.detach())
 
 
 @dataclass(frozen=True)
@@ -206,6 +224,31 @@ def _exclusive_rev(rev: torch.Tensor) -> torch.Tensor:
     return torch.cat([rev[:, :, 1:], torch.zeros_like(rev[:, :, :1])], dim=2)
 
 
+def _intra_scores(qc: torch.Tensor, kc: torch.Tensor, mk: torch.Tensor, row: torch.Tensor,
+                  cut: float) -> torch.Tensor:
+    """Pair weights inside each chunk, exp(LSE_d(q_id + k~_jd) - row_i): (B, H, N, c, c),
+    future pairs included. Key reference r_d = m at the chunk's first row, LEVEL_K higher
+    per level for channels whose max grew since: query factor exp(q_id + r_d - row_i) and
+    key factor exp(k~_jd - r_d) < e^LEVEL_K for j <= i: a query factor below e^-cut (no
+    gradient) belongs to pair terms below e^(LEVEL_K - cut). Higher levels run only on the
+    chunks that need them (usually the first: m grows fastest at the start)."""
+    B, H, N, c, hk = qc.shape
+    qc, kc, mk, row = (t.reshape(B * H * N, c, -1) for t in (qc, kc, mk, row))  # (BHN, c, .) chunks as a batch
+    with torch.no_grad():
+        base = mk[:, :1]  # (BHN, 1, h_k) m at each chunk's first row
+        level = torch.div(mk - base, LEVEL_K, rounding_mode="floor")  # (BHN, c, h_k) growth since, in levels
+        top = level.amax(dim=(1, 2))  # (BHN,) highest level per chunk
+    scores = None
+    for lvl in range(int(top.max()) + 1):
+        at = slice(None) if lvl == 0 else (top >= lvl).nonzero().squeeze(1)  # (M,) chunks with a row at lvl
+        ref = base[at] + lvl * LEVEL_K  # (M, 1, h_k)
+        q_log = torch.where(level[at] == lvl, qc[at] + ref - row[at], float("-inf"))  # (M, c, h_k)
+        k_f = torch.exp((kc[at] - ref).clamp_max(LEVEL_K))  # (M, c, h_k) cap hits only j > i
+        part = _cut_exp(q_log, cut) @ k_f.transpose(-1, -2)  # (M, c, c)
+        scores = part if scores is None else scores.index_add_(0, at, part)  # (BHN, c, c) in place: no copy
+    return scores.view(B, H, N, c, c)
+
+
 def log_attention(q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor, state: LogState,
                   chunk: int) -> tuple[torch.Tensor, LogState]:
     """Heinsen's causal log-space attention (arXiv 2404.05843, eq. 12-13), chunkwise:
@@ -220,21 +263,28 @@ def log_attention(q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor, state: 
     * per key token kappa_j = max_d k_jd moves into its values: k~_jd = k_jd - kappa_j <= 0
       and log V~_je = log V_je + kappa_j; the normaliser is one more value column, log
       value kappa_j. (A token with tiny keys and a huge log V keeps its product.)
-    * keys: the row shift L_i = max_d(q_id + m_id), m = running max of k~ per channel,
-      and per chunk a key reference r_d (m at its first position, raised in steps of
-      LEVEL for channels whose max grew inside the chunk): query factor <= 1, key <= e^LEVEL.
+    * keys: the row shift L_i - HEADROOM, L_i = max_d(q_id + m_id), m = running max of k~
+      per channel; key references r_d = m at the chunk's first position, raised in steps
+      of LEVEL_K inside the chunk for channels whose max grew: query factor <= e^HEADROOM,
+      key factor < e^LEVEL_K (``_intra_scores``).
     * values: per column the same scheme: reference = max of everything before the chunk
       and of its first position, LEVEL higher for rows whose running max outgrew it.
     * across chunks the state is a log-space sum (logcumsumexp over T / c summaries).
-    Terms below exp(-CUT) of their reference are dropped (see CUT). Tested in
-    tests/test_kernels.py against float64: 1e-4 relative with log V std <= 50 and the early
-    k = -150 / log V = 200 token, and with q, k std 10; causal (1e-6) at every magnitude
-    tried. Not accurate in fp32 once a row's q spread nears 10^2 (e.g. q, k x100): finite
-    and causal there, exact in float64.
+    No value is cut; terms below exp(-CUT) pass no gradient (see CUT).
+    fp32 against float64 (benchmarks/bench_heinsen_fp32.py: h = 32, T = 512, chunks 16
+    and 64, 3 draws; tests/test_heinsen_fp32.py), max |o - o64| / max(|o64|, 1): <= 2e-5
+    for q, k std <= 20 and log V std <= 50 (Heinsen's reference formulation in fp32:
+    <= 2.7e-5), except q, k std 20 with log V std 50 at chunk 16 (2.3e-2). With log V std
+    >= 20 it is 1e-4 to 0.3 at q, k std 25 and O(1) at 30: a row whose largest term pairs
+    a weight e^-90 with a value e^90 above the others' falls out of fp32's range.
+    Gradients, max |g - g64| / max |g64|: <= 2e-5 up to q, k std 15; 3e-2 to 0.15 at q, k
+    std 20 with log V std >= 20.
+    Finite and causal (1e-6) at every magnitude tried (q, k x100); exact in float64.
     """
     out_dtype, (B, H, T, hk), hv = log_v.dtype, q.shape, log_v.shape[-1]
     dt = _compute_dtype(q, k, log_v)
-    ninf, tiny, cut = float("-inf"), torch.finfo(dt).tiny, CUT[dt]
+    ninf, cut = float("-inf"), CUT[dt]
+    cut_row = cut - HEADROOM  # for terms scaled by exp(HEADROOM - L_i): CUT below L_i, as the backward needs
     with torch.autocast(q.device.type, enabled=False):  # exponentials and log-sums: fp32 or fp64
         c = min(chunk, T)
         q, k, log_v = q.to(dt), k.to(dt), log_v.to(dt)
@@ -249,34 +299,28 @@ def log_attention(q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor, state: 
             run = torch.cummax(kc.reshape(B, H, N * c, hk), dim=2).values  # (B, H, N*c, h_k)
             mk = torch.maximum(run, state.m_k.to(dt)[:, :, None]).view(B, H, N, c, hk)  # (B, H, N, c, h_k)
             base_k, end_k = mk[:, :, :, :1], mk[:, :, :, -1:]  # (B, H, N, 1, h_k) each
-            row = (qc + mk).amax(dim=-1, keepdim=True)  # (B, H, N, c, 1) L_i
-            level_k = torch.div(mk - base_k, LEVEL, rounding_mode="floor")  # (B, H, N, c, h_k)
+            row = (qc + mk).amax(dim=-1, keepdim=True) - HEADROOM  # (B, H, N, c, 1) L_i - HEADROOM
             end_v = lvc.amax(dim=3, keepdim=True)  # (B, H, N, 1, h_v+1) chunk max, finite
-        scores = torch.zeros(B, H, N, c, c, device=q.device, dtype=dt)  # (B, H, N, c, c)
-        for lvl in range(int(level_k.max()) + 1):  # usually one level
-            ref = base_k + lvl * LEVEL  # (B, H, N, 1, h_k)
-            q_f = _cut_exp(torch.where(level_k == lvl, qc + ref - row, ninf), cut)  # (B, H, N, c, h_k) <= 1
-            k_f = torch.exp((kc - ref).clamp_max(LEVEL))  # (B, H, N, c, h_k) cap hits only j > i
-            scores = scores + q_f @ k_f.transpose(-1, -2)  # (B, H, N, c, c)
-        scores = _cut(scores, cut).masked_fill(_future(c, q.device), 0.0)  # (B, H, N, c, c) x exp(-L_i)
+        scores = _intra_scores(qc, kc, mk, row, cut_row)  # (B, H, N, c, c) x exp(HEADROOM - L_i)
+        scores = _cut(scores, cut_row).masked_fill(_future(c, q.device), 0.0)  # (B, H, N, c, c) causal
         sums = torch.exp(kc - end_k).transpose(-1, -2) @ torch.exp(lvc - end_v)  # (B, H, N, h_k, h_v+1) <= c
-        log_sums = _cut(sums, cut, tiny).log() + end_k.transpose(-1, -2) + end_v  # (B, H, N, h_k, h_v+1) absolute
+        log_sums = _cut_log(sums, cut) + end_k.transpose(-1, -2) + end_v  # (B, H, N, h_k, h_v+1) absolute
         log_incl = torch.logaddexp(torch.logcumsumexp(log_sums, dim=2), log_s0[:, :, None])  # (B, H, N, h_k, h_v+1)
         log_before = _exclusive(log_incl, log_s0[:, :, None])  # (B, H, N, h_k, h_v+1) state before chunk n
         with torch.no_grad():  # value stabilisers
             base_v = torch.maximum(log_before.amax(dim=3), lvc[:, :, :, 0])[:, :, :, None]  # (B, H, N, 1, h_v+1)
             run_v = torch.maximum(torch.cummax(lvc, dim=3).values, base_v)  # (B, H, N, c, h_v+1)
             level_v = torch.div(run_v - base_v, LEVEL, rounding_mode="floor")  # (B, H, N, c, h_v+1)
-        q_base = _cut_exp(qc + base_k - row, cut)  # (B, H, N, c, h_k) <= 1
+        q_base = _cut_exp(qc + base_k - row, cut_row)  # (B, H, N, c, h_k) <= e^HEADROOM
         carried_log = log_before - base_k.transpose(-1, -2)  # (B, H, N, h_k, h_v+1) per key reference
         num = None
         for lvl in range(int(level_v.max()) + 1):  # usually one; each row keeps its own level's result
             ref = base_v + lvl * LEVEL  # (B, H, N, 1, h_v+1)
             v_f = torch.exp((lvc - ref).clamp_max(LEVEL))  # (B, H, N, c, h_v+1) cap hits only j > i
             s_f = torch.exp(carried_log - ref)  # (B, H, N, h_k, h_v+1) <= T
-            part = scores @ v_f + q_base @ s_f  # (B, H, N, c, h_v+1) x exp(-L_i - ref)
+            part = scores @ v_f + q_base @ s_f  # (B, H, N, c, h_v+1) x exp(HEADROOM - L_i - ref)
             num = part if num is None else torch.where(level_v == lvl, part, num)
-        log_num = _cut(num, cut, tiny).log() + (base_v + level_v * LEVEL)  # (B, H, N, c, h_v+1) L_i cancels
+        log_num = _cut_log(num, cut_row, HEADROOM) + (base_v + level_v * LEVEL)  # (B, H, N, c, h_v+1) L_i cancels in o
         o = log_num[..., :hv] - log_num[..., hv:]  # (B, H, N, c, h_v) log numerator - log normaliser
         final = log_incl[:, :, -1]  # (B, H, h_k, h_v+1)
         new = LogState(final[..., :hv].contiguous(), final[..., hv].contiguous(), end_k[:, :, -1, 0].contiguous())
