@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import log_quadratic64, naive_log  # noqa: E402
 
-from attnbench.plugins.kernels.chunked import log_attention, log_init_state  # noqa: E402
+from attnbench.kernels.chunked import log_attention, log_init_state  # noqa: E402
 
 H_DIM, N_HEAD = 32, 4
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.plugins.kernels.chunked import log_attention, log_init_state
+from attnbench.kernels.chunked import log_attention, log_init_state
 from attnbench.registry.loader import load_registry
 
 H_DIM, N_HEAD, T = 32, 2, 192  # three default chunks
