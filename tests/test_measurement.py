@@ -113,3 +113,27 @@ def test_wide_fit_intervals_are_flagged_and_tight_clean_ones_are_not():
     assert fit_flags({"T_min": 16, "T_max": 64, "ci95": [0.9, 1.1]}, set()) == []
     assert "wider than" in fit_flags({"T_min": 16, "T_max": 64, "ci95": [-2.13, 1.31]}, set())[0]
     assert "T=[32]" in fit_flags({"T_min": 16, "T_max": 64, "ci95": [0.9, 1.1]}, {32, 128})[0]
+
+
+def _exit_at_setup(code: int):  # a child that dies before reporting, as a crash at import would
+    import os
+
+    os._exit(code)
+
+
+def _killed_at_setup():  # a child killed by SIGKILL, as the OOM killer does
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_child_that_dies_is_out_of_memory_only_when_killed():
+    """A memory child that exits with an error is an error, not out of memory; only SIGKILL
+    (the OOM killer's signal) reads as oom."""
+    from attnbench.experiments.speed.memory import measure_peak
+
+    crashed = measure_peak("tests.test_measurement:_exit_at_setup", timeout=60, code=1)
+    assert crashed.status == "error" and "exit code 1" in crashed.error
+    killed = measure_peak("tests.test_measurement:_killed_at_setup", timeout=60)
+    assert killed.status == "oom" and "SIGKILL" in killed.error

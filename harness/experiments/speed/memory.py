@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing as mp
+import signal
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -81,7 +82,8 @@ def measure_peak(target: str, timeout: float = 600.0, **kwargs: Any) -> PeakMemo
 
     target: ``"module:function"``; the function is called with ``kwargs`` to set up
     (build the model, make inputs) and returns a zero-argument callable, whose single
-    call is measured. A child killed by the OS (e.g. the OOM killer) reports "oom".
+    call is measured. A child killed by SIGKILL (the OOM killer) reports "oom"; one that dies
+    otherwise, "error".
     """
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
@@ -94,7 +96,17 @@ def measure_peak(target: str, timeout: float = 600.0, **kwargs: Any) -> PeakMemo
         else:
             proc.kill()
             result = PeakMemory(None, "", "timeout", f"no result within {timeout:.0f} s")
-    except EOFError:  # child died without reporting: killed by a signal (OOM killer)
-        result = PeakMemory(None, "", "oom", f"process died with exit code {proc.exitcode}")
+    except EOFError:  # the child died without reporting
+        proc.join(5)
+        result = _died(proc.exitcode)
     proc.join(5)
     return result
+
+
+def _died(exitcode: int | None) -> PeakMemory:
+    """What a child that died without a word tells: SIGKILL is the OOM killer's signal; any
+    other exit (a crash at import, say) is an error, never reported as memory."""
+    if exitcode == -signal.SIGKILL:
+        return PeakMemory(None, "", "oom", "process killed by SIGKILL (the OOM killer, most likely)")
+    return PeakMemory(None, "", "error", f"process died with exit code {exitcode} before reporting "
+                                         "(its stderr, above in the log, says why)")
