@@ -124,6 +124,8 @@ CASES = [
          ["s.yaml:10:", "unknown variant 'aaaa", "... (100,002 characters). Available:"]),
     Case("absurdly-long-value", _validate(suite_text(data="{source: '" + "b" * 100_000 + "'}")),
          ["s.yaml:5:", "data.source", "(got 'bbbb", "... (100,002 characters))"]),
+    Case("data-path-too-long-for-the-file-system", _validate(suite_text(data="{source: text, path: '" + "c" * 5000 + "'}")),
+         ["data file", "cannot be looked up", "File name too long", "data.path"]),
 ]
 
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from attnbench.data.spec import DataSpec
-from attnbench.errors import DataError
+from attnbench.errors import DataError, shortened
 
 # The text corpus refuses fewer tokens than these (data/corpus.py); a batch needs seq_len + 1.
 MIN_TRAIN_TOKENS, MIN_VAL_TOKENS = 1024, 256
@@ -21,7 +21,12 @@ def _paths(p: str | list[str]) -> list[Path]:
 
 def _check_readable(path: Path, key: str, text: bool) -> int:
     """Bytes in ``path``; DataError naming the file, the key and the fix."""
-    if not path.is_file():
+    try:
+        exists = path.is_file()
+    except OSError as exc:  # a name too long for the file system, say
+        raise DataError(f"data file {shortened(str(path))} cannot be looked up ({exc.strerror}); "
+                        f"fix 'data.{key}' (paths are relative to the suite file)") from None
+    if not exists:
         raise DataError(f"data file {path} does not exist; fix 'data.{key}' (paths are relative to the suite file)")
     if not os.access(path, os.R_OK):
         raise DataError(f"data file {path} is not readable; fix its permissions (chmod u+r {path})")
