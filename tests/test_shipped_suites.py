@@ -147,8 +147,12 @@ def test_an_lm_eval_path_that_does_not_exist_is_refused_at_validate(tmp_path, cl
 
 
 def _dependency_dirs() -> list[str]:
-    """Where this interpreter finds attnbench's dependencies, minus the checkout itself."""
-    return [p for p in sys.path if p and Path(p).is_dir() and not Path(p).resolve().is_relative_to(REPO)]
+    """Where this interpreter finds attnbench's dependencies, minus the checkout's own folders
+    (a venv inside the checkout, as CI's .venv is, still counts: its site-packages are deps)."""
+    def ours(path: Path) -> bool:
+        return path.is_relative_to(REPO) and "site-packages" not in path.parts
+
+    return [p for p in sys.path if p and Path(p).is_dir() and not ours(Path(p).resolve())]
 
 
 def _build_wheel(tmp_path: Path) -> Path:
