@@ -1,7 +1,7 @@
 """`attnbench export CHECKPOINT OUT_DIR`: a trained checkpoint as a Hugging Face model folder.
 
-    attnbench export results/checkpoints/KEY.pt exported/
-    lm_eval --model hf --model_args pretrained=exported,trust_remote_code=True ...
+attnbench export results/checkpoints/KEY.pt exported/
+lm_eval --model hf --model_args pretrained=exported,trust_remote_code=True ...
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import argparse
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "export", help="write a trained checkpoint as a Hugging Face model folder",
+        "export",
+        help="write a trained checkpoint as a Hugging Face model folder",
         description="Write CHECKPOINT (a '<cell key>.pt' file a train cell kept) as a Hugging Face model "
-                    "folder that AutoModelForCausalLM.from_pretrained(OUT_DIR, trust_remote_code=True), "
-                    "AutoTokenizer and `lm_eval --model hf` load (needs pip install 'attnbench[hf]').",
+        "folder that AutoModelForCausalLM.from_pretrained(OUT_DIR, trust_remote_code=True), "
+        "AutoTokenizer and `lm_eval --model hf` load (needs pip install 'attnbench[hf]').",
     )
     p.add_argument("checkpoint", help="the '.pt' checkpoint file of a trained cell")
     p.add_argument("out_dir", help="folder to write (must be new or empty unless --overwrite)")

@@ -33,9 +33,7 @@ class ModelConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
         if self.d_model % self.n_head:
-            raise ValueError(
-                f"ModelConfig.d_model ({self.d_model}) must be divisible by n_head ({self.n_head})"
-            )
+            raise ValueError(f"ModelConfig.d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"ModelConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -45,7 +43,7 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.d_model // self.n_head
 
-    def replace(self, **changes: Any) -> "ModelConfig":
+    def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

@@ -19,8 +19,9 @@ PREFIX_TEXT = "\n"
 
 def byte_to_unicode() -> dict[int, str]:
     """GPT-2's reversible map from bytes to printable characters (what ByteLevel uses)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars, n = {}, 0
     for b in range(256):
         if b in printable:
@@ -56,17 +57,23 @@ def prefix_token_id(tokenizer_json: str | None) -> int:
 
 def write_tokenizer(out_dir: Path, tokenizer_json: str | None, context: int) -> dict[str, str]:
     """Write tokenizer.json and tokenizer_config.json into ``out_dir``; returns what it used."""
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
 
     text = tokenizer_json if tokenizer_json is not None else byte_tokenizer_json()
     tok = Tokenizer.from_str(text)
     prefix = tok.id_to_token(prefix_token_id(tokenizer_json))
     # The newline doubles as bos (lm-eval's prefix), eos and pad: the vocabulary has no spare id.
     # split_special_tokens: text is always encoded as text, never matched against them.
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=prefix, eos_token=prefix, pad_token=prefix,
-                                   split_special_tokens=True, model_max_length=context,
-                                   clean_up_tokenization_spaces=False)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=prefix,
+        eos_token=prefix,
+        pad_token=prefix,
+        split_special_tokens=True,
+        model_max_length=context,
+        clean_up_tokenization_spaces=False,
+    )
     fast.save_pretrained(str(out_dir))
     kind = "bytes" if tokenizer_json is None else "trained"
     json.loads((out_dir / "tokenizer.json").read_text())  # what was written parses

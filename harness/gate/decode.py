@@ -9,15 +9,35 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnbench.nn.backbone import Backbone
-from attnbench.gate.common import CHUNK_SIZES, FACTS_TOL, INCREMENTAL_T, INCREMENTAL_TOL, MIXED_SCHEDULE, STATE_LENGTHS, CheckContext, CheckResult, ContractError, build_mixer, fmt, is_worse, logits_of, models, normal, rel_dev, tokens, verdict
 from attnbench.contract.variant import MixerOutput, state_numel
+from attnbench.gate.common import (
+    CHUNK_SIZES,
+    FACTS_TOL,
+    INCREMENTAL_T,
+    INCREMENTAL_TOL,
+    MIXED_SCHEDULE,
+    STATE_LENGTHS,
+    CheckContext,
+    CheckResult,
+    ContractError,
+    build_mixer,
+    fmt,
+    is_worse,
+    logits_of,
+    models,
+    normal,
+    rel_dev,
+    tokens,
+    verdict,
+)
+from attnbench.nn.backbone import Backbone
 
 BATCH = 2
 
 
-def _step_through(model: nn.Module, idx: torch.Tensor, sizes: tuple[int, ...], state: Any,
-                  label: str, V: int) -> tuple[torch.Tensor, Any]:
+def _step_through(
+    model: nn.Module, idx: torch.Tensor, sizes: tuple[int, ...], state: Any, label: str, V: int
+) -> tuple[torch.Tensor, Any]:
     """Feed idx (B, T) through ``model.step`` in chunks cycling through ``sizes``."""
     B, T = idx.shape
     outs: list[torch.Tensor] = []
@@ -43,8 +63,9 @@ def check_incremental(ctx: CheckContext) -> CheckResult:
     """
     name = "incremental_equals_parallel"
     if ctx.variant.decode == "none":
-        return CheckResult(name, "skip", None, INCREMENTAL_TOL,
-                           "variant declares decode='none' (no incremental decoding)")
+        return CheckResult(
+            name, "skip", None, INCREMENTAL_TOL, "variant declares decode='none' (no incremental decoding)"
+        )
     T, V = min(INCREMENTAL_T, ctx.config.context), ctx.config.vocab_size
     schedules = [(f"chunks of {n}", (n,)) for n in CHUNK_SIZES]
     schedules.append(("mixed chunks " + "/".join(map(str, MIXED_SCHEDULE)), MIXED_SCHEDULE))
@@ -79,8 +100,11 @@ def check_incremental(ctx: CheckContext) -> CheckResult:
             for dev in (rel_dev(again, first, scale), rel_dev(first, ref[:, P : P + 7], scale)):
                 if is_worse(dev, worst):
                     worst, where = dev, f"{label}, stepping twice from the state saved at {P}"
-    detail = (f"max |step logits - forward logits| / max |logits| = {fmt(worst)} at T={T}"
-              + (f", worst at {where}" if where else "") + "".join(f"; {n}" for n in notes))
+    detail = (
+        f"max |step logits - forward logits| / max |logits| = {fmt(worst)} at T={T}"
+        + (f", worst at {where}" if where else "")
+        + "".join(f"; {n}" for n in notes)
+    )
     return verdict(name, worst, INCREMENTAL_TOL, detail)
 
 
@@ -109,15 +133,19 @@ def _parameter_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> N
     parts = " + ".join(f"{n:,}" for n in per_layer)
     notes.append(f"params: backbone {measured:,} (mixers {parts})")
     if measured != base + sum(per_layer):
-        fails.append(f"backbone holds {measured:,} parameters, its parts {base + sum(per_layer):,}"
-                     ": parameters shared between layers or created lazily")
+        fails.append(
+            f"backbone holds {measured:,} parameters, its parts {base + sum(per_layer):,}"
+            ": parameters shared between layers or created lazily"
+        )
     for label, model in built:
         if label != "backbone":
             notes.append(f"{label} {_n_params(model):,}")
         stray = _unregistered(model)
         if stray:
-            fails.append(f"{label} holds tensors that are not parameters or buffers (not counted, "
-                         f"not moved by .to(), not saved): {', '.join(stray[:5])}")
+            fails.append(
+                f"{label} holds tensors that are not parameters or buffers (not counted, "
+                f"not moved by .to(), not saved): {', '.join(stray[:5])}"
+            )
 
 
 def _state_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> float | None:
@@ -141,8 +169,9 @@ def _state_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> float
                     n = min((1, 7, 64)[i % 3], T - pos)
                     y, state = mixer.step(x[:, pos : pos + n], state)  # (1, n, D)
                     if not isinstance(y, torch.Tensor) or y.shape != (1, n, cfg.d_model):
-                        raise ContractError(f"mixer step returned {getattr(y, 'shape', type(y))} "
-                                            f"for input (1, {n}, {cfg.d_model})")
+                        raise ContractError(
+                            f"mixer step returned {getattr(y, 'shape', type(y))} for input (1, {n}, {cfg.d_model})"
+                        )
                     pos, i = pos + n, i + 1
             measured = state_numel(state)
             declared = v.state_size(cfg, layer, T)
@@ -152,8 +181,9 @@ def _state_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> float
             measured_at.append(f"L{layer}/T={T}: {measured:,}")
             worst = max(worst, abs(measured - int(declared)))
             if measured != declared:
-                fails.append(f"layer {layer}, T={T}: state holds {measured:,} elements, "
-                             f"state_size declares {int(declared):,}")
+                fails.append(
+                    f"layer {layer}, T={T}: state holds {measured:,} elements, state_size declares {int(declared):,}"
+                )
     notes.append("state " + ", ".join(measured_at))
     return worst
 
@@ -167,8 +197,7 @@ def _flops_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> None:
         for T in (1, INCREMENTAL_T, ctx.long_T):
             value = fn(cfg, layer, T)
             if not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-                fails.append(f"flops_per_token(config, {layer}, {T}) = {value!r}, "
-                             "expected a finite positive number")
+                fails.append(f"flops_per_token(config, {layer}, {T}) = {value!r}, expected a finite positive number")
                 return
     notes.append(f"flops/token L0 T={INCREMENTAL_T}: {float(fn(cfg, 0, INCREMENTAL_T)):.3g}")
 
@@ -185,8 +214,7 @@ def _aux_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> None:
             layers.append(str(layer))
     if bool(layers) != ctx.variant.aux_loss:
         found = f"layers {', '.join(layers)} return" if layers else "no layer returns"
-        fails.append(f"aux_loss={ctx.variant.aux_loss} declared, but {found} auxiliary losses "
-                     "in training")
+        fails.append(f"aux_loss={ctx.variant.aux_loss} declared, but {found} auxiliary losses in training")
     elif layers:
         notes.append(f"aux losses from layers {', '.join(layers)}")
 
@@ -200,5 +228,4 @@ def check_declared_facts(ctx: CheckContext) -> CheckResult:
     worst = _state_facts(ctx, fails, notes)
     _flops_facts(ctx, fails, notes)
     _aux_facts(ctx, fails, notes)
-    return CheckResult("declared_facts", "fail" if fails else "pass", worst, FACTS_TOL,
-                       "; ".join(fails + notes))
+    return CheckResult("declared_facts", "fail" if fails else "pass", worst, FACTS_TOL, "; ".join(fails + notes))

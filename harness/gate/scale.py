@@ -26,7 +26,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnbench.gate.common import CheckContext, CheckResult, ContractError, build_mixer, fmt, is_worse, mixer_y, normal, verdict
+from attnbench.gate.common import (
+    CheckContext,
+    CheckResult,
+    ContractError,
+    build_mixer,
+    fmt,
+    is_worse,
+    mixer_y,
+    normal,
+    verdict,
+)
 
 SCALE_FACTORS = (1.0, 4.0, 16.0)  # projection weights x this
 EXTREME, EXTREME_POS = 2.0, 2  # one early token (and the first perturbed one) x this again
@@ -79,9 +89,11 @@ def _first_over(got: torch.Tensor, ref: torch.Tensor, scale: float, tol: float) 
 
 
 def _magnitudes(factors: tuple[float, ...]) -> str:
-    return (f"magnitudes tried: weights x{', x'.join(f'{f:g}' for f in factors)}; token "
-            f"{EXTREME_POS} and the first perturbed token x{EXTREME:g}; T={SCALE_T}, "
-            f"cuts t={'/'.join(map(str, SCALE_CUTS))}")
+    return (
+        f"magnitudes tried: weights x{', x'.join(f'{f:g}' for f in factors)}; token "
+        f"{EXTREME_POS} and the first perturbed token x{EXTREME:g}; T={SCALE_T}, "
+        f"cuts t={'/'.join(map(str, SCALE_CUTS))}"
+    )
 
 
 def _leak(ctx: CheckContext, factor: float, amp: torch.dtype | None, tol: float) -> tuple[float, str]:
@@ -98,8 +110,13 @@ def _leak(ctx: CheckContext, factor: float, amp: torch.dtype | None, tol: float)
                 dev = math.nan
             if is_worse(dev, worst):
                 first = _first_over(got[:, : t + 1], ref[:, : t + 1], scale, tol)
-                worst, where = dev, (f"weights x{factor:g}, perturbed after t={t}"
-                                     + (f", first leaking position {first}" if first is not None else ""))
+                worst, where = (
+                    dev,
+                    (
+                        f"weights x{factor:g}, perturbed after t={t}"
+                        + (f", first leaking position {first}" if first is not None else "")
+                    ),
+                )
     return worst, where
 
 
@@ -110,8 +127,11 @@ def check_leak_at_scale(ctx: CheckContext) -> CheckResult:
         dev, at = _leak(ctx, factor, None, SCALE_LEAK_TOL)
         if is_worse(dev, worst):
             worst, where = dev, at
-    detail = (f"max |d y[<=t]| / max |y[<=t]| = {fmt(worst)}" + (f", worst at {where}" if where else "")
-              + f"; {_magnitudes(SCALE_FACTORS)}")
+    detail = (
+        f"max |d y[<=t]| / max |y[<=t]| = {fmt(worst)}"
+        + (f", worst at {where}" if where else "")
+        + f"; {_magnitudes(SCALE_FACTORS)}"
+    )
     return verdict("leak_at_scale", worst, SCALE_LEAK_TOL, detail)
 
 
@@ -129,8 +149,9 @@ def check_incremental_at_scale(ctx: CheckContext) -> CheckResult:
     """``step`` (1 and 7 tokens at a time) equals the forward, at every magnitude."""
     name = "incremental_at_scale"
     if ctx.variant.decode == "none":
-        return CheckResult(name, "skip", None, SCALE_INCREMENTAL_TOL,
-                           "variant declares decode='none' (no incremental decoding)")
+        return CheckResult(
+            name, "skip", None, SCALE_INCREMENTAL_TOL, "variant declares decode='none' (no incremental decoding)"
+        )
     worst, where = 0.0, ""
     for factor in SCALE_FACTORS:
         mixer, x = _scaled_mixer(ctx, factor), _inputs(ctx)
@@ -145,10 +166,18 @@ def check_incremental_at_scale(ctx: CheckContext) -> CheckResult:
                 dev = dev if math.isfinite(float(got.abs().max())) else math.nan
                 if is_worse(dev, worst):
                     first = _first_over(got, ref, scale, SCALE_INCREMENTAL_TOL)
-                    worst, where = dev, (f"weights x{factor:g}, steps of {size}"
-                                         + (f", first over tolerance at position {first}" if first is not None else ""))
-    detail = (f"max |step y - forward y| / max |y| = {fmt(worst)}" + (f", worst at {where}" if where else "")
-              + f"; {_magnitudes(SCALE_FACTORS)}")
+                    worst, where = (
+                        dev,
+                        (
+                            f"weights x{factor:g}, steps of {size}"
+                            + (f", first over tolerance at position {first}" if first is not None else "")
+                        ),
+                    )
+    detail = (
+        f"max |step y - forward y| / max |y| = {fmt(worst)}"
+        + (f", worst at {where}" if where else "")
+        + f"; {_magnitudes(SCALE_FACTORS)}"
+    )
     return verdict(name, worst, SCALE_INCREMENTAL_TOL, detail)
 
 
@@ -172,8 +201,11 @@ def check_float64_at_scale(ctx: CheckContext) -> CheckResult:
         dev = _against_float64(ctx, factor, None)
         if is_worse(dev, worst):
             worst, where = dev, f"weights x{factor:g}"
-    detail = (f"max |y32 - y64| / max |y64| = {fmt(worst)}" + (f", worst at {where}" if where else "")
-              + f"; {_magnitudes(SCALE_FACTORS)}")
+    detail = (
+        f"max |y32 - y64| / max |y64| = {fmt(worst)}"
+        + (f", worst at {where}" if where else "")
+        + f"; {_magnitudes(SCALE_FACTORS)}"
+    )
     return verdict("float64_at_scale", worst, FLOAT64_TOL, detail)
 
 
@@ -181,8 +213,9 @@ def check_autocast_at_scale(ctx: CheckContext) -> CheckResult:
     """Under CUDA: leak and float64 agreement in bf16 and fp16 autocast, per-dtype tolerances."""
     name = "autocast_at_scale"
     if ctx.device.type != "cuda":
-        return CheckResult(name, "skip", None, None,
-                           f"CUDA only (device {ctx.device.type}): bf16/fp16 autocast is checked on a GPU")
+        return CheckResult(
+            name, "skip", None, None, f"CUDA only (device {ctx.device.type}): bf16/fp16 autocast is checked on a GPU"
+        )
     status, worst, parts = "pass", 0.0, []
     for label, (leak_tol, f64_tol, factors) in AUTOCAST_TOL.items():
         amp = _AUTOCAST_DTYPES[label]
@@ -191,7 +224,9 @@ def check_autocast_at_scale(ctx: CheckContext) -> CheckResult:
             agree = _against_float64(ctx, factor, amp)
             ok = all(math.isfinite(v) for v in (leak, agree)) and leak <= leak_tol and agree <= f64_tol
             worst = leak if is_worse(leak, worst) else worst
-            parts.append(f"{label} x{factor:g}: leak {fmt(leak)} (tol {leak_tol:g}), vs float64 "
-                         f"{fmt(agree)} (tol {f64_tol:g})" + ("" if ok else f" FAIL at {at}"))
+            parts.append(
+                f"{label} x{factor:g}: leak {fmt(leak)} (tol {leak_tol:g}), vs float64 "
+                f"{fmt(agree)} (tol {f64_tol:g})" + ("" if ok else f" FAIL at {at}")
+            )
             status = status if ok else "fail"
     return CheckResult(name, status, worst, None, "; ".join(parts) + f"; {_magnitudes(SCALE_FACTORS)}")

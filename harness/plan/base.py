@@ -19,7 +19,7 @@ class Budget(BaseModel):
     flops: float | None = Field(None, gt=0, allow_inf_nan=False)  # training FLOPs, from the analytic FLOPs per token
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "Budget":
+    def _exactly_one(self) -> Budget:
         given = [k for k, v in self.model_dump().items() if v is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of steps, tokens, seconds, flops (got {given or 'none'})")
@@ -65,7 +65,7 @@ class ModelSpec(BaseModel):
     activation: Literal["gelu", "gelu_tanh"] = "gelu"  # backbone MLP; gelu_tanh = HF GPT-2's gelu_new
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> "ModelSpec":
+    def _heads_divide(self) -> ModelSpec:
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
         return self
@@ -146,7 +146,7 @@ def option_key(key: str) -> tuple[str, str] | None:
     """(variant, option) of a grid key ``variant_options.<variant>.<option>``; None for a train setting."""
     if not key.startswith(OPTION_PREFIX):
         return None
-    variant, _, option = key[len(OPTION_PREFIX):].partition(".")
+    variant, _, option = key[len(OPTION_PREFIX) :].partition(".")
     return variant, option
 
 

@@ -51,16 +51,16 @@ def _experiment_index(raw: dict[str, Any], name: str, ov: Override) -> int:
         return names.index(name)
     close = difflib.get_close_matches(name, [n for n in names if isinstance(n, str)], n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
-    raise SuiteError(f"--set {ov.text!r}: the suite has no experiment named {name!r}; {hint}"
-                     f"experiments: {names}")
+    raise SuiteError(f"--set {ov.text!r}: the suite has no experiment named {name!r}; {hint}experiments: {names}")
 
 
 def target(raw: dict[str, Any], ov: Override) -> tuple[Any, ...]:
     """The override's location in the merged suite (experiment names made indices)."""
     if ov.path[0] == "experiments":
         if len(ov.path) < 3:
-            raise SuiteError(f"--set {ov.text!r}: address a setting of one experiment, "
-                             "e.g. experiments.NAME.seeds=[0,1]")
+            raise SuiteError(
+                f"--set {ov.text!r}: address a setting of one experiment, e.g. experiments.NAME.seeds=[0,1]"
+            )
         return ("experiments", _experiment_index(raw, ov.path[1], ov), *ov.path[2:])
     return ov.path
 
@@ -77,8 +77,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[Override]) -> dict[str,
                 child = node[part] = {}
             if not isinstance(child, (dict, list)):
                 where = ".".join(map(str, ov.path[: i + 1]))
-                raise SuiteError(f"--set {ov.text!r}: {where} is {child!r}, not a mapping; "
-                                 f"set {where} itself instead")
+                raise SuiteError(f"--set {ov.text!r}: {where} is {child!r}, not a mapping; set {where} itself instead")
             node = child
         node[loc[-1]] = copy.deepcopy(ov.value)
     return out

@@ -12,21 +12,20 @@ from typing import Any
 import pandas as pd
 
 from attnbench.report.decision import TEST_TEXT, Decision
-from attnbench.report.document import Section
-from attnbench.report.paired import eval_settings, paired_decision, protocol_of, seed_values, setting_label
-from attnbench.report.document import Table
+from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
-from attnbench.report.selection import Selection
-from attnbench.report.selection import select
-from attnbench.report.values import MISSING
-from attnbench.report.values import NOT_DECLARED
-from attnbench.report.values import bytes_text
-from attnbench.report.values import fact_text
-from attnbench.report.values import is_number
-from attnbench.report.values import key_of
-from attnbench.report.values import mean_ci
-from attnbench.report.values import num
-from attnbench.report.values import point_text
+from attnbench.report.paired import eval_settings, paired_decision, protocol_of, seed_values, setting_label
+from attnbench.report.selection import Selection, select
+from attnbench.report.values import (
+    MISSING,
+    bytes_text,
+    fact_text,
+    is_number,
+    key_of,
+    mean_ci,
+    num,
+    point_text,
+)
 
 DEFAULT_BASELINE = "softmax"
 DECIMALS = 3  # differences of loss (nats) and of accuracy (fraction) alike
@@ -58,8 +57,13 @@ def speed_rounds(data: StoreData, mode: str) -> dict[str, dict[int, tuple[float,
     res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
     out: dict[str, dict[int, tuple[float, float, int]]] = {}
     for run_id, tags in zip(res["run_id"], res["tags"]):
-        if tags.get("mode") == mode and tags.get("status") == "ok" and is_number(tags.get("mean_s")) \
-                and is_number(tags.get("stddev_s")) and int(tags.get("rounds") or 0) >= 2:
+        if (
+            tags.get("mode") == mode
+            and tags.get("status") == "ok"
+            and is_number(tags.get("mean_s"))
+            and is_number(tags.get("stddev_s"))
+            and int(tags.get("rounds") or 0) >= 2
+        ):
             point = (float(tags["mean_s"]), float(tags["stddev_s"]), int(tags["rounds"]))
             have = out.setdefault(speed.loc[run_id, "variant"], {})
             if int(tags["T"]) not in have or have[int(tags["T"])][2] < point[2]:
@@ -76,7 +80,9 @@ def ratio_interval(base: tuple[float, float, int], variant: tuple[float, float, 
     return ratio, ratio * math.exp(-1.96 * se), ratio * math.exp(1.96 * se)
 
 
-def speedup_at_longest(times: dict[str, dict[int, float]], variant: str, baseline: str) -> tuple[float | None, int | None]:
+def speedup_at_longest(
+    times: dict[str, dict[int, float]], variant: str, baseline: str
+) -> tuple[float | None, int | None]:
     """(baseline time / variant time, T) at the longest T both timed."""
     common = sorted(set(times.get(variant, {})) & set(times.get(baseline, {})))
     if not common:
@@ -108,16 +114,26 @@ def _speed_text(value: float | None, T: int | None) -> str:
     return MISSING if value is None else f"{value:.2f}x at T={T}"
 
 
-def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, baseline: str,
-         speed: dict[str, dict[str, dict[int, float]]], noisy: dict[str, int],
-         setting: dict[str, Any] | None = None) -> tuple[dict, dict]:
+def _row(
+    data: StoreData,
+    exp: str,
+    sel: Selection,
+    base: Selection | None,
+    baseline: str,
+    speed: dict[str, dict[str, dict[int, float]]],
+    noisy: dict[str, int],
+    setting: dict[str, Any] | None = None,
+) -> tuple[dict, dict]:
     """One decided comparison: ``sel`` against ``base`` on the protocol's metric, overall or
     at one evaluation ``setting``."""
     protocol = protocol_of(sel)
     metric, margin = protocol.get("metric", "loss"), protocol.get("margin")
     is_base = sel is base
-    d, diffs = paired_decision(data, sel, base, metric, margin, setting) if base is not None and not is_base \
+    d, diffs = (
+        paired_decision(data, sel, base, metric, margin, setting)
+        if base is not None and not is_base
         else (Decision("baseline", None, None, None, 0, margin), [])
+    )
     loss = mean_ci(seed_values(data, sel, "loss", setting).values())
     acc = mean_ci(seed_values(data, sel, "accuracy", setting).values())
     value = acc if metric == "accuracy" else loss
@@ -128,23 +144,51 @@ def _row(data: StoreData, exp: str, sel: Selection, base: Selection | None, base
     if noisy.get(sel.variant):
         flags.append(f"{noisy[sel.variant]} noisy speed point(s)")
     label = exp if setting is None else f"{exp} @ {setting_label(setting)}"
-    raw = {"experiment": exp, "setting": setting_label(setting), "setting_options": json.dumps(setting)
-           if setting else None, "variant": sel.label, "variant_options": key_of(sel.options), "model": sel.model_label,
-           "chosen_point": point_text(sel.point), "grid_points": sel.n_points, "metric": metric, "margin": margin,
-           "decision": d.outcome, "decision_text": d.text(decimals=DECIMALS), "value_mean": value.mean, "value_lo": value.lo,
-           "value_hi": value.hi, "baseline": baseline, "diff_mean": d.mean, "diff_lo": d.lo, "diff_hi": d.hi, "n": d.n,
-           "diffs_by_seed": ", ".join(f"{x:+.4f}" for x in diffs), "test_loss_mean": loss.mean,
-           "test_accuracy": acc.mean, "train_step_speedup": train_x, "train_step_T": train_T,
-           "decode_speedup": dec_x, "decode_T": dec_T, "state_elements": states[0] if states else None,
-           "gate": _gate_text(sel), "flags": "; ".join(flags)}
+    raw = {
+        "experiment": exp,
+        "setting": setting_label(setting),
+        "setting_options": json.dumps(setting) if setting else None,
+        "variant": sel.label,
+        "variant_options": key_of(sel.options),
+        "model": sel.model_label,
+        "chosen_point": point_text(sel.point),
+        "grid_points": sel.n_points,
+        "metric": metric,
+        "margin": margin,
+        "decision": d.outcome,
+        "decision_text": d.text(decimals=DECIMALS),
+        "value_mean": value.mean,
+        "value_lo": value.lo,
+        "value_hi": value.hi,
+        "baseline": baseline,
+        "diff_mean": d.mean,
+        "diff_lo": d.lo,
+        "diff_hi": d.hi,
+        "n": d.n,
+        "diffs_by_seed": ", ".join(f"{x:+.4f}" for x in diffs),
+        "test_loss_mean": loss.mean,
+        "test_accuracy": acc.mean,
+        "train_step_speedup": train_x,
+        "train_step_T": train_T,
+        "decode_speedup": dec_x,
+        "decode_T": dec_T,
+        "state_elements": states[0] if states else None,
+        "gate": _gate_text(sel),
+        "flags": "; ".join(flags),
+    }
     view = {
-        "experiment": label, "variant": sel.label, "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points})",
+        "experiment": label,
+        "variant": sel.label,
+        "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points})",
         "metric (margin)": metric + (f" (±{margin:g})" if margin else ""),
         f"Δ vs {baseline} [95% CI], n, decision": "baseline" if is_base else d.text(decimals=DECIMALS),
-        "test loss": num(loss.mean), "test accuracy": num(acc.mean, 3),
-        "train-step speedup": _speed_text(train_x, train_T), "decode speedup / token": _speed_text(dec_x, dec_T),
+        "test loss": num(loss.mean),
+        "test accuracy": num(acc.mean, 3),
+        "train-step speedup": _speed_text(train_x, train_T),
+        "decode speedup / token": _speed_text(dec_x, dec_T),
         "state size": fact_text(sel.runs["summary"], "state_elements", lambda v: bytes_text(4 * v)),
-        "trust gate": raw["gate"], "flags": raw["flags"] or "none",
+        "trust gate": raw["gate"],
+        "flags": raw["flags"] or "none",
     }
     return raw, view
 
@@ -161,8 +205,11 @@ def summary_table(data: StoreData) -> Table | None:
         protocol = _protocol(runs)
         baseline = protocol.get("baseline", DEFAULT_BASELINE)
         baselines.add(baseline)
-        margins.add(f"{exp}: {protocol.get('metric', 'loss')} ±{protocol['margin']:g}" if protocol.get("margin")
-                    else f"{exp}: no margin stated (no equivalence decision)")
+        margins.add(
+            f"{exp}: {protocol.get('metric', 'loss')} ±{protocol['margin']:g}"
+            if protocol.get("margin")
+            else f"{exp}: no margin stated (no equivalence decision)"
+        )
         sels = select(runs)
         bases: dict[int, Selection] = {}
         for s in sels:  # the baseline row per model size: the one with no differing options first
@@ -176,13 +223,20 @@ def summary_table(data: StoreData) -> Table | None:
                 views.append(view)
     if not raws:
         return None
-    note = (f"Each variant at its own chosen grid point (lowest mean validation loss over its seeds); the "
-            f"numbers are on the test split, which took no part in that choice. Δ = variant - "
-            f"{' / '.join(sorted(baselines))} on the same seed (same batches in the same order); decision: "
-            f"{TEST_TEXT}; margins: {'; '.join(sorted(margins))}. Speedups: baseline time / variant time at "
-            "the longest T both timed (> 1 is faster). State size: fp32 recurrent state at the training length.")
-    return Table("summary", "Summary: each variant against the baseline (test split)", pd.DataFrame(raws),
-                 pd.DataFrame(views), note)
+    note = (
+        f"Each variant at its own chosen grid point (lowest mean validation loss over its seeds); the "
+        f"numbers are on the test split, which took no part in that choice. Δ = variant - "
+        f"{' / '.join(sorted(baselines))} on the same seed (same batches in the same order); decision: "
+        f"{TEST_TEXT}; margins: {'; '.join(sorted(margins))}. Speedups: baseline time / variant time at "
+        "the longest T both timed (> 1 is faster). State size: fp32 recurrent state at the training length."
+    )
+    return Table(
+        "summary",
+        "Summary: each variant against the baseline (test split)",
+        pd.DataFrame(raws),
+        pd.DataFrame(views),
+        note,
+    )
 
 
 def _pivot_table(data: StoreData, baseline: str = DEFAULT_BASELINE) -> Table | None:
@@ -194,16 +248,33 @@ def _pivot_table(data: StoreData, baseline: str = DEFAULT_BASELINE) -> Table | N
         for variant in sorted(rounds):
             Ts = sorted(T for T in rounds[variant] if T in rounds[baseline])
             cis = {T: ratio_interval(rounds[baseline][T], rounds[variant][T]) for T in Ts}
-            rows.append({"mode": mode, "variant": variant, **{f"T={T}": cis[T][0] for T in Ts},
-                         **{f"T={T} lo": cis[T][1] for T in Ts}, **{f"T={T} hi": cis[T][2] for T in Ts}})
-            views.append({"mode": mode, "variant": variant,
-                          **{f"T={T}": f"{r:.2f}x [{lo:.2f}, {hi:.2f}]" for T, (r, lo, hi) in cis.items()}})
+            rows.append(
+                {
+                    "mode": mode,
+                    "variant": variant,
+                    **{f"T={T}": cis[T][0] for T in Ts},
+                    **{f"T={T} lo": cis[T][1] for T in Ts},
+                    **{f"T={T} hi": cis[T][2] for T in Ts},
+                }
+            )
+            views.append(
+                {
+                    "mode": mode,
+                    "variant": variant,
+                    **{f"T={T}": f"{r:.2f}x [{lo:.2f}, {hi:.2f}]" for T, (r, lo, hi) in cis.items()},
+                }
+            )
     if not rows:
         return None
     view = pd.DataFrame(views).fillna(MISSING)
-    return Table("speedup-pivot", f"Speedup against {baseline} (its time / the variant's; > 1 is faster)",
-                 pd.DataFrame(rows), view, "Mean time over the timing rounds of each point; 95% interval from "
-                 "the rounds' spread (delta method on the log ratio).")
+    return Table(
+        "speedup-pivot",
+        f"Speedup against {baseline} (its time / the variant's; > 1 is faster)",
+        pd.DataFrame(rows),
+        view,
+        "Mean time over the timing rounds of each point; 95% interval from "
+        "the rounds' spread (delta method on the log ratio).",
+    )
 
 
 def comparison_sections(data: StoreData) -> list[Section]:
@@ -211,7 +282,13 @@ def comparison_sections(data: StoreData) -> list[Section]:
     tables = [t for t in (summary_table(data), _pivot_table(data)) if t is not None]
     if not tables:
         return []
-    return [Section("Summary: the comparison", intro=(
-        "The answer first: each variant's difference from the baseline on held-out test data, with its "
-        "interval and n, and its speed against the baseline. Details follow in the sections below."),
-        tables=tables)]
+    return [
+        Section(
+            "Summary: the comparison",
+            intro=(
+                "The answer first: each variant's difference from the baseline on held-out test data, with its "
+                "interval and n, and its speed against the baseline. Details follow in the sections below."
+            ),
+            tables=tables,
+        )
+    ]

@@ -10,11 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.report.values import OPTION_PREFIX
-from attnbench.report.values import grid_point
-from attnbench.report.values import is_number
-from attnbench.report.values import key_of
-from attnbench.report.values import mean_ci
+from attnbench.report.values import OPTION_PREFIX, grid_point, is_number, key_of, mean_ci
 
 
 @dataclass(frozen=True)
@@ -98,10 +94,12 @@ def select(runs: pd.DataFrame) -> list[Selection]:
     for exp, variant, coords, config in zip(runs["experiment"], runs["variant"], runs["coords"], runs["config"]):
         okey = key_of(fixed_options(str(variant), coords, config))
         tried.setdefault((str(exp), str(variant), int(coords.get("model", 0)), okey), set()).add(
-            key_of(grid_point(coords)))
+            key_of(grid_point(coords))
+        )
     runs = reported_runs(runs)
-    for pos, (exp, variant, coords, config) in enumerate(zip(runs["experiment"], runs["variant"], runs["coords"],
-                                                              runs["config"])):
+    for pos, (exp, variant, coords, config) in enumerate(
+        zip(runs["experiment"], runs["variant"], runs["coords"], runs["config"])
+    ):
         opts = fixed_options(str(variant), coords, config)
         okey = key_of(opts)
         options[okey] = opts
@@ -119,7 +117,18 @@ def select(runs: pd.DataFrame) -> list[Selection]:
         finite = [s for s in scored if s[0].mean_loss is not None]
         best = min(finite, key=lambda s: s[0].mean_loss or 0.0) if finite else scored[0]
         first = runs.iloc[best[1][0]]
-        out.append(Selection(exp, variant, model, model_label(first["coords"], first["config"]), best[0].point,
-                             runs.iloc[best[1]], [s[0] for s in scored], options[okey],
-                             labels[(exp, variant, model, okey)], len(tried.get((exp, variant, model, okey), ()))))
+        out.append(
+            Selection(
+                exp,
+                variant,
+                model,
+                model_label(first["coords"], first["config"]),
+                best[0].point,
+                runs.iloc[best[1]],
+                [s[0] for s in scored],
+                options[okey],
+                labels[(exp, variant, model, okey)],
+                len(tried.get((exp, variant, model, okey), ())),
+            )
+        )
     return out
