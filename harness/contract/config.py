@@ -52,7 +52,7 @@ class ModelConfig:
         if self.activation == "gelu":  # the default is left out: keys of earlier cells stay valid
             del out["activation"]
         opts = self.options
-        if dataclasses.is_dataclass(opts):
+        if dataclasses.is_dataclass(opts) and not isinstance(opts, type):
             opts = dataclasses.asdict(opts)
         out["options"] = opts
         return out
