@@ -63,6 +63,8 @@ def write_tokenizer(out_dir: Path, tokenizer_json: str | None, context: int) -> 
     text = tokenizer_json if tokenizer_json is not None else byte_tokenizer_json()
     tok = Tokenizer.from_str(text)
     prefix = tok.id_to_token(prefix_token_id(tokenizer_json))
+    if prefix is None:
+        raise ValueError("the tokenizer has no token for the newline prefix; give prefix_token=ID")
     # The newline doubles as bos (lm-eval's prefix), eos and pad: the vocabulary has no spare id.
     # split_special_tokens: text is always encoded as text, never matched against them.
     fast = PreTrainedTokenizerFast(
