@@ -5,6 +5,7 @@ and published expectations that agree, disagree and stay undetermined."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -246,7 +247,7 @@ def _speed_runs() -> list[RunRecord]:
     return out
 
 
-def write_store(path: Path, extra: list[RunRecord] = ()) -> Path:
+def write_store(path: Path, extra: Sequence[RunRecord] = ()) -> Path:
     """The synthetic store at ``path`` (every trust-gate check passed), with ``extra`` runs."""
     with Store(path) as store:
         for run in [*_text_runs(), *_recall_runs(), *_speed_runs(), *extra]:
