@@ -63,10 +63,12 @@ def _shipped_file(name: str) -> Path | None:
     return None
 
 
-def _exists(path: Path, kind: str) -> bool:
+def exists(path: Path, kind: str = "file") -> bool:
+    """Whether ``path`` is a file (or, with kind "dir", a folder); a name the file system cannot
+    look up (too long, say) is simply not there."""
     try:
         return path.is_file() if kind == "file" else path.is_dir()
-    except OSError:  # a name too long for the file system, say: no such file
+    except OSError:
         return False
 
 
@@ -78,13 +80,13 @@ def resolve_suite(arg: str | Path) -> Path:
         raise SuiteError("no suite given: pass a suite YAML file's path or a shipped suite's name "
                          "(attnbench suites lists them)")
     path = Path(str(arg)).expanduser()
-    if _exists(path, "file"):
+    if exists(path):
         return path
     bare = path.name == str(arg) and not text.startswith(".")  # no folder in it
     stem = next((text[: -len(s)] for s in SUFFIXES if text.endswith(s)), text)
     if bare and (found := _shipped_file(stem)) is not None:
         return found
-    if _exists(path, "dir"):
+    if exists(path, "dir"):
         raise SuiteError(f"{text} is a folder; pass a suite YAML file in it "
                          "or a shipped suite's name (attnbench suites lists them)")
     try:

@@ -32,7 +32,7 @@ from pydantic import (
 from attnbench.errors import SuiteError, quoted, shortened
 from attnbench.plan import bounded_yaml
 from attnbench.plan import overrides as ov_
-from attnbench.plan.shipped import resolve_suite
+from attnbench.plan.shipped import exists, resolve_suite
 from attnbench.plan.specs import AnyExperiment
 
 # Experiment kinds, read off the experiment models of the suite schema (specs.AnyExperiment).
@@ -166,13 +166,6 @@ def _no_duplicate_keys(path: Path, node: Any) -> None:
             _no_duplicate_keys(path, item)
 
 
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except OSError:  # a name too long for the file system, say: no such file
-        return False
-
-
 def _load_tree(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], list[tuple[_Source, int]], list[_Source]]:
     """Merged raw mapping, the origin (file, index) of each experiment, and all sources."""
     path = path.resolve()
@@ -188,7 +181,7 @@ def _load_tree(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], list
     sources: list[_Source] = []
     for inc in includes:
         inc_path = path.parent / inc
-        if not _is_file(inc_path):
+        if not exists(inc_path):
             raise SuiteError(
                 f"{path}:{src.line(('include',))}: included file {quoted(inc)} not found "
                 f"(looked at {shortened(str(inc_path))}); paths are relative to the including file"
