@@ -44,6 +44,9 @@ def shipped_dir() -> Path:
         raise SuiteError(f"the shipped suites (package {PACKAGE}) are not installed with this attnbench; "
                          "reinstall it (in a checkout: pip install -e .) or pass a suite file's path") from None
     path = Path(str(root))
+    # A strict editable install links each file from the checkout: name the checkout's folder, the one to edit.
+    if (path / "__init__.py").is_symlink():
+        path = (path / "__init__.py").resolve().parent
     if not path.is_dir():
         raise SuiteError(f"the shipped suites ({root}) are not a folder on disk (a zipped install?); install "
                          "attnbench from its wheel or source, or pass a suite file's path")
