@@ -1,0 +1,65 @@
+"""Static tools follow the code: Pyright resolves every import (``attnbench`` lives in ``harness/``,
+reached through the strict editable install), and ruff finds nothing to fix or reformat.
+The configurations are pyproject.toml's ``[tool.pyright]`` and ``[tool.ruff]``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO
+
+INSTALL = 'pip install -e ".[test]" -c constraints.txt --config-settings editable_mode=strict'
+CHECKED = ("harness", "plugins", "suites", "tests", "benchmarks")  # [tool.pyright] include
+
+
+def _tool(name: str) -> str:
+    """The executable ``name`` beside this interpreter (the test extra installs it), else on PATH."""
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if found is None:
+        message = f"{name} is not installed; it comes with the test extra: {INSTALL}"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (required when CI is set)")
+        pytest.skip(message)
+    return found
+
+
+def _run(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_pyright_resolves_every_import():
+    # The interpreter running the tests is the environment checked: its install must be one Pyright follows.
+    proc = _run(_tool("pyright"), "--outputjson", "--pythonpath", sys.executable, timeout=600)
+    assert proc.stdout.lstrip().startswith("{"), f"pyright did not run (exit {proc.returncode}): {proc.stderr}"
+    report = json.loads(proc.stdout)
+    files = [path for root in CHECKED for path in (REPO / root).rglob("*.py")]
+    checked = sum(1 for path in files if "build" not in path.relative_to(REPO).parts)
+    assert report["summary"]["filesAnalyzed"] >= checked, report["summary"]  # not vacuously clean
+    unresolved = [
+        f"{Path(d['file']).relative_to(REPO)}:{d['range']['start']['line'] + 1}: {d['message']}"
+        for d in report["generalDiagnostics"]
+        if d.get("rule") == "reportMissingImports"
+        or (d.get("rule") == "reportAttributeAccessIssue" and "unknown import symbol" in d["message"])
+    ]
+    assert not unresolved, (
+        f"{len(unresolved)} imports Pyright cannot resolve (is attnbench installed with {INSTALL}? "
+        f"a new module needs a reinstall):\n" + "\n".join(unresolved[:50])
+    )
+
+
+def test_ruff_finds_nothing():
+    proc = _run(_tool("ruff"), "check", ".", timeout=120)
+    assert proc.returncode == 0, f"ruff check: {proc.stdout}{proc.stderr}\nfix: bash scripts/ruff_fix.sh, then by hand"
+
+
+def test_ruff_format_changes_nothing():
+    proc = _run(_tool("ruff"), "format", "--check", ".", timeout=120)
+    assert proc.returncode == 0, f"ruff format --check: {proc.stdout}{proc.stderr}\nfix: bash scripts/ruff_fix.sh"
