@@ -21,7 +21,7 @@ import argparse
 import math
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -56,8 +56,14 @@ def fmt(t: tuple[float, float]) -> str:
 
 def make_model(name: str, layers: int, context: int, options: dict | None = None) -> Backbone:
     variant = load_registry().get(name)
-    config = ModelConfig(vocab_size=VOCAB, d_model=D_MODEL, n_layer=layers, n_head=N_HEAD,
-                         context=context, options=variant.make_options(options))
+    config = ModelConfig(
+        vocab_size=VOCAB,
+        d_model=D_MODEL,
+        n_layer=layers,
+        n_head=N_HEAD,
+        context=context,
+        options=variant.make_options(options),
+    )
     torch.manual_seed(0)
     return Backbone(config, variant.build_mixer)
 
@@ -96,7 +102,7 @@ def decode_times(model: Backbone, contexts: tuple[int, ...], tokens: int) -> lis
     for i in range(tokens):
         for run in runs:
             c0, w0 = time.process_time(), time.perf_counter()
-            _, run[1] = model.step(run[0][:, i:i + 1], run[1])
+            _, run[1] = model.step(run[0][:, i : i + 1], run[1])
             run[2].append(time.process_time() - c0)
             run[3].append(time.perf_counter() - w0)
     return [(statistics.median(cpu[5:]), statistics.median(wall[5:])) for _, _, cpu, wall in runs]
@@ -148,8 +154,10 @@ def peak_setup(name: str, window: int | None, T: int, impl: str) -> Callable[[],
 
 def train_scaling(L: int, Ts: list[int], reps: int) -> None:
     print("\n## 1. training step (forward + loss + backward) against T; CPU time (wall)")
-    for name, label in (("additive", "additive (all layers global)"),
-                        ("windowed", f"windowed, rule 'seeds' {[4 * 2**l for l in range(L - 1)]} + global")):
+    for name, label in (
+        ("additive", "additive (all layers global)"),
+        ("windowed", f"windowed, rule 'seeds' {[4 * 2**l for l in range(L - 1)]} + global"),
+    ):
         model = make_model(name, L, Ts[-1])
         times = [train_step_time(model, T, reps) for T in Ts]
         print(f"{label}: slope {slope(Ts, [t[0] for t in times]):.3f} (wall {slope(Ts, [t[1] for t in times]):.3f})")
@@ -161,8 +169,10 @@ def window_independence(L: int, T: int, reps: int) -> None:
     print(f"\n## 2. windowed, every layer at the same window, T={T}")
     k_big = T // 2
     win = {k: train_step_time(make_model("windowed", L, T, {"windows": [k] * L}), T, reps) for k in (4, k_big)}
-    print(f"k=4: {fmt(win[4])}   k={k_big}: {fmt(win[k_big])}   ratio {win[k_big][0] / win[4][0]:.3f} "
-          f"(wall {win[k_big][1] / win[4][1]:.3f})")
+    print(
+        f"k=4: {fmt(win[4])}   k={k_big}: {fmt(win[k_big])}   ratio {win[k_big][0] / win[4][0]:.3f} "
+        f"(wall {win[k_big][1] / win[4][1]:.3f})"
+    )
 
 
 def against_softmax(L: int, T: int, reps: int) -> None:
@@ -170,8 +180,10 @@ def against_softmax(L: int, T: int, reps: int) -> None:
     soft = train_step_time(make_model("softmax", L, T), T, max(2, reps // 2))
     add = train_step_time(make_model("additive", L, T), T, reps)
     wnd = train_step_time(make_model("windowed", L, T), T, reps)
-    print(f"softmax {fmt(soft)}   additive {fmt(add)} x{soft[0] / add[0]:.1f}   "
-          f"windowed {fmt(wnd)} x{soft[0] / wnd[0]:.1f}   (CPU-time ratios)")
+    print(
+        f"softmax {fmt(soft)}   additive {fmt(add)} x{soft[0] / add[0]:.1f}   "
+        f"windowed {fmt(wnd)} x{soft[0] / wnd[0]:.1f}   (CPU-time ratios)"
+    )
 
 
 def decode_scaling(L: int, ctx_long: int) -> None:
@@ -179,8 +191,10 @@ def decode_scaling(L: int, ctx_long: int) -> None:
     for name in ("additive", "windowed"):
         model = make_model(name, L, ctx_long + 256)
         short, long = decode_times(model, (1024, ctx_long), 200)
-        print(f"{name:10s} context 1024: {short[0] * 1e3:.3f} ms   context {ctx_long}: {long[0] * 1e3:.3f} ms   "
-              f"ratio {long[0] / short[0]:.2f} (wall {long[1] / short[1]:.2f})")
+        print(
+            f"{name:10s} context 1024: {short[0] * 1e3:.3f} ms   context {ctx_long}: {long[0] * 1e3:.3f} ms   "
+            f"ratio {long[0] / short[0]:.2f} (wall {long[1] / short[1]:.2f})"
+        )
 
 
 def against_reference(T: int, reps: int) -> None:
@@ -197,12 +211,16 @@ def against_reference(T: int, reps: int) -> None:
         x.requires_grad_()
         ours_t = median_time(lambda: mixer(x).square().mean().backward(), reps)
         ref_t = median_time(lambda: reference_forward(mixer, x).square().mean().backward(), reps)
-        mem = {impl: measure_peak("bench_additive:peak_setup", name=name, window=window, T=T, impl=impl)
-               for impl in ("ours", "reference")}
+        mem = {
+            impl: measure_peak("bench_additive:peak_setup", name=name, window=window, T=T, impl=impl)
+            for impl in ("ours", "reference")
+        }
         mb = {impl: f"{m.bytes / 2**20:.1f} MiB" if m.bytes is not None else m.status for impl, m in mem.items()}
-        print(f"{label:10s} diff vs fp64 ref {d64:.1e}, vs fp32 ref {d32:.1e}   "
-              f"step: ours {fmt(ours_t)}, ref {fmt(ref_t)}   "
-              f"peak: ours {mb['ours']}, ref {mb['reference']} ({mem['ours'].method})")
+        print(
+            f"{label:10s} diff vs fp64 ref {d64:.1e}, vs fp32 ref {d32:.1e}   "
+            f"step: ours {fmt(ours_t)}, ref {fmt(ref_t)}   "
+            f"peak: ours {mb['ours']}, ref {mb['reference']} ({mem['ours'].method})"
+        )
 
 
 def main() -> None:
@@ -217,10 +235,14 @@ def main() -> None:
     L = args.layers
     Ts = [512, 1024, 2048, 4096] if args.quick else [1024, 2048, 4096, 8192, 16384]
     reps = 3 if args.quick else 5
-    print(f"# CPU fp32, torch {torch.__version__}, threads {torch.get_num_threads()}, "
-          f"d_model {D_MODEL}, heads {N_HEAD}, layers {L}, batch 1, vocab {VOCAB}, dropout 0")
-    print("# path: plugins/_additive_ops (blocked window scans, fp32 sums, hand-written backward); "
-          "global sums: two-level scan with block 256")
+    print(
+        f"# CPU fp32, torch {torch.__version__}, threads {torch.get_num_threads()}, "
+        f"d_model {D_MODEL}, heads {N_HEAD}, layers {L}, batch 1, vocab {VOCAB}, dropout 0"
+    )
+    print(
+        "# path: plugins/_additive_ops (blocked window scans, fp32 sums, hand-written backward); "
+        "global sums: two-level scan with block 256"
+    )
     if 1 in sections:
         train_scaling(L, Ts, reps)
     if 2 in sections:

@@ -28,19 +28,19 @@ from attnbench import MixerOutput, ModelConfig  # noqa: E402
 from attnbench.experiments.speed.memory import measure_peak  # noqa: E402
 from attnbench.plugins import future  # noqa: E402
 from attnbench.plugins.kernels import lse_merge  # noqa: E402
-from tests.references.future_reference import reference_forward  # noqa: E402
 from attnbench.plugins.softmax import SoftmaxAttention  # noqa: E402
+from tests.references.future_reference import reference_forward  # noqa: E402
 
 IMPLS = ("lean", "explicit", "softmax")
 
 
-def setup(impl: str, T: int, d: int, heads: int, fd: int, batch: int, threads: int,
-          device: str = "cpu"):
+def setup(impl: str, T: int, d: int, heads: int, fd: int, batch: int, threads: int, device: str = "cpu"):
     """Build one layer and its input; return a zero-arg callable doing forward + backward."""
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    config = ModelConfig(d_model=d, n_head=heads, context=T, n_layer=1, bias=False,
-                         options=future.FutureOptions(future_dim=fd))
+    config = ModelConfig(
+        d_model=d, n_head=heads, context=T, n_layer=1, bias=False, options=future.FutureOptions(future_dim=fd)
+    )
     mixer = (SoftmaxAttention if impl == "softmax" else future.FutureAttention)(config, 0)
     mixer = mixer.to(device).train()
     x = torch.randn(batch, T, d, device=device, requires_grad=True)
@@ -80,12 +80,16 @@ def main() -> None:
     args = parser.parse_args()
     shape = dict(T=512 if args.quick else 2048, d=128, heads=4, fd=50, batch=1, threads=args.threads)
     warmup, repeats = (1, 3) if args.quick else (2, 7)
-    print(f"# future attention, one layer, training forward+backward, fp32 CPU, "
-          f"torch {torch.__version__}, threads {args.threads}")
-    print(f"# T={shape['T']} batch={shape['batch']} d={shape['d']} heads={shape['heads']} "
-          f"future_dim={shape['fd']} context=T; lean blocks: causal "
-          f"{future.query_block_rows(shape['batch'], shape['heads'], shape['T'])} rows, "
-          f"band {lse_merge.BAND_BLOCK} rows")
+    print(
+        f"# future attention, one layer, training forward+backward, fp32 CPU, "
+        f"torch {torch.__version__}, threads {args.threads}"
+    )
+    print(
+        f"# T={shape['T']} batch={shape['batch']} d={shape['d']} heads={shape['heads']} "
+        f"future_dim={shape['fd']} context=T; lean blocks: causal "
+        f"{future.query_block_rows(shape['batch'], shape['heads'], shape['T'])} rows, "
+        f"band {lse_merge.BAND_BLOCK} rows"
+    )
     peaks = {impl: measure_peak("bench_future:setup", impl=impl, **shape) for impl in IMPLS}
     times = time_calls({impl: setup(impl, **shape) for impl in IMPLS}, warmup, repeats)
     rows = {}
@@ -94,12 +98,13 @@ def main() -> None:
         med = statistics.median(ts)
         rows[impl] = (peak, med)
         mib = f"{peak.bytes / 2**20:10.1f}" if peak.bytes is not None else f"{peak.status:>10}"
-        print(f"{impl:9s} peak {mib} MiB ({peak.method})   step {med * 1e3:8.1f} ms "
-              f"(min {min(ts) * 1e3:.1f}, max {max(ts) * 1e3:.1f}, n={repeats})")
+        print(
+            f"{impl:9s} peak {mib} MiB ({peak.method})   step {med * 1e3:8.1f} ms "
+            f"(min {min(ts) * 1e3:.1f}, max {max(ts) * 1e3:.1f}, n={repeats})"
+        )
     (lp, lt), (ep, et) = rows["lean"], rows["explicit"]
     if lp.bytes and ep.bytes:
-        print(f"lean / explicit: memory {lp.bytes / ep.bytes:.3f} (target <= 0.333), "
-              f"time {lt / et:.3f} (target <= 1)")
+        print(f"lean / explicit: memory {lp.bytes / ep.bytes:.3f} (target <= 0.333), time {lt / et:.3f} (target <= 1)")
 
 
 if __name__ == "__main__":

@@ -32,8 +32,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import D_MODEL, H_DIM, N_HEAD, VOCAB, backbone, fwd_bwd, log_quadratic64, naive_log, qkv  # noqa: E402
 
 from attnbench.experiments.speed.memory import measure_peak  # noqa: E402
+from attnbench.kernels.chunked import (  # noqa: E402,F401
+    LEVEL,
+    _chunks,
+    _exclusive,
+    _future,
+    _unchunk,
+    _with_ones,
+    log_attention,
+    log_init_state,
+)
 from attnbench.plugins import heinsen  # noqa: E402
-from attnbench.kernels.chunked import LEVEL, _chunks, _exclusive, _future, _unchunk, _with_ones, log_attention, log_init_state  # noqa: E402,F401
 
 
 @dataclass(frozen=True)
@@ -50,18 +59,19 @@ class OldLogState:
     m_v: torch.Tensor  # (B, H, h_v) running max of log V per channel; -inf before any token
 
 
-
 def old_log_init_state(batch: int, n_head: int, h_k: int, h_v: int, device=None, dtype=None) -> OldLogState:
     ninf, f32 = float("-inf"), dict(device=device, dtype=torch.float32)
-    return OldLogState(torch.zeros(batch, n_head, h_k, h_v, **f32),  # (B, H, h_k, h_v)
-                    torch.zeros(batch, n_head, h_k, **f32),  # (B, H, h_k)
-                    torch.full((batch, n_head, h_k), ninf, **f32),  # (B, H, h_k)
-                    torch.full((batch, n_head, h_v), ninf, **f32))  # (B, H, h_v)
+    return OldLogState(
+        torch.zeros(batch, n_head, h_k, h_v, **f32),  # (B, H, h_k, h_v)
+        torch.zeros(batch, n_head, h_k, **f32),  # (B, H, h_k)
+        torch.full((batch, n_head, h_k), ninf, **f32),  # (B, H, h_k)
+        torch.full((batch, n_head, h_v), ninf, **f32),
+    )  # (B, H, h_v)
 
 
-
-def old_log_attention(q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor, state: OldLogState,
-                  chunk: int) -> tuple[torch.Tensor, OldLogState]:
+def old_log_attention(
+    q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor, state: OldLogState, chunk: int
+) -> tuple[torch.Tensor, OldLogState]:
     """BEFORE issue 17, verbatim (only renamed): Heinsen's causal log-space attention (arXiv 2404.05843, eq. 12-13), chunkwise:
 
         o_i = log sum_{j<=i} exp(LSE_d(q_id + k_jd) + log V_j) - log sum_{j<=i} exp(LSE_d(q_id + k_jd))
@@ -123,17 +133,23 @@ def old_log_attention(q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor, sta
         s0 = torch.cat([state.s, state.z[..., None]], dim=-1).float()  # (B, H, h_k, h_v+1)
         mvx0 = F.pad(m0_v, (0, 1))  # (B, H, h_v+1)
         ref_k = base.squeeze(3)  # (B, H, N, h_k)
-        carried = (torch.exp(log_before - ref_k[..., None] - mvx[:, :, :, None])  # (B, H, N, h_k, h_v+1)
-                   + s0[:, :, None] * torch.exp(m0_k[:, :, None] - ref_k)[..., None]
-                   * torch.exp(mvx0[:, :, None] - mvx)[:, :, :, None])  # initial state, re-referenced
+        carried = (
+            torch.exp(log_before - ref_k[..., None] - mvx[:, :, :, None])  # (B, H, N, h_k, h_v+1)
+            + s0[:, :, None]
+            * torch.exp(m0_k[:, :, None] - ref_k)[..., None]
+            * torch.exp(mvx0[:, :, None] - mvx)[:, :, :, None]
+        )  # initial state, re-referenced
         num = scores @ vx + q_base @ carried  # (B, H, N, c, h_v+1) both scaled by exp(-L_i)
         # log V shift added back; the normaliser holds the e^0 term of the row max, so >= ~1.
         o = num[..., :hv].clamp_min(tiny).log() + mv[:, :, :, None] - num[..., hv:].log()  # (B, H, N, c, h_v)
         m_k, mvx_T = end[:, :, -1], mvx[:, :, -1]  # (B, H, h_k), (B, H, h_v+1)
-        final = (torch.exp(log_incl[:, :, -1] - m_k[..., None] - mvx_T[:, :, None])  # (B, H, h_k, h_v+1)
-                 + s0 * torch.exp(m0_k - m_k)[..., None] * torch.exp(mvx0 - mvx_T)[:, :, None])
-        new = OldLogState(final[..., :hv].contiguous(), final[..., hv].contiguous(),
-                       m_k.contiguous(), mv[:, :, -1].contiguous())
+        final = (
+            torch.exp(log_incl[:, :, -1] - m_k[..., None] - mvx_T[:, :, None])  # (B, H, h_k, h_v+1)
+            + s0 * torch.exp(m0_k - m_k)[..., None] * torch.exp(mvx0 - mvx_T)[:, :, None]
+        )
+        new = OldLogState(
+            final[..., :hv].contiguous(), final[..., hv].contiguous(), m_k.contiguous(), mv[:, :, -1].contiguous()
+        )
     return _unchunk(o, T).to(out_dtype), new
 
 
@@ -168,8 +184,10 @@ def fig_memory(T: int) -> None:
         p = measure_peak("bench_heinsen_fix:memory_setup", impl=impl, T=T)
         mib[impl] = p.bytes / 2**20 if p.bytes is not None else float("nan")
         print(f"   {impl:7} {mib[impl]:9.1f}  ({p.method or p.status})")
-    print(f"   after/naive {mib['after'] / mib['naive']:.3f}, before/naive {mib['before'] / mib['naive']:.3f}"
-          "  (target after/naive <= 0.125)")
+    print(
+        f"   after/naive {mib['after'] / mib['naive']:.3f}, before/naive {mib['before'] / mib['naive']:.3f}"
+        "  (target after/naive <= 0.125)"
+    )
 
 
 def fig_step(T: int, repeats: int) -> None:
@@ -189,8 +207,10 @@ def fig_step(T: int, repeats: int) -> None:
                 times[impl].append(time.perf_counter() - t0)
     use_kernel("after")
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"   before {med['before']:.3f}  after {med['after']:.3f}  after/before {med['after'] / med['before']:.3f}"
-          "  (target <= 1.2)")
+    print(
+        f"   before {med['before']:.3f}  after {med['after']:.3f}  after/before {med['after'] / med['before']:.3f}"
+        "  (target <= 1.2)"
+    )
     print("   all: " + "; ".join(f"{k} " + " ".join(f"{t:.3f}" for t in v) for k, v in times.items()))
 
 
@@ -219,8 +239,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", default="1,2,3")
     args = ap.parse_args()
-    print(f"torch {torch.__version__}, CPU fp32, {torch.get_num_threads()} threads, batch 1, d_model {D_MODEL}, "
-          f"{N_HEAD} heads (h={H_DIM}), chunk 64")
+    print(
+        f"torch {torch.__version__}, CPU fp32, {torch.get_num_threads()} threads, batch 1, d_model {D_MODEL}, "
+        f"{N_HEAD} heads (h={H_DIM}), chunk 64"
+    )
     only = set(args.only.split(","))
     if "1" in only:
         fig_memory(args.T)

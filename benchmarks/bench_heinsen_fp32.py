@@ -83,11 +83,16 @@ def main() -> None:
     ap.add_argument("--grads", action="store_true", help="also the gradients' error (slower)")
     args = ap.parse_args()
     chunks = [int(c) for c in args.chunks.split(",")]
-    print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads; T={args.T}, h={H_DIM}, "
-          f"{N_HEAD} heads, {args.seeds} seeds; error = max |o - o64| / max(|o64|, 1) (mean |o - o64|)")
+    print(
+        f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads; T={args.T}, h={H_DIM}, "
+        f"{N_HEAD} heads, {args.seeds} seeds; error = max |o - o64| / max(|o64|, 1) (mean |o - o64|)"
+    )
     names = [f"chunk {c}" for c in chunks] + ["reference"]
-    print(f"{'q,k std':>7} {'logV std':>8} " + " ".join(f"{n:>20}" for n in names)
-          + (f"   grads q / k / logV (chunk {chunks[-1]})" if args.grads else ""))
+    print(
+        f"{'q,k std':>7} {'logV std':>8} "
+        + " ".join(f"{n:>20}" for n in names)
+        + (f"   grads q / k / logV (chunk {chunks[-1]})" if args.grads else "")
+    )
     for qk in (float(x) for x in args.qk.split(",")):
         for v in (float(x) for x in args.v.split(",")):
             worst = point(args.T, qk, v, chunks, args.seeds)

@@ -39,11 +39,19 @@ WAYS = {"1 worker x 2 threads": ("1", "2"), "2 workers x 1 thread": ("2", "1")} 
 
 def run_once(suite: Path, store: Path, jobs: str, threads: str) -> tuple[int, float, float]:
     """(cells stored, seconds of the whole command, seconds from first cell start to last end)."""
-    env = {**os.environ, "ATTNBENCH_PLUGINS": "softmax,linear", "HF_DATASETS_OFFLINE": "1",
-           **{k: threads for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
+    env = {
+        **os.environ,
+        "ATTNBENCH_PLUGINS": "softmax,linear",
+        "HF_DATASETS_OFFLINE": "1",
+        **{k: threads for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")},
+    }
     t0 = time.perf_counter()
-    proc = subprocess.run(["attnbench", "run", str(suite), "--store", str(store), "--jobs", jobs, "--device", "cpu",
-                           "--no-report"], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        ["attnbench", "run", str(suite), "--store", str(store), "--jobs", jobs, "--device", "cpu", "--no-report"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"--jobs {jobs} failed:\n{proc.stderr[-3000:]}")
@@ -66,13 +74,19 @@ def main() -> None:
             cells, wall, window = run_once(suite, Path(tmp) / f"jobs{jobs}" / "store.sqlite", jobs, threads)
             rows.append((name, cells, wall, window))
         load_after = os.getloadavg()
-    print(f"{args.seeds * 2} cells (softmax, linear x {args.seeds} seeds), d64x2, T=64, batch 8, {args.steps} steps; "
-          f"{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores")
+    print(
+        f"{args.seeds * 2} cells (softmax, linear x {args.seeds} seeds), d64x2, T=64, batch 8, {args.steps} steps; "
+        f"{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores"
+    )
     print(f"{'':<22} {'cells/min (command)':>20} {'cells/min (cells)':>18} {'command s':>10}")
     for name, cells, wall, window in rows:
         print(f"{name:<22} {60 * cells / wall:>20.1f} {60 * cells / window:>18.1f} {wall:>10.1f}")
-    print("load average (1, 5, 15 min) before: " + ", ".join(f"{x:.2f}" for x in load_before)
-          + "; after: " + ", ".join(f"{x:.2f}" for x in load_after))
+    print(
+        "load average (1, 5, 15 min) before: "
+        + ", ".join(f"{x:.2f}" for x in load_before)
+        + "; after: "
+        + ", ".join(f"{x:.2f}" for x in load_after)
+    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import argparse
 import math
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -33,15 +33,16 @@ import torch.nn.functional as F
 
 from attnbench import Backbone, ModelConfig
 from attnbench.experiments.speed.memory import measure_peak
-from attnbench.registry.loader import load_registry
 from attnbench.kernels.chunked import linear_attention, linear_init_state, log_attention, log_init_state
 from attnbench.plugins.linear import feature_map
+from attnbench.registry.loader import load_registry
 
 D_MODEL, N_HEAD, H_DIM, VOCAB = 128, 4, 32, 256
 VARIANTS = ("linear", "heinsen")
 
 
 # ---- the straightforward reference formulations (what the issue asks to beat) ----------
+
 
 def naive_linear(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Cumulative sum of outer products: O(T h_k h_v) memory."""
@@ -76,10 +77,18 @@ def kernel(name: str, impl: str) -> Callable[..., torch.Tensor]:
 
 # ---- models -------------------------------------------------------------------------
 
+
 def config(name: str, layers: int, context: int) -> ModelConfig:
     variant = load_registry().get(name)
-    return ModelConfig(vocab_size=VOCAB, d_model=D_MODEL, n_layer=layers, n_head=N_HEAD,
-                       context=context, dropout=0.0, options=variant.make_options(None))
+    return ModelConfig(
+        vocab_size=VOCAB,
+        d_model=D_MODEL,
+        n_layer=layers,
+        n_head=N_HEAD,
+        context=context,
+        dropout=0.0,
+        options=variant.make_options(None),
+    )
 
 
 def mixer(name: str, impl: str, T: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -105,6 +114,7 @@ def backbone(name: str, layers: int, context: int) -> Backbone:
 
 # ---- measurement helpers ----------------------------------------------------------------
 
+
 def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[float, float]]:
     """Median and IQR of each callable, run round-robin (shared machines drift)."""
     for fn in fns.values():
@@ -126,6 +136,7 @@ def fwd_bwd(f: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> Callable[[
     def run() -> None:
         out = f(*inputs)
         out.backward(torch.ones_like(out))
+
     return run
 
 
@@ -151,17 +162,22 @@ def memory_setup(name: str, level: str, impl: str, T: int) -> Callable[[], None]
 
 # ---- figures ----------------------------------------------------------------------------
 
+
 def fig_memory(T: int) -> None:
     print(f"\n1. forward+backward peak memory at T={T} (MiB; measure_peak, fresh process)")
     print(f"{'variant':8} {'level':7} {'ours':>9} {'naive':>9} {'ours/naive':>11}  target <= 0.125")
     for name in VARIANTS:
         for level in ("kernel", "mixer"):
-            peaks = {impl: measure_peak("bench_kernels:memory_setup", name=name, level=level, impl=impl, T=T)
-                     for impl in ("ours", "naive")}
+            peaks = {
+                impl: measure_peak("bench_kernels:memory_setup", name=name, level=level, impl=impl, T=T)
+                for impl in ("ours", "naive")
+            }
             mib = {k: (p.bytes / 2**20 if p.bytes is not None else math.nan) for k, p in peaks.items()}
             method = peaks["ours"].method or peaks["ours"].status
-            print(f"{name:8} {level:7} {mib['ours']:9.1f} {mib['naive']:9.1f} {mib['ours'] / mib['naive']:11.3f}"
-                  f"  ({method})")
+            print(
+                f"{name:8} {level:7} {mib['ours']:9.1f} {mib['naive']:9.1f} {mib['ours'] / mib['naive']:11.3f}"
+                f"  ({method})"
+            )
     peak = measure_peak("bench_kernels:memory_setup", name="softmax", level="mixer", impl="ours", T=T)
     print(f"{'softmax':8} {'mixer':7} {peak.bytes / 2**20 if peak.bytes else math.nan:9.1f}")
 
@@ -189,10 +205,12 @@ def fig_time(T: int, layers: int, repeats: int) -> None:
         for key, (med, iqr) in res.items():
             print(f"    {key:24} {med:8.3f} [{iqr:.3f}]")
         r = lambda a, b: res[b][0] / res[a][0]  # noqa: E731
-        print(f"    speedup: kernel vs naive {r('kernel ours', 'kernel naive'):.1f}x, mixer vs naive "
-              f"{r('mixer ours', 'mixer naive'):.1f}x, mixer vs softmax {r('mixer ours', 'mixer softmax'):.2f}x, "
-              f"backbone vs softmax {r(f'backbone L={layers} ours', f'backbone L={layers} softmax'):.2f}x"
-              "  (targets: > 1x, >= 3x vs softmax)")
+        print(
+            f"    speedup: kernel vs naive {r('kernel ours', 'kernel naive'):.1f}x, mixer vs naive "
+            f"{r('mixer ours', 'mixer naive'):.1f}x, mixer vs softmax {r('mixer ours', 'mixer softmax'):.2f}x, "
+            f"backbone vs softmax {r(f'backbone L={layers} ours', f'backbone L={layers} softmax'):.2f}x"
+            "  (targets: > 1x, >= 3x vs softmax)"
+        )
 
 
 def fig_slope(Ts: list[int], layers: int, repeats: int) -> None:
@@ -262,7 +280,7 @@ def log_quadratic64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: int
     T = q.shape[1]
     outs = []
     for i in range(0, T, rows):
-        s = torch.logsumexp(q[:, i:i + rows, None, :] + k[:, None, :, :], dim=-1)  # (H, r, T)
+        s = torch.logsumexp(q[:, i : i + rows, None, :] + k[:, None, :, :], dim=-1)  # (H, r, T)
         pos = torch.arange(i, min(i + rows, T))[:, None]  # (r, 1)
         s = s.masked_fill(torch.arange(T)[None, :] > pos, float("-inf"))  # (H, r, T) causal
         num = torch.logsumexp(s[..., None] + v[:, None], dim=2)  # (H, r, h)
@@ -272,7 +290,7 @@ def log_quadratic64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: int
 
 @torch.no_grad()
 def fig_error(T: int, T_log: int) -> None:
-    print(f"\n5. max abs error of the fp32 chunked kernel against float64 (target <= 1e-4)")
+    print("\n5. max abs error of the fp32 chunked kernel against float64 (target <= 1e-4)")
     for name in VARIANTS:
         q, k, v = qkv(T, grad=False)
         err = (ours(name, q, k, v).double() - quadratic64(name, q, k, v)).abs().max().item()
@@ -282,8 +300,10 @@ def fig_error(T: int, T_log: int) -> None:
         y = ours("heinsen", scale * q, scale * k, v)
         err = (y.double() - log_quadratic64(scale * q, scale * k, v)).abs().max().item()
         y_big = ours("heinsen", *(t * s for t, s in zip(qkv(T, grad=False), (scale, scale, 1.0))))
-        print(f"  heinsen  q, k x{scale:g}: finite at T={T}: {bool(torch.isfinite(y_big).all())}; "
-              f"error vs float64 log-space quadratic at T={T_log}: {err:.2e}")
+        print(
+            f"  heinsen  q, k x{scale:g}: finite at T={T}: {bool(torch.isfinite(y_big).all())}; "
+            f"error vs float64 log-space quadratic at T={T_log}: {err:.2e}"
+        )
 
 
 def fig_chunks(T: int, chunks: list[int], repeats: int) -> None:
@@ -313,9 +333,11 @@ def main() -> None:
     Ts = [256, 512, 1024, 2048] if q else [1024, 2048, 4096, 8192, 16384]
     repeats = args.repeats or (3 if q else 5)
     only = set(args.only.split(","))
-    print(f"torch {torch.__version__}, CPU fp32, {torch.get_num_threads()} threads, batch 1, "
-          f"d_model {D_MODEL}, {N_HEAD} heads (h={H_DIM}), default chunk size 64, autocast off"
-          f"{', QUICK sizes' if q else ''}")
+    print(
+        f"torch {torch.__version__}, CPU fp32, {torch.get_num_threads()} threads, batch 1, "
+        f"d_model {D_MODEL}, {N_HEAD} heads (h={H_DIM}), default chunk size 64, autocast off"
+        f"{', QUICK sizes' if q else ''}"
+    )
     if "1" in only:
         fig_memory(T_big)
     if "2" in only:

@@ -29,18 +29,42 @@ from attnbench.registry.loader import Registry, get_plugin_manager, load_registr
 
 __all__ = [
     # the contract: what a plugin implements
-    "hookimpl", "Variant", "MixerOutput", "AuxLoss", "ModelConfig", "Task", "TaskBatch", "TaskEval",
+    "hookimpl",
+    "Variant",
+    "MixerOutput",
+    "AuxLoss",
+    "ModelConfig",
+    "Task",
+    "TaskBatch",
+    "TaskEval",
     "IGNORE",
     # the shared model around any mixer
-    "Backbone", "LanguageModel", "ModelOutput", "lm_loss", "embed_with_positions", "mark_residual",
-    "split_heads", "merge_heads",
+    "Backbone",
+    "LanguageModel",
+    "ModelOutput",
+    "lm_loss",
+    "embed_with_positions",
+    "mark_residual",
+    "split_heads",
+    "merge_heads",
     # the chunked scans the built-in linear, Heinsen and Based mixers use (one code path for
     # training and for step)
-    "linear_attention", "linear_init_state", "LinearState", "log_attention", "log_init_state", "LogState",
+    "linear_attention",
+    "linear_init_state",
+    "LinearState",
+    "log_attention",
+    "log_init_state",
+    "LogState",
     "chunked_flops_per_token",
     # the text format of the recall task shared with the lm-eval recall task
-    "RecallOptions", "recall_line", "recall_training_tensors",
+    "RecallOptions",
+    "recall_line",
+    "recall_training_tensors",
     # errors a plugin may raise, and the registry loader
-    "AttnbenchError", "PluginError", "Registry", "get_plugin_manager", "load_registry",
+    "AttnbenchError",
+    "PluginError",
+    "Registry",
+    "get_plugin_manager",
+    "load_registry",
     "__version__",
 ]

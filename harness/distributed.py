@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, TypeVar
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist

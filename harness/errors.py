@@ -79,8 +79,10 @@ class ModelArgsError(AttnbenchError):
 class TrackerError(AttnbenchError):
     """An experiment tracker that is unknown or whose library is not installed."""
 
+
 class DeviceError(AttnbenchError):
     """A device (--device, a suite's `device:`) that this machine does not have."""
+
 
 class InspectError(AttnbenchError):
     """Attention maps that cannot be drawn: a variant without them, text that does not fit."""

@@ -15,9 +15,38 @@ import numpy as np
 
 # Two-sided 95% Student-t quantiles t_{0.975, dof} for dof = 1..30; beyond, the
 # Cornish-Fisher expansion around the normal quantile is accurate to < 1e-4.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def t_quantile_975(dof: int) -> float:
@@ -53,7 +82,7 @@ def loglog_slope(Ts: list[int], ys: list[float], T_from: int = 0) -> SlopeFit | 
     """Least-squares slope of log y against log T over the points with T >= T_from and
     y > 0 (a zero cannot be logged: e.g. memory below the measurement's resolution).
     None with fewer than two such points (or all at one T)."""
-    pts = sorted((int(T), float(y)) for T, y in zip(Ts, ys) if T >= T_from and y is not None and y > 0)
+    pts = sorted((int(T), float(y)) for T, y in zip(Ts, ys) if T_from <= T and y is not None and y > 0)
     if len({T for T, _ in pts}) < 2:
         return None
     x = np.log([T for T, _ in pts])  # (n,)
@@ -84,8 +113,7 @@ def crossover(variant: dict[int, float | None], baseline: dict[int, float | None
     compared length. Values are times (None: the point failed or was skipped); a length
     counts when at least one side has a time: a failed baseline with a timed variant is
     "faster", a failed variant against a timed baseline is "slower"."""
-    common = sorted(T for T in set(variant) & set(baseline)
-                    if variant[T] is not None or baseline[T] is not None)
+    common = sorted(T for T in set(variant) & set(baseline) if variant[T] is not None or baseline[T] is not None)
     if not baseline or not common:
         return Crossover("no-baseline", None, None, common)
 
@@ -131,7 +159,7 @@ def _loglinear(x: np.ndarray, y: np.ndarray, c: float) -> tuple[float, float, fl
     """For fixed c: log(y - c) = log a - b log x by least squares; returns (log a, b, sse)."""
     A = np.stack([np.ones_like(x), -np.log(x)], axis=1)  # (n, 2)
     (log_a, b), *_ = np.linalg.lstsq(A, np.log(y - c), rcond=None)
-    sse = float(((np.exp(log_a) * x ** -b + c - y) ** 2).sum())
+    sse = float(((np.exp(log_a) * x**-b + c - y) ** 2).sum())
     return float(log_a), float(b), sse
 
 
@@ -172,5 +200,5 @@ def fit_power_law(x: list[float], y: list[float], grid: int = 400, iters: int = 
         if not improved:
             break
     log_a, b, c = (float(t) for t in theta)
-    a = math.exp(log_a) * x0 ** b  # undo the scaling: a u^-b = a x0^b x^-b
+    a = math.exp(log_a) * x0**b  # undo the scaling: a u^-b = a x0^b x^-b
     return PowerLaw(a, b, c, math.sqrt(sse / len(xs)), len(xs))

@@ -17,13 +17,12 @@ Published configurations (d 128, 6 layers, 4 heads, context 2048): ``additive`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
 
 import torch
 
 from attnbench import ModelConfig, Variant, hookimpl
-
 from attnbench.plugins.additive_model import FastformerLM, FastSelfAttention, state_elements
 from attnbench.plugins.kernels.additive import MAX_RESCALE, PoolSpec, normalise
 
@@ -49,7 +48,9 @@ def _rule_readme(n_layer: int, context: int) -> tuple[int, ...]:
 
 # Named rules: (n_layer, context) -> windows; the context stands for "global".
 WINDOW_RULES: dict[str, Callable[[int, int], tuple[int, ...]]] = {
-    "seeds": _rule_seeds, "head": _rule_head, "readme": _rule_readme,
+    "seeds": _rule_seeds,
+    "head": _rule_head,
+    "readme": _rule_readme,
 }
 
 
@@ -105,7 +106,7 @@ class WindowedOptions:
     eps_compat, block: as for ``additive``.
     """
 
-    windows: Union[str, tuple[int, ...]] = "seeds"
+    windows: str | tuple[int, ...] = "seeds"
     rescale: float = 10.0
     eps_compat: bool = False
     block: int = 256

@@ -15,7 +15,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import LanguageModel, ModelConfig, ModelOutput, embed_with_positions, lm_loss
-
 from attnbench.plugins.kernels.additive import PoolSpec, compute_dtype, pool, step_global, step_window
 
 
@@ -73,8 +72,9 @@ class FastSelfAttention(nn.Module):
         H, h = self.n_head, self.qkv.in_features // self.n_head
         dtype = compute_dtype(dtype or self.qkv.weight.dtype)  # sums are kept in fp32
         shape = (batch_size,) + ((self.window,) if self.uses_buffer(max_len) else ()) + (H, h + 1)
-        return AdditiveState(torch.zeros(shape, device=device, dtype=dtype),
-                             torch.zeros(shape, device=device, dtype=dtype))
+        return AdditiveState(
+            torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype)
+        )
 
     def step(self, x: torch.Tensor, state: AdditiveState) -> tuple[torch.Tensor, AdditiveState]:
         q, k, v = self._qkv(x)  # (B, t, H, h)
@@ -163,9 +163,9 @@ class FastformerLM(LanguageModel):
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> FastformerState:
         device = device or self.wte.weight.device
         dtype = dtype or self.wte.weight.dtype
-        return FastformerState(0, tuple(
-            layer.attn.init_state(batch_size, max_len, device=device, dtype=dtype) for layer in self.layers
-        ))
+        return FastformerState(
+            0, tuple(layer.attn.init_state(batch_size, max_len, device=device, dtype=dtype) for layer in self.layers)
+        )
 
     def step(self, idx: torch.Tensor, state: Any) -> tuple[torch.Tensor, FastformerState]:
         u = self._embed(idx, state.pos)  # (B, t, D)

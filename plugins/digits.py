@@ -37,8 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnbench import hookimpl
-from attnbench import AttnbenchError, LanguageModel, Task, TaskBatch, TaskEval
+from attnbench import AttnbenchError, LanguageModel, Task, TaskBatch, TaskEval, hookimpl
 
 LEVELS = 17  # pixel tokens 0..16 (scikit-learn's intensity levels)
 BOS = LEVELS  # token 17 starts every image
@@ -65,15 +64,21 @@ class DigitsOptions:
     def __post_init__(self) -> None:
         if self.subset not in SUBSETS:
             raise ValueError(f"subset must be one of {SUBSETS}, got {self.subset!r}")
-        if isinstance(self.train_fraction, bool) or not isinstance(self.train_fraction, (int, float)) \
-                or not 0.1 <= self.train_fraction <= 0.95:
+        if (
+            isinstance(self.train_fraction, bool)
+            or not isinstance(self.train_fraction, (int, float))
+            or not 0.1 <= self.train_fraction <= 0.95
+        ):
             raise ValueError(f"train_fraction must be a number in [0.1, 0.95], got {self.train_fraction!r}")
         _check_int("split_seed", self.split_seed, 0)
         _check_int("visible_rows", self.visible_rows, 1)
         if self.visible_rows >= SIDE:
             raise ValueError(f"visible_rows must be < {SIDE} (at least one row to complete), got {self.visible_rows}")
-        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
-                or not (math.isfinite(self.temperature) and self.temperature >= 0):
+        if (
+            isinstance(self.temperature, bool)
+            or not isinstance(self.temperature, (int, float))
+            or not (math.isfinite(self.temperature) and self.temperature >= 0)
+        ):
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
         _check_int("eval_images", self.eval_images, 0)
 
@@ -148,8 +153,9 @@ def _sync(device: torch.device) -> None:
 
 
 @torch.no_grad()
-def complete(model: LanguageModel, prompt: torch.Tensor, hidden: int, temperature: float,
-             gen: torch.Generator) -> torch.Tensor:
+def complete(
+    model: LanguageModel, prompt: torch.Tensor, hidden: int, temperature: float, gen: torch.Generator
+) -> torch.Tensor:
     """prompt (B, P) = [BOS, visible pixels] -> (B, hidden) completed pixel levels, by the
     model's incremental decoding: the prompt in one ``step``, then one pixel per ``step``
     (the last pixel is never fed back, so the state holds P + hidden - 1 = 64 positions)."""
@@ -159,7 +165,8 @@ def complete(model: LanguageModel, prompt: torch.Tensor, hidden: int, temperatur
     except NotImplementedError as exc:
         raise AttnbenchError(
             f"the digits completion needs incremental decoding (init_state/step), but {exc}; "
-            "evaluate this task with a variant that decodes, or drop task 'digits' for it") from None
+            "evaluate this task with a variant that decodes, or drop task 'digits' for it"
+        ) from None
     logits, state = model.step(prompt, state)  # (B, P, V)
     out = []
     for i in range(hidden):
@@ -202,16 +209,19 @@ def evaluate_digits(model: LanguageModel, options: DigitsOptions, device: Any, s
     occluded[:, visible:] = 0  # hidden rows blank (background level 0)
     mean_fill = images.double()  # (M, 64)
     mean_fill[:, visible:] = subset_images(options, "train")[0].double().mean(dim=0)[visible:]  # (M, hidden)
-    tags = {"subset": "heldout", "images": len(images), "visible_rows": options.visible_rows,
-            "decode": "greedy" if options.temperature == 0 else f"sampled(T={options.temperature})"}
+    tags = {
+        "subset": "heldout",
+        "images": len(images),
+        "visible_rows": options.visible_rows,
+        "decode": "greedy" if options.temperature == 0 else f"sampled(T={options.temperature})",
+    }
     return [
         TaskEval("completion_accuracy", classifier_accuracy(options, completed, labels), "", dict(tags)),
         TaskEval("reference_accuracy", classifier_accuracy(options, images, labels), "", dict(tags)),
         TaskEval("occluded_accuracy", classifier_accuracy(options, occluded, labels), "", dict(tags)),
         TaskEval("mean_fill_accuracy", classifier_accuracy(options, mean_fill, labels), "", dict(tags)),
         # Batched wall-clock (all images decoded together) divided by the image count.
-        TaskEval("completion_ms_per_image", 1e3 * elapsed / max(1, len(images)), "ms",
-                 {**tags, "batch": len(images)}),
+        TaskEval("completion_ms_per_image", 1e3 * elapsed / max(1, len(images)), "ms", {**tags, "batch": len(images)}),
     ]
 
 
@@ -229,8 +239,16 @@ def _coords(options: DigitsOptions) -> dict[str, Any]:
 
 @hookimpl
 def attnbench_register_tasks(register) -> None:
-    register(Task(
-        "digits", DigitsOptions, generate_digits, _vocab, _seq_len,
-        description="8x8 digits as pixel sequences; complete the occluded lower half, classify it",
-        evaluate=evaluate_digits, coords=_coords, version="1",
-    ))
+    register(
+        Task(
+            "digits",
+            DigitsOptions,
+            generate_digits,
+            _vocab,
+            _seq_len,
+            description="8x8 digits as pixel sequences; complete the occluded lower half, classify it",
+            evaluate=evaluate_digits,
+            coords=_coords,
+            version="1",
+        )
+    )

@@ -87,21 +87,18 @@ class FutureOptions:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         end = self.end_layer
-        if end is not None and (not isinstance(end, int) or isinstance(end, bool)
-                                or end < self.start_layer):
-            raise ValueError(f"end_layer must be None or an integer >= start_layer "
-                             f"({self.start_layer}), got {end!r}")
+        if end is not None and (not isinstance(end, int) or isinstance(end, bool) or end < self.start_layer):
+            raise ValueError(f"end_layer must be None or an integer >= start_layer ({self.start_layer}), got {end!r}")
         if self.loss_type not in ("mse", "cosine"):
             raise ValueError(f"loss_type must be 'mse' or 'cosine', got {self.loss_type!r}")
         coeff = self.loss_coeff
-        if (isinstance(coeff, bool) or not isinstance(coeff, (int, float))
-                or not 0 < coeff < math.inf):
+        if isinstance(coeff, bool) or not isinstance(coeff, (int, float)) or not 0 < coeff < math.inf:
             raise ValueError(f"loss_coeff must be a finite number > 0, got {coeff!r}")
         for name in ("detach_target", "use_future_attn_loss"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
-    def checked(self, config: ModelConfig) -> "FutureOptions":
+    def checked(self, config: ModelConfig) -> FutureOptions:
         """These options validated against the model shape, future_dim resolved; raises
         ValueError."""
         if self.future_dim is None:
@@ -109,8 +106,7 @@ class FutureOptions:
             return dataclasses.replace(self, future_dim=fd).checked(config)
         if not 1 <= self.future_dim <= config.context - 1:
             raise ValueError(
-                f"future_dim must be in [1, context - 1] = [1, {config.context - 1}], "
-                f"got {self.future_dim}"
+                f"future_dim must be in [1, context - 1] = [1, {config.context - 1}], got {self.future_dim}"
             )
         if max(self.start_layer, self.end_layer or 1) > config.n_layer:
             raise ValueError(
@@ -176,9 +172,15 @@ class FutureAttention(SoftmaxAttention):
         out_c, lse_c = causal_attention_lse(q, k, v, offset, dropout_p, seed)
         # out_c (B, H, T, h), lse_c (B, H, T)
         q_f, k_f = self._future_keys(q)  # (B, H, T, h'), (H, h', C-1)
-        s, vw = band_scores(q_f, k_f, fp32(self.v_future).transpose(1, 2),
-                            first_pos=1, offset=offset, last=self.context - 1,
-                            fd=self.opts.future_dim)  # s (B, H, nb, blk, W), vw (H, nb, W, h)
+        s, vw = band_scores(
+            q_f,
+            k_f,
+            fp32(self.v_future).transpose(1, 2),
+            first_pos=1,
+            offset=offset,
+            last=self.context - 1,
+            fd=self.opts.future_dim,
+        )  # s (B, H, nb, blk, W), vw (H, nb, W, h)
         out_f, lse_all = band_attend(s, vw, lse_c, q.size(2), dropout_p)  # (B, H, T, h), (B, H, T)
         if self.v_future_bias is not None:
             out_f = out_f + fp32(self.v_future_bias)[None]  # (B, H, T, h) every row, as the reference
@@ -188,14 +190,15 @@ class FutureAttention(SoftmaxAttention):
     def _target(self, q, k, v, lse_c) -> torch.Tensor:
         """out* (B, H, T, h): true attention over j <= min(i+fd, T-1), band part only (6.4)."""
         T = q.size(2)
-        s, vw = band_scores(q, k.transpose(-1, -2), v.transpose(-1, -2), first_pos=0, offset=0,
-                            last=T - 1, fd=self.opts.future_dim)
+        s, vw = band_scores(
+            q, k.transpose(-1, -2), v.transpose(-1, -2), first_pos=0, offset=0, last=T - 1, fd=self.opts.future_dim
+        )
         # s (B, H, nb, blk, W) true band scores, vw (B, H, nb, W, h) true band values
         return band_attend(s, vw, lse_c, T)[0]  # (B, H, T, h)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor | MixerOutput:
         T = x.size(1)
-        if T > self.context:
+        if self.context < T:
             raise ValueError(f"sequence of {T} positions exceeds the context {self.context}")
         q, k, v = self._heads(x)  # (B, H, T, h)
         dropout_p = self.dropout if self.training else 0.0
@@ -220,8 +223,7 @@ class FutureAttention(SoftmaxAttention):
         q, k, v = self._heads(x)  # (B, H, t, h)
         start, end = state.length, state.length + x.size(1)
         if end > state.k.size(2) or end > self.context:
-            raise ValueError(f"KV cache holds {state.k.size(2)} positions (context "
-                             f"{self.context}); step needs {end}")
+            raise ValueError(f"KV cache holds {state.k.size(2)} positions (context {self.context}); step needs {end}")
         # Write the new keys/values into the preallocated slots [start, end).
         state.k[:, :, start:end] = k.to(state.k.dtype)
         state.v[:, :, start:end] = v.to(state.v.dtype)
@@ -283,7 +285,7 @@ def attnbench_register_variants(register) -> None:
             name="future",
             build_mixer=build_mixer,
             description="Future attention (yiphei): learned future K/V band + auxiliary "
-                        "future-attention loss; lean blocked LSE kernels, KV-cache decoding",
+            "future-attention loss; lean blocked LSE kernels, KV-cache decoding",
             options=FutureOptions,
             decode="kv_cache",
             state_size=state_size,

@@ -33,9 +33,18 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
-
-from attnbench import LogState, chunked_flops_per_token, log_attention, log_init_state
+from attnbench import (
+    LogState,
+    ModelConfig,
+    Variant,
+    chunked_flops_per_token,
+    hookimpl,
+    log_attention,
+    log_init_state,
+    mark_residual,
+    merge_heads,
+    split_heads,
+)
 from attnbench.plugins.heinsen_model import HeinsenLM
 
 
@@ -75,7 +84,9 @@ class LogAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, log_v = self._heads(x)  # (B, H, T, h)
         B, H, _, h = q.shape
-        y, _ = log_attention(q, k, log_v, log_init_state(B, H, h, h, x.device, q.dtype), self.chunk_size)  # (B, H, T, h)
+        y, _ = log_attention(
+            q, k, log_v, log_init_state(B, H, h, h, x.device, q.dtype), self.chunk_size
+        )  # (B, H, T, h)
         return self._merge(y)
 
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> LogState:
@@ -99,8 +110,7 @@ def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
 
 
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
-    return chunked_flops_per_token(config.d_model, config.n_head, config.head_dim,
-                                   _options(config).chunk_size, T)
+    return chunked_flops_per_token(config.d_model, config.n_head, config.head_dim, _options(config).chunk_size, T)
 
 
 @torch.no_grad()

@@ -21,17 +21,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbench import LanguageModel, ModelConfig, ModelOutput, lm_loss
-
-from attnbench import LogState, log_attention, log_init_state
+from attnbench import LanguageModel, LogState, ModelConfig, ModelOutput, lm_loss, log_attention, log_init_state
 
 # Positions per chunk of the position recurrence: within a chunk the log-decay is summed
 # over at most this many steps, so its fp32 rounding stays bounded whatever T is.
 POSITION_CHUNK = 32
 
 
-def log_linear_scan(log_a: torch.Tensor, log_b: torch.Tensor, log_x0: torch.Tensor,
-                    chunk: int = POSITION_CHUNK) -> torch.Tensor:
+def log_linear_scan(
+    log_a: torch.Tensor, log_b: torch.Tensor, log_x0: torch.Tensor, chunk: int = POSITION_CHUNK
+) -> torch.Tensor:
     """log x_t for x_t = exp(log_a_t) x_{t-1} + exp(log_b_t), from log x_0; fp32.
 
     log_a, log_b (B, T, d), log_a <= 0; log_x0 (B, d). Within a chunk (arXiv 2311.06281):

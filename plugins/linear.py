@@ -20,19 +20,27 @@ z (B, H, h) as an explicit state, returned as new tensors on every step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import difflib
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
-
-from attnbench import LinearState, chunked_flops_per_token, linear_attention, linear_init_state
+from attnbench import (
+    LinearState,
+    ModelConfig,
+    Variant,
+    chunked_flops_per_token,
+    hookimpl,
+    linear_attention,
+    linear_init_state,
+    mark_residual,
+    merge_heads,
+    split_heads,
+)
 from attnbench.plugins.kernels.fla_linear import FLA_OP, fla_linear_attention, fla_unavailable
 
 
@@ -44,8 +52,10 @@ class LinearOptions:
     kernel: the parallel form's kernel: chunked (ours) or fla (flash-linear-attention's Triton
     kernel, CUDA only; decoding stays on ours, so the gate checks one against the other)."""
 
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"feature_map": ("elu", "relu", "softmax", "taylor", "performer"),
-                                                     "kernel": ("chunked", "fla")}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "feature_map": ("elu", "relu", "softmax", "taylor", "performer"),
+        "kernel": ("chunked", "fla"),
+    }
     chunk_size: int = 64
     eps: float = 1e-6
     feature_map: str = "elu"
@@ -84,7 +94,7 @@ def feature_dim(name: str, h: int) -> int:
 def taylor_features(x: torch.Tensor) -> torch.Tensor:
     """Based's 2nd-order Taylor map: phi(q).phi(k) = 1 + q.k / sqrt(h) + (q.k)^2 / (2h) > 0."""
     h = x.shape[-1]
-    x = x / h ** 0.25  # (..., h) so that q.k becomes q.k / sqrt(h)
+    x = x / h**0.25  # (..., h) so that q.k becomes q.k / sqrt(h)
     outer = (x[..., :, None] * x[..., None, :]).flatten(-2) / math.sqrt(2.0)  # (..., h^2)
     return torch.cat([torch.ones_like(x[..., :1]), x, outer], dim=-1)  # (..., 1 + h + h^2)
 
@@ -95,7 +105,7 @@ def performer_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     <= |w|^2 / 2, so neither queries nor keys need a shift (a max over positions would
     leak; a per-row query shift would rescale eps)."""
     h, m = x.shape[-1], w.shape[0]
-    x = x / h ** 0.25  # (..., h)
+    x = x / h**0.25  # (..., h)
     proj = x @ w.to(x.dtype).T - 0.5 * (x * x).sum(-1, keepdim=True)  # (..., m) log features
     return torch.exp(proj) / math.sqrt(m)  # (..., m) > 0
 
@@ -128,8 +138,12 @@ class LinearAttention(nn.Module):
     def describe_path(self) -> dict[str, object]:
         """What runs: recorded with every speed figure."""
         parallel = FLA_OP if self.kernel == "fla" else "chunked.linear_attention"
-        return {"kernel": parallel, "decode_kernel": "chunked.linear_attention", "chunk_size": self.chunk_size,
-                "feature_map": self.feature_map}
+        return {
+            "kernel": parallel,
+            "decode_kernel": "chunked.linear_attention",
+            "chunk_size": self.chunk_size,
+            "feature_map": self.feature_map,
+        }
 
     def _phi(self, x: torch.Tensor) -> torch.Tensor:
         """The feature map on (B, H, T, h) -> (B, H, T, F)."""
@@ -160,8 +174,9 @@ class LinearAttention(nn.Module):
             if reason:  # never a silent fallback to the chunked kernel
                 raise RuntimeError(f"linear attention kernel 'fla' cannot run: {reason}; use kernel: chunked")
             return self._merge(fla_linear_attention(fq, fk, v, self.eps))  # (B, T, D)
-        y, _ = linear_attention(fq, fk, v, linear_init_state(B, H, fk.shape[-1], h, x.device, fk.dtype),
-                                self.chunk_size, self.eps)  # (B, H, T, h)
+        y, _ = linear_attention(
+            fq, fk, v, linear_init_state(B, H, fk.shape[-1], h, x.device, fk.dtype), self.chunk_size, self.eps
+        )  # (B, H, T, h)
         return self._merge(y)
 
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> LinearState:
@@ -183,8 +198,14 @@ def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
 
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     opts = _options(config)
-    return chunked_flops_per_token(config.d_model, config.n_head, config.head_dim, opts.chunk_size, T,
-                                   feature_dim(opts.feature_map, config.head_dim))
+    return chunked_flops_per_token(
+        config.d_model,
+        config.n_head,
+        config.head_dim,
+        opts.chunk_size,
+        T,
+        feature_dim(opts.feature_map, config.head_dim),
+    )
 
 
 @torch.no_grad()

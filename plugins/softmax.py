@@ -48,8 +48,9 @@ class SoftmaxAttention(nn.Module):
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> KVCache:
         h = self.c_attn.out_features // 3 // self.n_head
         shape = (batch_size, self.n_head, max_len, h)
-        return KVCache(torch.zeros(shape, device=device, dtype=dtype),
-                       torch.zeros(shape, device=device, dtype=dtype), 0)
+        return KVCache(
+            torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype), 0
+        )
 
     def step(self, x: torch.Tensor, state: KVCache) -> tuple[torch.Tensor, KVCache]:
         q, k, v = self._heads(x)  # (B, H, t, h)

@@ -30,8 +30,7 @@ from typing import Any
 
 import torch
 
-from attnbench import hookimpl
-from attnbench import IGNORE, Task, TaskBatch
+from attnbench import IGNORE, Task, TaskBatch, hookimpl
 
 # Sampling helpers ------------------------------------------------------------------------
 
@@ -134,8 +133,11 @@ class MQAROptions:
         check_int("seq_len", self.seq_len, 4)
         check_int("vocab_size", self.vocab_size, 4)
         check_recall_layout(self.vocab_size, self.seq_len, self.num_kv_pairs, self.vocab_size // 2 - 1)
-        if isinstance(self.power_a, bool) or not isinstance(self.power_a, (int, float)) \
-                or not (math.isfinite(self.power_a) and self.power_a > 0):
+        if (
+            isinstance(self.power_a, bool)
+            or not isinstance(self.power_a, (int, float))
+            or not (math.isfinite(self.power_a) and self.power_a > 0)
+        ):
             raise ValueError(f"power_a must be a finite number > 0, got {self.power_a!r}")
         if not isinstance(self.random_non_queries, bool):
             raise ValueError(f"random_non_queries must be true or false, got {self.random_non_queries!r}")
@@ -145,11 +147,13 @@ def check_recall_layout(vocab_size: int, seq_len: int, k: int, key_pool: int) ->
     if 4 * k > seq_len:
         raise ValueError(
             f"num_kv_pairs={k} needs seq_len >= 4*num_kv_pairs = {4 * k} (2K tokens of pairs, then "
-            f"K queries on distinct even gaps), got seq_len={seq_len}")
+            f"K queries on distinct even gaps), got seq_len={seq_len}"
+        )
     if key_pool < k or vocab_size - vocab_size // 2 < k:
         raise ValueError(
             f"vocab_size={vocab_size} leaves {key_pool} distinct keys and {vocab_size - vocab_size // 2} "
-            f"values; num_kv_pairs={k} needs at least {k} of each: raise vocab_size")
+            f"values; num_kv_pairs={k} needs at least {k} of each: raise vocab_size"
+        )
 
 
 def recall_batch(gen: torch.Generator, n: int, o: Any, keys: torch.Tensor, query_keys: torch.Tensor) -> TaskBatch:
@@ -212,7 +216,8 @@ class NoisyRecallOptions:
         if blocks < self.num_kv_pairs:
             raise ValueError(
                 f"vocab_size={self.vocab_size} with neighbours={self.neighbours} gives {blocks} key blocks; "
-                f"num_kv_pairs={self.num_kv_pairs} needs at least that many: raise vocab_size or lower neighbours")
+                f"num_kv_pairs={self.num_kv_pairs} needs at least that many: raise vocab_size or lower neighbours"
+            )
 
 
 def generate_noisy_recall(options: NoisyRecallOptions, n: int, seed: int) -> TaskBatch:
@@ -250,7 +255,8 @@ class SelectiveCopyOptions:
         if self.seq_len < 2 * self.num_tokens:
             raise ValueError(
                 f"num_tokens={self.num_tokens} needs seq_len >= 2*num_tokens = {2 * self.num_tokens} "
-                f"(a region holding the tokens, then their copy), got seq_len={self.seq_len}")
+                f"(a region holding the tokens, then their copy), got seq_len={self.seq_len}"
+            )
 
 
 def generate_selective_copy(options: SelectiveCopyOptions, n: int, seed: int) -> TaskBatch:
@@ -290,11 +296,15 @@ class InductionOptions:
         check_int("vocab_size", self.vocab_size, 3)
         G, T = self.num_triggers, self.seq_len
         if (T // 2) // 2 < G or T - T // 2 < G:
-            raise ValueError(f"num_triggers={G} needs seq_len >= 4*num_triggers = {4 * G} (G pairs in the "
-                             f"first half, G queries in the second), got seq_len={T}")
+            raise ValueError(
+                f"num_triggers={G} needs seq_len >= 4*num_triggers = {4 * G} (G pairs in the "
+                f"first half, G queries in the second), got seq_len={T}"
+            )
         if self.vocab_size < G + 2:
-            raise ValueError(f"vocab_size={self.vocab_size} must exceed num_triggers + 1 = {G + 1} "
-                             f"(distinct triggers plus at least two other tokens)")
+            raise ValueError(
+                f"vocab_size={self.vocab_size} must exceed num_triggers + 1 = {G + 1} "
+                f"(distinct triggers plus at least two other tokens)"
+            )
 
 
 def generate_induction(options: InductionOptions, n: int, seed: int) -> TaskBatch:
@@ -329,22 +339,50 @@ def _coords(*names: str):
     def coords(options: Any) -> dict[str, Any]:
         d = asdict(options)
         return {k: d[k] for k in names}
+
     return coords
 
 
 @hookimpl
 def attnbench_register_tasks(register) -> None:
     common = dict(vocab_size=_vocab, seq_len=_seq_len, version="1")
-    register(Task("mqar", MQAROptions, generate_mqar, coords=_coords("num_kv_pairs", "seq_len", "vocab_size"),
-                  description="Zoology multi-query associative recall (power-law query gaps)", **common))
-    register(Task("noisy_recall", NoisyRecallOptions, generate_noisy_recall,
-                  coords=_coords("num_kv_pairs", "seq_len", "vocab_size", "neighbours", "noise_prob"),
-                  description="MQAR with fuzzy keys: queries show a neighbour of the key token", **common))
-    register(Task("selective_copy", SelectiveCopyOptions, generate_selective_copy,
-                  coords=_coords("num_tokens", "seq_len", "vocab_size"),
-                  description="copy the data tokens scattered among blanks, in order, after a separator",
-                  **common))
-    register(Task("induction", InductionOptions, generate_induction,
-                  coords=_coords("num_triggers", "seq_len", "vocab_size"),
-                  description="induction recall: a trigger's earlier successor, when the trigger reappears",
-                  **common))
+    register(
+        Task(
+            "mqar",
+            MQAROptions,
+            generate_mqar,
+            coords=_coords("num_kv_pairs", "seq_len", "vocab_size"),
+            description="Zoology multi-query associative recall (power-law query gaps)",
+            **common,
+        )
+    )
+    register(
+        Task(
+            "noisy_recall",
+            NoisyRecallOptions,
+            generate_noisy_recall,
+            coords=_coords("num_kv_pairs", "seq_len", "vocab_size", "neighbours", "noise_prob"),
+            description="MQAR with fuzzy keys: queries show a neighbour of the key token",
+            **common,
+        )
+    )
+    register(
+        Task(
+            "selective_copy",
+            SelectiveCopyOptions,
+            generate_selective_copy,
+            coords=_coords("num_tokens", "seq_len", "vocab_size"),
+            description="copy the data tokens scattered among blanks, in order, after a separator",
+            **common,
+        )
+    )
+    register(
+        Task(
+            "induction",
+            InductionOptions,
+            generate_induction,
+            coords=_coords("num_triggers", "seq_len", "vocab_size"),
+            description="induction recall: a trigger's earlier successor, when the trigger reappears",
+            **common,
+        )
+    )

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnbench import hookimpl
-from attnbench import RecallOptions, Task, TaskBatch, recall_line, recall_training_tensors
+from attnbench import RecallOptions, Task, TaskBatch, hookimpl, recall_line, recall_training_tensors
 
 BYTE_VOCAB = 256
 
@@ -29,8 +28,9 @@ class TextRecallOptions(RecallOptions):
 
 
 def generate(options: TextRecallOptions, n: int, seed: int) -> TaskBatch:
-    inputs, targets = recall_training_tensors(n, seed=seed, n_pairs=options.n_pairs,
-                                              n_queries=options.n_queries)  # (n, T), (n, T)
+    inputs, targets = recall_training_tensors(
+        n, seed=seed, n_pairs=options.n_pairs, n_queries=options.n_queries
+    )  # (n, T), (n, T)
     return TaskBatch(inputs, targets)
 
 
@@ -44,8 +44,15 @@ def seq_len(options: TextRecallOptions) -> int:
 
 @hookimpl
 def attnbench_register_tasks(register) -> None:
-    register(Task(
-        name="text_recall", options=TextRecallOptions, generate=generate,
-        vocab_size=lambda options: BYTE_VOCAB, seq_len=seq_len, version="1", tokens="bytes",
-        description="associative recall as text bytes (trains for the attnbench_recall lm-eval task)",
-    ))
+    register(
+        Task(
+            name="text_recall",
+            options=TextRecallOptions,
+            generate=generate,
+            vocab_size=lambda options: BYTE_VOCAB,
+            seq_len=seq_len,
+            version="1",
+            tokens="bytes",
+            description="associative recall as text bytes (trains for the attnbench_recall lm-eval task)",
+        )
+    )

@@ -107,8 +107,13 @@ class ChunkNormalised(MaskedAttention):
         q, k, v = map(self.heads, self.c_attn(x).split(D, dim=2))  # 3 x (B, H, T, h)
         raw = (q @ k.transpose(-1, -2)).float() / q.size(-1) ** 0.5  # (B, H, T, T) future included
         c = 64
-        m = torch.cat([raw[:, :, a : a + c].detach().amax(dim=(-1, -2), keepdim=True).expand(-1, -1, min(c, T - a), 1)
-                       for a in range(0, T, c)], dim=2)  # (B, H, T, 1) one max per chunk, later keys in it (a constant)
+        m = torch.cat(
+            [
+                raw[:, :, a : a + c].detach().amax(dim=(-1, -2), keepdim=True).expand(-1, -1, min(c, T - a), 1)
+                for a in range(0, T, c)
+            ],
+            dim=2,
+        )  # (B, H, T, 1) one max per chunk, later keys in it (a constant)
         keep = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # (T, T)
         e = torch.exp(raw - m).masked_fill(~keep, 0.0)  # (B, H, T, T)
         p = e / e.sum(dim=-1, keepdim=True).clamp_min(1e-30)  # (B, H, T, T)
@@ -195,8 +200,10 @@ class Drifty(nn.Module):
 
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> MeanState:
         d = self.v.out_features
-        return MeanState(torch.zeros(batch_size, d, device=device, dtype=torch.float32),
-                         torch.zeros(batch_size, device=device, dtype=torch.bfloat16))
+        return MeanState(
+            torch.zeros(batch_size, d, device=device, dtype=torch.float32),
+            torch.zeros(batch_size, device=device, dtype=torch.bfloat16),
+        )
 
     def step(self, x: torch.Tensor, state: MeanState) -> tuple[torch.Tensor, MeanState]:
         t = x.size(1)
@@ -219,8 +226,11 @@ class WrongStateSize(MaskedAttention):
 
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> Cache:
         d = self.c_proj.in_features
-        return Cache(torch.zeros(batch_size, max_len, d, device=device, dtype=dtype),
-                     torch.zeros(batch_size, max_len, d, device=device, dtype=dtype), 0)
+        return Cache(
+            torch.zeros(batch_size, max_len, d, device=device, dtype=dtype),
+            torch.zeros(batch_size, max_len, d, device=device, dtype=dtype),
+            0,
+        )
 
     def step(self, x: torch.Tensor, state: Cache) -> tuple[torch.Tensor, Cache]:
         B, t, D = x.shape
@@ -250,11 +260,11 @@ def attnbench_register_variants(register) -> None:
     plain("bad_dtype", BadDtype)
     plain("hangs", Hangs)
     plain("drifty", Drifty, decode="recurrent", state_size=lambda c, i, T: c.d_model + 1)
-    plain("wrong_state_size", WrongStateSize, decode="kv_cache",
-          state_size=lambda c, i, T: T * c.d_model)
+    plain("wrong_state_size", WrongStateSize, decode="kv_cache", state_size=lambda c, i, T: T * c.d_model)
     # Declares 8 T D for a cache of 2 T D: a 4x overstatement (as Zoology's RWKV-7 state size was).
     plain("overstated_state", WrongStateSize, decode="kv_cache", state_size=lambda c, i, T: 8 * T * c.d_model)
     plain("undeclared_aux", UndeclaredAux)
     plain("own_model_leaky", MaskedAttention, build_model=lambda c: Backbone(c, Leaky))
-    plain("raises", raising_builder, decode="recurrent", state_size=lambda c, i, T: 1,
-          flops_per_token=lambda c, i, T: 1.0)
+    plain(
+        "raises", raising_builder, decode="recurrent", state_size=lambda c, i, T: 1, flops_per_token=lambda c, i, T: 1.0
+    )

@@ -58,8 +58,18 @@ def build_full_model(config: ModelConfig) -> Backbone:
 
 @hookimpl
 def attnbench_register_variants(register) -> None:
-    register(Variant(name="full", build_mixer=GainedAttention, description="softmax with a gain; every fact",
-                     options=FullOptions, build_model=build_full_model, decode="kv_cache",
-                     state_size=softmax.state_size, flops_per_token=softmax.flops_per_token,
-                     attention_maps=softmax.attention_maps, version="1"))
+    register(
+        Variant(
+            name="full",
+            build_mixer=GainedAttention,
+            description="softmax with a gain; every fact",
+            options=FullOptions,
+            build_model=build_full_model,
+            decode="kv_cache",
+            state_size=softmax.state_size,
+            flops_per_token=softmax.flops_per_token,
+            attention_maps=softmax.attention_maps,
+            version="1",
+        )
+    )
     register(Variant(name="bare", build_mixer=RunningMean))

@@ -19,17 +19,23 @@ def write_suite(path: Path, body: str) -> Path:
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run the installed `attnbench` console script in a clean subprocess."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run(["attnbench", *args], capture_output=True, text=True, env=full_env,
-                          timeout=timeout, cwd=REPO)
+    return subprocess.run(["attnbench", *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO)
 
 
 def python(code: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, timeout=300, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+        cwd=cwd,
+    )
 
 
-def fake_distribution(tmp_path: Path, name: str, entry_point: str, module_source: str | None = None,
-                      module: str | None = None) -> dict[str, str]:
+def fake_distribution(
+    tmp_path: Path, name: str, entry_point: str, module_source: str | None = None, module: str | None = None
+) -> dict[str, str]:
     """A minimal installed distribution (dist-info with an `attnbench` entry point) on a
     folder we put on PYTHONPATH: the real entry-point loading path, without pip."""
     dist = tmp_path / f"{name}-1.0.dist-info"

@@ -25,46 +25,102 @@ RECALL_TEST = {
 }
 STATE = {"softmax": 32768, "linear": 4224, "window": 8192}  # fp32 elements at the training length
 # Train-step mean time (s) per T: linear slower at 256, faster at 1024.
-STEP = {"softmax": {256: 0.010, 1024: 0.100}, "linear": {256: 0.0125, 1024: 0.077},
-        "window": {256: 0.011, 1024: 0.060}}
+STEP = {"softmax": {256: 0.010, 1024: 0.100}, "linear": {256: 0.0125, 1024: 0.077}, "window": {256: 0.011, 1024: 0.060}}
 TEXT_LRS = (3e-4, 1e-3, 3e-3, 1e-2)
 TEXT_CHOSEN = {"softmax": 3e-3, "linear": 1e-2, "window": 3e-3}
 DECOY_TEST_LOSS = 9.99  # tuning runs carry this: it must never reach the headline
 
 EXPECTATIONS_TEXT = [
-    {"claim": "a sliding window matches attention on short-range text", "source": "Longformer (Beltagy et al. 2020)",
-     "variant": "window", "versus": None, "outcome": "equivalent", "setting": None},
-    {"claim": "linear attention matches softmax on language modelling", "source": "a made-up optimistic claim",
-     "variant": "linear", "versus": None, "outcome": "equivalent", "setting": None},
+    {
+        "claim": "a sliding window matches attention on short-range text",
+        "source": "Longformer (Beltagy et al. 2020)",
+        "variant": "window",
+        "versus": None,
+        "outcome": "equivalent",
+        "setting": None,
+    },
+    {
+        "claim": "linear attention matches softmax on language modelling",
+        "source": "a made-up optimistic claim",
+        "variant": "linear",
+        "versus": None,
+        "outcome": "equivalent",
+        "setting": None,
+    },
 ]
 EXPECTATIONS_RECALL = [
-    {"claim": "linear attention falls behind on recall with many pairs", "source": "Zoology (Arora et al. 2023)",
-     "variant": "linear", "versus": None, "outcome": "worse", "setting": {"num_kv_pairs": 32}},
-    {"claim": "a window cannot recall beyond its span", "source": "Based (Arora et al. 2024)",
-     "variant": "window", "versus": None, "outcome": "worse", "setting": {"num_kv_pairs": 32}},
+    {
+        "claim": "linear attention falls behind on recall with many pairs",
+        "source": "Zoology (Arora et al. 2023)",
+        "variant": "linear",
+        "versus": None,
+        "outcome": "worse",
+        "setting": {"num_kv_pairs": 32},
+    },
+    {
+        "claim": "a window cannot recall beyond its span",
+        "source": "Based (Arora et al. 2024)",
+        "variant": "window",
+        "versus": None,
+        "outcome": "worse",
+        "setting": {"num_kv_pairs": 32},
+    },
 ]
 
 
-def protocol_dict(metric: str, expectations: list[dict[str, Any]], tuning: dict[str, Any] | None,
-                  baselines: list[str] | None = None) -> dict[str, Any]:
+def protocol_dict(
+    metric: str, expectations: list[dict[str, Any]], tuning: dict[str, Any] | None, baselines: list[str] | None = None
+) -> dict[str, Any]:
     """A recorded protocol; ``baselines`` None records it as stores did before protocol.baselines."""
-    return {"tune": True, "baseline": "softmax", "interval": True, "choose_on": "val", "report_on": "test",
-            "metric": metric, "margin": 0.05, "tuning": tuning, "expectations": expectations,
-            "splits": {"train": "head", "val": "slice", "test": "tail"}, **({"baselines": baselines} if baselines else {})}
+    return {
+        "tune": True,
+        "baseline": "softmax",
+        "interval": True,
+        "choose_on": "val",
+        "report_on": "test",
+        "metric": metric,
+        "margin": 0.05,
+        "tuning": tuning,
+        "expectations": expectations,
+        "splits": {"train": "head", "val": "slice", "test": "tail"},
+        **({"baselines": baselines} if baselines else {}),
+    }
 
 
-def record(key: str, experiment: str, kind: str, variant: str, seed: int | None, coords: dict[str, Any],
-           config: dict[str, Any], summary: dict[str, Any], results: list[Result] | None = None,
-           status: str = "done", suite: str = SUITE) -> RunRecord:
+def record(
+    key: str,
+    experiment: str,
+    kind: str,
+    variant: str,
+    seed: int | None,
+    coords: dict[str, Any],
+    config: dict[str, Any],
+    summary: dict[str, Any],
+    results: list[Result] | None = None,
+    status: str = "done",
+    suite: str = SUITE,
+) -> RunRecord:
     """One run row of the synthetic suite (model d64 x 2 layers, gate passed)."""
     return RunRecord(
-        cell_key=f"{suite}-{key}", suite=suite, experiment=experiment, kind=kind, variant=variant, status=status,
+        cell_key=f"{suite}-{key}",
+        suite=suite,
+        experiment=experiment,
+        kind=kind,
+        variant=variant,
+        status=status,
         seed=seed,
         coords={"variant": variant, "model": 0, "d_model": 64, "n_layer": 2, "seed": seed, **coords},
         config={"model": {"d_model": 64, "n_layer": 2, "n_head": 2}, **config},
-        provenance={"git": {"commit": "c0ffee", "dirty": False}, "device": "cpu:test",
-                    "gate": {"key": f"gate-{variant}", "failed": []}},
-        summary=summary, started_at=100.0, finished_at=110.0, results=results or [])
+        provenance={
+            "git": {"commit": "c0ffee", "dirty": False},
+            "device": "cpu:test",
+            "gate": {"key": f"gate-{variant}", "failed": []},
+        },
+        summary=summary,
+        started_at=100.0,
+        finished_at=110.0,
+        results=results or [],
+    )
 
 
 def _text_runs(baselines: list[str] | None) -> list[RunRecord]:
@@ -78,35 +134,75 @@ def _text_runs(baselines: list[str] | None) -> list[RunRecord]:
         rung1 = {lr: loss - 0.2 for lr, loss in sorted(rung0.items(), key=lambda kv: kv[1])[:2]}
         for rung, points in enumerate((rung0, rung1)):
             for lr, loss in points.items():
-                out.append(record(f"text-{v}-t{rung}-{lr}", "text", "train", v, 0,
-                                   {"lr": lr, "stage": "tune", "rung": rung},
-                                   {"train": {"budget": {"steps": 50 * 2 ** rung}}},
-                                   {"val_loss": loss, "test_loss": DECOY_TEST_LOSS, "state_elements": STATE[v],
-                                    "protocol": protocol}))
+                out.append(
+                    record(
+                        f"text-{v}-t{rung}-{lr}",
+                        "text",
+                        "train",
+                        v,
+                        0,
+                        {"lr": lr, "stage": "tune", "rung": rung},
+                        {"train": {"budget": {"steps": 50 * 2**rung}}},
+                        {
+                            "val_loss": loss,
+                            "test_loss": DECOY_TEST_LOSS,
+                            "state_elements": STATE[v],
+                            "protocol": protocol,
+                        },
+                    )
+                )
         for seed, test in zip(SEEDS, TEXT_TEST[v]):
-            out.append(record(f"text-{v}-final-{seed}", "text", "train", v, seed, {"lr": chosen, "stage": "final"},
-                               {"train": {"budget": {"steps": 400}}},
-                               {"val_loss": test - 0.01, "test_loss": test, "state_elements": STATE[v],
-                                "protocol": protocol}))
+            out.append(
+                record(
+                    f"text-{v}-final-{seed}",
+                    "text",
+                    "train",
+                    v,
+                    seed,
+                    {"lr": chosen, "stage": "final"},
+                    {"train": {"budget": {"steps": 400}}},
+                    {"val_loss": test - 0.01, "test_loss": test, "state_elements": STATE[v], "protocol": protocol},
+                )
+            )
     return out
 
 
 def _recall_runs(baselines: list[str] | None) -> list[RunRecord]:
     protocol = protocol_dict("accuracy", EXPECTATIONS_RECALL, None, baselines)
-    config = {"data": {"source": "task", "task": "mqar", "eval_settings": [{"num_kv_pairs": k} for k in PAIRS]},
-              "train": {"budget": {"steps": 300}}}
+    config = {
+        "data": {"source": "task", "task": "mqar", "eval_settings": [{"num_kv_pairs": k} for k in PAIRS]},
+        "train": {"budget": {"steps": 300}},
+    }
     out = []
     for v in VARIANTS:
         for lr, worse in ((1e-3, 0.0), (3e-3, 0.3)):  # untuned grid: the lower validation loss (1e-3) is chosen
             for i, seed in enumerate(SEEDS):
                 accs = {k: max(0.0, RECALL_TEST[v][k][i] - worse) for k in PAIRS}
-                results = [Result(name, value, "", {"split": "test", "task": "mqar", "num_kv_pairs": k})
-                           for k, a in accs.items() for name, value in (("accuracy", a), ("loss", 3.0 * (1 - a)))]
+                results = [
+                    Result(name, value, "", {"split": "test", "task": "mqar", "num_kv_pairs": k})
+                    for k, a in accs.items()
+                    for name, value in (("accuracy", a), ("loss", 3.0 * (1 - a)))
+                ]
                 mean_acc = sum(accs.values()) / len(accs)
-                out.append(record(f"recall-{v}-{lr}-{seed}", "recall", "train", v, seed, {"lr": lr}, config,
-                                   {"val_loss": 3.0 * (1 - mean_acc) + 0.01, "test_loss": 3.0 * (1 - mean_acc),
-                                    "test_accuracy": mean_acc, "state_elements": STATE[v] // 2,
-                                    "protocol": protocol}, results))
+                out.append(
+                    record(
+                        f"recall-{v}-{lr}-{seed}",
+                        "recall",
+                        "train",
+                        v,
+                        seed,
+                        {"lr": lr},
+                        config,
+                        {
+                            "val_loss": 3.0 * (1 - mean_acc) + 0.01,
+                            "test_loss": 3.0 * (1 - mean_acc),
+                            "test_accuracy": mean_acc,
+                            "state_elements": STATE[v] // 2,
+                            "protocol": protocol,
+                        },
+                        results,
+                    )
+                )
     return out
 
 
@@ -117,15 +213,39 @@ def _speed_runs() -> list[RunRecord]:
         for T, mean in STEP[v].items():
             for mode, scale in (("train_step", 1.0), ("forward", 0.3)):
                 noisy = v == "window" and mode == "forward" and T == 1024
-                tags = {"mode": mode, "T": T, "status": "ok", "mean_s": mean * scale, "stddev_s": mean * scale * 0.03,
-                        "rounds": 7, "backend": "math", "fallback": False, "noisy": noisy,
-                        "noisy_reason": "coefficient of variation 25% > 20%" if noisy else None, "attempts": 2}
-                results += [Result("time_s", mean * scale, "s", tags),
-                            Result("peak_memory_bytes", 1e5 * T, "B", {**tags, "memory_method": "test"})]
+                tags = {
+                    "mode": mode,
+                    "T": T,
+                    "status": "ok",
+                    "mean_s": mean * scale,
+                    "stddev_s": mean * scale * 0.03,
+                    "rounds": 7,
+                    "backend": "math",
+                    "fallback": False,
+                    "noisy": noisy,
+                    "noisy_reason": "coefficient of variation 25% > 20%" if noisy else None,
+                    "attempts": 2,
+                }
+                results += [
+                    Result("time_s", mean * scale, "s", tags),
+                    Result("peak_memory_bytes", 1e5 * T, "B", {**tags, "memory_method": "test"}),
+                ]
         out.append(record(f"speed-{v}", "speed", "speed", v, 0, {}, {}, {}, results))
-    fit = Result("slope", 0.9, "", {"mode": "train_step", "quantity": "time", "model": 0, "ci95": [0.2, 1.6],
-                                    "n_points": 2, "T_min": 256, "T_max": 1024,
-                                    "flags": ["95% interval [0.20, 1.60] is wider than +-0.25"]})
+    fit = Result(
+        "slope",
+        0.9,
+        "",
+        {
+            "mode": "train_step",
+            "quantity": "time",
+            "model": 0,
+            "ci95": [0.2, 1.6],
+            "n_points": 2,
+            "T_min": 256,
+            "T_max": 1024,
+            "flags": ["95% interval [0.20, 1.60] is wider than +-0.25"],
+        },
+    )
     out.append(record("speed-fit-linear", "speed", "speed_fit", "linear", None, {}, {}, {}, [fit]))
     return out
 

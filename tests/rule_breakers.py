@@ -48,8 +48,9 @@ class RunningMean(nn.Module):
 
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> SumState:
         d = self.v.out_features
-        return SumState(torch.zeros(batch_size, d, device=device, dtype=dtype),
-                        torch.zeros(batch_size, device=device, dtype=dtype))
+        return SumState(
+            torch.zeros(batch_size, d, device=device, dtype=dtype), torch.zeros(batch_size, device=device, dtype=dtype)
+        )
 
     def step(self, x: torch.Tensor, state: SumState) -> tuple[torch.Tensor, SumState]:
         t = x.size(1)
@@ -133,13 +134,30 @@ class ReturnsFloat32(MupSoftmax):
 
 @hookimpl
 def attnbench_register_variants(register) -> None:
-    register(Variant(name="mutates_state", build_mixer=RunningMean, decode="recurrent",
-                     description="broken: step mutates the state it was given"))
-    register(Variant(name="state_on_module", build_mixer=CountsOnModule, decode="recurrent",
-                     description="broken: step keeps its token count on the module"))
-    register(Variant(name="overflows_at_scale", build_mixer=MupSoftmax,
-                     description="broken: exp without max-subtraction (finite at init only)"))
-    register(Variant(name="float32_inside", build_mixer=Float32Inside,
-                     description="broken: q.float() in the logits"))
-    register(Variant(name="returns_float32", build_mixer=ReturnsFloat32,
-                     description="broken: output cast with .float()"))
+    register(
+        Variant(
+            name="mutates_state",
+            build_mixer=RunningMean,
+            decode="recurrent",
+            description="broken: step mutates the state it was given",
+        )
+    )
+    register(
+        Variant(
+            name="state_on_module",
+            build_mixer=CountsOnModule,
+            decode="recurrent",
+            description="broken: step keeps its token count on the module",
+        )
+    )
+    register(
+        Variant(
+            name="overflows_at_scale",
+            build_mixer=MupSoftmax,
+            description="broken: exp without max-subtraction (finite at init only)",
+        )
+    )
+    register(Variant(name="float32_inside", build_mixer=Float32Inside, description="broken: q.float() in the logits"))
+    register(
+        Variant(name="returns_float32", build_mixer=ReturnsFloat32, description="broken: output cast with .float()")
+    )

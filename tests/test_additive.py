@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 
 from attnbench import Backbone, ModelConfig
+from attnbench.contract.variant import state_numel
 from attnbench.nn.model import lm_loss
+from attnbench.plugins.kernels.additive import PoolSpec, pool
 from attnbench.registry.loader import load_registry
 from attnbench.store.database import Store
-from attnbench.contract.variant import state_numel
-from attnbench.plugins.kernels.additive import PoolSpec, pool
 from tests.helpers import run_cli, write_suite
 
 
@@ -84,19 +84,31 @@ def test_registered_with_published_defaults(registry):
     published = win.make_options({"windows": [4, 8, 16, 32, 64, 2048], "rescale": 10})
     assert published.windows == (4, 8, 16, 32, 64, 2048)
     assert not add.make_options({}).eps_compat and not win.make_options({}).eps_compat
-    for bad in ({"rescale": 0}, {"rescale": 41}, {"rescale": "15"}, {"eps_compat": "yes"},
-                {"block": 0}, {"windows": [4, 0]}, {"windows": "nope"}, {"windows": []}):
+    for bad in (
+        {"rescale": 0},
+        {"rescale": 41},
+        {"rescale": "15"},
+        {"eps_compat": "yes"},
+        {"block": 0},
+        {"windows": [4, 0]},
+        {"windows": "nope"},
+        {"windows": []},
+    ):
         with pytest.raises(ValueError, match="invalid options"):
             win.make_options(bad)
 
 
 def test_window_rules_produce_documented_lists(registry):
-    expected = {"seeds": [4, 8, 16, 32, 64, 2048], "head": [2048, 4, 8, 16, 32, 2048],
-                "readme": [2048, 8, 16, 32, 64, 2048]}
+    expected = {
+        "seeds": [4, 8, 16, 32, 64, 2048],
+        "head": [2048, 4, 8, 16, 32, 2048],
+        "readme": [2048, 8, 16, 32, 64, 2048],
+    }
     win = registry.get("windowed")
     for rule, windows in expected.items():
-        config = ModelConfig(vocab_size=16, d_model=8, n_layer=6, n_head=2, context=2048,
-                             options=win.make_options({"windows": rule}))
+        config = ModelConfig(
+            vocab_size=16, d_model=8, n_layer=6, n_head=2, context=2048, options=win.make_options({"windows": rule})
+        )
         assert [b.mixer.window for b in Backbone(config, win.build_mixer).blocks] == windows, rule
     assert [layer.attn.window for layer in win.build_model(config).layers] == expected["readme"]
     wrong = make_config(registry, "windowed", {"windows": [4, 8, 16]})
@@ -107,12 +119,15 @@ def test_window_rules_produce_documented_lists(registry):
 # --- faithfulness
 
 
-@pytest.mark.parametrize("name,options", [
-    ("additive", {}),
-    ("additive", {"eps_compat": True, "rescale": 7}),
-    ("windowed", {"windows": [5, 16, 256]}),
-    ("windowed", {"windows": [1, 24, 96], "eps_compat": True, "rescale": 15}),
-])
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("additive", {}),
+        ("additive", {"eps_compat": True, "rescale": 7}),
+        ("windowed", {"windows": [5, 16, 256]}),
+        ("windowed", {"windows": [1, 24, 96], "eps_compat": True, "rescale": 15}),
+    ],
+)
 def test_mixer_matches_reference_formulation(registry, name, options):
     config = make_config(registry, name, options, n_layer=3)
     torch.manual_seed(0)
@@ -197,8 +212,9 @@ def test_pool_backward_matches_finite_differences(window, eps_compat):
     assert torch.autograd.gradcheck(lambda x, w: pool(x, w, spec, window), (x, w))
 
 
-@pytest.mark.parametrize("name,options", [("additive", {"rescale": 40}),
-                                          ("windowed", {"windows": [4, 64], "rescale": 40})])
+@pytest.mark.parametrize(
+    "name,options", [("additive", {"rescale": 40}), ("windowed", {"windows": [4, 64], "rescale": 40})]
+)
 def test_finite_on_long_inputs_scaled_tenfold(registry, name, options):
     torch.manual_seed(0)
     mixer = Backbone(make_config(registry, name, options, context=4096), registry.get(name).build_mixer).blocks[1].mixer
@@ -212,7 +228,11 @@ def test_finite_on_long_inputs_scaled_tenfold(registry, name, options):
 
 def test_cpu_bf16_autocast_stays_close(registry):
     torch.manual_seed(0)
-    mixer = Backbone(make_config(registry, "windowed", {"windows": [4, 256]}), registry.get("windowed").build_mixer).blocks[0].mixer
+    mixer = (
+        Backbone(make_config(registry, "windowed", {"windows": [4, 256]}), registry.get("windowed").build_mixer)
+        .blocks[0]
+        .mixer
+    )
     x = torch.randn(1, 24, 32)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = mixer(x)
@@ -228,13 +248,13 @@ def test_no_future_leak(registry, name, options):
     model = Backbone(make_config(registry, name, options), registry.get(name).build_mixer).eval()
     idx, t = torch.randint(0, 64, (1, 40)), 17
     other = idx.clone()
-    other[:, t + 1:] = torch.randint(0, 64, (1, 40 - t - 1))
+    other[:, t + 1 :] = torch.randint(0, 64, (1, 40 - t - 1))
     assert torch.equal(model(idx).logits[:, : t + 1], model(other).logits[:, : t + 1])
     x = torch.randn(1, 40, 32, requires_grad=True)
     for block in model.blocks:
         x.grad = None
         block.mixer(x)[0, t].sum().backward()
-        assert torch.equal(x.grad[:, t + 1:], torch.zeros_like(x.grad[:, t + 1:]))
+        assert torch.equal(x.grad[:, t + 1 :], torch.zeros_like(x.grad[:, t + 1 :]))
         assert x.grad[:, : t + 1].abs().sum() > 0
 
 
@@ -242,7 +262,7 @@ def decode(model, idx: torch.Tensor, chunk: int, max_len: int | None = None):
     state = model.init_state(idx.size(0), max_len or idx.size(1))
     outs = []
     for start in range(0, idx.size(1), chunk):
-        logits, state = model.step(idx[:, start:start + chunk], state)
+        logits, state = model.step(idx[:, start : start + chunk], state)
         outs.append(logits)
     return torch.cat(outs, 1), state
 

@@ -10,10 +10,20 @@ from attnbench.report.anchors import ANCHORS
 from tests.helpers import REPO, run_cli
 
 ANCHORS_SUITE = REPO / "suites" / "anchors.yaml"
-TINY = ["--set", "experiments.nanogpt-shakespeare-char.train.budget.steps=6",
-        "--set", "experiments.nanogpt-shakespeare-char.train.eval_tokens=768",
-        "--set", "experiments.mqar.train.budget.steps=4", "--set", "experiments.mqar.train.eval_tokens=1024",
-        "--set", "experiments.mqar.data.train_examples=256", "--set", "experiments.mqar.data.val_examples=16"]
+TINY = [
+    "--set",
+    "experiments.nanogpt-shakespeare-char.train.budget.steps=6",
+    "--set",
+    "experiments.nanogpt-shakespeare-char.train.eval_tokens=768",
+    "--set",
+    "experiments.mqar.train.budget.steps=4",
+    "--set",
+    "experiments.mqar.train.eval_tokens=1024",
+    "--set",
+    "experiments.mqar.data.train_examples=256",
+    "--set",
+    "experiments.mqar.data.val_examples=16",
+]
 
 
 def test_anchors_suite_runs_the_reference_configurations():
@@ -32,7 +42,9 @@ def test_anchors_suite_runs_the_reference_configurations():
 
 def test_report_shows_each_anchor_and_refuses_a_different_configuration(tmp_path):
     store = tmp_path / "store.sqlite"
-    result = run_cli("run", str(ANCHORS_SUITE), "--store", str(store), *TINY, env={"ATTNBENCH_PLUGINS": "softmax,synthetic"})
+    result = run_cli(
+        "run", str(ANCHORS_SUITE), "--store", str(store), *TINY, env={"ATTNBENCH_PLUGINS": "softmax,synthetic"}
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = tmp_path / "reports" / "anchors"
     markdown = (report / "report.md").read_text()

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from attnbench.experiments.registry import expand_suite
 from attnbench.data.loading import load_corpus
+from attnbench.experiments.registry import expand_suite
+from attnbench.plan.suite import load_suite
 from attnbench.registry.loader import load_registry
 from attnbench.run.runner import run_suite
 from attnbench.store.database import Store
-from attnbench.plan.suite import load_suite
 from tests.helpers import REPO, run_cli, write_suite
 
 BASE = """
@@ -62,8 +62,12 @@ def test_flops_budget_gives_each_variant_its_step_count(tmp_path):
 
 
 def _kill_when_state_exists(suite, store_path, timeout=300):
-    proc = subprocess.Popen(["attnbench", "run", str(suite), "--store", str(store_path)], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["attnbench", "run", str(suite), "--store", str(store_path)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + timeout
     states = []
     while time.time() < deadline and not states:
@@ -102,7 +106,8 @@ def test_killed_run_resumes_to_the_same_final_loss(tmp_path):
         assert again["summary"]["resumed_from_step"] in (25, 50, 75)
         assert abs(full["summary"]["val_loss"] - again["summary"]["val_loss"]) <= 1e-6
         assert [m["value"] for m in a.metrics(full["id"], "train/loss")] == pytest.approx(
-            [m["value"] for m in b.metrics(again["id"], "train/loss")], abs=1e-6)
+            [m["value"] for m in b.metrics(again["id"], "train/loss")], abs=1e-6
+        )
 
 
 def test_corrupt_training_state_is_reported_and_the_run_restarts(tmp_path):
@@ -120,7 +125,10 @@ def test_corrupt_training_state_is_reported_and_the_run_restarts(tmp_path):
 
 
 def test_divergence_is_recorded_and_the_suite_goes_on(tmp_path):
-    report, runs, _ = _run(tmp_path, "{budget: {steps: 60}, grid: {lr: [200.0]}}".replace(", grid: {lr: [200.0]}", ", lr: 200.0, grad_clip: 1.0e6"))
+    report, runs, _ = _run(
+        tmp_path,
+        "{budget: {steps: 60}, grid: {lr: [200.0]}}".replace(", grid: {lr: [200.0]}", ", lr: 200.0, grad_clip: 1.0e6"),
+    )
     by = {r["variant"]: r for r in runs}
     assert len(runs) == 2
     diverged = [r for r in runs if r["status"] == "diverged"]
@@ -132,8 +140,10 @@ def test_divergence_is_recorded_and_the_suite_goes_on(tmp_path):
 
 
 def test_task_training_reports_accuracy_tagged_with_difficulty(tmp_path):
-    data = ("{source: task, task: mqar, task_options: {vocab_size: 64, seq_len: 32, num_kv_pairs: 2}, "
-            "train_examples: 500, val_examples: 64, eval_settings: [{num_kv_pairs: 2}, {num_kv_pairs: 4}]}")
+    data = (
+        "{source: task, task: mqar, task_options: {vocab_size: 64, seq_len: 32, num_kv_pairs: 2}, "
+        "train_examples: 500, val_examples: 64, eval_settings: [{num_kv_pairs: 2}, {num_kv_pairs: 4}]}"
+    )
     report, runs, _ = _run(tmp_path, "{budget: {steps: 10}}", variants="[softmax]", data=data)
     assert report.not_done == []
     [run] = runs

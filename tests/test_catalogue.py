@@ -5,9 +5,9 @@ traceback, and a message that names the file/key/option and the fix. Validate-le
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -55,77 +55,171 @@ def _data_file(content: bytes, extra: str = ""):
     def setup(tmp: Path) -> list[str]:
         (tmp / "corpus.txt").write_bytes(content)
         return ["validate", str(_suite(tmp, suite_text(f"{{source: text, path: corpus.txt{extra}}}")))]
+
     return setup
 
 
 # Nested aliases, 9 of each level: 9**6 = 531,441 values once expanded (the classic "billion laughs" at 9**9).
 _LAUGHS = "x-lol0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
-    f"x-lol{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 7))
+    f"x-lol{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 7)
+)
 
 CASES = [
-    Case("budget-seconds-inf", _validate(suite_text(budget="{seconds: .inf}")),
-         ["s.yaml:", "budget.seconds", "finite"]),
+    Case(
+        "budget-seconds-inf", _validate(suite_text(budget="{seconds: .inf}")), ["s.yaml:", "budget.seconds", "finite"]
+    ),
     Case("budget-flops-nan", _validate(suite_text(budget="{flops: .nan}")), ["s.yaml:", "budget.flops"]),
-    Case("duplicate-key", _validate(suite_text().replace("  train: {batch_size", "  model: {d_model: 32}\n  train: {batch_size")),
-         ["s.yaml:6", "'model' appears twice", "first at line 4", "Keep one"]),
-    Case("duplicate-experiment-key", _validate(suite_text().replace("    kind: train\n", "    kind: train\n    kind: speed\n")),
-         ["s.yaml:10", "'kind' appears twice", "first at line 9"]),
+    Case(
+        "duplicate-key",
+        _validate(suite_text().replace("  train: {batch_size", "  model: {d_model: 32}\n  train: {batch_size")),
+        ["s.yaml:6", "'model' appears twice", "first at line 4", "Keep one"],
+    ),
+    Case(
+        "duplicate-experiment-key",
+        _validate(suite_text().replace("    kind: train\n", "    kind: train\n    kind: speed\n")),
+        ["s.yaml:10", "'kind' appears twice", "first at line 9"],
+    ),
     Case("empty-suite-file", lambda tmp: ["validate", str(_suite(tmp, ""))], ["s.yaml:1", "empty", "version: 1"]),
-    Case("binary-suite-file", lambda tmp: ["validate", str(_write(tmp / "s.yaml", b"\x89PNG\r\n\x1a\n\xff\xfe"))],
-         ["s.yaml", "UTF-8", ".yaml"]),
+    Case(
+        "binary-suite-file",
+        lambda tmp: ["validate", str(_write(tmp / "s.yaml", b"\x89PNG\r\n\x1a\n\xff\xfe"))],
+        ["s.yaml", "UTF-8", ".yaml"],
+    ),
     Case("missing-suite-file", lambda tmp: ["validate", str(tmp / "nope.yaml")], ["nope.yaml", "not found"]),
-    Case("misspelt-key", _validate(suite_text().replace("warmup_steps", "warmup_stepz")),
-         ["s.yaml:", "warmup_stepz", "correct its spelling"]),
-    Case("unknown-variant", _validate(suite_text().replace("[softmax]", "[softmaks]")),
-         ["s.yaml:", "softmaks", "softmax"]),
+    Case(
+        "misspelt-key",
+        _validate(suite_text().replace("warmup_steps", "warmup_stepz")),
+        ["s.yaml:", "warmup_stepz", "correct its spelling"],
+    ),
+    Case(
+        "unknown-variant",
+        _validate(suite_text().replace("[softmax]", "[softmaks]")),
+        ["s.yaml:", "softmaks", "softmax"],
+    ),
     Case("empty-data-file", _data_file(b""), ["corpus.txt", "empty", "data.path"]),
     Case("binary-data-file", _data_file(bytes(range(256)) * 40), ["corpus.txt", "not UTF-8", "data.path"]),
-    Case("data-file-too-small", _data_file(b"hello world\n" * 20),
-         ["corpus.txt", "240 bytes", "needs at least 2560 bytes", "seq_len"]),
-    Case("missing-data-file", _data_file(b"x", extra=", val_path: gone.txt"), ["gone.txt", "does not exist", "data.val_path"]),
-    Case("plugins-env-unknown", lambda tmp: ["list"], ["ATTNBENCH_PLUGINS", "nosuch", "installed:", "softmax"],
-         env={"ATTNBENCH_PLUGINS": "softmax,nosuch"}),
-    Case("variants-not-in-suite", lambda tmp: ["run", str(_suite(tmp, suite_text())), "--store", str(tmp / "st.sqlite"),
-                                               "--variants", "linear", "--no-report"],
-         ["--variants", "linear", "does not run", "softmax"]),
-    Case("device-tpu", lambda tmp: ["run", str(_suite(tmp, suite_text())), "--store", str(tmp / "st.sqlite"),
-                                    "--device", "tpu"], ["'tpu'", "--device", "cpu"]),
-    Case("check-long-T-zero", lambda tmp: ["check", "softmax", "--long-T", "0", "--store", str(tmp / "st.sqlite")],
-         ["--long-T", "above 0"]),
-    Case("check-time-limit-inf", lambda tmp: ["check", "softmax", "--time-limit", "inf", "--store", str(tmp / "st.sqlite")],
-         ["--time-limit", "finite"]),
-    Case("store-not-sqlite", lambda tmp: ["run", str(_suite(tmp, suite_text())), "--store", str(_write(tmp / "notes.txt", b"mine"))],
-         ["notes.txt", "not a SQLite database", "--store"]),
-    Case("store-check-missing", lambda tmp: ["store", "check", str(tmp / "gone.sqlite")], ["gone.sqlite", "no results store"]),
-    Case("merge-input-missing", lambda tmp: ["store", "merge", str(tmp / "out.sqlite"), str(tmp / "gone.sqlite")],
-         ["gone.sqlite", "not found"]),
+    Case(
+        "data-file-too-small",
+        _data_file(b"hello world\n" * 20),
+        ["corpus.txt", "240 bytes", "needs at least 2560 bytes", "seq_len"],
+    ),
+    Case(
+        "missing-data-file",
+        _data_file(b"x", extra=", val_path: gone.txt"),
+        ["gone.txt", "does not exist", "data.val_path"],
+    ),
+    Case(
+        "plugins-env-unknown",
+        lambda tmp: ["list"],
+        ["ATTNBENCH_PLUGINS", "nosuch", "installed:", "softmax"],
+        env={"ATTNBENCH_PLUGINS": "softmax,nosuch"},
+    ),
+    Case(
+        "variants-not-in-suite",
+        lambda tmp: [
+            "run",
+            str(_suite(tmp, suite_text())),
+            "--store",
+            str(tmp / "st.sqlite"),
+            "--variants",
+            "linear",
+            "--no-report",
+        ],
+        ["--variants", "linear", "does not run", "softmax"],
+    ),
+    Case(
+        "device-tpu",
+        lambda tmp: ["run", str(_suite(tmp, suite_text())), "--store", str(tmp / "st.sqlite"), "--device", "tpu"],
+        ["'tpu'", "--device", "cpu"],
+    ),
+    Case(
+        "check-long-T-zero",
+        lambda tmp: ["check", "softmax", "--long-T", "0", "--store", str(tmp / "st.sqlite")],
+        ["--long-T", "above 0"],
+    ),
+    Case(
+        "check-time-limit-inf",
+        lambda tmp: ["check", "softmax", "--time-limit", "inf", "--store", str(tmp / "st.sqlite")],
+        ["--time-limit", "finite"],
+    ),
+    Case(
+        "store-not-sqlite",
+        lambda tmp: ["run", str(_suite(tmp, suite_text())), "--store", str(_write(tmp / "notes.txt", b"mine"))],
+        ["notes.txt", "not a SQLite database", "--store"],
+    ),
+    Case(
+        "store-check-missing",
+        lambda tmp: ["store", "check", str(tmp / "gone.sqlite")],
+        ["gone.sqlite", "no results store"],
+    ),
+    Case(
+        "merge-input-missing",
+        lambda tmp: ["store", "merge", str(tmp / "out.sqlite"), str(tmp / "gone.sqlite")],
+        ["gone.sqlite", "not found"],
+    ),
     # issue 28, item 4: accepted silently before
-    Case("variants-empty", lambda tmp: ["run", str(_suite(tmp, suite_text())), "--store", str(tmp / "st.sqlite"),
-                                        "--variants", ""], ["--variants ''", "names nothing", "leave the option out"]),
-    Case("plugins-env-empty", lambda tmp: ["list"], ["ATTNBENCH_PLUGINS", "names no plugin", "unset it"],
-         env={"ATTNBENCH_PLUGINS": " , "}),
-    Case("plugins-env-hides-task", _validate(suite_text(
-        data="{source: task, task: mqar, task_options: {vocab_size: 64, seq_len: 64, num_kv_pairs: 4}}")),
-         ["unknown task 'mqar'", "ATTNBENCH_PLUGINS='softmax'", "unset it"], env={"ATTNBENCH_PLUGINS": "softmax"}),
+    Case(
+        "variants-empty",
+        lambda tmp: ["run", str(_suite(tmp, suite_text())), "--store", str(tmp / "st.sqlite"), "--variants", ""],
+        ["--variants ''", "names nothing", "leave the option out"],
+    ),
+    Case(
+        "plugins-env-empty",
+        lambda tmp: ["list"],
+        ["ATTNBENCH_PLUGINS", "names no plugin", "unset it"],
+        env={"ATTNBENCH_PLUGINS": " , "},
+    ),
+    Case(
+        "plugins-env-hides-task",
+        _validate(
+            suite_text(data="{source: task, task: mqar, task_options: {vocab_size: 64, seq_len: 64, num_kv_pairs: 4}}")
+        ),
+        ["unknown task 'mqar'", "ATTNBENCH_PLUGINS='softmax'", "unset it"],
+        env={"ATTNBENCH_PLUGINS": "softmax"},
+    ),
     # issue 28, item 5: a RecursionError traceback, a multi-megabyte message, a 100 kB one before
-    Case("yaml-nested-20000-deep", _validate("version: 1\nname: deep\nexperiments: " + "[" * 20000 + "]" * 20000),
-         ["s.yaml:3:", "nest more than 64 levels deep", "(the limit)", "Remove the extra"]),
-    Case("yaml-deep-through-an-alias", _validate(suite_text() + "x-deep: &d " + "[" * 40 + "]" * 40 + "\n"
-                                                 + "x-deeper: " + "[" * 30 + "*d" + "]" * 30 + "\n"),
-         ["s.yaml:13:", "more than 64 levels deep once the alias *d is expanded"]),
-    Case("yaml-alias-bomb", _validate(suite_text() + _LAUGHS),
-         ["s.yaml:17:", "more than 100,000 values (the limit)", "aliases of aliases multiply", "fewer times"]),
-    Case("yaml-alias-inside-its-anchor", _validate(suite_text() + "x-loop: &a [1, *a]\n"),
-         ["s.yaml:12:", "alias *a is used inside the value its anchor names", "only after"]),
-    Case("set-nested-too-deep", lambda tmp: ["validate", str(_suite(tmp, suite_text())), "--set",
-                                             "defaults.train.lr=" + "[" * 100 + "]" * 100],
-         ["--set 'defaults.train.lr=[[[", "(220 characters)", "nest more than 64 levels deep"]),
-    Case("absurdly-long-variant-name", _validate(suite_text().replace("[softmax]", "['" + "a" * 100_000 + "']")),
-         ["s.yaml:10:", "unknown variant 'aaaa", "... (100,002 characters). Available:"]),
-    Case("absurdly-long-value", _validate(suite_text(data="{source: '" + "b" * 100_000 + "'}")),
-         ["s.yaml:5:", "data.source", "(got 'bbbb", "... (100,002 characters))"]),
-    Case("data-path-too-long-for-the-file-system", _validate(suite_text(data="{source: text, path: '" + "c" * 5000 + "'}")),
-         ["data file", "cannot be looked up", "File name too long", "data.path"]),
+    Case(
+        "yaml-nested-20000-deep",
+        _validate("version: 1\nname: deep\nexperiments: " + "[" * 20000 + "]" * 20000),
+        ["s.yaml:3:", "nest more than 64 levels deep", "(the limit)", "Remove the extra"],
+    ),
+    Case(
+        "yaml-deep-through-an-alias",
+        _validate(
+            suite_text() + "x-deep: &d " + "[" * 40 + "]" * 40 + "\n" + "x-deeper: " + "[" * 30 + "*d" + "]" * 30 + "\n"
+        ),
+        ["s.yaml:13:", "more than 64 levels deep once the alias *d is expanded"],
+    ),
+    Case(
+        "yaml-alias-bomb",
+        _validate(suite_text() + _LAUGHS),
+        ["s.yaml:17:", "more than 100,000 values (the limit)", "aliases of aliases multiply", "fewer times"],
+    ),
+    Case(
+        "yaml-alias-inside-its-anchor",
+        _validate(suite_text() + "x-loop: &a [1, *a]\n"),
+        ["s.yaml:12:", "alias *a is used inside the value its anchor names", "only after"],
+    ),
+    Case(
+        "set-nested-too-deep",
+        lambda tmp: ["validate", str(_suite(tmp, suite_text())), "--set", "defaults.train.lr=" + "[" * 100 + "]" * 100],
+        ["--set 'defaults.train.lr=[[[", "(220 characters)", "nest more than 64 levels deep"],
+    ),
+    Case(
+        "absurdly-long-variant-name",
+        _validate(suite_text().replace("[softmax]", "['" + "a" * 100_000 + "']")),
+        ["s.yaml:10:", "unknown variant 'aaaa", "... (100,002 characters). Available:"],
+    ),
+    Case(
+        "absurdly-long-value",
+        _validate(suite_text(data="{source: '" + "b" * 100_000 + "'}")),
+        ["s.yaml:5:", "data.source", "(got 'bbbb", "... (100,002 characters))"],
+    ),
+    Case(
+        "data-path-too-long-for-the-file-system",
+        _validate(suite_text(data="{source: text, path: '" + "c" * 5000 + "'}")),
+        ["data file", "cannot be looked up", "File name too long", "data.path"],
+    ),
 ]
 
 
@@ -165,8 +259,15 @@ def test_cuda_without_cuda_is_refused_by_name(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    proc = run_cli("run", str(_suite(tmp_path, suite_text())), "--store", str(tmp_path / "st.sqlite"),
-                   "--device", "cuda", env=OFFLINE)
+    proc = run_cli(
+        "run",
+        str(_suite(tmp_path, suite_text())),
+        "--store",
+        str(tmp_path / "st.sqlite"),
+        "--device",
+        "cuda",
+        env=OFFLINE,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert re.search(r"device 'cuda' is not available on this machine; use one of: auto, cpu", proc.stderr)
 
@@ -217,8 +318,18 @@ def test_a_merge_that_fails_half_way_leaves_no_output_or_the_old_one(tmp_path, m
 
     a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
     assert _main(["run", str(_suite(tmp_path, suite_text())), "--store", str(a), "--no-report"]) == 0
-    assert _main(["run", str(_suite(tmp_path, suite_text().replace("name: cat", "name: dog"))), "--store", str(b),
-                  "--no-report"]) == 0
+    assert (
+        _main(
+            [
+                "run",
+                str(_suite(tmp_path, suite_text().replace("name: cat", "name: dog"))),
+                "--store",
+                str(b),
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     merge = sys.modules["attnbench.store.merge"]
     real, calls = merge._merge_runs, []
 
@@ -250,14 +361,19 @@ def test_a_merge_that_fails_half_way_leaves_no_output_or_the_old_one(tmp_path, m
 def test_defaults_apply_only_to_the_kinds_that_take_them(tmp_path):
     """issue 28, item 5: defaults.train / defaults.data / defaults.grid merged into a speed
     experiment used to be refused as keys the user never wrote there."""
-    body = suite_text() + """
+    body = (
+        suite_text()
+        + """
   - name: sp
     kind: speed
     variants: [softmax]
     speed: {lengths: [32], modes: [forward]}
 """
+    )
     body = body.replace("defaults:\n", "defaults:\n  grid: {lr: [1.0e-2, 2.0e-2]}\n")
     assert _main(["validate", str(_suite(tmp_path, body))]) == 0
+
+
 # --- Issue 28 (part 1): the report with variants that declare different facts, options as rows,
 # atomic writes, slope fits with too few points, one version. ---------------------------------
 
@@ -333,17 +449,43 @@ def test_a_slope_through_two_points_is_shown_as_no_fit(tmp_path, capsys):
     slope = {r.tags["quantity"]: r for r in rows}
     assert slope["memory"].value is None and slope["memory"].tags["error"].startswith("2 points: too few to fit")
     assert abs(slope["time"].value - 1.0) < 1e-9  # 3 points: a fit
-    old = Result("slope", 2.52, "", {"mode": "forward", "quantity": "memory", "model": 0, "ci95": None,
-                                     "n_points": 2, "T_min": 64, "T_max": 128})  # stored before the rule
+    old = Result(
+        "slope",
+        2.52,
+        "",
+        {"mode": "forward", "quantity": "memory", "model": 0, "ci95": None, "n_points": 2, "T_min": 64, "T_max": 128},
+    )  # stored before the rule
     with Store(tmp_path / "st.sqlite") as store:
-        points = [Result(name, v * T, unit, {"mode": mode, "T": T, "status": "ok"}) for T in (64, 128)
-                  for mode in ("forward", "decode") for name, unit, v in (("time_s", "s", 1e-5), ("peak_memory_bytes", "B", 1e4))]
-        for key, kind, variant, results in (("s1", "speed", "linear", points), ("s2", "speed", "heinsen", points),
-                                            ("f1", "speed_fit", "linear", rows), ("f2", "speed_fit", "heinsen", [old])):
-            store.save_run(RunRecord(cell_key=key, suite="sp", experiment="sp", kind=kind, variant=variant,
-                                     status="done", seed=None, coords={"variant": variant, "model": 0},
-                                     config={}, provenance={}, summary={}, started_at=1.0, finished_at=2.0,
-                                     results=results))
+        points = [
+            Result(name, v * T, unit, {"mode": mode, "T": T, "status": "ok"})
+            for T in (64, 128)
+            for mode in ("forward", "decode")
+            for name, unit, v in (("time_s", "s", 1e-5), ("peak_memory_bytes", "B", 1e4))
+        ]
+        for key, kind, variant, results in (
+            ("s1", "speed", "linear", points),
+            ("s2", "speed", "heinsen", points),
+            ("f1", "speed_fit", "linear", rows),
+            ("f2", "speed_fit", "heinsen", [old]),
+        ):
+            store.save_run(
+                RunRecord(
+                    cell_key=key,
+                    suite="sp",
+                    experiment="sp",
+                    kind=kind,
+                    variant=variant,
+                    status="done",
+                    seed=None,
+                    coords={"variant": variant, "model": 0},
+                    config={},
+                    provenance={},
+                    summary={},
+                    started_at=1.0,
+                    finished_at=2.0,
+                    results=results,
+                )
+            )
     assert _main(["report", "--store", str(tmp_path / "st.sqlite"), "--out", str(tmp_path / "rep")]) == 0
     md = (tmp_path / "rep" / "report.md").read_text()
     assert md.count("no fit (2 points: too few to fit (a slope needs 3))") == 2
@@ -356,13 +498,27 @@ def _small_store(path: Path, suite: str = "small", loss: float = 3.0) -> Path:
 
     with Store(path) as store:
         for variant in ("softmax", "linear"):
-            curve = [Metric(s, s * 64, s * 0.1, name, loss + 1 / s) for s in (5, 10) for name in ("train/loss", "val/loss")]
-            store.save_run(RunRecord(
-                cell_key=f"{suite}-{variant}-{loss}", suite=suite, experiment="lm", kind="train", variant=variant,
-                status="done", seed=0, coords={"variant": variant, "model": 0, "d_model": 16, "n_layer": 1, "seed": 0},
-                config={"model": {"d_model": 16, "n_layer": 1, "n_head": 2}}, provenance={},
-                summary={"val_loss": loss, "n_params": 100, "steps": 10, "tokens": 640}, started_at=1.0,
-                finished_at=2.0, metrics=curve))
+            curve = [
+                Metric(s, s * 64, s * 0.1, name, loss + 1 / s) for s in (5, 10) for name in ("train/loss", "val/loss")
+            ]
+            store.save_run(
+                RunRecord(
+                    cell_key=f"{suite}-{variant}-{loss}",
+                    suite=suite,
+                    experiment="lm",
+                    kind="train",
+                    variant=variant,
+                    status="done",
+                    seed=0,
+                    coords={"variant": variant, "model": 0, "d_model": 16, "n_layer": 1, "seed": 0},
+                    config={"model": {"d_model": 16, "n_layer": 1, "n_head": 2}},
+                    provenance={},
+                    summary={"val_loss": loss, "n_params": 100, "steps": 10, "tokens": 640},
+                    started_at=1.0,
+                    finished_at=2.0,
+                    metrics=curve,
+                )
+            )
     return path
 
 
@@ -392,32 +548,59 @@ def test_runs_with_different_variant_options_are_separate_rows(tmp_path, monkeyp
         monkeypatch.setenv(key, value)
     suite, store = str(_suite(tmp_path, OPTIONS)), str(tmp_path / "st.sqlite")
     assert _main(["run", suite, "--store", store, "--no-report"]) == 0
-    assert _main(["run", suite, "--store", store, "--set", "experiments.e.variant_options.linear.feature_map=relu",
-                  "--no-report"]) == 0
+    assert (
+        _main(
+            [
+                "run",
+                suite,
+                "--store",
+                store,
+                "--set",
+                "experiments.e.variant_options.linear.feature_map=relu",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     assert _main(["report", "--store", store, "--out", str(tmp_path / "rep")]) == 0
     rows = pd.read_csv(tmp_path / "rep" / "tables" / "e-variants.csv").set_index("variant")
     assert sorted(rows.index) == ["linear (feature_map=elu)", "linear (feature_map=relu)", "softmax"]
     assert (rows["seeds"] == 2).all() and (rows["seeds_done"] == 2).all() and (rows["grid_points_tried"] == 1).all()
     summary = pd.read_csv(tmp_path / "rep" / "tables" / "summary.csv").set_index("variant")
-    assert sorted(summary.index) == sorted(rows.index) and (summary.drop(index="softmax")["n"] == 2).all()  # paired: 2 seeds each
-    assert summary.loc["linear (feature_map=elu)", "test_loss_mean"] != summary.loc["linear (feature_map=relu)",
-                                                                                     "test_loss_mean"]
+    assert (
+        sorted(summary.index) == sorted(rows.index) and (summary.drop(index="softmax")["n"] == 2).all()
+    )  # paired: 2 seeds each
+    assert (
+        summary.loc["linear (feature_map=elu)", "test_loss_mean"]
+        != summary.loc["linear (feature_map=relu)", "test_loss_mean"]
+    )
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "| e | linear (feature\\_map=relu) |" in md and "(n=4)" not in md
 
 
-GRID_OPTIONS = OPTIONS.replace("    seeds: [0, 1]\n", "    seeds: [0, 1]\n    protocol: {baseline: softmax}\n"
-                               "    grid: {variant_options.linear.feature_map: [elu, relu]}\n")
+GRID_OPTIONS = OPTIONS.replace(
+    "    seeds: [0, 1]\n",
+    "    seeds: [0, 1]\n    protocol: {baseline: softmax}\n"
+    "    grid: {variant_options.linear.feature_map: [elu, relu]}\n",
+)
 
 
-@pytest.mark.parametrize("grid, names", [
-    ("{variant_options.linear.feature_mapp: [elu, relu]}", ["grid.variant_options.linear.feature_mapp",
-                                                            "unknown option(s) ['feature_mapp']", "feature_map"]),
-    ("{variant_options.linear.feature_map: [elu, nope]}", ["grid.variant_options.linear.feature_map", "'nope'",
-                                                           "relu"]),
-    ("{variant_options.additive.feature_map: [elu, relu]}", ["'additive'", "does not run", "add it to 'variants'"]),
-    ("{variant_options.linear: [elu, relu]}", ["variant_options.VARIANT.OPTION", "grid"]),
-], ids=["unknown-option", "bad-value", "variant-not-run", "no-option-named"])
+@pytest.mark.parametrize(
+    "grid, names",
+    [
+        (
+            "{variant_options.linear.feature_mapp: [elu, relu]}",
+            ["grid.variant_options.linear.feature_mapp", "unknown option(s) ['feature_mapp']", "feature_map"],
+        ),
+        (
+            "{variant_options.linear.feature_map: [elu, nope]}",
+            ["grid.variant_options.linear.feature_map", "'nope'", "relu"],
+        ),
+        ("{variant_options.additive.feature_map: [elu, relu]}", ["'additive'", "does not run", "add it to 'variants'"]),
+        ("{variant_options.linear: [elu, relu]}", ["variant_options.VARIANT.OPTION", "grid"]),
+    ],
+    ids=["unknown-option", "bad-value", "variant-not-run", "no-option-named"],
+)
 def test_a_grid_over_variant_options_is_checked_at_load(tmp_path, capsys, grid, names):
     text = GRID_OPTIONS.replace("{variant_options.linear.feature_map: [elu, relu]}", grid)
     assert _main(["validate", str(_suite(tmp_path, text))]) == 2
@@ -449,6 +632,10 @@ def test_a_grid_sweeps_a_variant_option_under_the_protocol(tmp_path, monkeypatch
 
     with sqlite3.connect(store) as db:
         keys = {r[0] for r in db.execute("SELECT cell_key FROM runs WHERE variant = 'linear'")}
-        options = {r[0] for r in db.execute("SELECT json_extract(config, '$.model.options.feature_map') FROM runs "
-                                            "WHERE variant = 'linear'")}
+        options = {
+            r[0]
+            for r in db.execute(
+                "SELECT json_extract(config, '$.model.options.feature_map') FROM runs WHERE variant = 'linear'"
+            )
+        }
     assert len(keys) == 4 and options == {"elu", "relu"}

@@ -24,11 +24,21 @@ TASKS = str(REPO / "suites" / "lm_eval_tasks")
 def _checkpoint(tmp: Path, context: int = 32) -> Path:
     """A small byte-level softmax model, saved as a train cell saves it."""
     torch.manual_seed(0)
-    model = Backbone(ModelConfig(d_model=16, n_layer=1, n_head=2, context=context),
-                     load_registry().get("softmax").build_mixer)
+    model = Backbone(
+        ModelConfig(d_model=16, n_layer=1, n_head=2, context=context), load_registry().get("softmax").build_mixer
+    )
     path = tmp / "model.pt"
-    save_checkpoint(path, {"model": model.state_dict(), "config": model.config.to_dict(), "variant": "softmax",
-                           "model_kind": "backbone", "cell_key": "test", "step": 0})
+    save_checkpoint(
+        path,
+        {
+            "model": model.state_dict(),
+            "config": model.config.to_dict(),
+            "variant": "softmax",
+            "model_kind": "backbone",
+            "cell_key": "test",
+            "step": 0,
+        },
+    )
     return path
 
 
@@ -43,39 +53,85 @@ def _validate(*sets: str):
 
 def _tracked_run(tmp: Path) -> list[str]:
     _file(tmp / "tracking")  # where the trackers' folders go, beside the store
-    return ["run", str(write_suite(tmp / "s.yaml", suite_text())), "--store", str(tmp / "st.sqlite"),
-            "--track", "tensorboard", "--no-report"]
+    return [
+        "run",
+        str(write_suite(tmp / "s.yaml", suite_text())),
+        "--store",
+        str(tmp / "st.sqlite"),
+        "--track",
+        "tensorboard",
+        "--no-report",
+    ]
 
 
 CASES = [
     # was: TypeError: ... got multiple values for keyword argument 'batch_size'
-    Case("lm-eval-model-args-without-checkpoint",
-         lambda tmp: ["lm-eval", "--model", "attnbench", "--model_args", "batch_size=4", "--tasks", "attnbench_recall",
-                      "--include_path", TASKS, "--device", "cpu"],
-         ["needs model_args checkpoint=PATH", "store=PATH,run=ID", "--model_args checkpoint="]),
+    Case(
+        "lm-eval-model-args-without-checkpoint",
+        lambda tmp: [
+            "lm-eval",
+            "--model",
+            "attnbench",
+            "--model_args",
+            "batch_size=4",
+            "--tasks",
+            "attnbench_recall",
+            "--include_path",
+            TASKS,
+            "--device",
+            "cpu",
+        ],
+        ["needs model_args checkpoint=PATH", "store=PATH,run=ID", "--model_args checkpoint="],
+    ),
     # was: ValueError: both buffer length (0) and count (-1) must not be 0
-    Case("inspect-empty-text", lambda tmp: ["inspect", str(_checkpoint(tmp)), "--text", "", "--out", str(tmp / "maps")],
-         ["--text is empty", "1 to 32 bytes"]),
+    Case(
+        "inspect-empty-text",
+        lambda tmp: ["inspect", str(_checkpoint(tmp)), "--text", "", "--out", str(tmp / "maps")],
+        ["--text is empty", "1 to 32 bytes"],
+    ),
     # was: FileExistsError: [Errno 17] File exists
-    Case("inspect-out-is-a-file",
-         lambda tmp: ["inspect", str(_checkpoint(tmp)), "--text", "the cat", "--out", str(_file(tmp / "maps"))],
-         ["--out", "maps is an existing file, not a folder", "give --out a folder path"]),
-    Case("inspect-out-under-a-file",
-         lambda tmp: ["inspect", str(_checkpoint(tmp)), "--text", "the cat", "--out", str(_file(tmp / "maps") / "sub")],
-         ["maps is an existing file, so no folder can be made under it", "give --out a folder path"]),
+    Case(
+        "inspect-out-is-a-file",
+        lambda tmp: ["inspect", str(_checkpoint(tmp)), "--text", "the cat", "--out", str(_file(tmp / "maps"))],
+        ["--out", "maps is an existing file, not a folder", "give --out a folder path"],
+    ),
+    Case(
+        "inspect-out-under-a-file",
+        lambda tmp: ["inspect", str(_checkpoint(tmp)), "--text", "the cat", "--out", str(_file(tmp / "maps") / "sub")],
+        ["maps is an existing file, so no folder can be made under it", "give --out a folder path"],
+    ),
     # was: TypeError: list indices must be integers or slices, not str
-    Case("set-list-index-out-of-range", _validate("experiments.e.variants.3=linear"),
-         ["--set 'experiments.e.variants.3=linear'", "experiments.e.variants is a list of 1 item(s)",
-          "'3' is not an index", "from 0 to 0"]),
-    Case("set-list-index-not-a-number", _validate("experiments.e.variants.first=linear"),
-         ["experiments.e.variants is a list of 1 item(s)", "'first' is not an index"]),
-    Case("set-index-into-an-unset-list", _validate("experiments.e.seeds.0=3"),
-         ["experiments.e.seeds is not set, so it has no item 0", "--set experiments.e.seeds=[...]"]),
-    Case("set-list-item-reaches-the-variant-check", _validate("experiments.e.variants.0=softmaks"),
-         ["--set experiments.e.variants.0=softmaks", "unknown variant 'softmaks'", "softmax"]),
+    Case(
+        "set-list-index-out-of-range",
+        _validate("experiments.e.variants.3=linear"),
+        [
+            "--set 'experiments.e.variants.3=linear'",
+            "experiments.e.variants is a list of 1 item(s)",
+            "'3' is not an index",
+            "from 0 to 0",
+        ],
+    ),
+    Case(
+        "set-list-index-not-a-number",
+        _validate("experiments.e.variants.first=linear"),
+        ["experiments.e.variants is a list of 1 item(s)", "'first' is not an index"],
+    ),
+    Case(
+        "set-index-into-an-unset-list",
+        _validate("experiments.e.seeds.0=3"),
+        ["experiments.e.seeds is not set, so it has no item 0", "--set experiments.e.seeds=[...]"],
+    ),
+    Case(
+        "set-list-item-reaches-the-variant-check",
+        _validate("experiments.e.variants.0=softmaks"),
+        ["--set experiments.e.variants.0=softmaks", "unknown variant 'softmaks'", "softmax"],
+    ),
     # was: the cell trained, then failed with NotADirectoryError (traceback) and its result was lost
-    Case("tracking-folder-is-a-file", _tracked_run,
-         ["tracker 'tensorboard'", "tracking is a file", "move", "--store in another folder"]),
+    Case(
+        "tracking-folder-is-a-file",
+        _tracked_run,
+        ["tracker 'tensorboard'", "tracking is a file", "move", "--store in another folder"],
+    ),
 ]
 
 
@@ -116,9 +172,27 @@ def test_lm_eval_model_args_batch_size_wins_over_the_option(tmp_path, monkeypatc
     for key, value in OFFLINE.items():
         monkeypatch.setenv(key, value)
     out = tmp_path / "out"
-    code = _main(["lm-eval", "--model", "attnbench", "--model_args", f"checkpoint={_checkpoint(tmp_path)},batch_size=3",
-                  "--batch_size", "8", "--tasks", "attnbench_recall", "--include_path", TASKS, "--device", "cpu",
-                  "--metadata", json.dumps({"n_docs": 4, "n_pairs": 2, "n_queries": 2}), "--output_path", str(out)])
+    code = _main(
+        [
+            "lm-eval",
+            "--model",
+            "attnbench",
+            "--model_args",
+            f"checkpoint={_checkpoint(tmp_path)},batch_size=3",
+            "--batch_size",
+            "8",
+            "--tasks",
+            "attnbench_recall",
+            "--include_path",
+            TASKS,
+            "--device",
+            "cpu",
+            "--metadata",
+            json.dumps({"n_docs": 4, "n_pairs": 2, "n_queries": 2}),
+            "--output_path",
+            str(out),
+        ]
+    )
     assert code == 0
     [results] = out.rglob("results_*.json")
     saved = json.loads(results.read_text())

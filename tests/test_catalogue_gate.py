@@ -43,8 +43,8 @@ def _check(tmp_path: Path, capsys, *args: str) -> tuple[int, str, str]:
 
 # -- item 5: disk full while the verdicts are stored ---------------------------------------
 
-def test_a_store_that_fills_up_while_verdicts_are_written_says_so_and_keeps_what_it_held(
-        tmp_path, monkeypatch, capsys):
+
+def test_a_store_that_fills_up_while_verdicts_are_written_says_so_and_keeps_what_it_held(tmp_path, monkeypatch, capsys):
     """Before: a sqlite3 traceback, "database or disk is full" and then "cannot rollback - no
     transaction is active". After: a StoreError naming the store, exit 2, stored rows intact."""
     monkeypatch.setenv("ATTNBENCH_PLUGINS", "softmax")
@@ -73,6 +73,7 @@ def test_a_store_that_fills_up_while_verdicts_are_written_says_so_and_keeps_what
 
 # -- item 7: gate messages name the broken rule, not only the symptom -----------------------
 
+
 def _failure(out: str, variant: str, check: str) -> str:
     """The detail line `attnbench check` prints for one failed or errored check."""
     prefix = f"{variant} / {check}: "
@@ -87,8 +88,11 @@ def test_a_step_that_mutates_its_state_is_named(tmp_path, rules, capsys):
     code, out, err = _check(tmp_path, capsys, "mutates_state")
     assert code == 1, (out, err)
     line = _failure(out, "mutates_state", "incremental_equals_parallel")
-    assert ": FAIL " in line and "step modified the state it was given (backbone: stepping twice from the state " \
-                                 "saved at 160 gave logits" in line, line
+    assert (
+        ": FAIL " in line
+        and "step modified the state it was given (backbone: stepping twice from the state saved at 160 gave logits"
+        in line
+    ), line
     assert "the first step changed that state's values in place" in line and "not `total.add_(s)`" in line
     assert "0/1 variants passed" in out
 
@@ -97,8 +101,12 @@ def test_a_step_that_keeps_its_state_on_the_module_is_named(tmp_path, rules, cap
     code, out, err = _check(tmp_path, capsys, "state_on_module")
     assert code == 1, (out, err)
     line = _failure(out, "state_on_module", "incremental_equals_parallel")
-    assert "step's result depends on more than the state it was given (backbone: stepping twice from the state " \
-           "saved at 160 gave logits" in line and "the state unchanged" in line, line
+    assert (
+        "step's result depends on more than the state it was given (backbone: stepping twice from the state "
+        "saved at 160 gave logits"
+        in line
+        and "the state unchanged" in line
+    ), line
     assert "none on the module" in line and "step modified" not in line
 
 
@@ -116,14 +124,25 @@ def test_an_overflow_at_trained_magnitudes_is_not_called_a_leak(tmp_path, rules,
     assert "worst at" not in leak + f64
 
 
-@pytest.mark.parametrize("variant, cast_line, error", [
-    ("float32_inside", "s = q.float() @ k", "RuntimeError: expected scalar type Double but found Float (at "
-                                             "rule_breakers.py:{line})"),
-    ("returns_float32", ".float()  # (B, T, D) the bug", "mixer ReturnsFloat32.forward returned torch.float32 "
-                                                          "for a torch.float64 input"),
-], ids=["float32-operand", "float32-result"])
-def test_a_mixer_that_cannot_take_float64_is_told_the_rule_and_the_line(tmp_path, rules, capsys, variant,
-                                                                         cast_line, error):
+@pytest.mark.parametrize(
+    "variant, cast_line, error",
+    [
+        (
+            "float32_inside",
+            "s = q.float() @ k",
+            "RuntimeError: expected scalar type Double but found Float (at rule_breakers.py:{line})",
+        ),
+        (
+            "returns_float32",
+            ".float()  # (B, T, D) the bug",
+            "mixer ReturnsFloat32.forward returned torch.float32 for a torch.float64 input",
+        ),
+    ],
+    ids=["float32-operand", "float32-result"],
+)
+def test_a_mixer_that_cannot_take_float64_is_told_the_rule_and_the_line(
+    tmp_path, rules, capsys, variant, cast_line, error
+):
     """Before: only the dtype error ("RuntimeError: expected scalar type Double but found Float",
     or "returned torch.float32 for a torch.float64 input"). After: the rule, and the cast's line."""
     source = (Path(__file__).parent / "rule_breakers.py").read_text().splitlines()
@@ -131,6 +150,8 @@ def test_a_mixer_that_cannot_take_float64_is_told_the_rule_and_the_line(tmp_path
     code, out, err = _check(tmp_path, capsys, variant)
     assert code == 1, (out, err)
     detail = _failure(out, variant, "float64_at_scale")
-    assert f": ERROR -: ContractError: mixers must accept float64 (a .float() cast at rule_breakers.py:{line}?): " \
-           "with a float64 input, " in detail, detail
+    assert (
+        f": ERROR -: ContractError: mixers must accept float64 (a .float() cast at rule_breakers.py:{line}?): "
+        "with a float64 input, " in detail
+    ), detail
     assert error.format(line=line) in detail, detail

@@ -24,7 +24,8 @@ from attnbench.plan.suite import load_suite
 from attnbench.report.build import build_report
 from attnbench.report.load import load_store
 from tests.helpers import write_suite
-from tests.report_store import RECALL_TEST, SUITE as SYNTHETIC, write_store
+from tests.report_store import RECALL_TEST, write_store
+from tests.report_store import SUITE as SYNTHETIC
 
 SUITE = """
     version: 1
@@ -65,16 +66,22 @@ def _oracle(store: Path) -> dict[str, dict]:
     """Per variant, from the raw rows: the chosen lr (lowest mean val loss over seeds), then the
     chosen run (that lr's seed with the lowest val loss), and every run's key by (lr, seed)."""
     db = sqlite3.connect(store)
-    rows = [(v, json.loads(c), json.loads(s), k) for v, c, s, k in
-            db.execute("SELECT variant, coords, summary, cell_key FROM runs WHERE kind = 'train'")]
+    rows = [
+        (v, json.loads(c), json.loads(s), k)
+        for v, c, s, k in db.execute("SELECT variant, coords, summary, cell_key FROM runs WHERE kind = 'train'")
+    ]
     db.close()
     out: dict[str, dict] = {}
     for variant in ("softmax", "linear"):
         mine = [(c["lr"], c["seed"], s["val_loss"], k) for v, c, s, k in rows if v == variant]
         lr = min({r[0] for r in mine}, key=lambda x: statistics.fmean(r[2] for r in mine if r[0] == x))
         best = min((r for r in mine if r[0] == lr), key=lambda r: (r[2], r[1]))
-        out[variant] = {"lr": lr, "key": best[3], "point_keys": {r[3] for r in mine if r[0] == lr},
-                        "keys": {(r[0], r[1]): r[3] for r in mine}}
+        out[variant] = {
+            "lr": lr,
+            "key": best[3],
+            "point_keys": {r[3] for r in mine if r[0] == lr},
+            "keys": {(r[0], r[1]): r[3] for r in mine},
+        }
     return out
 
 
@@ -113,8 +120,7 @@ def test_checkpoints_lists_every_run_with_its_file_and_filters(trained, capsys):
 def test_export_best_writes_the_chosen_run_and_the_report_names_its_key(trained, tmp_path, capsys):
     oracle = _oracle(trained)
     out = tmp_path / "best"
-    rc, text, err = cli(capsys, "export", "--best", "linear", "--experiment", "text", "--store", str(trained),
-                        str(out))
+    rc, text, err = cli(capsys, "export", "--best", "linear", "--experiment", "text", "--store", str(trained), str(out))
     assert rc == 0, err
     assert f"key {oracle['linear']['key']}" in text
     assert json.loads((out / "config.json").read_text())["provenance"]["cell_key"] == oracle["linear"]["key"]
@@ -125,8 +131,10 @@ def test_export_best_writes_the_chosen_run_and_the_report_names_its_key(trained,
 
     for args, words in (
         (["--best", "linear", "--experiment", "txt"], ["experiment 'txt' has no train runs", "did you mean 'text'?"]),
-        (["--best", "lineer", "--experiment", "text"], ["variant 'lineer' has no runs in experiment 'text'",
-                                                         "did you mean 'linear'?"]),
+        (
+            ["--best", "lineer", "--experiment", "text"],
+            ["variant 'lineer' has no runs in experiment 'text'", "did you mean 'linear'?"],
+        ),
         (["--experiment", "text", "ckpt.pt"], ["--experiment goes with --best VARIANT"]),
         (["--best", "linear", "ckpt.pt"], ["with --best linear give only OUT_DIR"]),
     ):
@@ -137,13 +145,19 @@ def test_export_best_writes_the_chosen_run_and_the_report_names_its_key(trained,
 
 def test_export_best_says_when_the_chosen_run_kept_no_checkpoint(trained, tmp_path, capsys):
     synthetic = write_store(tmp_path / "s.sqlite")  # runs that recorded no checkpoint
-    rc, _, err = cli(capsys, "export", "--best", "linear", "--experiment", "text", "--store", str(synthetic),
-                     str(tmp_path / "out"))
+    rc, _, err = cli(
+        capsys, "export", "--best", "linear", "--experiment", "text", "--store", str(synthetic), str(tmp_path / "out")
+    )
     assert rc == 2 and "the chosen run of linear in experiment 'text'" in err and "kept no checkpoint" in err
     assert "(seed 0, key screen-text-linear-final-0)" in err  # final seeds' val loss 2.25 / 2.28 / 2.26
     assert "train.checkpoint: true" in err
-    kept = Path(next(r for r in _listed(cli(capsys, "checkpoints", "--store", str(trained), "--chosen")[1])
-                     if r["variant"] == "softmax" and r["chosen"] == "run")["path"])
+    kept = Path(
+        next(
+            r
+            for r in _listed(cli(capsys, "checkpoints", "--store", str(trained), "--chosen")[1])
+            if r["variant"] == "softmax" and r["chosen"] == "run"
+        )["path"]
+    )
     aside = kept.with_name("aside.pt")
     kept.rename(aside)  # the file of the chosen run is gone
     try:
@@ -165,7 +179,7 @@ def test_the_first_table_and_csv_carry_a_difference_per_baseline(trained):
     assert softmax["vs_linear_diff_mean"] == pytest.approx(-linear["diff_mean"])
     assert softmax["baselines"] == "softmax, linear"
     report = (trained.parent / "reports" / "ckpt" / "report.md").read_text().replace("\\[", "[").replace("\\]", "]")
-    first = report[report.index("### Summary: each variant against the baseline"):].splitlines()
+    first = report[report.index("### Summary: each variant against the baseline") :].splitlines()
     header = next(line for line in first if line.startswith("| experiment | variant |"))
     assert f"| {DELTA_SOFTMAX} | {DELTA_LINEAR} |" in header  # the report's first table: a column per baseline
 
@@ -178,8 +192,9 @@ def test_task_accuracy_is_decided_against_each_baseline_per_setting(tmp_path):
     window = rows.loc[("recall", "window", "num_kv_pairs=32")]
     expected = statistics.fmean(a - b for a, b in zip(RECALL_TEST["window"][32], RECALL_TEST["linear"][32]))
     assert window["metric"] == "accuracy" and window["vs_linear_diff_mean"] == pytest.approx(expected)
-    assert window["diff_mean"] == pytest.approx(statistics.fmean(
-        a - b for a, b in zip(RECALL_TEST["window"][32], RECALL_TEST["softmax"][32])))
+    assert window["diff_mean"] == pytest.approx(
+        statistics.fmean(a - b for a, b in zip(RECALL_TEST["window"][32], RECALL_TEST["softmax"][32]))
+    )
     assert {DELTA_SOFTMAX, DELTA_LINEAR} <= set(table.view.columns)
     sentence = next(s for s in report.headline.notes if s.startswith("window:"))
     assert "; vs linear " in sentence and "then vs linear" in report.headline.intro
@@ -200,17 +215,31 @@ BAD_BASELINES = """
 """
 
 
-@pytest.mark.parametrize("variants, protocol, words", [
-    ("[softmax, linear]", "{baselines: [softmax, windowed]}",
-     ["protocol.baselines[1] 'windowed' is not among this experiment's variants"]),
-    ("all", "{baselines: [softmax, linaer]}",
-     ["experiments[0].protocol.baselines[1]: unknown variant 'linaer'", "Did you mean 'linear'?"]),
-    ("[softmax, linear]", "{baseline: linear, baselines: [softmax, linear]}",
-     ["protocol.baseline 'linear' is not the first of protocol.baselines"]),
-    ("[softmax, linear]", "{baselines: [linear, linear]}", ["protocol.baselines names a variant twice"]),
-])
+@pytest.mark.parametrize(
+    "variants, protocol, words",
+    [
+        (
+            "[softmax, linear]",
+            "{baselines: [softmax, windowed]}",
+            ["protocol.baselines[1] 'windowed' is not among this experiment's variants"],
+        ),
+        (
+            "all",
+            "{baselines: [softmax, linaer]}",
+            ["experiments[0].protocol.baselines[1]: unknown variant 'linaer'", "Did you mean 'linear'?"],
+        ),
+        (
+            "[softmax, linear]",
+            "{baseline: linear, baselines: [softmax, linear]}",
+            ["protocol.baseline 'linear' is not the first of protocol.baselines"],
+        ),
+        ("[softmax, linear]", "{baselines: [linear, linear]}", ["protocol.baselines names a variant twice"]),
+    ],
+)
 def test_every_listed_baseline_must_be_run(tmp_path, capsys, variants, protocol, words):
-    suite = write_suite(tmp_path / "bad.yaml", BAD_BASELINES.replace("VARIANTS", variants).replace("PROTOCOL", protocol))
+    suite = write_suite(
+        tmp_path / "bad.yaml", BAD_BASELINES.replace("VARIANTS", variants).replace("PROTOCOL", protocol)
+    )
     rc, _, err = cli(capsys, "validate", str(suite))
     assert rc == 2 and all(w in err for w in words), err
     assert "Traceback" not in err
@@ -218,11 +247,20 @@ def test_every_listed_baseline_must_be_run(tmp_path, capsys, variants, protocol,
 
 def test_a_task_is_decided_on_accuracy_unless_the_suite_says_otherwise(tmp_path):
     task = "{source: task, task: mqar, test_examples: 16}"
-    suite = write_suite(tmp_path / "t.yaml", BAD_BASELINES.replace("VARIANTS", "[softmax, linear]")
-                        .replace("PROTOCOL", "{baseline: softmax}").replace("{source: builtin, test_fraction: 0.05}", task))
+    suite = write_suite(
+        tmp_path / "t.yaml",
+        BAD_BASELINES.replace("VARIANTS", "[softmax, linear]")
+        .replace("PROTOCOL", "{baseline: softmax}")
+        .replace("{source: builtin, test_fraction: 0.05}", task),
+    )
     assert load_suite(suite).experiments[0].protocol.metric == "accuracy"
-    text = write_suite(tmp_path / "x.yaml", BAD_BASELINES.replace("VARIANTS", "[softmax, linear]")
-                       .replace("PROTOCOL", "{baselines: [softmax, linear]}"))
+    text = write_suite(
+        tmp_path / "x.yaml",
+        BAD_BASELINES.replace("VARIANTS", "[softmax, linear]").replace("PROTOCOL", "{baselines: [softmax, linear]}"),
+    )
     protocol = load_suite(text).experiments[0].protocol
-    assert protocol.metric == "loss" and protocol.baseline == "softmax" and protocol.compared_with() == ["softmax",
-                                                                                                         "linear"]
+    assert (
+        protocol.metric == "loss"
+        and protocol.baseline == "softmax"
+        and protocol.compared_with() == ["softmax", "linear"]
+    )

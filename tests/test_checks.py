@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from attnbench.gate.checks import CHECKS, check_variants, format_table, gate_key_inputs, passed, run_checks
-from attnbench.registry.loader import get_plugin_manager, load_registry
-from attnbench.registry.identity import file_sha256
-from attnbench.store.provenance import content_key
 from attnbench.plugins import softmax
+from attnbench.registry.identity import file_sha256
+from attnbench.registry.loader import get_plugin_manager, load_registry
+from attnbench.store.provenance import content_key
 from tests import broken_variants
 
 BUILTINS = ["additive", "future", "heinsen", "linear", "softmax", "windowed"]
@@ -36,9 +36,7 @@ CAUGHT_BY = {
 
 @pytest.fixture(scope="module")
 def broken():
-    loaded = get_plugin_manager(
-        extra_plugins=[("broken", broken_variants), ("softmax", softmax)], entry_points=False
-    )
+    loaded = get_plugin_manager(extra_plugins=[("broken", broken_variants), ("softmax", softmax)], entry_points=False)
     return load_registry(loaded)
 
 
@@ -114,11 +112,16 @@ def test_contract_violations_are_errors_and_other_variants_still_checked(broken)
     names = ["raises", "bad_shape", "bad_dtype", "softmax"]
     results = check_variants([broken.get(n) for n in names], long_T=256, time_limit_s=120)
     assert torch.equal(torch.rand(3), expected_next), "run_checks changed the caller's RNG state"
-    assert all(r.status == "error" and "deliberately broken builder" in r.detail
-               for r in results["raises"] if r.check != "autocast_at_scale")
+    assert all(
+        r.status == "error" and "deliberately broken builder" in r.detail
+        for r in results["raises"]
+        if r.check != "autocast_at_scale"
+    )
     assert _by_check(results["raises"])["autocast_at_scale"].status == "skip"  # CPU: never builds
-    for name, word in (("bad_shape", "shape (2, 9, 16) for input (2, 9, 32)"),
-                       ("bad_dtype", "torch.float64 for a torch.float32 input")):
+    for name, word in (
+        ("bad_shape", "shape (2, 9, 16) for input (2, 9, 32)"),
+        ("bad_dtype", "torch.float64 for a torch.float32 input"),
+    ):
         by = _by_check(results[name])
         assert by["no_future_leak_forward"].status == "error"
         assert word in by["no_future_leak_forward"].detail
@@ -148,13 +151,22 @@ def test_hang_is_reported_as_timeout_and_abandoned(broken):
 
 def test_table_has_one_row_per_variant_and_column_per_check(broken_results):
     lines = format_table(broken_results).splitlines()
-    assert lines[0].split() == ["variant", "leak-fwd", "leak-bwd", "incremental", "finite",
-                                "determinism", "facts", "leak@scale", "incr@scale", "f64@scale",
-                                "amp@scale"]
+    assert lines[0].split() == [
+        "variant",
+        "leak-fwd",
+        "leak-bwd",
+        "incremental",
+        "finite",
+        "determinism",
+        "facts",
+        "leak@scale",
+        "incr@scale",
+        "f64@scale",
+        "amp@scale",
+    ]
     rows = {line.split()[0]: line for line in lines[1 : 1 + len(CAUGHT_BY)]}
     assert set(rows) == set(CAUGHT_BY)
-    assert rows["leaky"].split()[1:5] == ["FAIL", rows["leaky"].split()[2], "FAIL",
-                                          rows["leaky"].split()[4]]
+    assert rows["leaky"].split()[1:5] == ["FAIL", rows["leaky"].split()[2], "FAIL", rows["leaky"].split()[4]]
     assert "drifty / incremental_equals_parallel: FAIL" in "\n".join(lines)
     assert lines[-1] == f"0/{len(CAUGHT_BY)} variants passed every check"
 

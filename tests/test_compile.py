@@ -47,8 +47,9 @@ def test_speed_points_record_compile_and_decode_stays_eager(tmp_path):
 
     variant = load_registry().get("softmax")
     config = ModelConfig(vocab_size=32, d_model=16, n_layer=1, n_head=2, context=32)
-    spec = PointSpec("softmax", "decode", 8, config, 1, "cpu", "fp32", 0, 2, "backbone",
-                     compile=True, builder=variant.build_mixer)
+    spec = PointSpec(
+        "softmax", "decode", 8, config, 1, "cpu", "fp32", 0, 2, "backbone", compile=True, builder=variant.build_mixer
+    )
     point = build_point(spec)
     point.run()
     assert point.info["compile"] == "not applied: decode steps run eagerly"

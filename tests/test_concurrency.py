@@ -31,11 +31,12 @@ SUITE = """
 
 
 def _drivers(n: int, suite, store_path) -> list[subprocess.CompletedProcess]:
-    cmd = ["attnbench", "run", str(suite), "--store", str(store_path),
-           "--device", "cpu", "--no-report"]
+    cmd = ["attnbench", "run", str(suite), "--store", str(store_path), "--device", "cpu", "--no-report"]
     env = {**os.environ, **OFFLINE, "ATTNBENCH_PLUGINS": "softmax", "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
-             for _ in range(n)]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+        for _ in range(n)
+    ]
     out = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=600)

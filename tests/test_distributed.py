@@ -15,11 +15,11 @@ import torch
 from attnbench import distributed
 from attnbench.cli import main as cli_main
 from attnbench.errors import DistributedError, ExecutorError, SuiteError
-from attnbench.run.choose import make_executor
+from attnbench.plan.suite import load_suite
 from attnbench.registry.loader import load_registry
+from attnbench.run.choose import make_executor
 from attnbench.run.runner import run_suite
 from attnbench.store.database import Store
-from attnbench.plan.suite import load_suite
 from tests.helpers import REPO, fake_distribution, run_cli, write_suite
 
 OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
@@ -68,8 +68,19 @@ RAY_SUITE = """
 # Fields that say when and how fast a cell ran, or which executor and process ran it: everything
 # else in the store must be the same whichever executor ran the cell.
 # Measured by the machine that ran the cell (time, throughput, load, the matmul peak behind MFU).
-TIMING = {"started_at", "finished_at", "train_time_s", "eval_time_s", "tokens_per_s", "elapsed_s", "mfu",
-          "peak_flops_per_s", "load_before", "load_after", "throughput_under_load"}
+TIMING = {
+    "started_at",
+    "finished_at",
+    "train_time_s",
+    "eval_time_s",
+    "tokens_per_s",
+    "elapsed_s",
+    "mfu",
+    "peak_flops_per_s",
+    "load_before",
+    "load_after",
+    "throughput_under_load",
+}
 
 
 def _rel(a: float, b: float) -> float:
@@ -85,8 +96,7 @@ def _store_contents(path) -> dict[str, dict]:
             row = {k: v for k, v in run.items() if k not in TIMING}
             row["summary"] = {k: v for k, v in run["summary"].items() if k not in TIMING and k != "checkpoint"}
             row["provenance"] = {k: v for k, v in run["provenance"].items() if k not in ("executor", "worker")}
-            row["metrics"] = [{k: v for k, v in m.items() if k not in TIMING | {"run_id"}}
-                              for m in store.metrics(rid)]
+            row["metrics"] = [{k: v for k, v in m.items() if k not in TIMING | {"run_id"}} for m in store.metrics(rid)]
             row["results"] = [{k: v for k, v in r.items() if k != "run_id"} for r in store.results(rid)]
             out[run["cell_key"]] = row
     return out
@@ -128,9 +138,27 @@ def test_two_process_gloo_run_equals_single_process_run(tmp_path):
     suite = write_suite(tmp_path / "ddp.yaml", DDP_SUITE)
     ddp_store, single_store = tmp_path / "ddp" / "store.sqlite", tmp_path / "single" / "store.sqlite"
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         "-m", "attnbench", "run", str(suite), "--store", str(ddp_store), "--device", "cpu"],
-        capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, **OFFLINE})
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "attnbench",
+            "run",
+            str(suite),
+            "--store",
+            str(ddp_store),
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env={**os.environ, **OFFLINE},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("2 cells, 2 run, 0 already stored") == 1  # rank 0 alone reports
     with Store(single_store) as store:
@@ -195,9 +223,18 @@ def test_cli_ray_records_a_crashed_task_as_a_failed_cell_after_retries(tmp_path)
     log = tmp_path / "crash.log"
     suite = write_suite(tmp_path / "s.yaml", RAY_SUITE.format(cpus=1, retries=1, variants="[softmax, crashy]"))
     store_path = tmp_path / "store.sqlite"
-    proc = run_cli("run", str(suite), "--store", str(store_path), "--device", "cpu", "--executor", "ray",
-                   env={**env, **OFFLINE, "CRASH_LOG": str(log), "ATTNBENCH_PLUGINS": "softmax,crashy"},
-                   timeout=300)
+    proc = run_cli(
+        "run",
+        str(suite),
+        "--store",
+        str(store_path),
+        "--device",
+        "cpu",
+        "--executor",
+        "ray",
+        env={**env, **OFFLINE, "CRASH_LOG": str(log), "ATTNBENCH_PLUGINS": "softmax,crashy"},
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "4 cells, 4 run, 0 already stored" in proc.stdout
     assert "ray task failed after 2 attempt(s)" in proc.stderr
@@ -218,15 +255,21 @@ def ray_instance():
     """One small local Ray instance for the in-process tests (an executor that finds Ray
     initialised uses it and leaves it running)."""
     ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=max(2, torch.get_num_threads()), include_dashboard=False,
-             logging_level="WARNING", object_store_memory=256 * 1024**2)
+    ray.init(
+        address="local",
+        num_cpus=max(2, torch.get_num_threads()),
+        include_dashboard=False,
+        logging_level="WARNING",
+        object_store_memory=256 * 1024**2,
+    )
     yield ray
     ray.shutdown()
 
 
 def _ray_suite(tmp_path, cpus: int):
-    return load_suite(write_suite(tmp_path / "fan.yaml", RAY_SUITE.format(
-        cpus=cpus, retries=0, variants="[softmax, linear]")))
+    return load_suite(
+        write_suite(tmp_path / "fan.yaml", RAY_SUITE.format(cpus=cpus, retries=0, variants="[softmax, linear]"))
+    )
 
 
 def test_ray_run_stores_what_the_in_process_run_stores(tmp_path, ray_instance):
@@ -300,8 +343,7 @@ LM_EVAL_SUITE = """
 
 def test_ray_lm_eval_cells_run_in_the_driver_after_their_training_cell(tmp_path, ray_instance):
     (tmp_path / "heldout.txt").write_text(("def f(x):\n    return x + 1\n" * 100)[:1024])
-    suite = load_suite(write_suite(tmp_path / "lm.yaml", LM_EVAL_SUITE.format(
-        tasks=REPO / "suites" / "lm_eval_tasks")))
+    suite = load_suite(write_suite(tmp_path / "lm.yaml", LM_EVAL_SUITE.format(tasks=REPO / "suites" / "lm_eval_tasks")))
     with make_executor("ray") as executor, Store(tmp_path / "s.sqlite") as store:
         report = run_suite(suite, store, load_registry(), device="cpu", out=io.StringIO(), executor=executor)
         assert (report.ran, report.not_done) == (2, [])

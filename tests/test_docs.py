@@ -29,13 +29,28 @@ def test_reference_lists_every_key_of_the_models():
     from attnbench.plan.reference import reference_markdown
 
     text = reference_markdown()
-    for model in (DataSpec, base.TrainSpec, specs.SpeedSpec, base.ModelSpec, specs.LmEvalSpec, base.Budget,
-                  base.Protocol, base.Tuning, base.Expectation, specs.FinetuneSpec):
+    for model in (
+        DataSpec,
+        base.TrainSpec,
+        specs.SpeedSpec,
+        base.ModelSpec,
+        specs.LmEvalSpec,
+        base.Budget,
+        base.Protocol,
+        base.Tuning,
+        base.Expectation,
+        specs.FinetuneSpec,
+    ):
         for key in model.model_fields:
             assert f"| `{key}` |" in text, f"{model.__name__}.{key} missing from the reference"
     assert "| `lr` | float | `0.001` | > 0 |" in text
-    for heading in ("Protocol (train experiments)", "Tuning by successive halving", "Published expectations",
-                    "Fine-tuning (kind: finetune)", "Fine-tuning settings"):
+    for heading in (
+        "Protocol (train experiments)",
+        "Tuning by successive halving",
+        "Published expectations",
+        "Fine-tuning (kind: finetune)",
+        "Fine-tuning settings",
+    ):
         assert f"## {heading}" in text, heading
     # every key says what it means (an empty last cell is a key a reader cannot use)
     unexplained = [row for row in text.splitlines() if row.startswith("| `") and row.rstrip().endswith("|  |")]
@@ -49,12 +64,15 @@ def test_shipped_suites_validate_against_the_json_schema(suite):
     jsonschema.validate(yaml.safe_load(suite.read_text()), schema, cls=jsonschema.Draft202012Validator)
 
 
-@pytest.mark.parametrize("bad, where", [
-    ({"version": 1, "experiments": [{"name": "x", "kind": "train", "train": {"lr": -1}}]}, "lr"),
-    ({"version": 1, "experiments": [{"name": "x", "kind": "trian"}]}, "kind"),
-    ({"version": 1, "defaults": {"trian": {}}, "experiments": [{"name": "x", "kind": "speed"}]}, "trian"),
-    ({"version": 1, "experiments": [{"name": "x", "kind": "train", "data": {"source": "stdlb"}}]}, "stdlb"),
-])
+@pytest.mark.parametrize(
+    "bad, where",
+    [
+        ({"version": 1, "experiments": [{"name": "x", "kind": "train", "train": {"lr": -1}}]}, "lr"),
+        ({"version": 1, "experiments": [{"name": "x", "kind": "trian"}]}, "kind"),
+        ({"version": 1, "defaults": {"trian": {}}, "experiments": [{"name": "x", "kind": "speed"}]}, "trian"),
+        ({"version": 1, "experiments": [{"name": "x", "kind": "train", "data": {"source": "stdlb"}}]}, "stdlb"),
+    ],
+)
 def test_the_schema_rejects_what_the_loader_rejects(bad, where):
     schema = json.loads((REPO / "docs" / SCHEMA_FILE).read_text())
     with pytest.raises(jsonschema.ValidationError) as err:

@@ -28,8 +28,9 @@ TASKS = REPO / "suites" / "lm_eval_tasks"
 OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-def _checkpoint(registry, tmp_path, variant: str, kind: str = "backbone", tokenizer: str | None = None,
-                vocab: int = 256):
+def _checkpoint(
+    registry, tmp_path, variant: str, kind: str = "backbone", tokenizer: str | None = None, vocab: int = 256
+):
     """A small model with non-trivial weights (init plus noise), saved as a train cell does."""
     options = {"chunk_size": 8} if variant in ("linear", "heinsen") else None
     config = ModelConfig(vocab_size=vocab, d_model=32, n_layer=2, n_head=2, context=64).to_dict()
@@ -39,8 +40,15 @@ def _checkpoint(registry, tmp_path, variant: str, kind: str = "backbone", tokeni
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    payload = {"model": model.state_dict(), "config": config, "variant": variant, "model_kind": kind,
-               "cell_key": f"test-{variant}", "step": 3, **({"tokenizer": tokenizer} if tokenizer else {})}
+    payload = {
+        "model": model.state_dict(),
+        "config": config,
+        "variant": variant,
+        "model_kind": kind,
+        "cell_key": f"test-{variant}",
+        "step": 3,
+        **({"tokenizer": tokenizer} if tokenizer else {}),
+    }
     path = tmp_path / f"{variant}-{kind}.pt"
     save_checkpoint(path, payload)
     return path
@@ -97,8 +105,9 @@ def test_export_refuses_overwrites_and_names_a_missing_plugin(registry, tmp_path
 
 def test_lm_eval_model_args_batch_size_unknown_names_and_help(registry, tmp_path):
     ckpt = _checkpoint(registry, tmp_path, "softmax")
-    lm = AttnbenchLM.create_from_arg_string(f"checkpoint={ckpt},batch_size=4,device=cpu",
-                                            {"batch_size": 8, "max_batch_size": None, "device": "cpu"})
+    lm = AttnbenchLM.create_from_arg_string(
+        f"checkpoint={ckpt},batch_size=4,device=cpu", {"batch_size": 8, "max_batch_size": None, "device": "cpu"}
+    )
     assert lm.batch_size == 4  # model_args win over lm-eval's --batch_size, no repeated keyword
     assert AttnbenchLM.create_from_arg_string(f"checkpoint={ckpt}", {"batch_size": 8}).batch_size == 8
     with pytest.raises(ModelArgsError, match=r"'batchsize' \(did you mean 'batch_size'\?\).*accepted: checkpoint"):
@@ -157,27 +166,57 @@ def test_lm_eval_hf_cli_on_export_gives_attnbench_bits_per_byte(tmp_path, tokeni
     (tmp_path / "heldout_lm.txt").write_text(body)
     (tmp_path / "heldout_harness.txt").write_text("\n" + body)
     (tmp_path / "train.txt").write_text(text[:200000])
-    suite = write_suite(tmp_path / "suite.yaml", SUITE.format(tokenizer=tokenizer, train=tmp_path / "train.txt",
-                                                              tasks=TASKS))
+    suite = write_suite(
+        tmp_path / "suite.yaml", SUITE.format(tokenizer=tokenizer, train=tmp_path / "train.txt", tasks=TASKS)
+    )
     store_path = tmp_path / "store.sqlite"
     ran = run_cli("run", str(suite), "--store", str(store_path), env=OFFLINE)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
     with Store(store_path) as store:
         runs = {r["experiment"]: r for r in store.runs()}
-        bpb = {name: next(r["value"] for r in store.results(runs[name]["id"]) if r["name"] == "bits_per_byte")
-               for name in ("native", "viahf")}
+        bpb = {
+            name: next(r["value"] for r in store.results(runs[name]["id"]) if r["name"] == "bits_per_byte")
+            for name in ("native", "viahf")
+        }
     assert runs["native"]["summary"]["model"] == "attnbench" and runs["viahf"]["summary"]["model"] == "hf"
     export = runs["viahf"]["summary"]["hf_export"]
-    assert json.loads((tmp_path / "store.sqlite").parent.joinpath("exports", runs["tiny"]["cell_key"],
-                                                                   "config.json").read_text())["variant"] == "softmax"
+    assert (
+        json.loads(
+            (tmp_path / "store.sqlite").parent.joinpath("exports", runs["tiny"]["cell_key"], "config.json").read_text()
+        )["variant"]
+        == "softmax"
+    )
     assert 1.0 < bpb["native"] < 9.0 and bpb["viahf"] == pytest.approx(bpb["native"], abs=1e-4)
 
     out_dir = tmp_path / "lm_eval_out"
     proc = subprocess.run(
-        [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={export},trust_remote_code=True",
-         "--tasks", "attnbench_heldout_text", "--include_path", str(TASKS), "--device", "cpu", "--batch_size", "8",
-         "--metadata", json.dumps({"text_path": str(tmp_path / "heldout_lm.txt")}), "--output_path", str(out_dir)],
-        capture_output=True, text=True, env={**os.environ, **OFFLINE}, timeout=600, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "--model",
+            "hf",
+            "--model_args",
+            f"pretrained={export},trust_remote_code=True",
+            "--tasks",
+            "attnbench_heldout_text",
+            "--include_path",
+            str(TASKS),
+            "--device",
+            "cpu",
+            "--batch_size",
+            "8",
+            "--metadata",
+            json.dumps({"text_path": str(tmp_path / "heldout_lm.txt")}),
+            "--output_path",
+            str(out_dir),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **OFFLINE},
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     saved = json.loads(next(out_dir.rglob("results_*.json")).read_text())
     cli_bpb = saved["results"]["attnbench_heldout_text"]["bits_per_byte,none"]

@@ -9,12 +9,15 @@ from attnbench.store.database import Store
 from tests.helpers import REPO, run_cli, write_suite
 
 OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
-RECALL = ("{source: task, task: text_recall, task_options: {n_pairs: 2, n_queries: 2}, "
-          "train_examples: 512, val_examples: 64}")
+RECALL = (
+    "{source: task, task: text_recall, task_options: {n_pairs: 2, n_queries: 2}, train_examples: 512, val_examples: 64}"
+)
 
 
 def _suite(tmp_path, lora: str = "ranks: [1, 2]", pretrain: str = "", extra: str = ""):
-    return write_suite(tmp_path / "ft.yaml", f"""
+    return write_suite(
+        tmp_path / "ft.yaml",
+        f"""
         version: 1
         name: ft
         defaults:
@@ -35,7 +38,8 @@ def _suite(tmp_path, lora: str = "ranks: [1, 2]", pretrain: str = "", extra: str
             data: {RECALL}
             finetune: {{from_experiment: pre, method: full, budget: {{steps: 6}}, batch_size: 4, seq_len: 13,
                        eval_tokens: 256, log_interval: 2}}
-        """)
+        """,
+    )
 
 
 def test_lora_and_full_rows_keys_and_report(tmp_path):
@@ -54,8 +58,10 @@ def test_lora_and_full_rows_keys_and_report(tmp_path):
             assert r["config"]["key_inputs"]["train_cell_key"] == train[r["variant"]]["cell_key"]
             assert rows["trainable_params"]["tags"]["train_cell_key"] == train[r["variant"]]["cell_key"]
             assert 0 <= rows["accuracy"]["value"] <= 1 and rows["loss"]["value"] > 0
-            params[(r["variant"], r["summary"]["rank"])] = (rows["trainable_params"]["value"],
-                                                            rows["total_params"]["value"])
+            params[(r["variant"], r["summary"]["rank"])] = (
+                rows["trainable_params"]["value"],
+                rows["total_params"]["value"],
+            )
     d = 16
     # softmax mixer: c_attn (3d x d) and c_proj (d x d): r (d + 3d) + r (d + d) per layer
     assert params[("softmax", 1)][0] == 6 * d and params[("softmax", 2)][0] == 12 * d
@@ -87,12 +93,15 @@ def test_target_matching_nothing_fails_before_training(tmp_path):
     assert "steps" not in bad[0]["summary"]
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"pretrain": ", checkpoint: false"}, "keeps no checkpoints"),
-    ({"lora": "ranks: [1, 64]"}, "rank 64 is larger than the model width d_model = 16"),
-    ({"lora": "ranks: [1, 1]"}, "distinct positive integers"),
-    ({"extra": ", checkpoint: true"}, "for method: full only"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"pretrain": ", checkpoint: false"}, "keeps no checkpoints"),
+        ({"lora": "ranks: [1, 64]"}, "rank 64 is larger than the model width d_model = 16"),
+        ({"lora": "ranks: [1, 1]"}, "distinct positive integers"),
+        ({"extra": ", checkpoint: true"}, "for method: full only"),
+    ],
+)
 def test_bad_finetune_suites_fail_validate_naming_the_fix(tmp_path, change, words):
     suite = _suite(tmp_path, **change)
     proc = run_cli("validate", str(suite))
@@ -119,7 +128,12 @@ def test_lora_starts_at_the_checkpoint_and_trains_only_what_it_should(registry):
         x = torch.randint(0, 256, (2, 12))
         before = model(x).logits
         names = target_names(model, "mixer")
-        assert names == ["blocks.0.mixer.c_attn", "blocks.0.mixer.c_proj", "blocks.1.mixer.c_attn", "blocks.1.mixer.c_proj"]
+        assert names == [
+            "blocks.0.mixer.c_attn",
+            "blocks.0.mixer.c_proj",
+            "blocks.1.mixer.c_attn",
+            "blocks.1.mixer.c_proj",
+        ]
         tuned = add_lora(model, names, 2, None, from_scratch)
         assert torch.equal(tuned(x).logits, before)  # B = 0: the adapters start as no change
         trainable = {n for n, p in tuned.named_parameters() if p.requires_grad}

@@ -15,8 +15,9 @@ from attnbench.experiments.speed.points import describe_path
 
 def _model(registry, kernel: str, device: str = "cpu") -> Backbone:
     variant = registry.get("linear")
-    config = ModelConfig(vocab_size=64, d_model=32, n_layer=1, n_head=2, context=128,
-                         options=variant.make_options({"kernel": kernel}))
+    config = ModelConfig(
+        vocab_size=64, d_model=32, n_layer=1, n_head=2, context=128, options=variant.make_options({"kernel": kernel})
+    )
     torch.manual_seed(0)
     return Backbone(config, variant.build_mixer).to(device)
 
@@ -30,8 +31,12 @@ def test_fla_on_cpu_is_an_error_naming_why(registry):
 
 def test_default_path_is_ours_and_recorded(registry):
     path = describe_path(_model(registry, "chunked"))
-    assert path == {"kernel": "chunked.linear_attention", "decode_kernel": "chunked.linear_attention",
-                    "chunk_size": 64, "feature_map": "elu"}
+    assert path == {
+        "kernel": "chunked.linear_attention",
+        "decode_kernel": "chunked.linear_attention",
+        "chunk_size": 64,
+        "feature_map": "elu",
+    }
 
 
 def test_unknown_kernel_is_refused(registry):
@@ -39,8 +44,10 @@ def test_unknown_kernel_is_refused(registry):
         registry.get("linear").make_options({"kernel": "triton"})
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("fla") is None,
-                    reason="the fla kernel needs a CUDA device and flash-linear-attention installed")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or importlib.util.find_spec("fla") is None,
+    reason="the fla kernel needs a CUDA device and flash-linear-attention installed",
+)
 def test_fla_equals_our_kernel_on_cuda(registry):
     ours, fla = _model(registry, "chunked", "cuda"), _model(registry, "fla", "cuda")
     fla.load_state_dict(ours.state_dict())

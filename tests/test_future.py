@@ -4,23 +4,21 @@ form, no leak on the inference path, the auxiliary loss through the model contra
 from __future__ import annotations
 
 import functools
-
 import math
 
 import pytest
 import torch
 
 from attnbench import Backbone, MixerOutput, ModelConfig
-from attnbench.registry.loader import load_registry
-from attnbench.store.database import Store
 from attnbench.contract.variant import state_numel
-from attnbench.plugins.kernels import lse_merge
-from tests.references.future_reference import reference_attention, reference_forward
 from attnbench.plugins.future import FutureAttention
+from attnbench.plugins.kernels import lse_merge
 from attnbench.plugins.kernels.lse_merge import causal_attention_lse
 from attnbench.plugins.softmax import SoftmaxAttention
+from attnbench.registry.loader import load_registry
+from attnbench.store.database import Store
 from tests.helpers import run_cli, write_suite
-
+from tests.references.future_reference import reference_attention, reference_forward
 
 
 @functools.cache
@@ -40,8 +38,14 @@ def blocks(request, monkeypatch):
 
 
 def _config(context=48, d=32, heads=4, n_layer=1, vocab=64, **options) -> ModelConfig:
-    return ModelConfig(vocab_size=vocab, d_model=d, n_head=heads, n_layer=n_layer,
-                       context=context, options=_variant().make_options(options))
+    return ModelConfig(
+        vocab_size=vocab,
+        d_model=d,
+        n_head=heads,
+        n_layer=n_layer,
+        context=context,
+        options=_variant().make_options(options),
+    )
 
 
 def _mixer(config: ModelConfig, std: float = 0.3) -> FutureAttention:
@@ -133,8 +137,10 @@ def test_layer_range_and_aux_aggregation_through_the_model():
     assert model.num_params() - plain.num_params() == 2 * (2 * 32 * (C - 1) + bias)
 
     per_layer = []
-    hooks = [b.mixer.register_forward_hook(lambda m, i, o: per_layer.append(o.aux[0].value.detach()))
-             for b in model.blocks[1:3]]
+    hooks = [
+        b.mixer.register_forward_hook(lambda m, i, o: per_layer.append(o.aux[0].value.detach()))
+        for b in model.blocks[1:3]
+    ]
     idx = torch.randint(0, 64, (2, 33))  # T < C
     out = model(idx, idx)
     for hook in hooks:
@@ -164,8 +170,14 @@ def test_loss_switch_off_and_option_validation():
     assert model.blocks[0].mixer.opts.future_dim == 29  # default: min(50, context - 1)
     out = model(torch.randint(0, 64, (1, 20)), torch.randint(0, 64, (1, 20)))
     assert out.aux == {} and torch.equal(out.loss, out.ce)
-    bad = [{"future_dim": 0}, {"loss_type": "l1"}, {"loss_coeff": 0.0}, {"start_layer": 3, "end_layer": 2},
-           {"future_dim": True}, {"detach_target": "yes"}]
+    bad = [
+        {"future_dim": 0},
+        {"loss_type": "l1"},
+        {"loss_coeff": 0.0},
+        {"start_layer": 3, "end_layer": 2},
+        {"future_dim": True},
+        {"detach_target": "yes"},
+    ]
     for raw in bad:
         with pytest.raises(ValueError):
             _variant().make_options(raw)
@@ -183,7 +195,7 @@ def test_incremental_decoding_equals_parallel_form_up_to_context(chunk, blocks):
         full = model(idx).logits
         state, outs = model.init_state(2, 64), []
         for s in range(0, 64, chunk):
-            logits, state = model.step(idx[:, s:s + chunk], state)
+            logits, state = model.step(idx[:, s : s + chunk], state)
             outs.append(logits)
     assert (torch.cat(outs, 1) - full).abs().max() <= 1e-5
     for i in range(2):
@@ -202,8 +214,17 @@ def test_attention_maps_use_the_forward_scores_with_future_key_biases(T):
     w = _variant().attention_maps(mixer, x)  # (B, H, T, T)
     with torch.no_grad():
         q, k, v = mixer._heads(x)  # (B, H, T, h)
-        y, out_future = reference_attention(q, k, v, mixer.k_future, mixer.v_future, 8, config.context,
-                                            k_bias=mixer.k_future_bias, v_bias=mixer.v_future_bias)
+        y, out_future = reference_attention(
+            q,
+            k,
+            v,
+            mixer.k_future,
+            mixer.v_future,
+            8,
+            config.context,
+            k_bias=mixer.k_future_bias,
+            v_bias=mixer.v_future_bias,
+        )
     torch.testing.assert_close(w @ v, y - out_future, rtol=1e-4, atol=1e-5)  # (B, H, T, h) causal part
     assert (w.sum(-1) < 1).all()  # the band keeps its share of every row that has one
 
@@ -218,9 +239,9 @@ def test_no_future_leak_in_outputs(training):
     out = mixer(x)
     y = out.y if training else out
     y[:, t].sum().backward()
-    assert torch.all(x.grad[:, t + 1:] == 0) and x.grad[:, : t + 1].abs().sum() > 0
+    assert torch.all(x.grad[:, t + 1 :] == 0) and x.grad[:, : t + 1].abs().sum() > 0
     x2 = x.detach().clone()
-    x2[:, t + 1:] += 10 * torch.randn(2, T - t - 1, 32)
+    x2[:, t + 1 :] += 10 * torch.randn(2, T - t - 1, 32)
     out2 = mixer(x2)
     y2 = out2.y if training else out2
     assert torch.equal(y2[:, : t + 1], y[:, : t + 1].detach())

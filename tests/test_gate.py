@@ -7,11 +7,11 @@ import io
 import torch
 
 from attnbench.gate.verdicts import gate_variant
+from attnbench.plan.suite import load_suite
+from attnbench.plugins import softmax
 from attnbench.registry.loader import get_plugin_manager, load_registry
 from attnbench.run.runner import run_suite
 from attnbench.store.database import Store
-from attnbench.plan.suite import load_suite
-from attnbench.plugins import softmax
 from tests import broken_variants
 from tests.helpers import fake_distribution, run_cli, write_suite
 
@@ -29,8 +29,7 @@ SUITE = """
 
 
 def _registry():
-    return load_registry(get_plugin_manager(
-        [("softmax", softmax), ("broken", broken_variants)], entry_points=False))
+    return load_registry(get_plugin_manager([("softmax", softmax), ("broken", broken_variants)], entry_points=False))
 
 
 def _run(tmp_path, allow: bool):
@@ -53,8 +52,11 @@ def test_allowed_failures_are_recorded_on_every_row(tmp_path):
     report, runs, _ = _run(tmp_path, allow=True)
     leaky = [r for r in runs if r["variant"] == "leaky"]
     assert len(leaky) == 1 and report.not_done == []
-    assert set(leaky[0]["provenance"]["gate"]["failed"]) == {"no_future_leak_forward", "no_future_leak_backward",
-                                                             "leak_at_scale"}
+    assert set(leaky[0]["provenance"]["gate"]["failed"]) == {
+        "no_future_leak_forward",
+        "no_future_leak_backward",
+        "leak_at_scale",
+    }
 
 
 def test_verdict_is_cached_per_code_version(tmp_path):
@@ -67,8 +69,10 @@ def test_verdict_is_cached_per_code_version(tmp_path):
 
 
 def test_check_command_table_and_exit_code(tmp_path):
-    env = {**fake_distribution(tmp_path, "broken-dist", "broken", module="tests.broken_variants"),
-           "ATTNBENCH_PLUGINS": "softmax,broken"}
+    env = {
+        **fake_distribution(tmp_path, "broken-dist", "broken", module="tests.broken_variants"),
+        "ATTNBENCH_PLUGINS": "softmax,broken",
+    }
     store = str(tmp_path / "s.sqlite")
     bad = run_cli("check", "leaky", "overflowy", "softmax", "--store", store, env=env)
     assert bad.returncode == 1, bad.stderr
@@ -82,5 +86,6 @@ def test_check_command_table_and_exit_code(tmp_path):
     assert good.returncode == 0
     listing = run_cli("list", "--store", store, env=env)
     row = next(line for line in listing.stdout.splitlines() if line.startswith("leaky"))
-    assert "FAIL: " in row and all(c in row for c in ("no_future_leak_forward", "no_future_leak_backward",
-                                                      "leak_at_scale"))
+    assert "FAIL: " in row and all(
+        c in row for c in ("no_future_leak_forward", "no_future_leak_backward", "leak_at_scale")
+    )

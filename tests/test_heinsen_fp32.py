@@ -72,5 +72,5 @@ def test_fp32_gradients_follow_float64(qk_std):
         inputs = [t.requires_grad_() for t in draw(qk_std, 30.0, seed=0, dtype=dtype)]
         (kernel(*inputs, chunk) * w.to(dtype)).sum().backward()
         grads[dtype] = [t.grad.double() for t in inputs]
-    for name, got, ref in zip("q k logV".split(), grads[torch.float32], grads[torch.float64]):
+    for name, got, ref in zip(["q", "k", "logV"], grads[torch.float32], grads[torch.float64]):
         assert (got - ref).abs().max() <= 1e-4 * ref.abs().max(), name

@@ -55,24 +55,30 @@ def trained(tmp_path_factory):
 
 
 def _suite_with(tmp_path, model: str):
-    return write_suite(tmp_path / "s.yaml", SUITE.replace(
-        "      - {d_model: 16, n_layer: 4, n_head: 2}\n", f"      - {model}\n", 1))
+    return write_suite(
+        tmp_path / "s.yaml", SUITE.replace("      - {d_model: 16, n_layer: 4, n_head: 2}\n", f"      - {model}\n", 1)
+    )
 
 
 def test_layers_validate_and_bad_layers_say_where_and_how_to_fix(tmp_path, capsys):
     assert main(["validate", str(write_suite(tmp_path / "ok.yaml", SUITE))]) == 0
     assert "3 cells" in capsys.readouterr().out
     cases = {
-        "{d_model: 16, n_head: 2, layers: {pattern: [gla, sofmax]}}":
-            ("models[0].layers.pattern[1]: unknown variant 'sofmax'. Did you mean 'softmax'?",),
-        "{d_model: 16, n_layer: 3, n_head: 2, layers: {pattern: [gla, softmax]}}":
-            ("layers.pattern has 2 layers, which do not repeat to n_layer 3", "multiple of 2"),
-        "{d_model: 16, n_layer: 2, n_head: 2, layers: [gla, softmax, gla]}":
-            ("layers lists 3 layers and n_layer is 2",),
-        "{d_model: 16, n_head: 2, layers: [gla, {variant: gla, options: {chunk_size: 0}}]}":
-            ("models[0].layers[1]: layer 1 (gla): invalid options for variant 'gla'", "chunk_size"),
-        "{d_model: 16, n_head: 2, layers: {pattern: [gla, gla]}}":
-            ("use one layer type only (gla)",),
+        "{d_model: 16, n_head: 2, layers: {pattern: [gla, sofmax]}}": (
+            "models[0].layers.pattern[1]: unknown variant 'sofmax'. Did you mean 'softmax'?",
+        ),
+        "{d_model: 16, n_layer: 3, n_head: 2, layers: {pattern: [gla, softmax]}}": (
+            "layers.pattern has 2 layers, which do not repeat to n_layer 3",
+            "multiple of 2",
+        ),
+        "{d_model: 16, n_layer: 2, n_head: 2, layers: [gla, softmax, gla]}": (
+            "layers lists 3 layers and n_layer is 2",
+        ),
+        "{d_model: 16, n_head: 2, layers: [gla, {variant: gla, options: {chunk_size: 0}}]}": (
+            "models[0].layers[1]: layer 1 (gla): invalid options for variant 'gla'",
+            "chunk_size",
+        ),
+        "{d_model: 16, n_head: 2, layers: {pattern: [gla, gla]}}": ("use one layer type only (gla)",),
     }
     for model, words in cases.items():
         assert main(["validate", str(_suite_with(tmp_path, model))]) == 2
@@ -81,11 +87,24 @@ def test_layers_validate_and_bad_layers_say_where_and_how_to_fix(tmp_path, capsy
         for w in words:
             assert w in err, (model, err)
     # --set: a model's layers from the command line; a hybrid named by its pattern in variants
-    assert main(["validate", str(write_suite(tmp_path / "ok.yaml", SUITE)), "--set",
-                 "experiments.text.models=[{d_model: 16, n_head: 2, layers: {pattern: [gla, softmax]}}]"]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                str(write_suite(tmp_path / "ok.yaml", SUITE)),
+                "--set",
+                "experiments.text.models=[{d_model: 16, n_head: 2, layers: {pattern: [gla, softmax]}}]",
+            ]
+        )
+        == 0
+    )
     assert "1 cells" in capsys.readouterr().out
-    named = ["validate", str(write_suite(tmp_path / "ok.yaml", SUITE)),
-             "--set", "experiments.text.variants=[softmax, 'gla x3 + softmax']"]
+    named = [
+        "validate",
+        str(write_suite(tmp_path / "ok.yaml", SUITE)),
+        "--set",
+        "experiments.text.variants=[softmax, 'gla x3 + softmax']",
+    ]
     assert main([*named, "--set", "experiments.text.models=[{d_model: 16, n_layer: 4, n_head: 2}]"]) == 0
     assert "2 cells" in capsys.readouterr().out
     assert main([*named, "--set", "experiments.text.models=[{d_model: 16, n_layer: 2, n_head: 2}]"]) == 2
@@ -116,8 +135,9 @@ def test_attnbench_check_passes_a_hybrid_and_checks_every_layer_type(trained, ca
 
 
 def test_gate_fails_a_hybrid_whose_second_layer_type_leaks_at_scale():
-    broken = load_registry(get_plugin_manager(
-        extra_plugins=[("broken", broken_variants), ("softmax", softmax)], entry_points=False))
+    broken = load_registry(
+        get_plugin_manager(extra_plugins=[("broken", broken_variants), ("softmax", softmax)], entry_points=False)
+    )
     hybrid = broken.get("softmax + chunk_normalised")  # layer 0 is sound; layer 1 leaks at scale
     results = {r.check: r for r in run_checks(hybrid, long_T=64, time_limit_s=120)}
     assert results["leak_at_scale"].status == "fail"
@@ -170,7 +190,7 @@ def test_a_trained_hybrid_exports_inspects_and_scores_in_lm_eval(trained, tmp_pa
     assert {p.name for p in (tmp_path / "maps").glob("layer*.png")} == {"layer0.png", "layer1.png", "layer2.png"}
 
     lm = AttnbenchLM(checkpoint=ckpt, device="cpu")
-    (ll, _), = lm.loglikelihood([Instance("loglikelihood", {}, ("hello", " world"), 0)])
+    ((ll, _),) = lm.loglikelihood([Instance("loglikelihood", {}, ("hello", " world"), 0)])
     with torch.no_grad():
         ids = torch.tensor([list(b"hello world")])  # (1, 11)
         logp = torch.log_softmax(ours(ids[:, :-1]).logits.double(), dim=-1)[0, 4:]  # (6, V)
@@ -179,7 +199,8 @@ def test_a_trained_hybrid_exports_inspects_and_scores_in_lm_eval(trained, tmp_pa
 
 def test_identity_changes_when_a_parts_source_changes(tmp_path, monkeypatch):
     source = tmp_path / "mymix_plugin.py"
-    source.write_text(textwrap.dedent("""
+    source.write_text(
+        textwrap.dedent("""
         from attnbench import Variant, hookimpl
         from attnbench.plugins.softmax import SoftmaxAttention, flops_per_token, state_size
 
@@ -187,12 +208,14 @@ def test_identity_changes_when_a_parts_source_changes(tmp_path, monkeypatch):
         def attnbench_register_variants(register):
             register(Variant(name="mymix", build_mixer=SoftmaxAttention, decode="kv_cache",
                              state_size=state_size, flops_per_token=flops_per_token))
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module("mymix_plugin")
     try:
-        registry = load_registry(get_plugin_manager(
-            extra_plugins=[("mymix", module), ("gla", gla)], entry_points=False))
+        registry = load_registry(
+            get_plugin_manager(extra_plugins=[("mymix", module), ("gla", gla)], entry_points=False)
+        )
         hybrid = registry.get("gla x3 + mymix")
         before = variant_identity(hybrid)
         assert [p["name"] for p in before["parts"]] == ["gla", "gla", "gla", "mymix"]  # one period

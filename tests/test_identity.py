@@ -63,9 +63,14 @@ def _copy_tree(dest: Path) -> Path:
 def _keys(root: Path, suite: Path) -> dict:
     script = root / "keys.py"
     script.write_text(_KEYS)
-    proc = subprocess.run([sys.executable, str(script), str(suite), str(root / "attnbench")],
-                          capture_output=True, text=True, timeout=300, cwd=root,
-                          env={**os.environ, "PYTHONPATH": f"{root}:{REPO}"})
+    proc = subprocess.run(
+        [sys.executable, str(script), str(suite), str(root / "attnbench")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": f"{root}:{REPO}"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -89,15 +94,13 @@ def test_keys_follow_exactly_the_code_that_changed(tmp_path):
     # gate identities change, nothing else does.
     _append(pkg / "kernels" / "chunked.py", "\n_EDITED = 1  # a shared kernel edit\n")
     after = _keys(tmp_path / "copy", suite)
-    assert _changed(base, after) == {
-        "t/linear", "t/heinsen", "s/linear", "s/heinsen", "gate/linear", "gate/heinsen"}
+    assert _changed(base, after) == {"t/linear", "t/heinsen", "s/linear", "s/heinsen", "gate/linear", "gate/heinsen"}
 
     # softmax's own module: future builds on it, so both change.
     base = after
     _append(pkg / "plugins" / "softmax.py", "\n_EDITED = 1\n")
     after = _keys(tmp_path / "copy", suite)
-    assert _changed(base, after) == {
-        "t/softmax", "t/future", "s/softmax", "s/future", "gate/softmax", "gate/future"}
+    assert _changed(base, after) == {"t/softmax", "t/future", "s/softmax", "s/future", "gate/softmax", "gate/future"}
 
     # A line of the speed kind's package: exactly the speed cells.
     base = after
@@ -145,9 +148,9 @@ def test_module_closure_follows_imports_within_the_package_only():
 def test_a_plugin_using_the_shared_kernels_is_identified_by_them():
     """The shared chunked scans live outside the plugins' package; a plugin that takes them
     from attnbench.__all__ still has them in its identity (an edit there re-runs its cells)."""
-    from attnbench.registry.identity import plugin_source_files
     import attnbench.plugins.heinsen as heinsen
     import attnbench.plugins.softmax as softmax
+    from attnbench.registry.identity import plugin_source_files
 
     assert any(f.endswith("kernels/chunked.py") for f in plugin_source_files(None, heinsen))
     assert not any("kernels/chunked.py" in f for f in plugin_source_files(None, softmax))

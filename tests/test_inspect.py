@@ -19,14 +19,31 @@ def _checkpoint(tmp_path, variant: str, registry, **config):
     cfg = ModelConfig(vocab_size=256, d_model=32, n_layer=2, n_head=2, context=64, **config)
     model = Backbone(cfg, registry.get(variant).build_mixer)
     path = tmp_path / f"{variant}.pt"
-    save_checkpoint(path, {"model": model.state_dict(), "config": cfg.to_dict(), "variant": variant,
-                           "model_kind": "backbone", "cell_key": f"key-{variant}", "step": 0})
+    save_checkpoint(
+        path,
+        {
+            "model": model.state_dict(),
+            "config": cfg.to_dict(),
+            "variant": variant,
+            "model_kind": "backbone",
+            "cell_key": f"key-{variant}",
+            "step": 0,
+        },
+    )
     return path, model
 
 
-@pytest.mark.parametrize("variant, kind", [("softmax", "pairwise"), ("linear", "pairwise"), ("heinsen", "pairwise"),
-                                           ("future", "pairwise"), ("additive", "importance"),
-                                           ("windowed", "importance")])
+@pytest.mark.parametrize(
+    "variant, kind",
+    [
+        ("softmax", "pairwise"),
+        ("linear", "pairwise"),
+        ("heinsen", "pairwise"),
+        ("future", "pairwise"),
+        ("additive", "importance"),
+        ("windowed", "importance"),
+    ],
+)
 def test_inspect_writes_heatmaps_page_and_causal_weights(tmp_path, variant, kind):
     registry = load_registry()
     path, _ = _checkpoint(tmp_path, variant, registry)
@@ -46,7 +63,9 @@ def test_inspect_writes_heatmaps_page_and_causal_weights(tmp_path, variant, kind
             assert w.shape == (2, T, T)
             assert torch.equal(w.triu(1), torch.zeros_like(w))  # no weight on later tokens
             rows = w.sum(-1)  # future: the learned band takes the rest of each row
-            assert (rows <= 1 + 1e-5).all() and (variant == "future" or torch.allclose(rows, torch.ones_like(rows), atol=1e-4))
+            assert (rows <= 1 + 1e-5).all() and (
+                variant == "future" or torch.allclose(rows, torch.ones_like(rows), atol=1e-4)
+            )
         else:
             assert w.shape == (2, T) and torch.allclose(w.sum(-1), torch.ones(2), atol=1e-5)
 
@@ -103,8 +122,17 @@ def test_tokens_inspect_a_task_model_whose_vocabulary_is_not_bytes(tmp_path):
     cfg = ModelConfig(vocab_size=8192, d_model=32, n_layer=2, n_head=2, context=64)  # an MQAR-sized vocabulary
     model = Backbone(cfg, registry.get("softmax").build_mixer)
     path = tmp_path / "mqar.pt"
-    save_checkpoint(path, {"model": model.state_dict(), "config": cfg.to_dict(), "variant": "softmax",
-                           "model_kind": "backbone", "cell_key": "key-mqar", "step": 0})
+    save_checkpoint(
+        path,
+        {
+            "model": model.state_dict(),
+            "config": cfg.to_dict(),
+            "variant": "softmax",
+            "model_kind": "backbone",
+            "cell_key": "key-mqar",
+            "step": 0,
+        },
+    )
     out = tmp_path / "maps"
     proc = run_cli("inspect", str(path), "--tokens", "5 4100, 9 4200 5", "--out", str(out), "--json")
     assert proc.returncode == 0, proc.stderr

@@ -22,11 +22,17 @@ def registry():
     return load_registry()
 
 
-def make_config(registry, name: str, d_model: int = 32, n_head: int = 2, chunk: int | None = None,
-                n_layer: int = 2, context: int = 512) -> ModelConfig:
+def make_config(
+    registry,
+    name: str,
+    d_model: int = 32,
+    n_head: int = 2,
+    chunk: int | None = None,
+    n_layer: int = 2,
+    context: int = 512,
+) -> ModelConfig:
     opts = registry.get(name).make_options({} if chunk is None else {"chunk_size": chunk})
-    return ModelConfig(vocab_size=256, d_model=d_model, n_layer=n_layer, n_head=n_head,
-                       context=context, options=opts)
+    return ModelConfig(vocab_size=256, d_model=d_model, n_layer=n_layer, n_head=n_head, context=context, options=opts)
 
 
 def make_mixer(registry, name: str, cfg: ModelConfig, qk_std: float = 0.3, seed: int = 0):
@@ -75,7 +81,7 @@ def step_through(model, x: torch.Tensor, sizes: tuple[int, ...], state):
     outs, pos, i = [], 0, 0
     while pos < x.shape[1]:
         n = min(sizes[i % len(sizes)], x.shape[1] - pos)
-        y, state = model.step(x[:, pos:pos + n], state)
+        y, state = model.step(x[:, pos : pos + n], state)
         outs.append(y)
         pos, i = pos + n, i + 1
     return torch.cat(outs, dim=1), state
@@ -120,7 +126,7 @@ def test_error_against_float64_quadratic_at_4096(registry, name):
                 a = (q[0, h].exp() @ k[0, h].exp().T) * causal  # (T, T)
                 ref = (a @ v[0, h].exp()).log() - a.sum(-1, keepdim=True).log()  # (T, h)
             width = ref.shape[-1]
-            err = (got[0, :, h * width:(h + 1) * width] - ref).abs().max().item()
+            err = (got[0, :, h * width : (h + 1) * width] - ref).abs().max().item()
             assert err <= 1e-4, (h, err)
 
 
@@ -136,6 +142,7 @@ def log_direct64(q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor) -> torch
 
 def log_kernel(q, k, log_v, chunk):
     from attnbench.kernels.chunked import log_attention, log_init_state
+
     B, H, _, h = q.shape
     return log_attention(q, k, log_v, log_init_state(B, H, h, h, dtype=q.dtype), chunk)[0]  # (B, H, T, h)
 
@@ -236,9 +243,9 @@ def test_no_future_leak_across_chunks(registry, name):
     x = torch.randn(2, T, cfg.d_model, generator=torch.Generator().manual_seed(4)).requires_grad_()
     y = mixer(x)  # (B, T, D)
     (g,) = torch.autograd.grad(y[:, t].sum(), x)
-    assert g[:, t + 1:].abs().max() == 0.0 and g[:, : t + 1].abs().max() > 0
+    assert g[:, t + 1 :].abs().max() == 0.0 and g[:, : t + 1].abs().max() > 0
     bumped = x.detach().clone()
-    bumped[:, t + 1:] += 3.0 * torch.randn(2, T - t - 1, cfg.d_model)
+    bumped[:, t + 1 :] += 3.0 * torch.randn(2, T - t - 1, cfg.d_model)
     with torch.no_grad():
         assert (mixer(bumped)[:, : t + 1] - y.detach()[:, : t + 1]).abs().max() < 1e-6
 
@@ -266,6 +273,7 @@ def test_options_are_validated(registry):
 
 
 # ---- Heinsen's reference model -------------------------------------------------------
+
 
 def own_model(registry, chunk: int = 16, seed: int = 0):
     cfg = make_config(registry, "heinsen", chunk=chunk)

@@ -33,8 +33,12 @@ def _modules() -> dict[str, Path]:
 def _imports(path: Path, module: str) -> list[tuple[str, list[str], int]]:
     """(absolute module, imported names, line) for every import outside TYPE_CHECKING."""
     tree = ast.parse(path.read_text())
-    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for n in ast.walk(node)}
+    skip = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out = []
     for node in ast.walk(tree):
@@ -52,17 +56,22 @@ def _imports(path: Path, module: str) -> list[tuple[str, list[str], int]]:
 
 
 def test_import_name_is_attnbench_and_no_generic_names_are_installed(tmp_path):
-    proc = python("""
+    proc = python(
+        """
         import importlib.util, attnbench, attnbench.plugins.softmax
         print(importlib.util.find_spec("harness"), importlib.util.find_spec("plugins"))
-    """, cwd=tmp_path)
+    """,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["None", "None"]
 
 
 def test_python_dash_m_attnbench_is_the_cli(tmp_path):
-    proc = python("import runpy, sys; sys.argv = ['attnbench', '--help']; runpy.run_module('attnbench', run_name='__main__')",
-                  cwd=tmp_path)
+    proc = python(
+        "import runpy, sys; sys.argv = ['attnbench', '--help']; runpy.run_module('attnbench', run_name='__main__')",
+        cwd=tmp_path,
+    )
     assert "usage: attnbench" in proc.stdout
 
 
@@ -97,7 +106,7 @@ def test_no_import_cycles():
         seen[node] = 1
         for nxt in sorted(graph[node]):
             if seen.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt] if nxt in stack else [node, nxt]
+                return stack[stack.index(nxt) :] + [nxt] if nxt in stack else [node, nxt]
             if nxt not in seen:
                 found = visit(nxt, stack + [nxt])
                 if found:
@@ -132,7 +141,11 @@ def test_pyproject_lists_every_package():
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     on_disk = sorted(m for m, p in _modules().items() if p.name == "__init__.py")
     assert sorted(config["packages"]) == on_disk
-    assert config["package-dir"] == {"attnbench": "harness", "attnbench.plugins": "plugins", "attnbench.suites": "suites"}
+    assert config["package-dir"] == {
+        "attnbench": "harness",
+        "attnbench.plugins": "plugins",
+        "attnbench.suites": "suites",
+    }
 
 
 def test_every_entry_point_resolves_to_an_installed_module():

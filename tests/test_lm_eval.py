@@ -12,20 +12,19 @@ import torch.nn.functional as F
 from lm_eval.api.instance import Instance
 
 from attnbench import Backbone, ModelConfig
-from attnbench.experiments.registry import expand_suite
-from attnbench.nn.checkpoint import load_checkpoint
 from attnbench.data.builtin import builtin_text
+from attnbench.data.heldout import recall_training_tensors
 from attnbench.data.loading import load_corpus
 from attnbench.errors import CheckpointError, SuiteError
-from attnbench.nn.generate import generate
-from attnbench.data.heldout import recall_training_tensors
+from attnbench.experiments.lm_eval.cell import link_lm_eval_cells
 from attnbench.experiments.lm_eval.evaluate import evaluate_checkpoint, task_manager
 from attnbench.experiments.lm_eval.model import AttnbenchLM
-from attnbench.experiments.lm_eval.cell import link_lm_eval_cells
+from attnbench.experiments.registry import expand_suite
+from attnbench.nn.checkpoint import load_checkpoint, save_checkpoint
+from attnbench.nn.generate import generate
+from attnbench.plan.suite import load_suite
 from attnbench.registry.loader import load_registry
 from attnbench.store.database import Store
-from attnbench.plan.suite import load_suite
-from attnbench.nn.checkpoint import save_checkpoint
 from tests.helpers import REPO, run_cli, write_suite
 
 TASKS = REPO / "suites" / "lm_eval_tasks"
@@ -39,8 +38,17 @@ def _model(context: int = 64, d_model: int = 32, n_layer: int = 1, seed: int = 0
 
 
 def _save(model: Backbone, path, variant: str = "softmax"):
-    save_checkpoint(path, {"model": model.state_dict(), "config": model.config.to_dict(), "variant": variant,
-                           "model_kind": "backbone", "cell_key": "test", "step": 0})
+    save_checkpoint(
+        path,
+        {
+            "model": model.state_dict(),
+            "config": model.config.to_dict(),
+            "variant": variant,
+            "model_kind": "backbone",
+            "cell_key": "test",
+            "step": 0,
+        },
+    )
     return path
 
 
@@ -92,14 +100,16 @@ def test_generate_until_uses_incremental_decoding_and_stops():
         model.wte.weight[128:] = 0  # logits 0 for non-ASCII bytes: the untrained model writes ASCII
     lm = AttnbenchLM.from_model(model, device="cpu", batch_size=2)
     ctx = "Once upon a time"
-    full = bytes(generate(model, torch.tensor([list(ctx.encode())]), 20)[0, len(ctx):].tolist())
+    full = bytes(generate(model, torch.tensor([list(ctx.encode())]), 20)[0, len(ctx) :].tolist())
     cut = next(i for i in range(1, 20) if full[i] < 128 and full[i] not in full[:i])  # an ASCII stop
     truncated = bytes(generate(model, torch.tensor([[ord("x")] * 44]), 4)[0, 44:].tolist())
-    outs = lm.generate_until([
-        Instance("generate_until", {}, (ctx, {"until": ["\x00never", chr(full[cut])], "max_gen_toks": 20}), 0),
-        Instance("generate_until", {}, (ctx, {"until": [], "max_gen_toks": 9}), 0),
-        Instance("generate_until", {}, ("x" * 100, {"max_gen_toks": 4}), 0),  # prompt cut to 48 - 4
-    ])
+    outs = lm.generate_until(
+        [
+            Instance("generate_until", {}, (ctx, {"until": ["\x00never", chr(full[cut])], "max_gen_toks": 20}), 0),
+            Instance("generate_until", {}, (ctx, {"until": [], "max_gen_toks": 9}), 0),
+            Instance("generate_until", {}, ("x" * 100, {"max_gen_toks": 4}), 0),  # prompt cut to 48 - 4
+        ]
+    )
     assert outs[0] == full[:cut].decode("utf-8", errors="replace")
     assert outs[1] == full[:9].decode("utf-8", errors="replace")
     assert outs[2] == truncated.decode("utf-8", errors="replace")
@@ -121,8 +131,12 @@ def test_checkpoint_round_trip_and_clear_errors(tmp_path):
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a checkpoint at all" * 10)
     unknown = _save(model, tmp_path / "unknown.pt", variant="no-such-variant")
-    for path, words in [(truncated, "truncated, corrupt"), (garbage, "truncated, corrupt"),
-                        (tmp_path / "missing.pt", "does not exist"), (unknown, "no-such-variant")]:
+    for path, words in [
+        (truncated, "truncated, corrupt"),
+        (garbage, "truncated, corrupt"),
+        (tmp_path / "missing.pt", "does not exist"),
+        (unknown, "no-such-variant"),
+    ]:
         with pytest.raises(CheckpointError, match=words) as err:
             load_checkpoint(path, registry)
         assert str(path) in str(err.value)
@@ -159,8 +173,9 @@ def test_recall_task_ranks_trained_softmax_above_untrained_and_chance(tmp_path):
     acc = {}
     for name, model in (("untrained", _model(context=32, n_layer=2)), ("trained", _train_recall(300))):
         path = _save(model, tmp_path / f"{name}.pt")
-        out = evaluate_checkpoint(str(path), ["attnbench_recall"], include_path=[str(TASKS)], metadata=meta,
-                                  device="cpu", batch_size=32)
+        out = evaluate_checkpoint(
+            str(path), ["attnbench_recall"], include_path=[str(TASKS)], metadata=meta, device="cpu", batch_size=32
+        )
         res = out["results"]["attnbench_recall"]
         assert out["n-samples"]["attnbench_recall"]["effective"] == 200
         acc[name] = res["acc,none"]
@@ -217,7 +232,9 @@ def _suite(tmp_path, steps: int = 30, text_seeds: str = "[0]"):
     (tmp_path / "hub_tasks" / "hub.yaml").write_text(HUB_TASK)
     train = tmp_path / "train.txt"
     train.write_text(builtin_text("tinyshakespeare")[:300000])
-    return write_suite(tmp_path / "suite.yaml", SUITE.format(train=train, tasks=TASKS, steps=steps, text_seeds=text_seeds))
+    return write_suite(
+        tmp_path / "suite.yaml", SUITE.format(train=train, tasks=TASKS, steps=steps, text_seeds=text_seeds)
+    )
 
 
 def test_lm_eval_cells_are_keyed_by_their_trained_cells(tmp_path):
@@ -270,7 +287,7 @@ def test_suite_bpb_matches_harness_and_rows_join_their_training_run(tmp_path):
         lm_bpb, harness_bpb = rows["bits_per_byte"]["value"], train["summary"]["val_bpb"]
         assert math.isfinite(lm_bpb) and 1.0 < harness_bpb < 8.0
         assert abs(lm_bpb - harness_bpb) / harness_bpb < 1e-4  # the issue asks for 1%
-        assert rows["byte_perplexity"]["value"] == pytest.approx(2 ** lm_bpb, rel=1e-9)
+        assert rows["byte_perplexity"]["value"] == pytest.approx(2**lm_bpb, rel=1e-9)
     again = run_cli("run", str(suite), "--store", str(store_path), env=OFFLINE)
     assert "3 cells, 1 run, 2 already stored" in again.stdout  # only the failed hub cell is tried again
     kept = run_cli("run", str(suite), "--store", str(store_path), "--no-retry-failed", env=OFFLINE)
@@ -282,10 +299,24 @@ def test_attnbench_lm_eval_forwards_to_lm_eval_cli(tmp_path):
     ckpt = _save(_model(context=32, n_layer=2), tmp_path / "model.pt")
     out_dir = tmp_path / "out"
     result = run_cli(
-        "lm-eval", "--model", "attnbench", "--model_args", f"checkpoint={ckpt}", "--batch_size", "8",
-        "--tasks", "attnbench_recall", "--include_path", str(TASKS), "--device", "cpu",
-        "--metadata", json.dumps({"n_docs": 20, "n_pairs": 4, "n_queries": 4}),
-        "--output_path", str(out_dir), env=OFFLINE,
+        "lm-eval",
+        "--model",
+        "attnbench",
+        "--model_args",
+        f"checkpoint={ckpt}",
+        "--batch_size",
+        "8",
+        "--tasks",
+        "attnbench_recall",
+        "--include_path",
+        str(TASKS),
+        "--device",
+        "cpu",
+        "--metadata",
+        json.dumps({"n_docs": 20, "n_pairs": 4, "n_queries": 4}),
+        "--output_path",
+        str(out_dir),
+        env=OFFLINE,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "attnbench_recall" in result.stdout and "acc" in result.stdout  # lm-eval's table

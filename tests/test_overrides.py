@@ -34,8 +34,7 @@ experiments:
 
 def test_overrides_set_defaults_and_one_experiment_by_name(tmp_path):
     path = write_suite(tmp_path / "s.yaml", SUITE)
-    suite = load_suite(path, ["defaults.train.lr=1e-3", "experiments.text.seeds=[0,1]",
-                              "defaults.model.d_model=64"])
+    suite = load_suite(path, ["defaults.train.lr=1e-3", "experiments.text.seeds=[0,1]", "defaults.model.d_model=64"])
     text, other = suite.experiments
     assert text.train.lr == other.train.lr == 1e-3  # a command-line default beats the file's own value
     assert text.seeds == [0, 1] and other.seeds == [0]
@@ -44,12 +43,15 @@ def test_overrides_set_defaults_and_one_experiment_by_name(tmp_path):
     assert load_suite(path).experiments[1].train.lr == 1e-2  # the file itself is untouched
 
 
-@pytest.mark.parametrize("override, expected", [
-    ("defaults.train.lr=-1", "--set defaults.train.lr=-1: experiments[0].train.lr"),
-    ("experiments.txt.seeds=[1]", "no experiment named 'txt'; did you mean 'text'?"),
-    ("experiments.text.sedes=[1]", "--set experiments.text.sedes=[1]: experiments[0].sedes"),
-    ("defaults.train.lr", "write KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("defaults.train.lr=-1", "--set defaults.train.lr=-1: experiments[0].train.lr"),
+        ("experiments.txt.seeds=[1]", "no experiment named 'txt'; did you mean 'text'?"),
+        ("experiments.text.sedes=[1]", "--set experiments.text.sedes=[1]: experiments[0].sedes"),
+        ("defaults.train.lr", "write KEY=VALUE"),
+    ],
+)
 def test_bad_overrides_name_the_override(tmp_path, override, expected):
     path = write_suite(tmp_path / "s.yaml", SUITE)
     with pytest.raises(SuiteError) as err:
@@ -64,11 +66,29 @@ def test_validate_and_run_take_set_and_record_it(tmp_path):
     ok = run_cli("validate", str(path), "--set", "experiments.text.seeds=[0,1,2]")
     assert ok.returncode == 0 and "4 cells" in ok.stdout, ok.stderr
     store = tmp_path / "store.sqlite"
-    run = run_cli("run", str(path), "--store", str(store), "--no-report", "--set", "experiments.other.kind=bogus",
-                  "--set", "defaults.train.lr=2e-3", env={"ATTNBENCH_PLUGINS": "softmax"})
+    run = run_cli(
+        "run",
+        str(path),
+        "--store",
+        str(store),
+        "--no-report",
+        "--set",
+        "experiments.other.kind=bogus",
+        "--set",
+        "defaults.train.lr=2e-3",
+        env={"ATTNBENCH_PLUGINS": "softmax"},
+    )
     assert run.returncode == 2 and "--set experiments.other.kind=bogus" in run.stderr
-    run = run_cli("run", str(path), "--store", str(store), "--no-report", "--set", "defaults.train.lr=2e-3",
-                  env={"ATTNBENCH_PLUGINS": "softmax"})
+    run = run_cli(
+        "run",
+        str(path),
+        "--store",
+        str(store),
+        "--no-report",
+        "--set",
+        "defaults.train.lr=2e-3",
+        env={"ATTNBENCH_PLUGINS": "softmax"},
+    )
     assert run.returncode == 0, run.stderr
     rows = sqlite3.connect(store).execute("SELECT config, provenance FROM runs").fetchall()
     assert len(rows) == 2

@@ -8,8 +8,8 @@ import pytest
 
 from attnbench import Variant, hookimpl
 from attnbench.errors import PluginError, UnknownVariantError
-from attnbench.registry.loader import get_plugin_manager, load_registry
 from attnbench.plugins import softmax
+from attnbench.registry.loader import get_plugin_manager, load_registry
 from tests.helpers import fake_distribution as _fake_distribution
 from tests.helpers import python, run_cli
 
@@ -42,12 +42,17 @@ def test_plugin_raising_on_import_is_reported_and_others_load(tmp_path):
 
 
 def test_misspelled_hook_is_rejected_with_suggestion(tmp_path):
-    env = _fake_distribution(tmp_path, "typo-plugin", "typo", """
+    env = _fake_distribution(
+        tmp_path,
+        "typo-plugin",
+        "typo",
+        """
         from harness import hookimpl
         @hookimpl
         def attnbench_register_variant(register):
             pass
-    """)
+    """,
+    )
     proc = run_cli("list", env=env)
     assert proc.returncode == 2
     assert "unknown hook 'attnbench_register_variant'" in proc.stderr
@@ -87,5 +92,7 @@ def test_unknown_variant_suggests_closest():
 
 
 def test_python_dash_m_harness_entry_point():
-    proc = python("import runpy, sys; sys.argv=['attnbench','list']; runpy.run_module('attnbench', run_name='__main__')")
+    proc = python(
+        "import runpy, sys; sys.argv=['attnbench','list']; runpy.run_module('attnbench', run_name='__main__')"
+    )
     assert proc.returncode == 0 and "softmax" in proc.stdout

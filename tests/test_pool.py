@@ -42,18 +42,35 @@ def _numbers(path) -> dict[str, dict]:
         for run in runs:
             assert run["status"] == "done", run["error"]
             summary = {k: v for k, v in run["summary"].items() if "loss" in k or "acc" in k or k == "steps"}
-            curves = [(m["name"], m["step"], m["value"]) for m in store.metrics(run["id"])
-                      if "loss" in m["name"] or "acc" in m["name"]]
-            out[run["cell_key"]] = {"summary": summary, "curves": curves, "worker": run["provenance"]["worker"],
-                                    "threads": run["provenance"]["torch_threads"]}
+            curves = [
+                (m["name"], m["step"], m["value"])
+                for m in store.metrics(run["id"])
+                if "loss" in m["name"] or "acc" in m["name"]
+            ]
+            out[run["cell_key"]] = {
+                "summary": summary,
+                "curves": curves,
+                "worker": run["provenance"]["worker"],
+                "threads": run["provenance"]["torch_threads"],
+            }
     return out
 
 
 def test_two_workers_store_what_one_process_stores(tmp_path):
     suite = write_suite(tmp_path / "pool.yaml", SUITE.format(variants="[softmax, linear]"))
     for jobs in ("2", "1"):  # both single-threaded per cell (OMP_NUM_THREADS=1 for the one process)
-        proc = run_cli("run", str(suite), "--store", str(tmp_path / jobs / "store.sqlite"), "--jobs", jobs,
-                       "--device", "cpu", "--no-report", env=PLUGINS)
+        proc = run_cli(
+            "run",
+            str(suite),
+            "--store",
+            str(tmp_path / jobs / "store.sqlite"),
+            "--jobs",
+            jobs,
+            "--device",
+            "cpu",
+            "--no-report",
+            env=PLUGINS,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "4 cells, 4 run, 0 already stored" in proc.stdout
         started = [line.split()[0] for line in proc.stderr.splitlines() if line.startswith("[") and " e " in line]
@@ -95,9 +112,21 @@ def test_a_killed_worker_fails_its_cell_and_the_others_finish(tmp_path):
     env = fake_distribution(tmp_path, "doomed_dist", "doomed", DOOMED, module="doomed_plugin")
     suite = write_suite(tmp_path / "s.yaml", SUITE.format(variants="[softmax, doomed]"))
     store_path = tmp_path / "store.sqlite"
-    proc = run_cli("run", str(suite), "--store", str(store_path), "--jobs", "2", "--device", "cpu", "--no-report",
-                   "--set", "experiments.e.seeds=[0]", env={**env, **PLUGINS, "ATTNBENCH_PLUGINS": "softmax,doomed"},
-                   timeout=300)
+    proc = run_cli(
+        "run",
+        str(suite),
+        "--store",
+        str(store_path),
+        "--jobs",
+        "2",
+        "--device",
+        "cpu",
+        "--no-report",
+        "--set",
+        "experiments.e.seeds=[0]",
+        env={**env, **PLUGINS, "ATTNBENCH_PLUGINS": "softmax,doomed"},
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "2 cells, 2 run, 0 already stored" in proc.stdout
     with Store(store_path) as store:
@@ -138,15 +167,28 @@ def test_default_jobs_one_per_core_on_cpu_one_on_a_gpu(monkeypatch):
 
 
 def test_speed_cells_run_alone_in_the_driver_while_training_cells_use_the_pool(tmp_path):
-    body = SUITE.format(variants="[softmax]") + """
+    body = (
+        SUITE.format(variants="[softmax]")
+        + """
       - name: speed
         kind: speed
         variants: [softmax]
         speed: {lengths: [32], modes: [train_step], min_rounds: 2, max_time: 0.01, max_remeasure: 0}
 """
+    )
     suite = write_suite(tmp_path / "pool.yaml", body)
-    proc = run_cli("run", str(suite), "--store", str(tmp_path / "s.sqlite"), "--jobs", "2", "--device", "cpu",
-                   "--no-report", env=PLUGINS)
+    proc = run_cli(
+        "run",
+        str(suite),
+        "--store",
+        str(tmp_path / "s.sqlite"),
+        "--jobs",
+        "2",
+        "--device",
+        "cpu",
+        "--no-report",
+        env=PLUGINS,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     with Store(tmp_path / "s.sqlite") as store:
         runs = {(r["kind"], r["seed"]): r for r in store.runs()}

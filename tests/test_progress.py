@@ -35,8 +35,8 @@ class Clock:
 
 
 def test_plain_lines_with_throughput_losses_and_etas(tmp_path):
-    from attnbench.experiments.registry import expand_suite
     from attnbench import get_plugin_manager, load_registry
+    from attnbench.experiments.registry import expand_suite
 
     cells = expand_suite(load_suite(write_suite(tmp_path / "p.yaml", SUITE)), load_registry(get_plugin_manager()))
     out, clock = io.StringIO(), Clock()
@@ -51,8 +51,9 @@ def test_plain_lines_with_throughput_losses_and_etas(tmp_path):
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("[1/2] text softmax d32x1 seed 0")
     tokens_per_s = 25 * 4 * 32 / (PLAIN_INTERVAL_S + 1)
-    assert lines[1] == (f"[1/2] step 25/100 | {tokens_per_s:,.0f} tok/s | loss 2.2500 | val 2.4000 | "
-                        "ETA cell 0m48s, suite ?")
+    assert lines[1] == (
+        f"[1/2] step 25/100 | {tokens_per_s:,.0f} tok/s | loss 2.2500 | val 2.4000 | ETA cell 0m48s, suite ?"
+    )
     assert lines[2].startswith("[1/2] step 100/100") and "val 2.4000" in lines[2] and "ETA cell 0m00s" in lines[2]
     speed = line.cell(2, 2, cells[1])
     clock.now += PLAIN_INTERVAL_S + 1
@@ -61,16 +62,21 @@ def test_plain_lines_with_throughput_losses_and_etas(tmp_path):
 
 
 def test_the_label_names_the_grid_point_and_the_options_set(tmp_path):
-    from attnbench.experiments.registry import expand_suite
     from attnbench import get_plugin_manager, load_registry
+    from attnbench.experiments.registry import expand_suite
 
-    grid = SUITE.split("  - name: fast")[0].replace("variants: [softmax]", "variants: [softmax, windowed]") + \
-        "    grid: {lr: [2.0e-3, 1.0e-2]}\n    variant_options: {windowed: {windows: [8], rescale: 10.0}}\n"
+    grid = (
+        SUITE.split("  - name: fast")[0].replace("variants: [softmax]", "variants: [softmax, windowed]")
+        + "    grid: {lr: [2.0e-3, 1.0e-2]}\n    variant_options: {windowed: {windows: [8], rescale: 10.0}}\n"
+    )
     cells = expand_suite(load_suite(write_suite(tmp_path / "g.yaml", grid)), load_registry(get_plugin_manager()))
     labels = [cell_label(i, len(cells), c) for i, c in enumerate(cells, 1)]
-    assert labels == ["[1/4] text softmax d32x1 seed 0 lr=2e-3", "[2/4] text softmax d32x1 seed 0 lr=0.01",
-                      "[3/4] text windowed d32x1 seed 0 lr=2e-3 windows=8",
-                      "[4/4] text windowed d32x1 seed 0 lr=0.01 windows=8"]
+    assert labels == [
+        "[1/4] text softmax d32x1 seed 0 lr=2e-3",
+        "[2/4] text softmax d32x1 seed 0 lr=0.01",
+        "[3/4] text windowed d32x1 seed 0 lr=2e-3 windows=8",
+        "[4/4] text windowed d32x1 seed 0 lr=0.01 windows=8",
+    ]
 
 
 def test_run_says_where_the_gate_verdict_came_from(tmp_path):

@@ -106,15 +106,18 @@ BAD = """
 GOOD = dict(seeds="[0, 1]", data="{source: builtin, test_fraction: 0.05}", grid="{lr: [1.0e-3, 3.0e-3]}")
 
 
-@pytest.mark.parametrize("change, expected", [
-    (dict(grid="{lr: [1.0e-3]}"), "protocol.tune needs a grid of at least 2 points"),
-    (dict(grid="{lrr: [1.0e-3, 3.0e-3]}"), "not a train setting (did you mean 'lr'?)"),
-    (dict(seeds="[0]"), "protocol.interval needs at least 2 seeds"),
-    (dict(data="{source: builtin}"), "set data.test_fraction"),
-    (dict(data="{source: text, path: a.txt, val_path: a.txt, test_path: b.txt}"), "data.val_path"),
-    (dict(data="{source: text, path: a.txt, val_path: b.txt, test_path: b.txt}"), "is also in data.val_path"),
-    (dict(data="{source: task, task: text_recall}"), "set data.test_examples"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (dict(grid="{lr: [1.0e-3]}"), "protocol.tune needs a grid of at least 2 points"),
+        (dict(grid="{lrr: [1.0e-3, 3.0e-3]}"), "not a train setting (did you mean 'lr'?)"),
+        (dict(seeds="[0]"), "protocol.interval needs at least 2 seeds"),
+        (dict(data="{source: builtin}"), "set data.test_fraction"),
+        (dict(data="{source: text, path: a.txt, val_path: a.txt, test_path: b.txt}"), "data.val_path"),
+        (dict(data="{source: text, path: a.txt, val_path: b.txt, test_path: b.txt}"), "is also in data.val_path"),
+        (dict(data="{source: task, task: text_recall}"), "set data.test_examples"),
+    ],
+)
 def test_protocol_errors_name_the_key_and_the_fix(tmp_path, change, expected):
     message = _suite_error(tmp_path, BAD.format(**{**GOOD, **change}))
     assert expected in message and "bad.yaml" in message
@@ -124,8 +127,9 @@ def test_validate_accepts_the_protocol_and_names_a_missing_baseline(tmp_path):
     ok = write_suite(tmp_path / "ok.yaml", BAD.format(**GOOD))
     result = run_cli("validate", str(ok))
     assert result.returncode == 0, result.stderr
-    bad = write_suite(tmp_path / "nobase.yaml", BAD.format(**GOOD).replace(
-        "protocol: {}", "protocol: {baseline: softmx}"))
+    bad = write_suite(
+        tmp_path / "nobase.yaml", BAD.format(**GOOD).replace("protocol: {}", "protocol: {baseline: softmx}")
+    )
     result = run_cli("validate", str(bad))
     assert result.returncode != 0 and "softmx" in result.stderr and "protocol" in result.stderr
 
@@ -171,7 +175,8 @@ def _halving_runs(tmp_path: Path, registry) -> list[dict]:
 
 
 def test_successive_halving_keeps_the_best_points_on_validation_then_runs_the_survivor_on_every_seed(
-        tmp_path, registry):
+    tmp_path, registry
+):
     runs = _halving_runs(tmp_path, registry)
     for variant in ("softmax", "linear"):
         mine = [r for r in runs if r["variant"] == variant]
@@ -207,21 +212,27 @@ def test_the_report_decides_each_row_on_the_final_runs_and_checks_the_stated_fin
 
 
 def test_a_tuned_experiment_cannot_feed_lm_eval(tmp_path, registry):
-    body = HALVING_SUITE + """
+    body = (
+        HALVING_SUITE
+        + """
       - name: ev
         kind: lm_eval
         variants: [softmax, linear]
         lm_eval: {tasks: [x], from_experiment: text}
 """
+    )
     _write_splits(tmp_path, "x" * 2000)
     res = run_cli("validate", str(write_suite(tmp_path / "suite.yaml", body)))
     assert res.returncode != 0 and "tunes by successive halving (protocol.tuning)" in res.stderr
 
 
-@pytest.mark.parametrize("tuning, message", [
-    ("{budget: {tokens: 100}}", "protocol.tuning.budget is in tokens and train.budget in steps"),
-    ("{budget: {steps: 16}}", "must be smaller than train.budget"),
-])
+@pytest.mark.parametrize(
+    "tuning, message",
+    [
+        ("{budget: {tokens: 100}}", "protocol.tuning.budget is in tokens and train.budget in steps"),
+        ("{budget: {steps: 16}}", "must be smaller than train.budget"),
+    ],
+)
 def test_tuning_budget_errors_name_the_fix(tmp_path, tuning, message):
     body = HALVING_SUITE.replace("tuning: {seeds: [0], budget: {steps: 2}, eta: 2}", f"tuning: {tuning}")
     assert body != HALVING_SUITE

@@ -39,7 +39,7 @@ def _inputs(seed: int = 0, decay: float = 1.0):
     return q, k, v, beta, g, gk, s0
 
 
-def _loop(q, k, v, g, s0, beta=None, scale=DK ** -0.5):
+def _loop(q, k, v, g, s0, beta=None, scale=DK**-0.5):
     """The papers' recurrences token by token in float64 (S (d_k, d_v), o_t = scale S_t^T q_t):
     gated linear attention S_t = diag(exp g_t) S_{t-1} + k_t v_t^T (g (B, H, T, d_k or 1)); with beta
     the gated delta rule S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T (g (B, H, T))."""
@@ -69,11 +69,11 @@ def test_chunked_kernel_equals_the_float64_recurrence(family, chunk):
     q, k, v, beta, g, gk, s0 = _inputs(decay=30.0 if chunk == 16 else 1.0)  # strong decays too
     if family in ("retention", "gla"):
         gate = _retention_decay() if family == "retention" else gk  # (B, H, T, 1 or d_k)
-        got, s = gated_linear_attention(q, k, v, gate, s0, chunk, DK ** -0.5)
+        got, s = gated_linear_attention(q, k, v, gate, s0, chunk, DK**-0.5)
         ref, ref_s = _loop(q, k, v, gate, s0)
     else:
         decay = None if family == "deltanet" else g
-        got, s = delta_rule(q, k, v, beta, decay, s0, chunk, DK ** -0.5)
+        got, s = delta_rule(q, k, v, beta, decay, s0, chunk, DK**-0.5)
         ref, ref_s = _loop(q, k, v, torch.zeros_like(g) if decay is None else g, s0, beta)
     assert got.dtype == F64 and s.dtype == F64
     torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10)
@@ -85,9 +85,15 @@ def test_kernels_leave_the_callers_state_alone_and_split_anywhere(family):
     """Any split of the sequence, each piece from the last one's state, gives the whole."""
     q, k, v, beta, g, gk, s0 = _inputs(seed=1)
     before = s0.clone()
-    run = ((lambda a, b, s: gated_linear_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], gk[:, :, a:b], s, 8, 0.3))
-           if family == "gla" else
-           (lambda a, b, s: delta_rule(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], beta[:, :, a:b], g[:, :, a:b], s, 8, 0.3)))
+    run = (
+        (lambda a, b, s: gated_linear_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], gk[:, :, a:b], s, 8, 0.3))
+        if family == "gla"
+        else (
+            lambda a, b, s: delta_rule(
+                q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], beta[:, :, a:b], g[:, :, a:b], s, 8, 0.3
+            )
+        )
+    )
     whole, s_whole = run(0, T, s0)
     parts, s = [], s0
     for a, b in [(0, 1), (1, 12), (12, 13), (13, T)]:
@@ -100,8 +106,9 @@ def test_kernels_leave_the_callers_state_alone_and_split_anywhere(family):
 
 # -- the outside oracle: flash-linear-attention's reference functions -------------------------
 
-fla_naive = pytest.mark.skipif(importlib.util.find_spec("fla") is None,
-                               reason="fla-core (the test extra) is not installed")
+fla_naive = pytest.mark.skipif(
+    importlib.util.find_spec("fla") is None, reason="fla-core (the test extra) is not installed"
+)
 # fla's naive references cast their inputs to fp32 (.float()) whatever they are given, so our
 # float64 kernels meet them at fp32 rounding; the float64 loop above is the tight check.
 FLA_TOL = dict(rtol=2e-5, atol=2e-5)
@@ -116,7 +123,7 @@ def test_retention_equals_fla_naive_retention():
     from fla.ops.retention.naive import naive_retention
 
     q, k, v, *_ = _inputs()
-    got, _ = gated_linear_attention(q, k, v, _retention_decay(), torch.zeros(B, H, DK, DV, dtype=F64), 16, DK ** -0.5)
+    got, _ = gated_linear_attention(q, k, v, _retention_decay(), torch.zeros(B, H, DK, DV, dtype=F64), 16, DK**-0.5)
     torch.testing.assert_close(got, naive_retention(q, k, v), **FLA_TOL)
 
 
@@ -125,9 +132,10 @@ def test_gla_equals_fla_naive_recurrent_gla():
     from fla.ops.gla.naive import naive_recurrent_gla
 
     q, k, v, _, _, gk, s0 = _inputs(decay=5.0)
-    got, s = gated_linear_attention(q, k, v, gk, s0, 16, DK ** -0.5)
-    ref, ref_s = naive_recurrent_gla(_bthd(q), _bthd(k), _bthd(v), _bthd(gk), initial_state=s0,
-                                     output_final_state=True)  # scale 1 / sqrt(d_k) inside
+    got, s = gated_linear_attention(q, k, v, gk, s0, 16, DK**-0.5)
+    ref, ref_s = naive_recurrent_gla(
+        _bthd(q), _bthd(k), _bthd(v), _bthd(gk), initial_state=s0, output_final_state=True
+    )  # scale 1 / sqrt(d_k) inside
     torch.testing.assert_close(got, _bthd(ref), **FLA_TOL)
     torch.testing.assert_close(s, ref_s.double(), **FLA_TOL)
 
@@ -137,13 +145,13 @@ def test_deltanet_equals_fla_delta_rule_recurrence_and_chunkwise():
     from fla.ops.delta_rule.naive import delta_rule_chunkwise, delta_rule_recurrence
 
     q, k, v, beta, _, _, s0 = _inputs()
-    got, s = delta_rule(q, k, v, beta, None, s0, 16, DK ** -0.5)
+    got, s = delta_rule(q, k, v, beta, None, s0, 16, DK**-0.5)
     ref, ref_s = delta_rule_recurrence(q, k, v, beta, initial_state=s0.float(), output_final_state=True)
     torch.testing.assert_close(got, ref.double(), **FLA_TOL)
     torch.testing.assert_close(s, ref_s.double(), **FLA_TOL)
     # fla's chunkwise WY reference keeps float64 (no initial state, T a multiple of its chunk)
     n = 32
-    got, s = delta_rule(q[:, :, :n], k[:, :, :n], v[:, :, :n], beta[:, :, :n], None, torch.zeros_like(s0), 16, DK ** -0.5)
+    got, s = delta_rule(q[:, :, :n], k[:, :, :n], v[:, :, :n], beta[:, :, :n], None, torch.zeros_like(s0), 16, DK**-0.5)
     ref, ref_s = delta_rule_chunkwise(q[:, :, :n], k[:, :, :n], v[:, :, :n], beta[:, :, :n], chunk_size=8)
     assert ref.dtype == F64
     torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10)
@@ -156,9 +164,10 @@ def test_gated_deltanet_equals_fla_naive_recurrent_gated_delta_rule(decay):
     from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 
     q, k, v, beta, g, _, s0 = _inputs(decay=decay)
-    got, s = delta_rule(q, k, v, beta, g, s0, 16, DK ** -0.5)
-    ref, ref_s = naive_recurrent_gated_delta_rule(_bthd(q), _bthd(k), _bthd(v), _bthd(beta), _bthd(g),
-                                                  initial_state=s0, output_final_state=True)
+    got, s = delta_rule(q, k, v, beta, g, s0, 16, DK**-0.5)
+    ref, ref_s = naive_recurrent_gated_delta_rule(
+        _bthd(q), _bthd(k), _bthd(v), _bthd(beta), _bthd(g), initial_state=s0, output_final_state=True
+    )
     torch.testing.assert_close(got, _bthd(ref).double(), **FLA_TOL)
     torch.testing.assert_close(s, ref_s.double(), **FLA_TOL)
 
@@ -168,8 +177,14 @@ def test_gated_deltanet_equals_fla_naive_recurrent_gated_delta_rule(decay):
 
 def _mixer(registry, name: str, **options):
     variant = registry.get(name)
-    config = ModelConfig(vocab_size=64, d_model=24, n_layer=1, n_head=3, context=64,
-                         options=variant.make_options({"chunk_size": 8, **options}))
+    config = ModelConfig(
+        vocab_size=64,
+        d_model=24,
+        n_layer=1,
+        n_head=3,
+        context=64,
+        options=variant.make_options({"chunk_size": 8, **options}),
+    )
     torch.manual_seed(0)
     return variant, config, variant.build_mixer(config, 0).double().eval()
 
@@ -185,7 +200,7 @@ def test_decoding_from_a_prefix_and_its_state_equals_the_full_forward(name, regi
         kept = [t.clone() for t in state_tensors(state)]
         rest, pos = [], 19
         for size in (1, 1, 7, 1, 16):  # then single tokens and short runs
-            y, state = mixer.step(x[:, pos:pos + size], state)
+            y, state = mixer.step(x[:, pos : pos + size], state)
             rest.append(y)
             pos += size
         again, _ = mixer.step(x[:, 19:20], _replay(mixer, x[:, :19]))  # the prefix's state, rebuilt
@@ -262,12 +277,16 @@ def test_fla_kernel_off_cuda_is_an_error_naming_why(name, registry):
         registry.get(name).make_options({"kernel": "triton"})
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("fla") is None,
-                    reason="the fla kernels need a CUDA device and fla installed")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or importlib.util.find_spec("fla") is None,
+    reason="the fla kernels need a CUDA device and fla installed",
+)
 @pytest.mark.parametrize("name", VARIANTS)
 def test_fla_kernel_equals_ours_on_cuda(name, registry):
     variant = registry.get(name)
-    config = ModelConfig(vocab_size=64, d_model=64, n_layer=1, n_head=2, context=128, options=variant.make_options(None))
+    config = ModelConfig(
+        vocab_size=64, d_model=64, n_layer=1, n_head=2, context=128, options=variant.make_options(None)
+    )
     ours = variant.build_mixer(config, 0).cuda()
     fla = variant.build_mixer(config.replace(options=variant.make_options({"kernel": "fla"})), 0).cuda()
     fla.load_state_dict(ours.state_dict())

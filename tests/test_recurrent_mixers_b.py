@@ -27,8 +27,9 @@ VARIANTS = ("mamba2", "swa", "based")
 F64 = torch.float64
 B, H, T, N, P = 2, 3, 37, 6, 5  # T is no multiple of any chunk size below
 
-fla_naive = pytest.mark.skipif(importlib.util.find_spec("fla") is None,
-                               reason="fla-core (the test extra) is not installed")
+fla_naive = pytest.mark.skipif(
+    importlib.util.find_spec("fla") is None, reason="fla-core (the test extra) is not installed"
+)
 # fla's naive_recurrent_simple_gla casts to fp32 whatever it is given: our float64 kernel meets
 # it at fp32 rounding; its other references keep float64 and are met at 1e-10.
 FLA_TOL = dict(rtol=2e-5, atol=2e-5)
@@ -77,8 +78,9 @@ def test_ssd_scan_equals_fla_naive_simple_gla():
 
     c, b, x, log_a, s0 = _ssd_inputs(decay=3.0)
     got, s = ssd_scan(c, b, x, log_a, s0, 16)
-    ref, ref_s = naive_recurrent_simple_gla(_bthd(c), _bthd(b), _bthd(x), _bthd(log_a), scale=1.0,
-                                            initial_state=s0.float(), output_final_state=True)
+    ref, ref_s = naive_recurrent_simple_gla(
+        _bthd(c), _bthd(b), _bthd(x), _bthd(log_a), scale=1.0, initial_state=s0.float(), output_final_state=True
+    )
     torch.testing.assert_close(got, _bthd(ref).double(), **FLA_TOL)
     torch.testing.assert_close(s, ref_s.double(), **FLA_TOL)
     ref2, _ = naive_chunk_simple_gla(_bthd(c), _bthd(b), _bthd(x), _bthd(log_a), chunk_size=8, scale=1.0)
@@ -107,8 +109,8 @@ def _window_loop(q, k, v, w):
     out = []
     for i in range(q.shape[2]):
         lo = max(0, i - w + 1)
-        p = ((k[:, :, lo:i + 1] @ q[:, :, i, :, None]).squeeze(-1) * q.shape[-1] ** -0.5).softmax(-1)  # (B, H, n)
-        out.append((p[..., None] * v[:, :, lo:i + 1]).sum(-2))  # (B, H, h)
+        p = ((k[:, :, lo : i + 1] @ q[:, :, i, :, None]).squeeze(-1) * q.shape[-1] ** -0.5).softmax(-1)  # (B, H, n)
+        out.append((p[..., None] * v[:, :, lo : i + 1]).sum(-2))  # (B, H, h)
     return torch.stack(out, dim=2)
 
 
@@ -148,8 +150,14 @@ def test_taylor_linear_attention_equals_fla_naive_parallel_based():
 def _mixer(registry, name: str, **options):
     variant = registry.get(name)
     small = {"mamba2": {"d_state": 8}, "swa": {"window": 6}, "based": {"window": 6, "feature_dim": 4}}[name]
-    config = ModelConfig(vocab_size=64, d_model=24, n_layer=1, n_head=3, context=64,
-                         options=variant.make_options({"chunk_size": 8, **small, **options}))
+    config = ModelConfig(
+        vocab_size=64,
+        d_model=24,
+        n_layer=1,
+        n_head=3,
+        context=64,
+        options=variant.make_options({"chunk_size": 8, **small, **options}),
+    )
     torch.manual_seed(0)
     return variant, config, variant.build_mixer(config, 0).double().eval()
 
@@ -163,7 +171,7 @@ def _mamba2_loop(m, u):
     w = m.conv.weight[:, 0]  # (C, K)
     K = w.shape[1]
     padded = F.pad(xbc, (0, 0, K - 1, 0))  # (B, K-1+T, C)
-    conv = torch.stack([(padded[:, t:t + K] * w.T).sum(1) + m.conv.bias for t in range(Tn)], dim=1)
+    conv = torch.stack([(padded[:, t : t + K] * w.T).sum(1) + m.conv.bias for t in range(Tn)], dim=1)
     x, b, c = F.silu(conv).split([m.inner, m.d_state, m.d_state], dim=-1)  # one group
     x = x.view(Bn, Tn, m.n_head, m.head_dim)  # (B, T, H, P)
     dt = F.softplus(dt + m.dt_bias)  # (B, T, H)
@@ -171,7 +179,10 @@ def _mamba2_loop(m, u):
     s = torch.zeros(Bn, m.n_head, m.d_state, m.head_dim, dtype=u.dtype)
     ys = []
     for t in range(Tn):
-        s = torch.exp(dt[:, t] * A)[..., None, None] * s + dt[:, t, :, None, None] * b[:, t, None, :, None] * x[:, t, :, None, :]
+        s = (
+            torch.exp(dt[:, t] * A)[..., None, None] * s
+            + dt[:, t, :, None, None] * b[:, t, None, :, None] * x[:, t, :, None, :]
+        )
         ys.append((c[:, t, None, :, None] * s).sum(-2) + m.D[:, None] * x[:, t])  # (B, H, P)
     y = torch.stack(ys, dim=1).flatten(2) * F.silu(z)  # (B, T, inner)
     y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-5) * m.norm_weight
@@ -219,7 +230,7 @@ def test_decoding_from_a_prefix_and_its_state_equals_the_full_forward(name, regi
         kept = [t.clone() for t in state_tensors(state)]
         rest, pos = [], 19
         for size in (1, 1, 7, 1, 16):  # then single tokens and short runs
-            y, state = mixer.step(x[:, pos:pos + size], state)
+            y, state = mixer.step(x[:, pos : pos + size], state)
             rest.append(y)
             pos += size
         again, _ = mixer.step(x[:, 19:20], _replay(mixer, x[:, :19]))  # the prefix's state, rebuilt
@@ -306,18 +317,23 @@ def test_bad_options_name_what_is_wrong(registry):
     with pytest.raises(ValueError, match="need 0 < dt_min <= dt_max"):
         registry.get("mamba2").make_options({"dt_min": 0.5, "dt_max": 0.1})
     variant = registry.get("mamba2")
-    config = ModelConfig(vocab_size=64, d_model=24, n_layer=1, n_head=3, context=64,
-                         options=variant.make_options({"n_groups": 2}))
+    config = ModelConfig(
+        vocab_size=64, d_model=24, n_layer=1, n_head=3, context=64, options=variant.make_options({"n_groups": 2})
+    )
     with pytest.raises(ValueError, match=r"n_groups \(2\) to divide n_head"):
         variant.build_mixer(config, 0)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("fla") is None,
-                    reason="the fla kernels need a CUDA device and fla installed")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or importlib.util.find_spec("fla") is None,
+    reason="the fla kernels need a CUDA device and fla installed",
+)
 @pytest.mark.parametrize("name", VARIANTS)
 def test_fla_kernel_equals_ours_on_cuda(name, registry):
     variant = registry.get(name)
-    config = ModelConfig(vocab_size=64, d_model=64, n_layer=1, n_head=2, context=128, options=variant.make_options(None))
+    config = ModelConfig(
+        vocab_size=64, d_model=64, n_layer=1, n_head=2, context=128, options=variant.make_options(None)
+    )
     ours = variant.build_mixer(config, 0).cuda()
     fla = variant.build_mixer(config.replace(options=variant.make_options({"kernel": "fla"})), 0).cuda()
     fla.load_state_dict(ours.state_dict())

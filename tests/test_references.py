@@ -33,7 +33,7 @@ def phi64(name: str, x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
     if name == "softmax":  # normalised over the head dimension
         return torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)
     if name == "performer":  # FAVOR+ positive features of exp(q.k / sqrt(h)), no stabiliser
-        xs = x / h ** 0.25
+        xs = x / h**0.25
         return torch.exp(xs @ w.T - (xs * xs).sum(-1, keepdim=True) / 2) / math.sqrt(w.shape[0])
     raise ValueError(name)
 
@@ -117,7 +117,10 @@ def test_validate_accepts_feature_maps_and_suggests_for_a_misspelling(tmp_path):
 def test_list_shows_the_options_of_each_variant():
     out = run_cli("list", "--options")
     assert out.returncode == 0, out.stderr
-    assert "linear: chunk_size=64; eps=1e-06; feature_map='elu' (one of elu, relu, softmax, taylor, performer)" in out.stdout
+    assert (
+        "linear: chunk_size=64; eps=1e-06; feature_map='elu' (one of elu, relu, softmax, taylor, performer)"
+        in out.stdout
+    )
     assert "additive: rescale=15.0; eps_compat=False" in out.stdout
     listed = json.loads(run_cli("list", "--json").stdout)
     linear = next(v for v in listed["variants"] if v["name"] == "linear")
@@ -130,11 +133,12 @@ def test_gelu_tanh_backbone_is_gpt2_gelu_new_and_recorded():
     cfg = base.replace(activation="gelu_tanh")
     assert cfg.to_dict()["activation"] == "gelu_tanh"
     from attnbench.nn.backbone import MLP
+
     torch.manual_seed(0)
     mlp = MLP(cfg).double()
     x = torch.randn(3, 5, 16, dtype=torch.float64)
     h = mlp.c_fc(x)
-    gelu_new = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))  # HF GPT-2
+    gelu_new = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))  # HF GPT-2
     assert (mlp(x) - mlp.c_proj(gelu_new)).abs().max() <= 1e-12
     exact = MLP(base).double()
     exact.load_state_dict(mlp.state_dict())
@@ -168,7 +172,7 @@ def future64(q, k, v, Kf, Vf, bk, bv, fd: int, C: int) -> torch.Tensor:
     for i in range(T):
         logits[i, : i + 1] = A[i, : i + 1]
         hi = min(i + fd, Tw - 1)
-        logits[i, i + 1 : hi + 1] = Fs[i, i : hi]
+        logits[i, i + 1 : hi + 1] = Fs[i, i:hi]
     P = torch.softmax(logits, dim=-1)  # (T, Tw)
     causal = torch.tril(P[:, :T])  # (T, T)
     band = P[:, 1:Tw] * torch.ones(T, Tw - 1, dtype=q.dtype).triu(0).tril(fd - 1)  # (T, Tw-1) i < j <= i+fd
@@ -196,8 +200,13 @@ def test_future_matches_the_reference_with_future_biases(registry, bias):
     zero = torch.zeros(2, 1, C - 1, dtype=torch.float64)
     bk = mixer.k_future_bias.detach() if bias else zero
     bv = mixer.v_future_bias.detach() if bias else torch.zeros(2, 1, 8, dtype=torch.float64)
-    ref = torch.cat([future64(q[h], k[h], v[h], mixer.k_future[h].detach(), mixer.v_future[h].detach(),
-                              bk[h], bv[h], fd, C) for h in range(2)], dim=-1)  # (T, D)
+    ref = torch.cat(
+        [
+            future64(q[h], k[h], v[h], mixer.k_future[h].detach(), mixer.v_future[h].detach(), bk[h], bv[h], fd, C)
+            for h in range(2)
+        ],
+        dim=-1,
+    )  # (T, D)
     assert (seen[0][0] - ref).abs().max() <= 1e-10
 
 
@@ -249,8 +258,8 @@ def pool64(x: torch.Tensor, w: torch.Tensor, s: float, window: int, eps: float) 
     out = torch.empty_like(xh)
     for i in range(x.size(1)):  # a direct loop over the window, no cumsum trick
         lo = max(0, i - window + 1)
-        num = (e[:, lo:i + 1, :, None] * xh[:, lo:i + 1]).sum(1)  # (B, H, h)
-        out[:, i] = num / (e[:, lo:i + 1].sum(1)[..., None] + eps)
+        num = (e[:, lo : i + 1, :, None] * xh[:, lo : i + 1]).sum(1)  # (B, H, h)
+        out[:, i] = num / (e[:, lo : i + 1].sum(1)[..., None] + eps)
     return out
 
 
@@ -258,8 +267,14 @@ def pool64(x: torch.Tensor, w: torch.Tensor, s: float, window: int, eps: float) 
 @pytest.mark.parametrize("name,options", [("additive", {}), ("windowed", {"windows": [4]})])
 def test_additive_and_windowed_match_their_equations(registry, name, options, eps_compat):
     variant = registry.get(name)
-    config = ModelConfig(vocab_size=32, d_model=32, n_layer=1, n_head=4, context=64,
-                         options=variant.make_options({**options, "eps_compat": eps_compat}))
+    config = ModelConfig(
+        vocab_size=32,
+        d_model=32,
+        n_layer=1,
+        n_head=4,
+        context=64,
+        options=variant.make_options({**options, "eps_compat": eps_compat}),
+    )
     torch.manual_seed(0)
     mixer = variant.build_mixer(config, 0).eval()
     with torch.no_grad():

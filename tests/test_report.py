@@ -22,9 +22,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attnbench.gate.checks import CheckResult
 from attnbench.cli import main
 from attnbench.errors import ReportError
+from attnbench.gate.checks import CheckResult
 from attnbench.report import write_report
 from attnbench.report.figures import make_palette
 from attnbench.store.database import Metric, Result, RunRecord, Store
@@ -118,12 +118,18 @@ def test_real_report_files_tables_and_figures(real_store, real_report):
     assert set(lm["variant"]) == {"softmax", "future"}
     for _, row in lm.iterrows():  # the table's numbers are the store's, at the chosen point
         lr = float(row["grid_point"].removeprefix("lr="))
-        losses = [r["summary"]["val_loss"] for r in runs if r["experiment"] == "lm"
-                  and r["variant"] == row["variant"] and r["coords"]["lr"] == lr]
+        losses = [
+            r["summary"]["val_loss"]
+            for r in runs
+            if r["experiment"] == "lm" and r["variant"] == row["variant"] and r["coords"]["lr"] == lr
+        ]
         assert len(losses) == 2 and row["loss_mean"] == pytest.approx(sum(losses) / 2)
         assert row["loss_ci95_lo"] < row["loss_mean"] < row["loss_ci95_hi"]
-        other = [r["summary"]["val_loss"] for r in runs if r["experiment"] == "lm"
-                 and r["variant"] == row["variant"] and r["coords"]["lr"] != lr]
+        other = [
+            r["summary"]["val_loss"]
+            for r in runs
+            if r["experiment"] == "lm" and r["variant"] == row["variant"] and r["coords"]["lr"] != lr
+        ]
         assert row["loss_mean"] <= sum(other) / 2  # the best point on held-out loss was chosen
         assert row["steps"] == 10 and row["tokens"] == 10 * 2 * 32 and row["status"] == "done"
         assert row["n_params"] > 0 and row["trust_gate"] == "passed"
@@ -138,8 +144,12 @@ def test_real_report_files_tables_and_figures(real_store, real_report):
 
     points = _table(real_report, "sp-points")
     assert set(points["variant"]) == {"softmax", "linear"}
-    assert set(zip(points["mode"], points["T"])) == {("forward", 64), ("forward", 128), ("forward", 256),
-                                                     ("decode", 64)}
+    assert set(zip(points["mode"], points["T"])) == {
+        ("forward", 64),
+        ("forward", 128),
+        ("forward", 256),
+        ("decode", 64),
+    }
     assert (points["status"] == "ok").all()
     slopes = _table(real_report, "sp-slopes").set_index(["variant", "mode", "quantity"])
     assert slopes.loc[("linear", "forward", "time"), "n_points"] == 3
@@ -167,23 +177,57 @@ def test_default_suite_and_output_folder(real_store, tmp_path, monkeypatch, caps
     assert "did you mean 'report-tiny'" in err and "suites in this store: report-tiny" in err
 
 
-def _record(key: str, experiment: str, kind: str, variant: str, status: str = "done", seed: int | None = 0,
-            model: int = 0,
-            summary: dict | None = None, error: str | None = None, gate_failed: list[str] | None = None,
-            metrics: list[Metric] | None = None, results: list[Result] | None = None) -> RunRecord:
+def _record(
+    key: str,
+    experiment: str,
+    kind: str,
+    variant: str,
+    status: str = "done",
+    seed: int | None = 0,
+    model: int = 0,
+    summary: dict | None = None,
+    error: str | None = None,
+    gate_failed: list[str] | None = None,
+    metrics: list[Metric] | None = None,
+    results: list[Result] | None = None,
+) -> RunRecord:
     return RunRecord(
-        cell_key=key, suite="problems", experiment=experiment, kind=kind, variant=variant, status=status,
-        seed=seed, coords={"variant": variant, "model": model, "d_model": 32 * (model + 1), "n_layer": 1, "seed": seed},
+        cell_key=key,
+        suite="problems",
+        experiment=experiment,
+        kind=kind,
+        variant=variant,
+        status=status,
+        seed=seed,
+        coords={"variant": variant, "model": model, "d_model": 32 * (model + 1), "n_layer": 1, "seed": seed},
         config={"model": {"d_model": 32 * (model + 1), "n_layer": 1, "n_head": 2}},
-        provenance={"git": {"commit": "c0ffee", "dirty": False}, "versions": {"torch": "2.x"}, "device": "cpu:test",
-                    "gate": {"key": f"gate-{variant}", "failed": gate_failed or []}},
-        summary=summary or {}, started_at=100.0, finished_at=200.0, error=error,
-        metrics=metrics or [], results=results or [])
+        provenance={
+            "git": {"commit": "c0ffee", "dirty": False},
+            "versions": {"torch": "2.x"},
+            "device": "cpu:test",
+            "gate": {"key": f"gate-{variant}", "failed": gate_failed or []},
+        },
+        summary=summary or {},
+        started_at=100.0,
+        finished_at=200.0,
+        error=error,
+        metrics=metrics or [],
+        results=results or [],
+    )
 
 
 def _train_summary(loss: float | None, **extra) -> dict:
-    return {"val_loss": loss, "val_bpb": None if loss is None else loss / 0.6931, "n_params": 1000,
-            "steps": 20, "tokens": 1280, "train_time_s": 2.0, "tokens_per_s": 640.0, "budget": {"steps": 20}, **extra}
+    return {
+        "val_loss": loss,
+        "val_bpb": None if loss is None else loss / 0.6931,
+        "n_params": 1000,
+        "steps": 20,
+        "tokens": 1280,
+        "train_time_s": 2.0,
+        "tokens_per_s": 640.0,
+        "budget": {"steps": 20},
+        **extra,
+    }
 
 
 def _point(mode: str, T: int, status: str, value: float | None, error: str | None = None) -> list[Result]:
@@ -198,37 +242,147 @@ def problem_store(tmp_path) -> Path:
     curve = [Metric(s, s * 64, s * 0.1, "train/loss", 5.0 - s * 0.1) for s in (5, 10, 15, 20)]
     with Store(path) as store:
         store.save_run(_record("a", "lm", "train", "softmax", summary=_train_summary(3.1), metrics=curve))
-        store.save_run(_record("b", "lm", "train", "unstable", status="diverged",
-                               summary=_train_summary(None, diverged_at_step=7),
-                               error=f"training loss nan at step 7 {EVIL}"))
-        store.save_run(_record("c", "lm", "train", "leaky", summary=_train_summary(2.5),
-                               gate_failed=["no_future_leak_forward"]))
+        store.save_run(
+            _record(
+                "b",
+                "lm",
+                "train",
+                "unstable",
+                status="diverged",
+                summary=_train_summary(None, diverged_at_step=7),
+                error=f"training loss nan at step 7 {EVIL}",
+            )
+        )
+        store.save_run(
+            _record("c", "lm", "train", "leaky", summary=_train_summary(2.5), gate_failed=["no_future_leak_forward"])
+        )
         store.save_run(_record("d", "lm", "train", EVIL, summary=_train_summary(3.3)))
-        store.save_run(_record("e", "sp", "speed", "softmax", results=[
-            r for T in (64, 128, 256) for r in _point("forward", T, "ok", 1e-4 * T)]))
-        store.save_run(_record("f", "sp", "speed", "linear", results=[
-            *_point("forward", 64, "ok", 0.01), *_point("forward", 128, "ok", 0.012),
-            *_point("forward", 256, "oom", None, "out of memory: tried to allocate 1 GiB"),
-            *_point("forward", 512, "skipped", None, "skipped after oom at T=256")]))
-        store.save_run(_record("h", "sp", "speed_fit", "linear", seed=None, results=[
-            Result("slope", 0.26, "", {"mode": "forward", "quantity": "time", "model": 0, "ci95": [0.1, 0.42],
-                                       "n_points": 3, "T_min": 64, "T_max": 256}),
-            Result("crossover_T", 128, "", {"mode": "forward", "model": 0, "against": "softmax",
-                                            "status": "found", "T_interp": 110.0, "compared_T": [64, 128, 256]})]))
+        store.save_run(
+            _record(
+                "e",
+                "sp",
+                "speed",
+                "softmax",
+                results=[r for T in (64, 128, 256) for r in _point("forward", T, "ok", 1e-4 * T)],
+            )
+        )
+        store.save_run(
+            _record(
+                "f",
+                "sp",
+                "speed",
+                "linear",
+                results=[
+                    *_point("forward", 64, "ok", 0.01),
+                    *_point("forward", 128, "ok", 0.012),
+                    *_point("forward", 256, "oom", None, "out of memory: tried to allocate 1 GiB"),
+                    *_point("forward", 512, "skipped", None, "skipped after oom at T=256"),
+                ],
+            )
+        )
+        store.save_run(
+            _record(
+                "h",
+                "sp",
+                "speed_fit",
+                "linear",
+                seed=None,
+                results=[
+                    Result(
+                        "slope",
+                        0.26,
+                        "",
+                        {
+                            "mode": "forward",
+                            "quantity": "time",
+                            "model": 0,
+                            "ci95": [0.1, 0.42],
+                            "n_points": 3,
+                            "T_min": 64,
+                            "T_max": 256,
+                        },
+                    ),
+                    Result(
+                        "crossover_T",
+                        128,
+                        "",
+                        {
+                            "mode": "forward",
+                            "model": 0,
+                            "against": "softmax",
+                            "status": "found",
+                            "T_interp": 110.0,
+                            "compared_T": [64, 128, 256],
+                        },
+                    ),
+                ],
+            )
+        )
         for i, (n, loss) in enumerate([(1000, 4.0), (4000, 3.5), (16000, 3.2)]):
-            store.save_run(_record(f"sc{i}", "sc", "scaling", "softmax", model=i, summary={
-                "n_params": n, "train_flops": 6.0 * n * n, "val_loss": loss}))
-        store.save_run(_record("scfit", "sc", "scaling_fit", "softmax", seed=None, results=[
-            Result("power_law", 0.5, "", {"x": "params", "a": 60.0, "b": 0.5, "c": 2.1, "rmse": 0.01,
-                                          "n_points": 3})]))
-        store.save_run(_record("g", "ev", "lm_eval", "softmax", results=[Result("acc", 0.25, "", {
-            "task": "attnbench_recall", "metric": "acc", "filter": "none", "stderr": 0.03, "n_samples": 40,
-            "higher_is_better": True, "train_run_id": 1, "train_cell_key": "a"})]))
-        store.save_checks("gate-leaky", "leaky", [
-            CheckResult("no_future_leak_forward", "fail", 0.5, 1e-5, f"logits at t changed by 0.5 {EVIL}"),
-            CheckResult("deterministic", "pass", 0.0, 0.0, "bitwise equal")], {"device": "cpu:test"})
-        store.save_checks("gate-softmax", "softmax",
-                          [CheckResult("no_future_leak_forward", "pass", 1e-7, 1e-5, "ok")], {})
+            store.save_run(
+                _record(
+                    f"sc{i}",
+                    "sc",
+                    "scaling",
+                    "softmax",
+                    model=i,
+                    summary={"n_params": n, "train_flops": 6.0 * n * n, "val_loss": loss},
+                )
+            )
+        store.save_run(
+            _record(
+                "scfit",
+                "sc",
+                "scaling_fit",
+                "softmax",
+                seed=None,
+                results=[
+                    Result(
+                        "power_law",
+                        0.5,
+                        "",
+                        {"x": "params", "a": 60.0, "b": 0.5, "c": 2.1, "rmse": 0.01, "n_points": 3},
+                    )
+                ],
+            )
+        )
+        store.save_run(
+            _record(
+                "g",
+                "ev",
+                "lm_eval",
+                "softmax",
+                results=[
+                    Result(
+                        "acc",
+                        0.25,
+                        "",
+                        {
+                            "task": "attnbench_recall",
+                            "metric": "acc",
+                            "filter": "none",
+                            "stderr": 0.03,
+                            "n_samples": 40,
+                            "higher_is_better": True,
+                            "train_run_id": 1,
+                            "train_cell_key": "a",
+                        },
+                    )
+                ],
+            )
+        )
+        store.save_checks(
+            "gate-leaky",
+            "leaky",
+            [
+                CheckResult("no_future_leak_forward", "fail", 0.5, 1e-5, f"logits at t changed by 0.5 {EVIL}"),
+                CheckResult("deterministic", "pass", 0.0, 0.0, "bitwise equal"),
+            ],
+            {"device": "cpu:test"},
+        )
+        store.save_checks(
+            "gate-softmax", "softmax", [CheckResult("no_future_leak_forward", "pass", 1e-7, 1e-5, "ok")], {}
+        )
     return path
 
 
@@ -238,7 +392,7 @@ def test_problems_are_listed_first_and_plainly(problem_store, tmp_path):
     assert _sha(problem_store) == before
     html = index.read_text()
     md = (tmp_path / "out" / "report.md").read_text()
-    problems = html[html.index('id="problems"'):html.index("<nav>")]
+    problems = html[html.index('id="problems"') : html.index("<nav>")]
     assert "unstable" in problems and "diverged at step 7" in problems
     assert "linear" in problems and "sp forward T=256: out of memory" in problems
     assert "leaky" in problems and "no_future_leak_forward: check failed" in problems
@@ -300,9 +454,19 @@ def test_page_renders_in_headless_chromium_without_console_errors(problem_store,
             pytest.fail("chromium is not installed (apt-get install chromium); required when CI is set")
         pytest.skip("chromium is not installed")
     index = write_report(problem_store, None, tmp_path / "out")
-    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run",
-             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    flags = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+    ]
     dom = subprocess.run([*flags, "--dump-dom", index.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert dom.stdout.count("<table") >= 5 and dom.stdout.count('<img src="data:image/png;base64,') >= 2
@@ -310,6 +474,10 @@ def test_page_renders_in_headless_chromium_without_console_errors(problem_store,
     console = [ln for ln in dom.stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
     assert console == []  # no script errors, no blocked (external) resources
     shot = tmp_path / "page.png"
-    proc = subprocess.run([*flags, "--window-size=1280,2000", f"--screenshot={shot}", index.as_uri()],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [*flags, "--window-size=1280,2000", f"--screenshot={shot}", index.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and shot.stat().st_size > 10_000

@@ -11,11 +11,11 @@ import torch
 
 from attnbench.errors import SuiteError
 from attnbench.fits import fit_power_law
+from attnbench.plan.specs import ScalingSpec
+from attnbench.plan.suite import load_suite
 from attnbench.registry.loader import load_registry
 from attnbench.run.runner import run_suite
-from attnbench.plan.specs import ScalingSpec
 from attnbench.store.database import Store
-from attnbench.plan.suite import load_suite
 from tests.helpers import REPO, write_suite
 
 SUITE = """
@@ -89,8 +89,9 @@ def test_power_law_fit_recovers_known_parameters():
     fit = fit_power_law(N, [5.0 * n**-0.3 + 1.5 for n in N])
     assert math.isclose(fit.b, 0.3, rel_tol=1e-4) and math.isclose(fit.c, 1.5, rel_tol=1e-4)
     assert math.isclose(fit.a, 5.0, rel_tol=1e-3) and fit.rmse < 1e-6 and fit.n_points == 6
-    noisy = fit_power_law(N, [(5.0 * n**-0.3 + 1.5) * (1 + e) for n, e in
-                              zip(N, (0.002, -0.003, 0.001, 0.002, -0.001, 0.0))])
+    noisy = fit_power_law(
+        N, [(5.0 * n**-0.3 + 1.5) * (1 + e) for n, e in zip(N, (0.002, -0.003, 0.001, 0.002, -0.001, 0.0))]
+    )
     assert abs(noisy.b - 0.3) < 0.1 and abs(noisy.c - 1.5) < 0.2
     flat = fit_power_law([1e3, 1e4, 1e5], [2.0, 2.0, 2.0])  # no size effect: b or a ~ 0
     assert flat.rmse < 1e-6
@@ -112,7 +113,9 @@ def test_scaling_spec_rules():
 
 
 def test_scaling_suite_needs_three_sizes(tmp_path):
-    two = write_suite(tmp_path / "two.yaml", """
+    two = write_suite(
+        tmp_path / "two.yaml",
+        """
         version: 1
         name: two
         experiments:
@@ -120,7 +123,8 @@ def test_scaling_suite_needs_three_sizes(tmp_path):
             kind: scaling
             models: [{d_model: 16}, {d_model: 32}]
             scaling: {tokens_per_param: 1}
-    """)
+    """,
+    )
     with pytest.raises(SuiteError, match="at least 3 different model sizes"):
         load_suite(two)
     assert load_suite(REPO / "suites" / "scaling.yaml").experiments[0].kind == "scaling"

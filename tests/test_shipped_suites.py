@@ -78,14 +78,18 @@ def test_a_bare_name_is_the_shipped_suite_and_an_existing_path_wins(tmp_path, cl
 def test_an_unknown_name_or_missing_path_is_a_clear_error_listing_the_shipped_suites(tmp_path, cli):
     code, out, err = cli(tmp_path, "validate", "quikc")
     assert code == 2 and "Traceback" not in err
-    assert err.startswith(f"attnbench: error: suite file quikc not found in {tmp_path}, and no shipped suite "
-                          "is named 'quikc'; did you mean 'quick'?")
+    assert err.startswith(
+        f"attnbench: error: suite file quikc not found in {tmp_path}, and no shipped suite "
+        "is named 'quikc'; did you mean 'quick'?"
+    )
     assert err.rstrip().endswith("shipped suite's name: " + ", ".join(SHIPPED))
     code, out, err = cli(tmp_path, "run", "nowhere/quick.yaml", "--store", str(tmp_path / "s.sqlite"))
     assert code == 2 and "Traceback" not in err
-    assert err.rstrip() == (f"attnbench: error: suite file nowhere/quick.yaml not found (looked at "
-                            f"{tmp_path / 'nowhere' / 'quick.yaml'}); give an existing suite YAML file, "
-                            "or a shipped suite's name without a folder: " + ", ".join(SHIPPED))
+    assert err.rstrip() == (
+        f"attnbench: error: suite file nowhere/quick.yaml not found (looked at "
+        f"{tmp_path / 'nowhere' / 'quick.yaml'}); give an existing suite YAML file, "
+        "or a shipped suite's name without a folder: " + ", ".join(SHIPPED)
+    )
     assert not (tmp_path / "s.sqlite").exists()  # refused before the store is touched
 
 
@@ -102,7 +106,7 @@ def test_suites_lists_every_shipped_suite_with_its_description(tmp_path, cli):
     assert code == 0, err
     lines = out.splitlines()
     assert _columns(lines[0]) == ["suite", "wall time", "description"]
-    rows = [_columns(line) for line in lines[1:len(SHIPPED) + 1]]
+    rows = [_columns(line) for line in lines[1 : len(SHIPPED) + 1]]
     assert [(name, desc) for name, _, desc in rows] == [(s["name"], s["description"]) for s in listed]
     for (_, wall, _), item in zip(rows, listed):
         assert wall == "not measured" if item["wall_time_s"] is None else re.fullmatch(r"(\d+:)?\d+:\d\d", wall)
@@ -112,35 +116,47 @@ def test_suites_lists_every_shipped_suite_with_its_description(tmp_path, cli):
 def test_suites_reads_measured_wall_times_from_the_header(tmp_path, cli):
     folder = tmp_path / "mine"
     folder.mkdir()
-    write_suite(folder / "timed.yaml", "# A timed suite.\n# Wall time (idle 2-core CPU, 2026-11-25): 7:06\n"
-                + LOCAL.replace("name: local", "name: timed\ndescription: Timed on purpose."))
+    write_suite(
+        folder / "timed.yaml",
+        "# A timed suite.\n# Wall time (idle 2-core CPU, 2026-11-25): 7:06\n"
+        + LOCAL.replace("name: local", "name: timed\ndescription: Timed on purpose."),
+    )
     write_suite(folder / "long.yaml", "# Hours of GPU.\n#\n# wall time: 1:02:03\n" + LOCAL)
     write_suite(folder / "plain.yml", "#\n#   First words of the header.\n# Wall time: about ten minutes\n" + LOCAL)
     code, out, err = cli(tmp_path, "suites", str(folder), "--json")
     assert code == 0, err
     got = {s["name"]: (s["description"], s["wall_time_s"], s["wall_time_note"]) for s in json.loads(out)}
-    assert got == {"long": ("Hours of GPU.", 3723, ""),
-                   "plain": ("First words of the header.", None, ""),  # no M:SS: not a measurement
-                   "timed": ("Timed on purpose.", 426, "idle 2-core CPU, 2026-11-25")}
+    assert got == {
+        "long": ("Hours of GPU.", 3723, ""),
+        "plain": ("First words of the header.", None, ""),  # no M:SS: not a measurement
+        "timed": ("Timed on purpose.", 426, "idle 2-core CPU, 2026-11-25"),
+    }
     code, out, err = cli(tmp_path, "suites", str(folder))
-    assert [_columns(line) for line in out.splitlines()] == [["suite", "wall time", "description"],
-                                                             ["long", "1:02:03", "Hours of GPU."],
-                                                             ["plain", "not measured", "First words of the header."],
-                                                             ["timed", "7:06", "Timed on purpose."]]
+    assert [_columns(line) for line in out.splitlines()] == [
+        ["suite", "wall time", "description"],
+        ["long", "1:02:03", "Hours of GPU."],
+        ["plain", "not measured", "First words of the header."],
+        ["timed", "7:06", "Timed on purpose."],
+    ]
     code, out, err = cli(tmp_path, "suites", str(tmp_path / "nope"))
     assert code == 2 and err.startswith(f"attnbench: error: {tmp_path / 'nope'} is not a folder")
 
 
 def test_an_lm_eval_path_that_does_not_exist_is_refused_at_validate(tmp_path, cli):
-    suite = (REPO / "suites" / "lm-eval.yaml").read_text().replace(
-        "include_path: lm_eval_tasks", f"include_path: {REPO / 'suites' / 'lm_eval_tasks'}")
+    suite = (
+        (REPO / "suites" / "lm-eval.yaml")
+        .read_text()
+        .replace("include_path: lm_eval_tasks", f"include_path: {REPO / 'suites' / 'lm_eval_tasks'}")
+    )
     write_suite(tmp_path / "lm.yaml", suite)
     code, out, err = cli(tmp_path, "validate", "lm.yaml")  # the held-out text is looked for beside this copy
     assert code == 2 and "Traceback" not in err
     line = next(i + 1 for i, text in enumerate(suite.splitlines()) if "text_path" in text)
-    assert err.strip() == (f"attnbench: error: {tmp_path / 'lm.yaml'}:{line}: experiments[1].lm_eval.paths."
-                           f"text_path: file {tmp_path / 'lm_eval_tasks' / 'heldout_python.txt'} does not "
-                           "exist (paths are relative to the suite file)")
+    assert err.strip() == (
+        f"attnbench: error: {tmp_path / 'lm.yaml'}:{line}: experiments[1].lm_eval.paths."
+        f"text_path: file {tmp_path / 'lm_eval_tasks' / 'heldout_python.txt'} does not "
+        "exist (paths are relative to the suite file)"
+    )
 
 
 # -- from a wheel ------------------------------------------------------------------------
@@ -149,6 +165,7 @@ def test_an_lm_eval_path_that_does_not_exist_is_refused_at_validate(tmp_path, cl
 def _dependency_dirs() -> list[str]:
     """Where this interpreter finds attnbench's dependencies, minus the checkout's own folders
     (a venv inside the checkout, as CI's .venv is, still counts: its site-packages are deps)."""
+
     def ours(path: Path) -> bool:
         return path.is_relative_to(REPO) and "site-packages" not in path.parts
 
@@ -169,8 +186,23 @@ def _build_wheel(tmp_path: Path) -> Path:
         shutil.copy2(REPO / name, src / name)
     for name in ("harness", "plugins", "suites"):
         shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                           str(src), "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            str(src),
+            "-w",
+            str(tmp_path / "dist"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (wheel,) = (tmp_path / "dist").glob("attnbench-*.whl")
     return wheel
@@ -182,17 +214,42 @@ def test_an_installed_wheel_runs_shipped_suites_from_an_empty_folder(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     (Path(site) / "_deps.pth").write_text("\n".join(_dependency_dirs()) + "\n")  # dependencies, not attnbench
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                           "--no-compile", "--no-index", str(wheel)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-compile",
+            "--no-index",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    env = {"HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
-           "HF_HOME": str(tmp_path / "hf"), "MPLCONFIGDIR": str(tmp_path / "mpl"), "PYTHONPATH": None}
+    env = {
+        "HOME": str(tmp_path / "home"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "HF_HOME": str(tmp_path / "hf"),
+        "MPLCONFIGDIR": str(tmp_path / "mpl"),
+        "PYTHONPATH": None,
+    }
     exe = str(venv / "bin" / "attnbench")
     installed = Path(site) / "attnbench" / "suites"
     quick = _attnbench("validate", "quick", cwd=empty, exe=exe, env=env)
@@ -203,7 +260,8 @@ def test_an_installed_wheel_runs_shipped_suites_from_an_empty_folder(tmp_path):
     listed = _attnbench("suites", "--json", cwd=empty, exe=exe, env=env)
     assert listed.returncode == 0, listed.stderr
     assert [(s["name"], Path(s["path"])) for s in json.loads(listed.stdout)] == [
-        (name, installed / f"{name}.yaml") for name in SHIPPED]
+        (name, installed / f"{name}.yaml") for name in SHIPPED
+    ]
     tasks = sorted(p.name for p in (installed / "lm_eval_tasks").iterdir() if p.is_file())
     assert tasks == sorted(p.name for p in (REPO / "suites" / "lm_eval_tasks").iterdir() if p.is_file())
     assert list(empty.iterdir()) == []  # nothing written where it ran

@@ -19,14 +19,14 @@ import torch
 from torch import nn
 
 from attnbench import Variant, hookimpl
-from attnbench.experiments.registry import expand_suite
 from attnbench.errors import SuiteError
+from attnbench.experiments.registry import expand_suite
 from attnbench.fits import crossover, loglog_slope, t_quantile_975
+from attnbench.plan.specs import SpeedSpec
+from attnbench.plan.suite import load_suite
 from attnbench.registry.loader import get_plugin_manager, load_registry
 from attnbench.run.runner import run_suite
-from attnbench.plan.specs import SpeedSpec
 from attnbench.store.database import Store
-from attnbench.plan.suite import load_suite
 from tests.helpers import REPO, run_cli, write_suite
 
 OOM_ABOVE = 16
@@ -103,7 +103,9 @@ def test_oom_and_timeout_are_stored_and_longer_lengths_skipped(tmp_path):
         for mode in ("forward", "train_step"):
             ok = times[(mode, 16)]
             assert ok["tags"]["status"] == "ok" and ok["value"] > 0 and ok["unit"] == "s"
-            assert {"stddev_s", "iqr_s", "rounds", "tokens_per_s", "dtype", "backend", "fallback", "path"} <= set(ok["tags"])
+            assert {"stddev_s", "iqr_s", "rounds", "tokens_per_s", "dtype", "backend", "fallback", "path"} <= set(
+                ok["tags"]
+            )
             assert mems[(mode, 16)]["value"] >= 0 and mems[(mode, 16)]["tags"]["memory_method"].startswith("cpu-")
             for rows in (times, mems):
                 assert rows[(mode, 32)]["tags"]["status"] == "oom" and rows[(mode, 32)]["value"] is None
@@ -136,9 +138,29 @@ def bench_store(tmp_path_factory):
     """`attnbench bench` over softmax and toy-ema, forward and decode, T = 16 and 32
     (train_step rows are checked in the failures test)."""
     path = tmp_path_factory.mktemp("bench") / "bench.sqlite"
-    args = ("bench", "--variants", "softmax,toy-ema", "--lengths", "16,32", "--modes", "forward,decode",
-            "--d-model", "32", "--n-layer", "1", "--n-head", "2", "--min-rounds", "2", "--max-time", "0.05",
-            "--threads", "1", "--store", str(path))
+    args = (
+        "bench",
+        "--variants",
+        "softmax,toy-ema",
+        "--lengths",
+        "16,32",
+        "--modes",
+        "forward,decode",
+        "--d-model",
+        "32",
+        "--n-layer",
+        "1",
+        "--n-head",
+        "2",
+        "--min-rounds",
+        "2",
+        "--max-time",
+        "0.05",
+        "--threads",
+        "1",
+        "--store",
+        str(path),
+    )
     first = run_cli(*args)
     assert first.returncode == 0, first.stderr
     return path, args, first.stdout
@@ -176,7 +198,8 @@ def test_bench_cli_prints_table_and_rows_have_the_documented_format(bench_store)
         fits = {r["variant"]: store.results(r["id"]) for r in store.runs(kind="speed_fit")}
         slopes = [r for r in fits["toy-ema"] if r["name"] == "slope"]
         assert {(r["tags"]["mode"], r["tags"]["quantity"]) for r in slopes} == {
-            (m, q) for m in ("forward", "decode") for q in ("time", "memory")}
+            (m, q) for m in ("forward", "decode") for q in ("time", "memory")
+        }
         # two lengths: no slope is stored (a line through 2 points has no interval), and it says why
         assert all(r["value"] is None and "too few to fit" in r["tags"]["error"] for r in slopes)
         assert all(r["tags"]["T_min"] == 16 for r in slopes if r["tags"]["n_points"] == 2)
@@ -195,7 +218,7 @@ def test_bench_rerun_reuses_everything(bench_store):
         assert len(store.runs(kind="speed")) == 2 and len(store.runs(kind="speed_fit")) == 2
 
 
-PLUGIN_SRC = '''
+PLUGIN_SRC = """
 from torch import nn
 from harness import Variant, hookimpl
 from attnbench.experiments.registry import expand_suite
@@ -214,7 +237,7 @@ class TmpMixer(nn.Module):
 @hookimpl
 def attnbench_register_variants(register):
     register(Variant(name="tmp-speed", build_mixer=TmpMixer))
-'''
+"""
 
 TMP_SUITE = """
     version: 1
@@ -294,21 +317,29 @@ def test_speed_spec_lengths_and_validation():
     assert spec.sweep("forward") == [256, 512, 1024, 2048] and spec.sweep("decode") == [128, 1024]
     assert spec.context_needed() == 2048
     assert SpeedSpec(lengths=[64, 16, 64], modes=["decode"]).context_needed() == 64 + 8
-    for bad in ({"T_min": 512, "T_max": 256}, {"lengths": [0, 16]}, {"modes": []},
-                {"modes": ["forward", "forward"]}, {"modes": ["backward"]}):
+    for bad in (
+        {"T_min": 512, "T_max": 256},
+        {"lengths": [0, 16]},
+        {"modes": []},
+        {"modes": ["forward", "forward"]},
+        {"modes": ["backward"]},
+    ):
         with pytest.raises(ValueError):
             SpeedSpec(**bad)
 
 
 def test_suite_errors_name_the_speed_key(tmp_path):
-    bad = write_suite(tmp_path / "bad.yaml", """
+    bad = write_suite(
+        tmp_path / "bad.yaml",
+        """
         version: 1
         name: bad
         experiments:
           - name: s
             kind: speed
             speed: {T_min: 256, T_max: 16384, modez: [forward]}
-    """)
+    """,
+    )
     with pytest.raises(SuiteError, match=r"bad.yaml:6: .*modez"):
         load_suite(bad)
 
@@ -324,12 +355,35 @@ def test_report_path_column_shows_what_the_mixer_says_it_ran(tmp_path):
     """The points table names the mixer's describe_path() (kernel, chunk size), not only the
     attention backend the profiler saw."""
     store = tmp_path / "s.sqlite"
-    result = run_cli("bench", "--variants", "linear", "--lengths", "16", "--modes", "forward", "--d-model", "32",
-                     "--n-layer", "1", "--n-head", "2", "--min-rounds", "2", "--max-time", "0.05", "--threads", "1",
-                     "--store", str(store))
+    result = run_cli(
+        "bench",
+        "--variants",
+        "linear",
+        "--lengths",
+        "16",
+        "--modes",
+        "forward",
+        "--d-model",
+        "32",
+        "--n-layer",
+        "1",
+        "--n-head",
+        "2",
+        "--min-rounds",
+        "2",
+        "--max-time",
+        "0.05",
+        "--threads",
+        "1",
+        "--store",
+        str(store),
+    )
     assert result.returncode == 0, result.stderr
     report = run_cli("report", "--store", str(store), "--out", str(tmp_path / "rep"))
     assert report.returncode == 0, report.stderr
-    row = next(line.replace("\\_", "_") for line in (tmp_path / "rep" / "report.md").read_text().splitlines()
-               if line.startswith("| linear") and "| forward |" in line)
+    row = next(
+        line.replace("\\_", "_")
+        for line in (tmp_path / "rep" / "report.md").read_text().splitlines()
+        if line.startswith("| linear") and "| forward |" in line
+    )
     assert "| kernel=chunked.linear_attention, chunk_size=64, " in row and "; backend=n/a |" in row, row

@@ -18,8 +18,9 @@ from tests import broken_variants
 
 @pytest.fixture(scope="module")
 def broken():
-    return load_registry(get_plugin_manager(
-        extra_plugins=[("broken", broken_variants), ("softmax", softmax)], entry_points=False))
+    return load_registry(
+        get_plugin_manager(extra_plugins=[("broken", broken_variants), ("softmax", softmax)], entry_points=False)
+    )
 
 
 def _facts(variant):
@@ -54,8 +55,11 @@ def _held(mixer, config, T):
 
 def test_every_builtin_that_decodes_declares_the_state_it_holds():
     registry = load_registry()
-    builtins = [v for v in registry.variants.values()
-                if v.distribution == "attnbench" and v.decode != "none" and v.state_size is not None]
+    builtins = [
+        v
+        for v in registry.variants.values()
+        if v.distribution == "attnbench" and v.decode != "none" and v.state_size is not None
+    ]
     assert {"softmax", "gla", "gated_deltanet", "mamba2", "swa"} <= {v.name for v in builtins}
     for variant in builtins:
         config = ModelConfig(d_model=16, n_layer=1, n_head=2, context=80, options=variant.make_options(None))
@@ -113,8 +117,10 @@ def test_match_params_sets_each_variants_mlp_width_within_2_percent(tmp_path, ca
         assert abs(n - counts["softmax"]) <= 0.02 * counts["softmax"], (name, n, counts["softmax"])
         assert name == "softmax" or cells[name].model.mlp_hidden != 4 * 32  # the MLP took up the difference
     # without matching, gla's and retnet's mixers make them > 2% off
-    plain = {n: Backbone(c.model.replace(mlp_hidden=None), registry.get(n).build_mixer).num_params()
-             for n, c in cells.items()}
+    plain = {
+        n: Backbone(c.model.replace(mlp_hidden=None), registry.get(n).build_mixer).num_params()
+        for n, c in cells.items()
+    }
     assert all(abs(plain[n] - plain["softmax"]) > 0.02 * plain["softmax"] for n in ("gla", "retnet"))
     # a mixer larger than any MLP width can make up: a clear error naming the key
     big = write_suite(tmp_path / "big.yaml", FAIR.replace("[softmax, gla, retnet]", "[softmax, mamba2]"))

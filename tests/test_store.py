@@ -24,9 +24,19 @@ PINNED_SCHEMA = [
 
 def _run(key: str, n_metrics: int = 3) -> RunRecord:
     return RunRecord(
-        cell_key=key, suite="s", experiment="e", kind="train", variant="softmax", status="done",
-        seed=0, coords={"lr": 1e-3}, config={"a": 1}, provenance={"git": {"commit": "abc"}},
-        summary={"val_loss": 1.5}, started_at=0.0, finished_at=1.0,
+        cell_key=key,
+        suite="s",
+        experiment="e",
+        kind="train",
+        variant="softmax",
+        status="done",
+        seed=0,
+        coords={"lr": 1e-3},
+        config={"a": 1},
+        provenance={"git": {"commit": "abc"}},
+        summary={"val_loss": 1.5},
+        started_at=0.0,
+        finished_at=1.0,
         metrics=[Metric(i, i * 10, 0.1 * i, "train/loss", 2.0 - i / 10) for i in range(n_metrics)],
         results=[Result("loss", 1.5, "nats", {"split": "val"})],
     )

@@ -44,14 +44,27 @@ SUITE = """
 
 def _record(key: str, status: str = "done", summary: dict | None = None, started: float = 0.0) -> RunRecord:
     return RunRecord(
-        cell_key=key, suite="s", experiment="e", kind="train", variant="softmax", status=status, seed=0,
-        coords={}, config={}, provenance={"host": "a"}, summary=summary or {"val_loss": 1.5},
-        started_at=started, finished_at=started + 1, error=None if status == "done" else "RuntimeError: boom",
-        metrics=[Metric(1, 10, 0.1, "train/loss", 2.0)], results=[Result("loss", 1.5, "nats")],
+        cell_key=key,
+        suite="s",
+        experiment="e",
+        kind="train",
+        variant="softmax",
+        status=status,
+        seed=0,
+        coords={},
+        config={},
+        provenance={"host": "a"},
+        summary=summary or {"val_loss": 1.5},
+        started_at=started,
+        finished_at=started + 1,
+        error=None if status == "done" else "RuntimeError: boom",
+        metrics=[Metric(1, 10, 0.1, "train/loss", 2.0)],
+        results=[Result("loss", 1.5, "nats")],
     )
 
 
 # -- failed cells are retried, their history kept ----------------------------------------
+
 
 def test_a_failed_cell_is_retried_and_its_failure_kept(tmp_path, registry, monkeypatch, request):
     suite = load_suite(write_suite(tmp_path / "s.yaml", SUITE.format(name="retry", seeds="[0]")))
@@ -100,18 +113,21 @@ def test_the_report_shows_earlier_attempts(tmp_path):
 
 # -- faults found when the store is opened, before any compute -------------------------
 
+
 def test_a_corrupt_store_is_refused_before_anything_runs(tmp_path):
     path = tmp_path / "s.sqlite"
     with Store(path) as store:
         for i in range(200):
             store.save_run(_record(f"k{i}"))
     db = sqlite3.connect(path)
-    page_size, root = db.execute("PRAGMA page_size").fetchone()[0], db.execute(
-        "SELECT rootpage FROM sqlite_master WHERE name = 'runs'").fetchone()[0]
+    page_size, root = (
+        db.execute("PRAGMA page_size").fetchone()[0],
+        db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'runs'").fetchone()[0],
+    )
     db.close()
     raw = bytearray(path.read_bytes())
     start = (root - 1) * page_size
-    raw[start: start + 64] = b"\xff" * 64  # scribble over the runs table's root page header
+    raw[start : start + 64] = b"\xff" * 64  # scribble over the runs table's root page header
     path.write_bytes(bytes(raw))
     with pytest.raises(StoreError, match=rf"{re.escape(str(path))}.*(corrupt|malformed).*\.recover"):
         Store(path)
@@ -150,6 +166,7 @@ def test_a_write_that_fails_after_compute_keeps_the_result_and_the_next_open_imp
 
 # -- strict JSON ---------------------------------------------------------------------
 
+
 def test_non_finite_numbers_are_strict_json_in_the_store_and_floats_when_read(tmp_path):
     path = tmp_path / "s.sqlite"
     with Store(path) as store:
@@ -157,17 +174,23 @@ def test_non_finite_numbers_are_strict_json_in_the_store_and_floats_when_read(tm
         summary = store.runs()[0]["summary"]
         assert math.isnan(summary["val_loss"]) and summary["best"] == math.inf and summary["low"] == -math.inf
     db = sqlite3.connect(path)
-    assert db.execute("SELECT json_valid(summary), json_extract(summary, '$.best') FROM runs").fetchone() == (1, "Infinity")
+    assert db.execute("SELECT json_valid(summary), json_extract(summary, '$.best') FROM runs").fetchone() == (
+        1,
+        "Infinity",
+    )
     raw = db.execute("SELECT summary FROM runs").fetchone()[0]
     json.loads(raw, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
 
 
 # -- stores from several machines -----------------------------------------------------
 
+
 def _report_md(store_path, suite):
     from attnbench.report import write_report
 
-    text = (write_report(store_path, suite, out_dir=store_path.parent / f"rep-{suite}").parent / "report.md").read_text()
+    text = (
+        write_report(store_path, suite, out_dir=store_path.parent / f"rep-{suite}").parent / "report.md"
+    ).read_text()
     # The store's path and the time of writing differ by construction; the rest must not.
     return "\n".join(line for line in text.splitlines() if ".sqlite" not in line and "generated" not in line.lower())
 

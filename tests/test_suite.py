@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.experiments.registry import expand_suite
 from attnbench.errors import SuiteError, UnknownVariantError
-from attnbench.registry.loader import get_plugin_manager, load_registry
+from attnbench.experiments.registry import expand_suite
 from attnbench.plan.suite import load_suite
 from attnbench.plugins import softmax
+from attnbench.registry.loader import get_plugin_manager, load_registry
 from tests.helpers import REPO, run_cli, write_suite
 
 GOOD = """
@@ -82,7 +82,10 @@ def test_unknown_key_is_rejected(tmp_path):
 
 def test_unknown_variant_did_you_mean_with_line(tmp_path, registry):
     suite = load_suite(write_suite(tmp_path / "suite.yaml", GOOD.replace("[softmax]", "[softmx]")))
-    with pytest.raises(SuiteError, match=r"suite.yaml:9: experiments\[0\].variants\[0\]: unknown variant 'softmx'\. Did you mean 'softmax'"):
+    with pytest.raises(
+        SuiteError,
+        match=r"suite.yaml:9: experiments\[0\].variants\[0\]: unknown variant 'softmx'\. Did you mean 'softmax'",
+    ):
         expand_suite(suite, registry)
 
 
@@ -93,7 +96,9 @@ def test_unknown_variant_on_command_line(tmp_path, registry):
 
 
 def test_unknown_variant_option_is_rejected(tmp_path, registry):
-    body = GOOD.replace("        seeds: [0, 1]\n", "        seeds: [0, 1]\n        variant_options: {softmax: {window: 3}}\n")
+    body = GOOD.replace(
+        "        seeds: [0, 1]\n", "        seeds: [0, 1]\n        variant_options: {softmax: {window: 3}}\n"
+    )
     suite = load_suite(write_suite(tmp_path / "suite.yaml", body))
     with pytest.raises(SuiteError, match="variant 'softmax' takes no options"):
         expand_suite(suite, registry)
@@ -101,14 +106,17 @@ def test_unknown_variant_option_is_rejected(tmp_path, registry):
 
 def test_include_merges_defaults_and_appends_experiments(tmp_path, registry):
     write_suite(tmp_path / "base.yaml", GOOD)
-    write_suite(tmp_path / "child.yaml", """
+    write_suite(
+        tmp_path / "child.yaml",
+        """
         version: 1
         name: child
         include: [base.yaml]
         defaults: {model: {d_model: 16}}
         experiments:
           - {name: b, kind: train, variants: [softmax], train: {budget: {tokens: 640}}}
-    """)
+    """,
+    )
     suite = load_suite(tmp_path / "child.yaml")
     assert [e.name for e in suite.experiments] == ["a", "b"]
     assert {c.model.d_model for c in expand_suite(suite, registry)} == {16}
@@ -130,7 +138,9 @@ def test_validate_command_exit_codes(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("attnbench: error: invalid suite")
 
 
-@pytest.mark.parametrize("name", ["quick", "smoke", "speed", "scaling", "lm-eval", "mqar-anchor", "mqar-linear-long", "gpu"])
+@pytest.mark.parametrize(
+    "name", ["quick", "smoke", "speed", "scaling", "lm-eval", "mqar-anchor", "mqar-linear-long", "gpu"]
+)
 def test_shipped_offline_suites_validate(name):
     result = run_cli("validate", f"suites/{name}.yaml")
     assert result.returncode == 0, result.stderr
@@ -155,8 +165,11 @@ def test_seeds_suite_is_the_published_configuration(tmp_path, shared_data):
 
     raw = yaml.safe_load((REPO / "suites" / "seeds-wikitext2.yaml").read_text())
     assert raw["defaults"]["data"]["name"] == "wikitext" and raw["defaults"]["data"]["config"] == "wikitext-2-v1"
-    raw["defaults"]["data"] = {"source": "text", "path": str(shared_data / "wikitext-2" / "valid.txt"),
-                               "val_path": str(shared_data / "wikitext-2" / "test.txt")}
+    raw["defaults"]["data"] = {
+        "source": "text",
+        "path": str(shared_data / "wikitext-2" / "valid.txt"),
+        "val_path": str(shared_data / "wikitext-2" / "test.txt"),
+    }
     path = tmp_path / "seeds-local.yaml"
     path.write_text(yaml.safe_dump(raw))
     cells = {c.experiment: c for c in expand_suite(load_suite(path), load_registry())}

@@ -40,8 +40,9 @@ def test_relative_tokenizer_and_data_paths_resolve_against_the_suite_file(tmp_pa
     (folder / "corpus" / "val.txt").write_text("b a " * 5000)
     _tokenizer(folder / "tok" / "tokenizer.json")
     suite = write_suite(folder / "paths.yaml", SUITE)
-    result = run_cli("run", str(suite), "--store", str(tmp_path / "s.sqlite"), "--no-report",
-                     env={"ATTNBENCH_PLUGINS": "softmax"})  # run_cli works from the repository root
+    result = run_cli(
+        "run", str(suite), "--store", str(tmp_path / "s.sqlite"), "--no-report", env={"ATTNBENCH_PLUGINS": "softmax"}
+    )  # run_cli works from the repository root
     assert result.returncode == 0, result.stderr
     assert "could not load pretrained tokenizer" not in result.stderr
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from attnbench import Backbone, LanguageModel, ModelConfig
+from attnbench.contract.task import IGNORE, TaskBatch
 from attnbench.errors import AttnbenchError
 from attnbench.registry.loader import load_registry
-from attnbench.contract.task import IGNORE, TaskBatch
 
 SYNTHETIC = ("mqar", "noisy_recall", "selective_copy", "induction")
 SMALL = {  # small settings (small vocabularies make accidental collisions likely)
@@ -99,11 +99,13 @@ def test_mqar_keys_uniform_and_query_gaps_follow_the_power_law(registry):
     expected = 6000 / 19
     chi2 = ((counts - expected) ** 2 / expected).sum().item()  # 72 degrees of freedom
     assert chi2 < 72 + 6 * (2 * 72) ** 0.5
+
     # Gaps: power_a=1 is uniform over the 28 even slots; power_a=0.01 puts queries early.
     def mean_gap(a: float) -> float:
         b = task.generate(task.make_options({"power_a": a}), 3000, 0)
         pos = (b.targets != IGNORE).nonzero()[:, 1].double()
         return ((pos - 8) / 2).mean().item()
+
     assert abs(mean_gap(1.0) - 13.5) < 0.5
     assert mean_gap(0.01) < 8.0
 
@@ -160,24 +162,27 @@ def test_induction_targets_are_the_tokens_after_the_first_occurrence(registry):
             assert int(y[p]) == int(x[where[0] + 1])
 
 
-@pytest.mark.parametrize("name, raw, message", [
-    ("mqar", {"num_kv_pairs": 20}, "needs seq_len >= 4*num_kv_pairs = 80"),
-    ("mqar", {"vocab_size": 8, "num_kv_pairs": 4}, "raise vocab_size"),
-    ("mqar", {"power_a": 0}, "power_a must be a finite number > 0"),
-    ("mqar", {"num_kv_pairs": True}, "num_kv_pairs must be an integer"),
-    ("mqar", {"random_non_queries": "yes"}, "random_non_queries must be true or false"),
-    ("mqar", {"num_keys": 3}, "unknown option(s) ['num_keys']"),
-    ("noisy_recall", {"neighbours": 1, "noise_prob": 0.5}, "needs neighbours >= 2"),
-    ("noisy_recall", {"noise_prob": 1.5}, "noise_prob must be a number in [0, 1]"),
-    ("noisy_recall", {"vocab_size": 20, "neighbours": 4, "num_kv_pairs": 4}, "key blocks"),
-    ("selective_copy", {"num_tokens": 40, "seq_len": 64}, "needs seq_len >= 2*num_tokens = 80"),
-    ("selective_copy", {"vocab_size": 2}, "vocab_size must be >= 3"),
-    ("induction", {"num_triggers": 20, "seq_len": 64}, "needs seq_len >= 4*num_triggers = 80"),
-    ("induction", {"vocab_size": 4, "num_triggers": 3}, "must exceed num_triggers + 1"),
-    ("digits", {"visible_rows": 8}, "visible_rows must be < 8"),
-    ("digits", {"subset": "test"}, "subset must be one of"),
-    ("digits", {"temperature": -1.0}, "temperature must be a finite number >= 0"),
-])
+@pytest.mark.parametrize(
+    "name, raw, message",
+    [
+        ("mqar", {"num_kv_pairs": 20}, "needs seq_len >= 4*num_kv_pairs = 80"),
+        ("mqar", {"vocab_size": 8, "num_kv_pairs": 4}, "raise vocab_size"),
+        ("mqar", {"power_a": 0}, "power_a must be a finite number > 0"),
+        ("mqar", {"num_kv_pairs": True}, "num_kv_pairs must be an integer"),
+        ("mqar", {"random_non_queries": "yes"}, "random_non_queries must be true or false"),
+        ("mqar", {"num_keys": 3}, "unknown option(s) ['num_keys']"),
+        ("noisy_recall", {"neighbours": 1, "noise_prob": 0.5}, "needs neighbours >= 2"),
+        ("noisy_recall", {"noise_prob": 1.5}, "noise_prob must be a number in [0, 1]"),
+        ("noisy_recall", {"vocab_size": 20, "neighbours": 4, "num_kv_pairs": 4}, "key blocks"),
+        ("selective_copy", {"num_tokens": 40, "seq_len": 64}, "needs seq_len >= 2*num_tokens = 80"),
+        ("selective_copy", {"vocab_size": 2}, "vocab_size must be >= 3"),
+        ("induction", {"num_triggers": 20, "seq_len": 64}, "needs seq_len >= 4*num_triggers = 80"),
+        ("induction", {"vocab_size": 4, "num_triggers": 3}, "must exceed num_triggers + 1"),
+        ("digits", {"visible_rows": 8}, "visible_rows must be < 8"),
+        ("digits", {"subset": "test"}, "subset must be one of"),
+        ("digits", {"temperature": -1.0}, "temperature must be a finite number >= 0"),
+    ],
+)
 def test_invalid_options_are_clear_errors(registry, name, raw, message):
     with pytest.raises(ValueError) as err:
         registry.get_task(name).make_options(raw)
@@ -220,8 +225,13 @@ def _tiny_softmax(registry) -> Backbone:
     return Backbone(config, registry.get("softmax").build_mixer)
 
 
-ROWS = ["completion_accuracy", "reference_accuracy", "occluded_accuracy", "mean_fill_accuracy",
-        "completion_ms_per_image"]
+ROWS = [
+    "completion_accuracy",
+    "reference_accuracy",
+    "occluded_accuracy",
+    "mean_fill_accuracy",
+    "completion_ms_per_image",
+]
 
 
 def test_digits_evaluate_untrained_softmax(registry):

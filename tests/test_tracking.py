@@ -27,12 +27,14 @@ experiments:
             eval_tokens: 512, log_interval: 3, checkpoint_interval: 0, checkpoint: false}
 """
 
+
 def run_tracked(tmp_path, tracker: str):
     """The tiny suite run through the CLI with ``--track tracker``; (store path, the run)."""
     store = tmp_path / "store.sqlite"
     path = write_suite(tmp_path / "tracked.yaml", SUITE)
-    result = run_cli("run", str(path), "--store", str(store), "--no-report", "--track", tracker,
-                     env={"ATTNBENCH_PLUGINS": "softmax"})
+    result = run_cli(
+        "run", str(path), "--store", str(store), "--no-report", "--track", tracker, env={"ATTNBENCH_PLUGINS": "softmax"}
+    )
     assert result.returncode == 0, result.stderr
     return store, result
 
@@ -60,8 +62,10 @@ CURVES = ("train/loss", "val/loss", "train/lr")
 
 def stored_curves(store) -> dict[str, list[tuple[int, float]]]:
     db = sqlite3.connect(store)
-    curves = {name: db.execute("SELECT step, value FROM metrics WHERE name = ? ORDER BY step", (name,)).fetchall()
-              for name in CURVES}
+    curves = {
+        name: db.execute("SELECT step, value FROM metrics WHERE name = ? ORDER BY step", (name,)).fetchall()
+        for name in CURVES
+    }
     assert all(len(points) >= 2 for points in curves.values()), curves
     [(loss,)] = db.execute("SELECT value FROM results WHERE name = 'loss'").fetchall()
     db.close()
@@ -83,8 +87,8 @@ def wandb_records(path):
         if 32768 - pos % 32768 < 7:  # a block's trailer is padding
             pos += 32768 - pos % 32768
             continue
-        checksum, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        checksum, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind == 0:  # zero padding at the end
             break
         assert zlib.crc32(chunk, zlib.crc32(bytes([kind]))) == checksum
@@ -97,8 +101,12 @@ def wandb_records(path):
 
 def test_wandb_offline_run_holds_the_stored_curve(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
-    for var, sub in (("WANDB_DIR", "wandb"), ("WANDB_CACHE_DIR", "cache"), ("WANDB_CONFIG_DIR", "config"),
-                     ("WANDB_DATA_DIR", "data")):
+    for var, sub in (
+        ("WANDB_DIR", "wandb"),
+        ("WANDB_CACHE_DIR", "cache"),
+        ("WANDB_CONFIG_DIR", "config"),
+        ("WANDB_DATA_DIR", "data"),
+    ):
         monkeypatch.setenv(var, str(tmp_path / sub))
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_ERROR_REPORTING", raising=False)  # the tracker turns it off itself
@@ -148,8 +156,15 @@ def test_mlflow_file_store_holds_the_stored_curve(tmp_path, monkeypatch):
 
 def test_unknown_tracker_fails_before_running(tmp_path):
     path = write_suite(tmp_path / "tracked.yaml", SUITE)
-    result = run_cli("run", str(path), "--store", str(tmp_path / "s.sqlite"), "--track", "tensorbord",
-                     env={"ATTNBENCH_PLUGINS": "softmax"})
+    result = run_cli(
+        "run",
+        str(path),
+        "--store",
+        str(tmp_path / "s.sqlite"),
+        "--track",
+        "tensorbord",
+        env={"ATTNBENCH_PLUGINS": "softmax"},
+    )
     assert result.returncode == 2 and "unknown tracker 'tensorbord'" in result.stderr
     assert "tensorboard" in result.stderr and "[1/1]" not in result.stderr
 
@@ -185,6 +200,12 @@ def test_a_plugin_tracker_receives_every_stored_cell(tmp_path):
     [tracker] = make_trackers(["recorder"], tmp_path / "tracking", suite.name, plugins)
     assert tracker.where == (tmp_path / "tracking" / "recorder", "tracked")
     with Store(tmp_path / "s.sqlite") as store:
-        run_suite(suite, store, load_registry(get_plugin_manager()), device="cpu", only_variants=["softmax"],
-                  trackers=[tracker])
+        run_suite(
+            suite,
+            store,
+            load_registry(get_plugin_manager()),
+            device="cpu",
+            only_variants=["softmax"],
+            trackers=[tracker],
+        )
     assert seen == [("text", {"train/loss", "train/lr", "val/loss", "val/bpb", "val/ppl"}, {"loss", "bpb", "ppl"})]

@@ -32,8 +32,14 @@ def test_curve_points_reach_a_live_tracker_while_the_cell_runs(tmp_path):
     suite = load_suite(write_suite(tmp_path / "tracked.yaml", SUITE))
     recorder = LiveRecorder(tmp_path / "s.sqlite")
     with Store(tmp_path / "s.sqlite") as store:
-        run_suite(suite, store, load_registry(get_plugin_manager()), device="cpu", only_variants=["softmax"],
-                  trackers=[recorder])
+        run_suite(
+            suite,
+            store,
+            load_registry(get_plugin_manager()),
+            device="cpu",
+            only_variants=["softmax"],
+            trackers=[recorder],
+        )
         stored = sorted((m["name"], m["step"]) for m in store.metrics(store.runs()[0]["id"]))
     # 12 steps logged every 3, evaluated every 6: four log points, each sent as it happened
     assert [step for *_, points in recorder.live for _, step in points[:1]] == [3, 6, 9, 12]

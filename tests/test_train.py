@@ -62,8 +62,12 @@ def test_suite_trains_both_and_records_provenance_then_skips(tmp_path):
 def test_sigkill_mid_suite_then_resume_has_no_duplicates_or_losses(tmp_path):
     suite = _suite(tmp_path, steps=60, seeds="[0, 1, 2]")
     store_path = tmp_path / "store.sqlite"
-    proc = subprocess.Popen(["attnbench", "run", str(suite), "--store", str(store_path)],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["attnbench", "run", str(suite), "--store", str(store_path)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 300
     while time.time() < deadline:
         time.sleep(0.2)

@@ -5,23 +5,38 @@ from __future__ import annotations
 import argparse
 import sys
 
+from attnbench.cli import (
+    cmd_bench,
+    cmd_check,
+    cmd_checkpoints,
+    cmd_docs,
+    cmd_export,
+    cmd_inspect,
+    cmd_list,
+    cmd_lm_eval,
+    cmd_report,
+    cmd_run,
+    cmd_store,
+    cmd_suites,
+    cmd_validate,
+)
 from attnbench.errors import AttnbenchError
-from attnbench.cli import cmd_bench
-from attnbench.cli import cmd_check
-from attnbench.cli import cmd_checkpoints
-from attnbench.cli import cmd_docs
-from attnbench.cli import cmd_export
-from attnbench.cli import cmd_inspect
-from attnbench.cli import cmd_list
-from attnbench.cli import cmd_lm_eval
-from attnbench.cli import cmd_report
-from attnbench.cli import cmd_run
-from attnbench.cli import cmd_store
-from attnbench.cli import cmd_suites
-from attnbench.cli import cmd_validate
 
-COMMANDS = (cmd_list, cmd_validate, cmd_run, cmd_check, cmd_bench, cmd_lm_eval, cmd_report,
-            cmd_export, cmd_docs, cmd_store, cmd_inspect, cmd_suites, cmd_checkpoints)
+COMMANDS = (
+    cmd_list,
+    cmd_validate,
+    cmd_run,
+    cmd_check,
+    cmd_bench,
+    cmd_lm_eval,
+    cmd_report,
+    cmd_export,
+    cmd_docs,
+    cmd_store,
+    cmd_inspect,
+    cmd_suites,
+    cmd_checkpoints,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

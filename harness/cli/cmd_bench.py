@@ -13,17 +13,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from attnbench.experiments.registry import expand_suite
-from attnbench.plan.cells import Cell
+from attnbench.cli.common import add_store_option, registry_with_warnings, split_names
 from attnbench.errors import SuiteError
-from attnbench.store.provenance import device_name, resolve_device
-from attnbench.run.runner import run_suite
+from attnbench.experiments.registry import expand_suite
 from attnbench.experiments.speed.fits import BASELINE, curves_by_model, fit_results, stored_baseline
-from attnbench.store.database import Store
+from attnbench.plan.cells import Cell
 from attnbench.plan.suite import Suite
-from attnbench.cli.common import add_store_option
-from attnbench.cli.common import registry_with_warnings
-from attnbench.cli.common import split_names
+from attnbench.run.runner import run_suite
+from attnbench.store.database import Store
+from attnbench.store.provenance import device_name, resolve_device
 
 STATUS_MARK = {"oom": "OOM", "timeout": "timeout", "error": "error", "skipped": "-"}
 
@@ -33,22 +31,36 @@ def add_parser(sub) -> None:
     p.add_argument("--variants", help="comma-separated variants (default: all registered)")
     lengths = p.add_mutually_exclusive_group()
     lengths.add_argument("--lengths", help="comma-separated sequence lengths, e.g. 256,512,1024")
-    lengths.add_argument("--max-T", dest="max_T", type=int, default=2048,
-                         help="double from --min-T up to this length (default 2048)")
+    lengths.add_argument(
+        "--max-T", dest="max_T", type=int, default=2048, help="double from --min-T up to this length (default 2048)"
+    )
     p.add_argument("--min-T", dest="min_T", type=int, default=256, help="first length of the doubling grid")
-    p.add_argument("--modes", default="forward,train_step",
-                   help="comma-separated of forward, train_step, decode (default forward,train_step)")
+    p.add_argument(
+        "--modes",
+        default="forward,train_step",
+        help="comma-separated of forward, train_step, decode (default forward,train_step)",
+    )
     add_store_option(p)
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: auto)")
     p.add_argument("--d-model", dest="d_model", type=int, default=128)
     p.add_argument("--n-layer", dest="n_layer", type=int, default=2)
     p.add_argument("--n-head", dest="n_head", type=int, default=4)
     p.add_argument("--batch-size", dest="batch_size", type=int, default=1)
-    p.add_argument("--time-limit", dest="time_limit", type=float, default=60.0,
-                   help="seconds one isolated point may take (process start, setup, one call)")
+    p.add_argument(
+        "--time-limit",
+        dest="time_limit",
+        type=float,
+        default=60.0,
+        help="seconds one isolated point may take (process start, setup, one call)",
+    )
     p.add_argument("--min-rounds", dest="min_rounds", type=int, default=3)
-    p.add_argument("--max-time", dest="max_time", type=float, default=0.5,
-                   help="pytest-benchmark seconds of rounds per point when calls are fast")
+    p.add_argument(
+        "--max-time",
+        dest="max_time",
+        type=float,
+        default=0.5,
+        help="pytest-benchmark seconds of rounds per point when calls are fast",
+    )
     p.add_argument("--fit-min-T", dest="fit_min_T", type=int, default=0, help="fit slopes over T >= this")
     p.add_argument("--threads", type=int, help="CPU threads for the timed code (default: torch's)")
     p.add_argument("--compile", action="store_true", help="torch.compile forward and train_step points (recorded)")
@@ -64,8 +76,12 @@ def _ints(raw: str) -> list[int]:
 
 def bench_suite(args: argparse.Namespace) -> Suite:
     speed: dict[str, Any] = {
-        "modes": split_names(args.modes) or [], "batch_size": args.batch_size, "time_limit_s": args.time_limit,
-        "min_rounds": args.min_rounds, "max_time": args.max_time, "fit_T_min": args.fit_min_T,
+        "modes": split_names(args.modes) or [],
+        "batch_size": args.batch_size,
+        "time_limit_s": args.time_limit,
+        "min_rounds": args.min_rounds,
+        "max_time": args.max_time,
+        "fit_T_min": args.fit_min_T,
     }
     if args.threads:
         speed["threads"] = args.threads
@@ -76,12 +92,19 @@ def bench_suite(args: argparse.Namespace) -> Suite:
     else:
         speed.update(T_min=args.min_T, T_max=args.max_T)
     raw = {
-        "version": 1, "name": "bench", "description": "attnbench bench", "device": args.device or "auto",
-        "experiments": [{
-            "name": "bench", "kind": "speed", "variants": split_names(args.variants) or "all",
-            "models": [{"d_model": args.d_model, "n_layer": args.n_layer, "n_head": args.n_head}],
-            "speed": speed,
-        }],
+        "version": 1,
+        "name": "bench",
+        "description": "attnbench bench",
+        "device": args.device or "auto",
+        "experiments": [
+            {
+                "name": "bench",
+                "kind": "speed",
+                "variants": split_names(args.variants) or "all",
+                "models": [{"d_model": args.d_model, "n_layer": args.n_layer, "n_head": args.n_head}],
+                "speed": speed,
+            }
+        ],
     }
     try:
         return Suite.model_validate(raw)
@@ -125,34 +148,56 @@ def render(store: Store, cells: list[Cell], device: str) -> str:
     spec = cells[0].spec
     lengths = sorted({T for m in spec.modes for T in spec.sweep(m)})
     out = []
-    for name, label, fmt, quantity in (("time_s", "median time per call (decode: per token)", _fmt_time, "time"),
-                                       ("peak_memory_bytes", "peak memory added by one call", _fmt_bytes, "memory")):
-        rows = [["variant", "mode", *[f"T={T}" for T in lengths], "slope", "95% CI", "fit T"]
-                + (["crossover vs softmax"] if quantity == "time" else [])]
+    for name, label, fmt, quantity in (
+        ("time_s", "median time per call (decode: per token)", _fmt_time, "time"),
+        ("peak_memory_bytes", "peak memory added by one call", _fmt_bytes, "memory"),
+    ):
+        rows = [
+            ["variant", "mode", *[f"T={T}" for T in lengths], "slope", "95% CI", "fit T"]
+            + (["crossover vs softmax"] if quantity == "time" else [])
+        ]
         for cell, run in mine:
             points = _points(store, run["id"])
             curves = curves_by_model(store, [run])[0]
             fits = fit_results(curves, base_curves, spec.fit_T_min, device, with_crossover=cell.variant != BASELINE)
             for mode in spec.modes:
                 pts = points.get((mode, name), {})
-                cols = [fmt(pts[T][0]) if T in pts and pts[T][1] == "ok" else STATUS_MARK.get(pts[T][1], "?")
-                        if T in pts else "" for T in lengths]
-                slope = next(r for r in fits if r.name == "slope" and r.tags["mode"] == mode
-                             and r.tags["quantity"] == quantity)
+                cols = [
+                    fmt(pts[T][0])
+                    if T in pts and pts[T][1] == "ok"
+                    else STATUS_MARK.get(pts[T][1], "?")
+                    if T in pts
+                    else ""
+                    for T in lengths
+                ]
+                slope = next(
+                    r for r in fits if r.name == "slope" and r.tags["mode"] == mode and r.tags["quantity"] == quantity
+                )
                 ci = slope.tags["ci95"]
-                row = [cell.variant, mode, *cols, f"{slope.value:.2f}" if slope.value is not None
-                       else f"no fit ({slope.tags['n_points']} pts)",
-                       f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "",
-                       f"{slope.tags['T_min']}-{slope.tags['T_max']}" if slope.value is not None else ""]
+                row = [
+                    cell.variant,
+                    mode,
+                    *cols,
+                    f"{slope.value:.2f}" if slope.value is not None else f"no fit ({slope.tags['n_points']} pts)",
+                    f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "",
+                    f"{slope.tags['T_min']}-{slope.tags['T_max']}" if slope.value is not None else "",
+                ]
                 if quantity == "time":
                     cx = next((r for r in fits if r.name == "crossover_T" and r.tags["mode"] == mode), None)
-                    row.append("baseline" if cx is None else f"T={cx.value} ({cx.tags['status']})"
-                               if cx.value is not None else cx.tags["status"])
+                    row.append(
+                        "baseline"
+                        if cx is None
+                        else f"T={cx.value} ({cx.tags['status']})"
+                        if cx.value is not None
+                        else cx.tags["status"]
+                    )
                 rows.append(row)
         out.append(f"{label}:\n{_table(rows)}")
     cell = cells[0]
-    head = (f"device {device}, d_model {cell.model.d_model} x {cell.model.n_layer} layers, "
-            f"{cell.model.n_head} heads, batch {spec.batch_size}")
+    head = (
+        f"device {device}, d_model {cell.model.d_model} x {cell.model.n_layer} layers, "
+        f"{cell.model.n_head} heads, batch {spec.batch_size}"
+    )
     return head + "\n\n" + "\n\n".join(out)
 
 

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import argparse
 
+from attnbench.cli.common import add_store_option, positive_int, positive_seconds, registry_with_warnings
 from attnbench.gate.checks import DEFAULT_LONG_T, DEFAULT_TIME_LIMIT_S, format_table
 from attnbench.gate.verdicts import gate_variant
-from attnbench.store.provenance import resolve_device
 from attnbench.store.database import Store
-from attnbench.cli.common import add_store_option
-from attnbench.cli.common import positive_int
-from attnbench.cli.common import positive_seconds
-from attnbench.cli.common import registry_with_warnings
+from attnbench.store.provenance import resolve_device
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("check", help="verify variants: no future leak, incremental = parallel, finite, "
-                                     "deterministic, declared facts hold")
+    p = sub.add_parser(
+        "check",
+        help="verify variants: no future leak, incremental = parallel, finite, deterministic, declared facts hold",
+    )
     p.add_argument("variants", nargs="*", help="variants to check (default: all registered)")
     add_store_option(p)
     p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: auto)")
@@ -35,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
     results = {}
     with Store(args.store) as store:
         for v in variants:
-            verdict = gate_variant(v, store, device, use_cache=not args.no_cache,
-                                   long_T=args.long_T, time_limit_s=args.time_limit)
+            verdict = gate_variant(
+                v, store, device, use_cache=not args.no_cache, long_T=args.long_T, time_limit_s=args.time_limit
+            )
             results[v.name] = verdict.results
     print(format_table(results, verbose=args.verbose))
     failed = [n for n, rs in results.items() if any(r.status in ("fail", "error") for r in rs)]

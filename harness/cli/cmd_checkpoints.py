@@ -23,12 +23,13 @@ COLUMNS = ("suite", "experiment", "variant", "options", "model", "seed", "grid p
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "checkpoints", help="list the checkpoints runs kept: variant, options, seed, grid point, key, path",
+        "checkpoints",
+        help="list the checkpoints runs kept: variant, options, seed, grid point, key, path",
         description="List the model checkpoints the store's runs kept (the '<cell key>.pt' files in the "
-                    "checkpoints folder beside the store), one line per run. The 'chosen' column marks the "
-                    f"protocol's choice per variant: '{CHOSEN_RUN}' is the chosen run (its grid point has the "
-                    "lowest mean validation loss, and of that point's seeds it has the lowest; `attnbench "
-                    f"export --best` exports it), '{CHOSEN_POINT}' another seed at the chosen point.",
+        "checkpoints folder beside the store), one line per run. The 'chosen' column marks the "
+        f"protocol's choice per variant: '{CHOSEN_RUN}' is the chosen run (its grid point has the "
+        "lowest mean validation loss, and of that point's seeds it has the lowest; `attnbench "
+        f"export --best` exports it), '{CHOSEN_POINT}' another seed at the chosen point.",
     )
     add_store_option(p)
     p.add_argument("--suite", help="only this suite (default: every suite in the store)")
@@ -40,8 +41,18 @@ def add_parser(sub) -> None:
 def _cells(row: CheckpointRow) -> tuple[str, ...]:
     options = ", ".join(f"{k}={v}" for k, v in sorted(row.options.items())) or MISSING
     path = str(row.path) if row.path is not None else f"{row.recorded} (missing)"
-    return (row.suite, row.experiment, row.variant, options, row.model, MISSING if row.seed is None else str(row.seed),
-            point_text(row.point), row.chosen or MISSING, row.key, path)
+    return (
+        row.suite,
+        row.experiment,
+        row.variant,
+        options,
+        row.model,
+        MISSING if row.seed is None else str(row.seed),
+        point_text(row.point),
+        row.chosen or MISSING,
+        row.key,
+        path,
+    )
 
 
 def _table(rows: list[CheckpointRow]) -> str:
@@ -59,19 +70,26 @@ def run(args: argparse.Namespace) -> int:
         if args.variant not in variants:
             close = difflib.get_close_matches(args.variant, variants, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise CheckpointError(f"no checkpoints of variant {args.variant!r} in {args.store}{hint}; variants "
-                                  f"with checkpoints: {', '.join(variants) or 'none'}")
+            raise CheckpointError(
+                f"no checkpoints of variant {args.variant!r} in {args.store}{hint}; variants "
+                f"with checkpoints: {', '.join(variants) or 'none'}"
+            )
         rows = [r for r in rows if r.variant == args.variant]
     if args.chosen:
         rows = [r for r in rows if r.chosen]
     if not rows:
-        print(f"no checkpoints in {args.store}" + (f" (suite {args.suite})" if args.suite else "")
-              + (" at a chosen point" if args.chosen else "")
-              + ": train runs keep one when they finish with train.checkpoint: true (the default)")
+        print(
+            f"no checkpoints in {args.store}"
+            + (f" (suite {args.suite})" if args.suite else "")
+            + (" at a chosen point" if args.chosen else "")
+            + ": train runs keep one when they finish with train.checkpoint: true (the default)"
+        )
         return 0
     print(_table(rows))
     missing = sum(r.path is None for r in rows)
     if missing:
-        print(f"{missing} checkpoint file(s) missing: the checkpoints folder beside the store was moved or "
-              "deleted; re-train those cells to have them again")
+        print(
+            f"{missing} checkpoint file(s) missing: the checkpoints folder beside the store was moved or "
+            "deleted; re-train those cells to have them again"
+        )
     return 0

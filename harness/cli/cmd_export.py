@@ -20,20 +20,25 @@ from attnbench.report.values import point_text
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "export", help="write a trained checkpoint as a Hugging Face model folder",
+        "export",
+        help="write a trained checkpoint as a Hugging Face model folder",
         usage="attnbench export [-h] [--overwrite] CHECKPOINT OUT_DIR\n"
-              "       attnbench export [-h] [--overwrite] --best VARIANT [--experiment E] [--suite S] "
-              "[--store STORE] OUT_DIR",
+        "       attnbench export [-h] [--overwrite] --best VARIANT [--experiment E] [--suite S] "
+        "[--store STORE] OUT_DIR",
         description="Write CHECKPOINT (a '<cell key>.pt' file a train cell kept), or with --best the "
-                    "protocol's chosen run of VARIANT (its grid point chosen on validation loss, then its "
-                    "seed with the lowest validation loss; see `attnbench checkpoints --chosen`), as a "
-                    "Hugging Face model folder that AutoModelForCausalLM.from_pretrained(OUT_DIR, "
-                    "trust_remote_code=True), AutoTokenizer and `lm_eval --model hf` load (needs pip install "
-                    "'attnbench[hf]').",
+        "protocol's chosen run of VARIANT (its grid point chosen on validation loss, then its "
+        "seed with the lowest validation loss; see `attnbench checkpoints --chosen`), as a "
+        "Hugging Face model folder that AutoModelForCausalLM.from_pretrained(OUT_DIR, "
+        "trust_remote_code=True), AutoTokenizer and `lm_eval --model hf` load (needs pip install "
+        "'attnbench[hf]').",
     )
-    p.add_argument("paths", nargs="+", metavar="[CHECKPOINT] OUT_DIR",
-                   help="the '.pt' checkpoint file of a trained cell (not with --best), then the folder to "
-                        "write (must be new or empty unless --overwrite)")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="[CHECKPOINT] OUT_DIR",
+        help="the '.pt' checkpoint file of a trained cell (not with --best), then the folder to "
+        "write (must be new or empty unless --overwrite)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing non-empty OUT_DIR")
     p.add_argument("--best", metavar="VARIANT", help="export the protocol's chosen run of this variant")
     p.add_argument("--experiment", help="with --best: the train experiment (default: the one the variant trained in)")
@@ -47,15 +52,21 @@ def _checkpoint_and_out(args: argparse.Namespace) -> tuple[str, str]:
     if args.best is None:
         extra = [f"--{k}" for k in ("experiment", "suite") if getattr(args, k) is not None]
         if extra:
-            raise UsageError(f"{' and '.join(extra)} {'go' if len(extra) > 1 else 'goes'} with --best VARIANT; "
-                             "give --best, or leave it out to export CHECKPOINT")
+            raise UsageError(
+                f"{' and '.join(extra)} {'go' if len(extra) > 1 else 'goes'} with --best VARIANT; "
+                "give --best, or leave it out to export CHECKPOINT"
+            )
         if len(args.paths) != 2:
-            raise UsageError(f"export takes CHECKPOINT OUT_DIR (got {len(args.paths)} path(s)), or --best VARIANT "
-                             "OUT_DIR to export a variant's chosen run")
+            raise UsageError(
+                f"export takes CHECKPOINT OUT_DIR (got {len(args.paths)} path(s)), or --best VARIANT "
+                "OUT_DIR to export a variant's chosen run"
+            )
         return args.paths[0], args.paths[1]
     if len(args.paths) != 1:
-        raise UsageError(f"with --best {args.best} give only OUT_DIR (got {' '.join(args.paths)}): the checkpoint "
-                         "is the chosen run's")
+        raise UsageError(
+            f"with --best {args.best} give only OUT_DIR (got {' '.join(args.paths)}): the checkpoint "
+            "is the chosen run's"
+        )
     row = best_checkpoint(load_store(Path(args.store), args.suite), args.best, args.experiment)
     print(f"chosen run of {row.variant} in {row.experiment}: seed {row.seed}, {point_text(row.point)}, key {row.key}")
     return str(row.path), args.paths[0]

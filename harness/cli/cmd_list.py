@@ -7,12 +7,11 @@ import dataclasses
 import json
 from pathlib import Path
 
+from attnbench.cli.common import add_store_option, registry_with_warnings
 from attnbench.gate.verdicts import cached_verdict
 from attnbench.registry.identity import variant_identity
-from attnbench.store.provenance import content_key, resolve_device
 from attnbench.store.database import Store
-from attnbench.cli.common import add_store_option
-from attnbench.cli.common import registry_with_warnings
+from attnbench.store.provenance import content_key, resolve_device
 
 
 def _gate_column(registry, store_path: str, device: str) -> dict[str, str]:
@@ -24,8 +23,9 @@ def _gate_column(registry, store_path: str, device: str) -> dict[str, str]:
     with Store(store_path) as store:
         for name, v in registry.variants.items():
             verdict = cached_verdict(v, store, dev)
-            out[name] = "unchecked" if verdict is None else (
-                "FAIL: " + ",".join(verdict.failed) if verdict.failed else "pass")
+            out[name] = (
+                "unchecked" if verdict is None else ("FAIL: " + ",".join(verdict.failed) if verdict.failed else "pass")
+            )
     return out
 
 
@@ -37,8 +37,11 @@ def _options(variant) -> list[str]:
     choices = getattr(variant.options, "CHOICES", {})
     out = []
     for f in dataclasses.fields(variant.options):
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)")
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)")
+        )
         one_of = f" (one of {', '.join(map(str, choices[f.name]))})" if f.name in choices else ""
         out.append(f"{f.name}={default!r}{one_of}")
     return out
@@ -48,26 +51,46 @@ def add_parser(sub) -> None:
     p = sub.add_parser("list", help="list registered variants, their plugin and capabilities")
     add_store_option(p)
     p.add_argument("--device", default="auto", help="device whose trust-gate verdicts to show")
-    p.add_argument("--options", action="store_true",
-                   help="also list each variant's options with defaults and accepted values")
-    p.add_argument("--json", action="store_true",
-                   help="print variants and tasks as JSON, with the source files hashed into each identity")
+    p.add_argument(
+        "--options", action="store_true", help="also list each variant's options with defaults and accepted values"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print variants and tasks as JSON, with the source files hashed into each identity",
+    )
     p.set_defaults(func=run)
 
 
 def _json(registry, gate: dict[str, str]) -> str:
     def item(x, **extra):
-        return {"name": x.name, "plugin": x.plugin, "distribution": x.distribution, "version": x.version,
-                "description": x.description, "source_files": list(x.source_files), **extra}
+        return {
+            "name": x.name,
+            "plugin": x.plugin,
+            "distribution": x.distribution,
+            "version": x.version,
+            "description": x.description,
+            "source_files": list(x.source_files),
+            **extra,
+        }
 
     variants = []
     for name in registry.names():
         v = registry.variants[name]
         identity = variant_identity(v)
-        variants.append(item(v, decode=v.decode, causal=v.causal, aux_loss=v.aux_loss,
-                             own_model=v.build_model is not None, checks=gate.get(name, "unchecked"),
-                             identity=content_key(identity)[:16], sources=identity["sources"],
-                             options=_options(v)))
+        variants.append(
+            item(
+                v,
+                decode=v.decode,
+                causal=v.causal,
+                aux_loss=v.aux_loss,
+                own_model=v.build_model is not None,
+                checks=gate.get(name, "unchecked"),
+                identity=content_key(identity)[:16],
+                sources=identity["sources"],
+                options=_options(v),
+            )
+        )
     tasks = [item(t) for _, t in sorted(registry.tasks.items())]
     return json.dumps({"variants": variants, "tasks": tasks}, indent=2)
 
@@ -81,10 +104,14 @@ def run(args: argparse.Namespace) -> int:
     rows = [("variant", "plugin", "distribution", "decode", "capabilities", "checks", "description")]
     for name in registry.names():
         v = registry.variants[name]
-        caps = [k for k, on in (("causal", v.causal), ("aux-loss", v.aux_loss),
-                                ("own-model", v.build_model is not None)) if on]
-        rows.append((name, v.plugin, v.distribution, v.decode, ",".join(caps),
-                     gate.get(name, "unchecked"), v.description))
+        caps = [
+            k
+            for k, on in (("causal", v.causal), ("aux-loss", v.aux_loss), ("own-model", v.build_model is not None))
+            if on
+        ]
+        rows.append(
+            (name, v.plugin, v.distribution, v.decode, ",".join(caps), gate.get(name, "unchecked"), v.description)
+        )
     _print_table(rows)
     if registry.tasks:
         print()

@@ -16,7 +16,9 @@ import sys
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "lm-eval", add_help=False, prefix_chars="\0",  # every argument, -h included, goes to lm-eval
+        "lm-eval",
+        add_help=False,
+        prefix_chars="\0",  # every argument, -h included, goes to lm-eval
         help="run lm-eval's command line with trained checkpoints as --model attnbench",
         description="All arguments are lm-eval's (see `attnbench lm-eval --help`).",
     )
@@ -30,14 +32,19 @@ def model_help() -> str:
 
     lines = ["attnbench model (--model attnbench --model_args NAME=VALUE,...):"]
     lines += [f"  {name:<15} {what}" for name, what in MODEL_ARGS.items()]
-    lines += ["Exported models (`attnbench export`) run as --model hf --model_args pretrained=DIR,trust_remote_code=True.",
-              "", "lm-eval's own arguments follow.", ""]
+    lines += [
+        "Exported models (`attnbench export`) run as --model hf --model_args pretrained=DIR,trust_remote_code=True.",
+        "",
+        "lm-eval's own arguments follow.",
+        "",
+    ]
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
-    import attnbench.experiments.lm_eval.model  # noqa: F401  (registers --model attnbench)
     from lm_eval.__main__ import cli_evaluate
+
+    import attnbench.experiments.lm_eval.model  # noqa: F401  (registers --model attnbench)
 
     if any(a in ("-h", "--help") for a in args.lm_eval_args):
         print(model_help(), flush=True)

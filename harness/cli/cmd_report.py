@@ -12,7 +12,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("report", help="write the HTML and Markdown report of a suite from the store")
     p.add_argument("--suite", help="suite name (default: the suite of the most recent run)")
     add_store_option(p)
-    p.add_argument("--out", help="output folder (default: reports/<suite>/ beside the store, i.e. results/reports/<suite>/)")
+    p.add_argument(
+        "--out", help="output folder (default: reports/<suite>/ beside the store, i.e. results/reports/<suite>/)"
+    )
     p.set_defaults(func=run)
 
 

@@ -12,47 +12,75 @@ import sys
 from pathlib import Path
 
 from attnbench import distributed
+from attnbench.cli.common import add_store_option, registry_with_warnings, split_names
 from attnbench.errors import DistributedError
+from attnbench.plan.suite import load_suite, with_compile
 from attnbench.run.choose import make_executor
 from attnbench.run.executors import EXECUTORS
 from attnbench.run.pool import JOBS_ENV, default_jobs
 from attnbench.run.progress import silence_third_party_bars
-from attnbench.store.provenance import resolve_device
 from attnbench.run.runner import run_suite
 from attnbench.store.database import Store
-from attnbench.plan.suite import load_suite, with_compile
+from attnbench.store.provenance import resolve_device
 from attnbench.track.registry import make_trackers
-from attnbench.cli.common import add_store_option
-from attnbench.cli.common import registry_with_warnings
-from attnbench.cli.common import split_names
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run a suite; cells already stored are skipped")
     p.add_argument("suite", help="a suite YAML file, or a shipped suite's name (quick; attnbench suites lists them)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a suite setting, validated like the file (repeatable): "
-                        "defaults.train.lr=1e-3, experiments.NAME.seeds=[0,1]")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a suite setting, validated like the file (repeatable): "
+        "defaults.train.lr=1e-3, experiments.NAME.seeds=[0,1]",
+    )
     add_store_option(p)
     p.add_argument("--variants", help="comma-separated variants to run (default: the suite's)")
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: the suite's, else auto)")
-    p.add_argument("--executor", choices=EXECUTORS, default="local",
-                   help="where cells run: 'local' (this process, default) or 'ray' (one Ray task per cell)")
+    p.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="where cells run: 'local' (this process, default) or 'ray' (one Ray task per cell)",
+    )
     p.add_argument("--address", help="Ray cluster address for --executor ray (default: a local Ray instance)")
-    p.add_argument("--jobs", type=_workers, metavar="N",
-                   help="cells run at once, each in a single-threaded worker process (default: one per core on "
-                        f"CPU, one on a GPU, or ${JOBS_ENV}); 1 runs them one after another in this process")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile the models of every train, scaling and speed experiment (opt-in; recorded)")
+    p.add_argument(
+        "--jobs",
+        type=_workers,
+        metavar="N",
+        help="cells run at once, each in a single-threaded worker process (default: one per core on "
+        f"CPU, one on a GPU, or ${JOBS_ENV}); 1 runs them one after another in this process",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the models of every train, scaling and speed experiment (opt-in; recorded)",
+    )
 
-    p.add_argument("--track", action="append", default=[], metavar="NAME",
-                   help="mirror curves, eval rows and speed points to a tracker (tensorboard, wandb, mlflow, "
-                        "or a plugin's), under tracking/NAME/ beside the store; repeatable; adds to the suite's")
-    p.add_argument("--retry-failed", action=argparse.BooleanOptionalAction, default=None,
-                   help="run again cells whose stored attempt failed (default: the suite's retry_failed, "
-                        "which defaults to yes); earlier attempts stay in the store")
-    p.add_argument("--no-report", dest="report", action="store_false",
-                   help="do not write the suite's report (reports/<suite>/ beside the store) at the end")
+    p.add_argument(
+        "--track",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="mirror curves, eval rows and speed points to a tracker (tensorboard, wandb, mlflow, "
+        "or a plugin's), under tracking/NAME/ beside the store; repeatable; adds to the suite's",
+    )
+    p.add_argument(
+        "--retry-failed",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run again cells whose stored attempt failed (default: the suite's retry_failed, "
+        "which defaults to yes); earlier attempts stay in the store",
+    )
+    p.add_argument(
+        "--no-report",
+        dest="report",
+        action="store_false",
+        help="do not write the suite's report (reports/<suite>/ beside the store) at the end",
+    )
     p.set_defaults(func=run)
 
 
@@ -71,8 +99,10 @@ def _refuse_jobs_with(jobs: int | None, executor: str) -> None:
     if jobs is None or jobs == 1:
         return
     if distributed.requested():
-        raise DistributedError(f"--jobs {jobs} runs cells in a local process pool; under torchrun each cell "
-                               "trains across the torchrun processes instead: drop --jobs")
+        raise DistributedError(
+            f"--jobs {jobs} runs cells in a local process pool; under torchrun each cell "
+            "trains across the torchrun processes instead: drop --jobs"
+        )
     if executor != "local":
         make_executor(executor, jobs=jobs)  # raises: Ray schedules the cells itself
 
@@ -84,31 +114,50 @@ def run(args: argparse.Namespace) -> int:
         suite = with_compile(suite)
     registry = registry_with_warnings()
     if distributed.requested() and args.executor != "local":
-        raise DistributedError("torchrun trains each cell across its processes; it cannot be combined "
-                               f"with --executor {args.executor}")
+        raise DistributedError(
+            f"torchrun trains each cell across its processes; it cannot be combined with --executor {args.executor}"
+        )
     _refuse_jobs_with(args.jobs, args.executor)
     with contextlib.ExitStack() as stack:
         info = stack.enter_context(distributed.session(resolve_device(args.device or suite.device)))
         if info is not None and info.rank != 0:  # rank 0 alone opens the store and reports
-            run_suite(suite, None, registry, device=str(info.device), only_variants=split_names(args.variants),
-                      retry_failed=args.retry_failed)
+            run_suite(
+                suite,
+                None,
+                registry,
+                device=str(info.device),
+                only_variants=split_names(args.variants),
+                retry_failed=args.retry_failed,
+            )
             return 0
         store = stack.enter_context(Store(args.store))
         if store.imported:
-            print(f"imported {len(store.imported)} finished cells that an earlier run could not write "
-                  f"(from {args.store}.unsaved/)", file=sys.stderr)
-        trackers = make_trackers(list(dict.fromkeys([*suite.track, *args.track])),
-                                 Path(args.store).parent / "tracking", suite.name)
+            print(
+                f"imported {len(store.imported)} finished cells that an earlier run could not write "
+                f"(from {args.store}.unsaved/)",
+                file=sys.stderr,
+            )
+        trackers = make_trackers(
+            list(dict.fromkeys([*suite.track, *args.track])), Path(args.store).parent / "tracking", suite.name
+        )
         for tracker in trackers:
             stack.callback(tracker.close)
         device = info.device if info else resolve_device(args.device or suite.device)
         jobs = 1 if info or args.executor != "local" else args.jobs or default_jobs(device.type)
         executor = stack.enter_context(make_executor(args.executor, address=args.address, jobs=jobs))
-        report = run_suite(suite, store, registry, device=str(info.device) if info else args.device,
-                           only_variants=split_names(args.variants), executor=executor, trackers=trackers,
-                           retry_failed=args.retry_failed)
-    print(f"{suite.name}: {report.cells} cells, {report.ran} run, {report.skipped} already stored "
-          f"(store: {args.store})")
+        report = run_suite(
+            suite,
+            store,
+            registry,
+            device=str(info.device) if info else args.device,
+            only_variants=split_names(args.variants),
+            executor=executor,
+            trackers=trackers,
+            retry_failed=args.retry_failed,
+        )
+    print(
+        f"{suite.name}: {report.cells} cells, {report.ran} run, {report.skipped} already stored (store: {args.store})"
+    )
     if args.report:  # the report shows unfinished cells too, so it is written either way
         from attnbench.report import write_report  # pandas and seaborn load only when reporting
 

@@ -24,8 +24,10 @@ def add_parser(sub) -> None:
 
 def merge(args: argparse.Namespace) -> int:
     r = merge_stores(Path(args.out), [Path(p) for p in args.inputs])
-    print(f"{args.out}: {r.added} cells added, {r.duplicates} already there, {len(r.conflicts)} in conflict "
-          f"(both results kept; see the report's attempts), {r.attempts} attempts, {r.checks} gate verdicts")
+    print(
+        f"{args.out}: {r.added} cells added, {r.duplicates} already there, {len(r.conflicts)} in conflict "
+        f"(both results kept; see the report's attempts), {r.attempts} attempts, {r.checks} gate verdicts"
+    )
     return 0
 
 
@@ -34,7 +36,10 @@ def check(args: argparse.Namespace) -> int:
         raise StoreError(f"no results store at {args.file}; pass the SQLite file")
     problems = check_store(Path(args.file))
     if problems:
-        raise StoreError(f"{args.file} failed its checks:\n  " + "\n  ".join(problems)
-                         + f"\nRestore it from a backup, or salvage it with `sqlite3 {args.file} .recover`.")
+        raise StoreError(
+            f"{args.file} failed its checks:\n  "
+            + "\n  ".join(problems)
+            + f"\nRestore it from a backup, or salvage it with `sqlite3 {args.file} .recover`."
+        )
     print(f"{args.file}: ok (integrity and schema)")
     return 0

@@ -12,8 +12,9 @@ from attnbench.store.database import DEFAULT_STORE
 
 
 def add_store_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", default=str(DEFAULT_STORE),
-                        help=f"results store (SQLite file; default {DEFAULT_STORE})")
+    parser.add_argument(
+        "--store", default=str(DEFAULT_STORE), help=f"results store (SQLite file; default {DEFAULT_STORE})"
+    )
 
 
 def registry_with_warnings() -> Registry:
@@ -31,8 +32,10 @@ def split_names(raw: str | None, option: str = "--variants") -> list[str] | None
         return None
     names = [n.strip() for n in raw.split(",") if n.strip()]
     if not names:
-        raise UsageError(f"{option} {raw!r} names nothing; give comma-separated names (e.g. {option} softmax,linear) "
-                         "or leave the option out to run every one")
+        raise UsageError(
+            f"{option} {raw!r} names nothing; give comma-separated names (e.g. {option} softmax,linear) "
+            "or leave the option out to run every one"
+        )
     return names
 
 

@@ -34,9 +34,7 @@ class ModelConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
         if self.d_model % self.n_head:
-            raise ValueError(
-                f"ModelConfig.d_model ({self.d_model}) must be divisible by n_head ({self.n_head})"
-            )
+            raise ValueError(f"ModelConfig.d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
         if self.mlp_hidden is not None and self.mlp_hidden <= 0:
             raise ValueError(f"ModelConfig.mlp_hidden must be positive, got {self.mlp_hidden}")
         if self.activation not in ACTIVATIONS:
@@ -52,7 +50,7 @@ class ModelConfig:
     def mlp_width(self) -> int:
         return self.mlp_ratio * self.d_model if self.mlp_hidden is None else self.mlp_hidden
 
-    def replace(self, **changes: Any) -> "ModelConfig":
+    def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

@@ -7,7 +7,8 @@ may gain parameters in later versions but never loses one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -20,7 +21,7 @@ hookimpl = pluggy.HookimplMarker("attnbench")  # what plugins decorate their hoo
 
 
 @hookspec
-def attnbench_register_variants(register: Callable[["Variant"], None]) -> None:
+def attnbench_register_variants(register: Callable[[Variant], None]) -> None:
     """Register attention variants.
 
     :param register: call once per variant with a ``attnbench.Variant``; the harness
@@ -29,7 +30,7 @@ def attnbench_register_variants(register: Callable[["Variant"], None]) -> None:
 
 
 @hookspec
-def attnbench_register_tasks(register: Callable[["Task"], None]) -> None:
+def attnbench_register_tasks(register: Callable[[Task], None]) -> None:
     """Register synthetic tasks (generated in-process, deterministic from a seed).
 
     :param register: call once per task with a ``attnbench.contract.task.Task``; a name another

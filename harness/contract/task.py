@@ -9,8 +9,9 @@ knobs; ``coords(options)`` names the difficulty coordinates every evaluation row
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

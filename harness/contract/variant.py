@@ -19,8 +19,9 @@ Mixer contract (what ``build_mixer(config, layer_idx)`` returns, an ``nn.Module`
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import nn
@@ -117,16 +118,14 @@ class Variant:
         if self.options is None:
             if raw:
                 raise ValueError(
-                    f"variant {self.name!r} takes no options, got {quoted(sorted(raw))}; "
-                    "remove 'variant_options'"
+                    f"variant {self.name!r} takes no options, got {quoted(sorted(raw))}; remove 'variant_options'"
                 )
             return None
         known = {f.name: f for f in dataclasses.fields(self.options)}
         unknown = sorted(set(raw) - set(known))
         if unknown:
             raise ValueError(
-                f"unknown option(s) {quoted(unknown)} for variant {self.name!r}; "
-                f"accepted: {sorted(known)}"
+                f"unknown option(s) {quoted(unknown)} for variant {self.name!r}; accepted: {sorted(known)}"
             )
         try:
             return self.options(**raw)

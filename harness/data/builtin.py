@@ -12,8 +12,7 @@ from attnbench.errors import DataError
 
 # name -> (file under data/corpora, sha256 of the decompressed UTF-8 text)
 BUILTIN_CORPORA: dict[str, tuple[str, str]] = {
-    "tinyshakespeare": ("tinyshakespeare.txt.xz",
-                        "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
+    "tinyshakespeare": ("tinyshakespeare.txt.xz", "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
 }
 DEFAULT_BUILTIN = "tinyshakespeare"
 
@@ -26,6 +25,5 @@ def builtin_text(name: str) -> str:
     file, sha256 = BUILTIN_CORPORA[name]
     raw = lzma.decompress(resources.files("attnbench.data").joinpath("corpora", file).read_bytes())
     if hashlib.sha256(raw).hexdigest() != sha256:
-        raise DataError(f"built-in corpus {name!r} ({file}) does not match its recorded sha256; "
-                        "reinstall attnbench")
+        raise DataError(f"built-in corpus {name!r} ({file}) does not match its recorded sha256; reinstall attnbench")
     return raw.decode("utf-8")

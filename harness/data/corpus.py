@@ -22,8 +22,8 @@ import torch
 
 from attnbench.data.builtin import DEFAULT_BUILTIN, builtin_text
 from attnbench.data.spec import DataSpec, EvalSet
-from attnbench.errors import DataError
 from attnbench.data.tokenizers import ByteTokenizer, pretrained, train_bpe
+from attnbench.errors import DataError
 
 _STDLIB_SKIP = {"test", "tests", "idlelib", "site-packages", "lib2to3", "turtledemo"}
 
@@ -43,11 +43,15 @@ class Corpus:
         return sample_batch(self.train, batch_size, seq_len, gen)
 
     def eval_sets(self, batch_size: int, seq_len: int, max_tokens: int) -> list[EvalSet]:
-        sets = [EvalSet({"split": "val"}, eval_batches(self.val, batch_size, seq_len, max_tokens),
-                        self.bytes_per_token)]
+        sets = [
+            EvalSet({"split": "val"}, eval_batches(self.val, batch_size, seq_len, max_tokens), self.bytes_per_token)
+        ]
         if self.test is not None:
-            sets.append(EvalSet({"split": "test"}, eval_batches(self.test, batch_size, seq_len, max_tokens),
-                                self.bytes_per_token))
+            sets.append(
+                EvalSet(
+                    {"split": "test"}, eval_batches(self.test, batch_size, seq_len, max_tokens), self.bytes_per_token
+                )
+            )
         return sets
 
 
@@ -102,8 +106,12 @@ def _load_hub(spec: DataSpec, split: str) -> str:
         ds = datasets.load_dataset(spec.name, spec.config, split=split)
     except Exception as exc:
         offline = os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
-        hint = (" The hub is switched off (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE); use a local "
-                "'path' with source text/json/parquet." if offline else "")
+        hint = (
+            " The hub is switched off (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE); use a local "
+            "'path' with source text/json/parquet."
+            if offline
+            else ""
+        )
         raise DataError(f"could not load hub dataset {spec.name!r} ({spec.config}, {split}): {exc}.{hint}") from exc
     if spec.text_field not in ds.column_names:
         raise DataError(f"hub dataset {spec.name!r} has no column {spec.text_field!r}; set 'data.text_field'")
@@ -170,14 +178,27 @@ def _load_cached(spec_json: str) -> Corpus:
         sizes = f"{len(train)} training / {len(val)} held-out" + (f" / {len(test)} test" if test is not None else "")
         raise DataError(f"corpus too small ({sizes} tokens)")
     bytes_per_token = len(val_text.encode("utf-8")) / len(val)
-    digest = hashlib.sha256(train.numpy().tobytes() + b"\0" + val.numpy().tobytes()
-                            + (b"\0" + test.numpy().tobytes() if test is not None else b"")).hexdigest()
+    digest = hashlib.sha256(
+        train.numpy().tobytes()
+        + b"\0"
+        + val.numpy().tobytes()
+        + (b"\0" + test.numpy().tobytes() if test is not None else b"")
+    ).hexdigest()
     desc = {"hf": f"hf:{spec.name}/{spec.config}", "builtin": f"builtin:{spec.name or DEFAULT_BUILTIN}"}.get(
-        spec.source, spec.source)
+        spec.source, spec.source
+    )
     if spec.path:
         desc += f":{spec.path}"
-    return Corpus(train, val, tok.vocab_size, bytes_per_token, digest, f"{desc} [{tok.name}]",
-                  tokenizer_json=tok.to_json() if hasattr(tok, "to_json") else None, test=test)
+    return Corpus(
+        train,
+        val,
+        tok.vocab_size,
+        bytes_per_token,
+        digest,
+        f"{desc} [{tok.name}]",
+        tokenizer_json=tok.to_json() if hasattr(tok, "to_json") else None,
+        test=test,
+    )
 
 
 def sample_batch(

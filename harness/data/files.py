@@ -24,8 +24,10 @@ def _check_readable(path: Path, key: str, text: bool) -> int:
     try:
         exists = path.is_file()
     except OSError as exc:  # a name too long for the file system, say
-        raise DataError(f"data file {shortened(str(path))} cannot be looked up ({exc.strerror}); "
-                        f"fix 'data.{key}' (paths are relative to the suite file)") from None
+        raise DataError(
+            f"data file {shortened(str(path))} cannot be looked up ({exc.strerror}); "
+            f"fix 'data.{key}' (paths are relative to the suite file)"
+        ) from None
     if not exists:
         raise DataError(f"data file {path} does not exist; fix 'data.{key}' (paths are relative to the suite file)")
     if not os.access(path, os.R_OK):
@@ -40,8 +42,10 @@ def _check_readable(path: Path, key: str, text: bool) -> int:
             head.decode("utf-8")
         except UnicodeDecodeError as exc:
             if exc.start < len(head) - 4:  # not merely a character cut at the probe's end
-                raise DataError(f"data file {path} is not UTF-8 text (byte {exc.start} is 0x{head[exc.start]:02x}); "
-                                f"'data.{key}' must name text files (convert it to UTF-8)") from None
+                raise DataError(
+                    f"data file {path} is not UTF-8 text (byte {exc.start} is 0x{head[exc.start]:02x}); "
+                    f"'data.{key}' must name text files (convert it to UTF-8)"
+                ) from None
     return size
 
 
@@ -63,6 +67,8 @@ def check_data_files(spec: DataSpec, seq_len: int | None) -> None:
         short = [(spec.path, train, need, "path")]
     for files, have, need, key in short:
         if have < need:
-            raise DataError(f"data file(s) {files} hold {have} bytes; one batch of this experiment "
-                            f"(seq_len {seq_len}, val_fraction {spec.val_fraction}) needs at least {need} "
-                            f"bytes. Use a larger 'data.{key}' file or a smaller seq_len")
+            raise DataError(
+                f"data file(s) {files} hold {have} bytes; one batch of this experiment "
+                f"(seq_len {seq_len}, val_fraction {spec.val_fraction}) needs at least {need} "
+                f"bytes. Use a larger 'data.{key}' file or a smaller seq_len"
+            )

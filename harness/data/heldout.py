@@ -113,9 +113,7 @@ def _dataset(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"test": datasets.Dataset.from_list(rows)}
 
 
-def recall_dataset(
-    n_docs: int = 500, seed: int = 0, n_pairs: int = 8, n_queries: int = 4, **_: Any
-) -> dict[str, Any]:
+def recall_dataset(n_docs: int = 500, seed: int = 0, n_pairs: int = 8, n_queries: int = 4, **_: Any) -> dict[str, Any]:
     """lm-eval ``custom_dataset`` for the recall task (metadata: n_docs, seed, n_pairs, n_queries)."""
     return _dataset(recall_docs(int(n_docs), int(seed), n_pairs=int(n_pairs), n_queries=int(n_queries)))
 
@@ -125,7 +123,7 @@ def resolve_text_path(text_path: str | None, config_source: str | None = None) -
     if not text_path:
         raise ValueError(
             "the held-out text task needs a file: pass its path as task metadata 'text_path' "
-            "(lm-eval: --metadata '{\"text_path\": \"/abs/heldout.txt\"}'; a suite: "
+            '(lm-eval: --metadata \'{"text_path": "/abs/heldout.txt"}\'; a suite: '
             "lm_eval.paths: {text_path: heldout.txt})"
         )
     path = Path(text_path).expanduser()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from attnbench.data.corpus import Corpus, load_text_corpus
 from attnbench.data.spec import DataSpec
 from attnbench.data.tasks import TaskData, load_task_data, task_vocab

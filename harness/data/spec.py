@@ -29,7 +29,9 @@ class DataSpec(BaseModel):
     max_bytes: int | None = Field(None, gt=0)  # cap on training bytes (head of the corpus)
     tokenizer: Literal["bytes", "bpe", "pretrained"] = "bytes"
     bpe_vocab_size: int = Field(4096, ge=260)
-    tokenizer_name: str | None = None  # tokenizer: pretrained; a hub name, or a tokenizer.json / folder relative to the suite file
+    tokenizer_name: str | None = (
+        None  # tokenizer: pretrained; a hub name, or a tokenizer.json / folder relative to the suite file
+    )
     # source: task
     task: str | None = None
     task_options: dict[str, Any] = {}
@@ -40,7 +42,7 @@ class DataSpec(BaseModel):
     eval_settings: list[dict[str, Any]] = []  # option overrides, each evaluated separately
 
     @model_validator(mode="after")
-    def _needs(self) -> "DataSpec":
+    def _needs(self) -> DataSpec:
         if self.source == "task" and not self.task:
             raise ValueError("data source 'task' needs 'task' (a registered task name; see `attnbench list`)")
         if self.tokenizer == "pretrained" and not self.tokenizer_name:
@@ -60,22 +62,30 @@ class DataSpec(BaseModel):
 
     def _splits_disjoint(self) -> None:
         """Train, val and test files must differ: an overlap would leak into the choice or the test."""
+
         def files(p: str | list[str] | None) -> set[str]:
             return set() if p is None else {str(Path(x)) for x in ([p] if isinstance(p, str) else p)}
 
         train, val, test = files(self.path), files(self.val_path), files(self.test_path)
-        for a, b, name, fix in ((train, val, "val_path", "path"), (train, test, "test_path", "path"),
-                                (val, test, "test_path", "val_path")):
+        for a, b, name, fix in (
+            (train, val, "val_path", "path"),
+            (train, test, "test_path", "path"),
+            (val, test, "test_path", "val_path"),
+        ):
             if a & b:
-                raise ValueError(f"data.{name} {sorted(a & b)} is also in data.{fix}: the splits must not "
-                                 f"overlap; give a separate file, or leave {name} out to cut a slice of the corpus")
+                raise ValueError(
+                    f"data.{name} {sorted(a & b)} is also in data.{fix}: the splits must not "
+                    f"overlap; give a separate file, or leave {name} out to cut a slice of the corpus"
+                )
         if self.test_path is not None and self.test_fraction is not None:
             raise ValueError("give data.test_path or data.test_fraction, not both")
         if self.test_fraction is not None and self.val_path is None and self.val_fraction + self.test_fraction >= 0.9:
-            raise ValueError(f"data.val_fraction + data.test_fraction ({self.val_fraction + self.test_fraction:g}) "
-                             "leaves under 10% for training; lower them")
+            raise ValueError(
+                f"data.val_fraction + data.test_fraction ({self.val_fraction + self.test_fraction:g}) "
+                "leaves under 10% for training; lower them"
+            )
 
-    def resolved(self, base_dir: Path) -> "DataSpec":
+    def resolved(self, base_dir: Path) -> DataSpec:
         """Paths made absolute against the suite's folder."""
 
         def fix(p: str | list[str] | None) -> str | list[str] | None:
@@ -85,9 +95,14 @@ class DataSpec(BaseModel):
                 return [str((base_dir / x).resolve()) for x in p]
             return str((base_dir / p).resolve())
 
-        return self.model_copy(update={"path": fix(self.path), "val_path": fix(self.val_path),
-                                       "test_path": fix(self.test_path),
-                                       "tokenizer_name": self._tokenizer_file(base_dir)})
+        return self.model_copy(
+            update={
+                "path": fix(self.path),
+                "val_path": fix(self.val_path),
+                "test_path": fix(self.test_path),
+                "tokenizer_name": self._tokenizer_file(base_dir),
+            }
+        )
 
     def _tokenizer_file(self, base_dir: Path) -> str | None:
         """A tokenizer_name that names a file or folder beside the suite, made absolute; a hub

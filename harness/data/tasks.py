@@ -10,12 +10,12 @@ from typing import Any
 
 import torch
 
+from attnbench.contract.task import IGNORE, Task, TaskBatch
 from attnbench.data.spec import DataSpec, EvalSet
 from attnbench.data.tokenizers import TokenIdsTokenizer
 from attnbench.errors import DataError
-from attnbench.contract.task import IGNORE, Task, TaskBatch
 
-_CACHE: dict[str, "TaskData"] = {}
+_CACHE: dict[str, TaskData] = {}
 _VAL_SEED_OFFSET = 1_000_003  # held-out examples come from a disjoint seed stream
 _TEST_SEED_OFFSET = 2_000_003  # test examples: another disjoint stream, fresh under a different seed
 
@@ -49,8 +49,9 @@ class TaskData:
         for split, (options, batch) in splits:
             tags = {"split": split, "task": self.task.name, **self.task.coords(options)}
             n = len(batch.inputs)
-            batches = [(batch.inputs[i : i + batch_size], batch.targets[i : i + batch_size])
-                       for i in range(0, n, batch_size)]
+            batches = [
+                (batch.inputs[i : i + batch_size], batch.targets[i : i + batch_size]) for i in range(0, n, batch_size)
+            ]
             sets.append(EvalSet(tags, batches, None, scored="answers"))
         return sets
 
@@ -78,8 +79,10 @@ def task_vocab(spec: DataSpec, registry) -> int:
 
 def task_seq_len(spec: DataSpec, registry) -> int:
     task = _task(spec, registry)
-    lengths = {task.seq_len(_options(task, spec.task_options, s))
-               for s in [*(spec.train_settings or [{}]), *spec.eval_settings]}
+    lengths = {
+        task.seq_len(_options(task, spec.task_options, s))
+        for s in [*(spec.train_settings or [{}]), *spec.eval_settings]
+    }
     if len(lengths) != 1:
         raise DataError(f"task {spec.task!r}: all train/eval settings must share one seq_len, got {sorted(lengths)}")
     return lengths.pop()
@@ -111,7 +114,16 @@ def load_task_data(spec: DataSpec, registry) -> TaskData:
     for _, b in [*evals, *tests]:
         h.update(b.inputs.numpy().tobytes() + b.targets.numpy().tobytes())
     vocab = task_vocab(spec, registry)
-    data = TaskData(task, base, inputs, targets, evals, vocab, h.hexdigest(),
-                    f"task:{task.name} {json.dumps(spec.task_options, sort_keys=True)}", tuple(tests))
+    data = TaskData(
+        task,
+        base,
+        inputs,
+        targets,
+        evals,
+        vocab,
+        h.hexdigest(),
+        f"task:{task.name} {json.dumps(spec.task_options, sort_keys=True)}",
+        tuple(tests),
+    )
     _CACHE[key] = data
     return data

@@ -60,8 +60,10 @@ class TokenIdsTokenizer:
         try:
             ids = [int(word) for word in text.split()]
         except ValueError:
-            raise DataError(f"this model reads token ids, not text: give ids 0..{self.vocab_size - 1} "
-                            f"separated by spaces (e.g. '5 12 3'), not {text[:40]!r}") from None
+            raise DataError(
+                f"this model reads token ids, not text: give ids 0..{self.vocab_size - 1} "
+                f"separated by spaces (e.g. '5 12 3'), not {text[:40]!r}"
+            ) from None
         if any(not 0 <= i < self.vocab_size for i in ids):
             raise DataError(f"token ids must lie in 0..{self.vocab_size - 1}; got {text[:40]!r}")
         return torch.tensor(ids, dtype=torch.int64)  # (N,)

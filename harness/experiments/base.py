@@ -6,9 +6,10 @@ by name in ``experiments.registry`` (a table of "module:attribute", imported laz
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -69,8 +70,13 @@ class Kind:
 
 
 # Code every kind runs: the plugin contract, the shared model and the data.
-COMMON_CODE = ("attnbench.contract", "attnbench.nn", "attnbench.data", "attnbench.experiments.base",
-               "attnbench.experiments.machine")
+COMMON_CODE = (
+    "attnbench.contract",
+    "attnbench.nn",
+    "attnbench.data",
+    "attnbench.experiments.base",
+    "attnbench.experiments.machine",
+)
 
 
 def trained_run(ctx: RunContext, cell: Any, purpose: str) -> tuple[dict[str, Any] | None, CellOutcome | None]:
@@ -81,5 +87,6 @@ def trained_run(ctx: RunContext, cell: Any, purpose: str) -> tuple[dict[str, Any
     if run is not None and run["status"] == "done":
         return run, None
     why = "was not stored" if run is None else f"ended with status {run['status']!r}"
-    return None, CellOutcome("skipped", error=f"its training cell in {cell.spec.from_experiment!r} {why}; "
-                                              f"nothing to {purpose}")
+    return None, CellOutcome(
+        "skipped", error=f"its training cell in {cell.spec.from_experiment!r} {why}; nothing to {purpose}"
+    )

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from attnbench.data.spec import DataSpec
 from attnbench.errors import SuiteError
@@ -24,7 +25,7 @@ KIND_TABLE: dict[str, str] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def get_kind(name: str) -> Kind:
     if name not in KIND_TABLE:
         raise SuiteError(f"unknown experiment kind {name!r}; kinds: {sorted(KIND_TABLE)}")
@@ -32,19 +33,29 @@ def get_kind(name: str) -> Kind:
     return getattr(importlib.import_module(module), attr)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kind_code_hash(name: str) -> str:
     """Content hash of the harness code a kind's cells run (part of their keys)."""
     return code_hash(*get_kind(name).code)
 
 
 def expand_suite(
-    suite: Suite, registry: Registry, *, device: str = "", only_variants: list[str] | None = None,
+    suite: Suite,
+    registry: Registry,
+    *,
+    device: str = "",
+    only_variants: list[str] | None = None,
     corpus_hash: Callable[[DataSpec], str] | None = None,
 ) -> list[Cell]:
     """Every cell of a suite, keyed (when ``corpus_hash`` is given) and linked by its kind."""
-    cells = expand(suite, registry, device=device, only_variants=only_variants, corpus_hash=corpus_hash,
-                   kind_code=kind_code_hash if corpus_hash else None)
+    cells = expand(
+        suite,
+        registry,
+        device=device,
+        only_variants=only_variants,
+        corpus_hash=corpus_hash,
+        kind_code=kind_code_hash if corpus_hash else None,
+    )
     for name in dict.fromkeys(c.kind for c in cells):
         kind = get_kind(name)
         if kind.link is not None:

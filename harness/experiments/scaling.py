@@ -19,18 +19,18 @@ from typing import Any
 
 import torch
 
-from attnbench.plan.cells import Cell
+from attnbench.contract.variant import Variant
 from attnbench.data.loading import load_corpus
-from attnbench.experiments.derived import save_derived
-from attnbench.registry.identity import code_hash
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext
-from attnbench.nn.flops import model_facts
-from attnbench.fits import fit_power_law
-from attnbench.store.provenance import device_name
-from attnbench.store.database import Result, Store
+from attnbench.experiments.derived import save_derived
 from attnbench.experiments.train.loop import train_cell
 from attnbench.experiments.train.setup import build_model
-from attnbench.contract.variant import Variant
+from attnbench.fits import fit_power_law
+from attnbench.nn.flops import model_facts
+from attnbench.plan.cells import Cell
+from attnbench.registry.identity import code_hash
+from attnbench.store.database import Result, Store
+from attnbench.store.provenance import device_name
 
 XS = (("params", "n_params"), ("flops", "train_flops"))  # fit against: (tag, summary key)
 
@@ -41,13 +41,22 @@ def run_scaling_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutco
     torch.manual_seed(cell.seed)
     n_params = build_model(variant, replace(cell, spec=spec.train_spec(1))).num_params()
     train_spec = spec.train_spec(n_params)
-    outcome = train_cell(replace(cell, spec=train_spec), variant, load_corpus(cell.data, ctx.registry),
-                         ctx.device, ctx.progress, ctx.checkpoint_dir, ctx.live)
+    outcome = train_cell(
+        replace(cell, spec=train_spec),
+        variant,
+        load_corpus(cell.data, ctx.registry),
+        ctx.device,
+        ctx.progress,
+        ctx.checkpoint_dir,
+        ctx.live,
+    )
     facts = model_facts(variant, cell.model, spec.seq_len, n_params)
     outcome.summary = {
-        **outcome.summary, "n_params": n_params,
+        **outcome.summary,
+        "n_params": n_params,
         "train_flops_per_token": outcome.summary.get("train_flops_per_token", facts["train_flops_per_token"]),
-        "budget_rule": spec.budget_rule(), "budget": train_spec.budget.model_dump(exclude_none=True),
+        "budget_rule": spec.budget_rule(),
+        "budget": train_spec.budget.model_dump(exclude_none=True),
     }
     return outcome
 
@@ -67,11 +76,28 @@ def power_law_rows(runs: list[dict[str, Any]]) -> list[Result]:
     rows = []
     for x_name, key in XS:
         pts = _points(runs, key)
-        tags: dict[str, Any] = {"x": x_name, "n_points": len(pts), "sizes": [x for x, _ in pts],
-                                "losses": [y for _, y in pts]}
+        tags: dict[str, Any] = {
+            "x": x_name,
+            "n_points": len(pts),
+            "sizes": [x for x, _ in pts],
+            "losses": [y for _, y in pts],
+        }
         if len(pts) < 3:
-            rows.append(Result("power_law", None, "", {**tags, "a": None, "b": None, "c": None, "rmse": None,
-                                                       "error": "needs finished runs at 3 or more sizes"}))
+            rows.append(
+                Result(
+                    "power_law",
+                    None,
+                    "",
+                    {
+                        **tags,
+                        "a": None,
+                        "b": None,
+                        "c": None,
+                        "rmse": None,
+                        "error": "needs finished runs at 3 or more sizes",
+                    },
+                )
+            )
             continue
         fit = fit_power_law([x for x, _ in pts], [y for _, y in pts])
         rows.append(Result("power_law", fit.b, "", {**tags, "a": fit.a, "b": fit.b, "c": fit.c, "rmse": fit.rmse}))
@@ -83,20 +109,44 @@ def finalize_scaling(cells: list[Cell], store: Store, device: torch.device) -> N
     if not cells:
         return
     first = cells[0]
-    runs = {r["cell_key"]: r for r in store.runs(suite=first.suite, kind="scaling")
-            if r["experiment"] == first.experiment}
+    runs = {
+        r["cell_key"]: r for r in store.runs(suite=first.suite, kind="scaling") if r["experiment"] == first.experiment
+    }
     for variant in dict.fromkeys(c.variant for c in cells):
         vruns = [runs[c.key] for c in cells if c.variant == variant and c.key in runs]
         if not vruns:
             continue
-        inputs = {"suite": first.suite, "experiment": first.experiment, "variant": variant,
-                  "device": device_name(device), "cells": sorted(r["cell_key"] for r in vruns),
-                  "code": code_hash("attnbench.fits", "attnbench.experiments.scaling")}
-        save_derived(store, kind="scaling_fit", suite=first.suite, experiment=first.experiment, variant=variant,
-                     inputs=inputs, device=device, results=power_law_rows(vruns),
-                     summary={"cells": len(vruns), "done": sum(r["status"] == "done" for r in vruns)})
+        inputs = {
+            "suite": first.suite,
+            "experiment": first.experiment,
+            "variant": variant,
+            "device": device_name(device),
+            "cells": sorted(r["cell_key"] for r in vruns),
+            "code": code_hash("attnbench.fits", "attnbench.experiments.scaling"),
+        }
+        save_derived(
+            store,
+            kind="scaling_fit",
+            suite=first.suite,
+            experiment=first.experiment,
+            variant=variant,
+            inputs=inputs,
+            device=device,
+            results=power_law_rows(vruns),
+            summary={"cells": len(vruns), "done": sum(r["status"] == "done" for r in vruns)},
+        )
 
 
-KIND = Kind("scaling", run_scaling_cell, code=(*COMMON_CODE, "attnbench.experiments.train", "attnbench.experiments.scaling",
-                                              "attnbench.distributed", "attnbench.fits"),
-            finalize=finalize_scaling, data_parallel=True)
+KIND = Kind(
+    "scaling",
+    run_scaling_cell,
+    code=(
+        *COMMON_CODE,
+        "attnbench.experiments.train",
+        "attnbench.experiments.scaling",
+        "attnbench.distributed",
+        "attnbench.fits",
+    ),
+    finalize=finalize_scaling,
+    data_parallel=True,
+)

@@ -38,10 +38,13 @@ class Inspection:
     layers: list[LayerMap]
 
     def to_json(self) -> dict[str, Any]:
-        return {"variant": self.variant, "checkpoint": self.checkpoint.path, "cell_key": self.checkpoint.cell_key,
-                "tokens": self.tokens,
-                "layers": [{"layer": m.layer, "kind": m.kind, "heads": m.weights.round(6).tolist()}
-                           for m in self.layers]}
+        return {
+            "variant": self.variant,
+            "checkpoint": self.checkpoint.path,
+            "cell_key": self.checkpoint.cell_key,
+            "tokens": self.tokens,
+            "layers": [{"layer": m.layer, "kind": m.kind, "heads": m.weights.round(6).tolist()} for m in self.layers],
+        }
 
 
 def token_labels(ids: list[int]) -> list[str]:
@@ -63,29 +66,36 @@ def _encode(text: str | None, tokens: list[int] | None, config: ModelConfig) -> 
         raise InspectError("give either --text (bytes, for byte-level models) or --tokens (token ids)")
     if tokens is None:
         if config.vocab_size != ByteTokenizer.vocab_size:
-            raise InspectError(f"the checkpoint's vocabulary has {config.vocab_size} tokens; --text is read "
-                               "as bytes and needs a byte-level model (vocabulary 256); give --tokens "
-                               "(space-separated token ids) instead")
+            raise InspectError(
+                f"the checkpoint's vocabulary has {config.vocab_size} tokens; --text is read "
+                "as bytes and needs a byte-level model (vocabulary 256); give --tokens "
+                "(space-separated token ids) instead"
+            )
         if not text:
-            raise InspectError(f"--text is empty; give the text to look at (1 to {min(MAX_TOKENS, config.context)} "
-                               "bytes, e.g. --text 'the cat sat')")
+            raise InspectError(
+                f"--text is empty; give the text to look at (1 to {min(MAX_TOKENS, config.context)} "
+                "bytes, e.g. --text 'the cat sat')"
+            )
         ids = ByteTokenizer().encode(text).long()  # (T,)
         what, labels = f"--text is {len(ids)} bytes", token_labels(ids.tolist())
     else:
         bad = [t for t in tokens if not 0 <= t < config.vocab_size]
         if bad:
-            raise InspectError(f"--tokens has ids {bad[:5]} outside the checkpoint's vocabulary "
-                               f"(0..{config.vocab_size - 1})")
+            raise InspectError(
+                f"--tokens has ids {bad[:5]} outside the checkpoint's vocabulary (0..{config.vocab_size - 1})"
+            )
         ids = torch.tensor(tokens, dtype=torch.long)  # (T,)
         what, labels = f"--tokens has {len(ids)} ids", [str(t) for t in tokens]
     if not 1 <= len(ids) <= min(MAX_TOKENS, config.context):
-        raise InspectError(f"{what}; give 1 to {min(MAX_TOKENS, config.context)} "
-                           f"(the model's context is {config.context})")
+        raise InspectError(
+            f"{what}; give 1 to {min(MAX_TOKENS, config.context)} (the model's context is {config.context})"
+        )
     return ids[None, :], labels  # (1, T)
 
 
-def inspect_checkpoint(path: str | Path, text: str | None, registry: Any,
-                       tokens: list[int] | None = None) -> Inspection:
+def inspect_checkpoint(
+    path: str | Path, text: str | None, registry: Any, tokens: list[int] | None = None
+) -> Inspection:
     """Attention maps of every layer of the checkpoint's model on ``text`` (bytes) or on
     ``tokens`` (ids).
 
@@ -94,14 +104,18 @@ def inspect_checkpoint(path: str | Path, text: str | None, registry: Any,
     model, meta = load_checkpoint(path, registry)
     variant = registry.get(meta.variant)
     if variant.attention_maps is None:
-        raise InspectError(f"variant {meta.variant!r} has no attention maps: its plugin does not pass "
-                           "attention_maps=... to Variant(...) (see attnbench.contract.variant)")
+        raise InspectError(
+            f"variant {meta.variant!r} has no attention maps: its plugin does not pass "
+            "attention_maps=... to Variant(...) (see attnbench.contract.variant)"
+        )
     config = model.config
     mixers = _mixers(model, variant, config)
     if len(mixers) != config.n_layer:
-        raise InspectError(f"found {len(mixers)} token mixers for {config.n_layer} layers in this "
-                           f"{meta.model_kind} model of {meta.variant!r}; inspect needs the modules "
-                           "the variant's build_mixer makes (use model_kind: backbone)")
+        raise InspectError(
+            f"found {len(mixers)} token mixers for {config.n_layer} layers in this "
+            f"{meta.model_kind} model of {meta.variant!r}; inspect needs the modules "
+            "the variant's build_mixer makes (use model_kind: backbone)"
+        )
     idx, labels = _encode(text, tokens, config)  # (1, T)
     inputs: list[torch.Tensor] = []
     hooks = [m.register_forward_pre_hook(lambda _m, args: inputs.append(args[0])) for m in mixers]
@@ -116,7 +130,9 @@ def inspect_checkpoint(path: str | Path, text: str | None, registry: Any,
         w = variant.attention_maps(mixer, x)[0].float()  # (H, T, T) or (H, T)
         T = idx.size(1)
         if w.shape not in ((config.n_head, T, T), (config.n_head, T)):
-            raise InspectError(f"variant {meta.variant!r}: attention_maps returned shape "
-                               f"{tuple(w.shape)} for layer {i}; expected (B, H, T, T) or (B, H, T)")
+            raise InspectError(
+                f"variant {meta.variant!r}: attention_maps returned shape "
+                f"{tuple(w.shape)} for layer {i}; expected (B, H, T, T) or (B, H, T)"
+            )
         layers.append(LayerMap(i, "pairwise" if w.dim() == 3 else "importance", w.numpy()))
     return Inspection(meta.variant, meta, labels, layers)

@@ -19,10 +19,14 @@ def check_out_dir(out: Path) -> None:
             if path.is_dir():
                 return
             if path == out:
-                raise InspectError(f"--out {out} is an existing file, not a folder; give --out a folder path "
-                                   "(it is created if missing), or move the file")
-            raise InspectError(f"--out {out}: {path} is an existing file, so no folder can be made under it; "
-                               "give --out a folder path elsewhere, or move the file")
+                raise InspectError(
+                    f"--out {out} is an existing file, not a folder; give --out a folder path "
+                    "(it is created if missing), or move the file"
+                )
+            raise InspectError(
+                f"--out {out}: {path} is an existing file, so no folder can be made under it; "
+                "give --out a folder path elsewhere, or move the file"
+            )
 
 
 def _figure(m: LayerMap, tokens: list[str]):
@@ -38,14 +42,29 @@ def _figure(m: LayerMap, tokens: list[str]):
         side = max(4.0, 0.11 * T + 1.5)
         fig, axes = plt.subplots(1, H, figsize=(side * H, side), squeeze=False)
         for h, ax in enumerate(axes[0]):
-            sns.heatmap(m.weights[h], ax=ax, cmap="viridis", vmin=0.0, square=True,
-                        xticklabels=tokens, yticklabels=tokens, cbar_kws={"shrink": 0.6})
+            sns.heatmap(
+                m.weights[h],
+                ax=ax,
+                cmap="viridis",
+                vmin=0.0,
+                square=True,
+                xticklabels=tokens,
+                yticklabels=tokens,
+                cbar_kws={"shrink": 0.6},
+            )
             ax.set(title=f"layer {m.layer} head {h}", xlabel="key (attended to)", ylabel="query")
             ax.tick_params(labelsize=font)
     else:
         fig, ax = plt.subplots(figsize=(max(6.0, 0.12 * T + 2), 1.0 + 0.5 * H))
-        sns.heatmap(m.weights, ax=ax, cmap="viridis", vmin=0.0, xticklabels=tokens,
-                    yticklabels=[f"head {h}" for h in range(H)], cbar_kws={"shrink": 0.8})
+        sns.heatmap(
+            m.weights,
+            ax=ax,
+            cmap="viridis",
+            vmin=0.0,
+            xticklabels=tokens,
+            yticklabels=[f"head {h}" for h in range(H)],
+            cbar_kws={"shrink": 0.8},
+        )
         ax.set(title=f"layer {m.layer}: per-token importance", xlabel="token")
         ax.tick_params(labelsize=font)
     fig.tight_layout()
@@ -68,18 +87,24 @@ def write_pngs(ins: Inspection, out: Path) -> list[Path]:
 
 def write_html(ins: Inspection, pngs: list[Path], out: Path) -> Path:
     text = html.escape("".join(" " if t == "␣" else t for t in ins.tokens))
-    parts = [f"<h1>Attention maps: {html.escape(ins.variant)}</h1>",
-             f"<p>checkpoint <code>{html.escape(ins.checkpoint.path)}</code> (cell "
-             f"{html.escape(str(ins.checkpoint.cell_key))}, step {ins.checkpoint.step}); "
-             f"{len(ins.tokens)} byte tokens: <code>{text}</code></p>",
-             "<p>Pairwise maps: row = query position, column = key position, each row's weights "
-             "over keys j &le; i. Importance maps: one weight per token and head.</p>"]
+    parts = [
+        f"<h1>Attention maps: {html.escape(ins.variant)}</h1>",
+        f"<p>checkpoint <code>{html.escape(ins.checkpoint.path)}</code> (cell "
+        f"{html.escape(str(ins.checkpoint.cell_key))}, step {ins.checkpoint.step}); "
+        f"{len(ins.tokens)} byte tokens: <code>{text}</code></p>",
+        "<p>Pairwise maps: row = query position, column = key position, each row's weights "
+        "over keys j &le; i. Importance maps: one weight per token and head.</p>",
+    ]
     for m, png in zip(ins.layers, pngs):
-        parts.append(f"<h2>Layer {m.layer} ({m.kind}, {m.weights.shape[0]} heads)</h2>"
-                     f'<img src="{png.name}" style="max-width:100%">')
+        parts.append(
+            f"<h2>Layer {m.layer} ({m.kind}, {m.weights.shape[0]} heads)</h2>"
+            f'<img src="{png.name}" style="max-width:100%">'
+        )
     path = out / "index.html"
-    path.write_text("<!doctype html><meta charset='utf-8'><title>attnbench inspect</title>"
-                    "<body style='font-family:sans-serif'>" + "\n".join(parts) + "</body>")
+    path.write_text(
+        "<!doctype html><meta charset='utf-8'><title>attnbench inspect</title>"
+        "<body style='font-family:sans-serif'>" + "\n".join(parts) + "</body>"
+    )
     return path
 
 

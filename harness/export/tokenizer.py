@@ -23,8 +23,9 @@ PREFIX_TEXT = "\n"
 
 def byte_to_unicode() -> dict[int, str]:
     """GPT-2's reversible map from bytes to printable characters (what ByteLevel uses)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars, n = {}, 0
     for b in range(256):
         if b in printable:
@@ -51,8 +52,10 @@ def prefix_token_id(tokenizer_json: str | None) -> int:
     if tokenizer_json is None:
         return ord(PREFIX_TEXT)
     if token_ids_vocab(tokenizer_json) is not None:
-        raise ValueError("this model reads token ids of a synthetic task, with no newline to condition a "
-                         "document on; give prefix_token=ID")
+        raise ValueError(
+            "this model reads token ids of a synthetic task, with no newline to condition a "
+            "document on; give prefix_token=ID"
+        )
     from tokenizers import Tokenizer
 
     ids = Tokenizer.from_str(tokenizer_json).encode(PREFIX_TEXT, add_special_tokens=False).ids
@@ -63,8 +66,8 @@ def prefix_token_id(tokenizer_json: str | None) -> int:
 
 def write_tokenizer(out_dir: Path, tokenizer_json: str | None, context: int) -> dict[str, str]:
     """Write tokenizer.json and tokenizer_config.json into ``out_dir``; returns what it used."""
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
 
     text = tokenizer_json if tokenizer_json is not None else byte_tokenizer_json()
     tok = Tokenizer.from_str(text)
@@ -73,8 +76,13 @@ def write_tokenizer(out_dir: Path, tokenizer_json: str | None, context: int) -> 
     # The newline doubles as bos (lm-eval's prefix), eos and pad: the vocabulary has no spare id.
     # split_special_tokens: text is always encoded as text, never matched against them.
     special = {} if prefix is None else {"bos_token": prefix, "eos_token": prefix, "pad_token": prefix}
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, **special, split_special_tokens=True,
-                                   model_max_length=context, clean_up_tokenization_spaces=False)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        **special,
+        split_special_tokens=True,
+        model_max_length=context,
+        clean_up_tokenization_spaces=False,
+    )
     fast.save_pretrained(str(out_dir))
     json.loads((out_dir / "tokenizer.json").read_text())  # what was written parses
     return {"kind": kind, "prefix_token": prefix}

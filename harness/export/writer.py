@@ -26,8 +26,10 @@ from attnbench.registry.identity import variant_identity
 
 REMOTE = Path(__file__).with_name("remote")
 REMOTE_FILES = ("configuration_attnbench.py", "modeling_attnbench.py")
-AUTO_MAP = {"AutoConfig": "configuration_attnbench.AttnbenchConfig",
-            "AutoModelForCausalLM": "modeling_attnbench.AttnbenchForCausalLM"}
+AUTO_MAP = {
+    "AutoConfig": "configuration_attnbench.AttnbenchConfig",
+    "AutoModelForCausalLM": "modeling_attnbench.AttnbenchForCausalLM",
+}
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,9 @@ def _hf_modules() -> tuple[Any, Any]:
         import safetensors.torch
         import transformers
     except ImportError as exc:
-        raise ExportError(f"export needs the Hugging Face extra ({exc.name} is missing): "
-                          "pip install 'attnbench[hf]'") from None
+        raise ExportError(
+            f"export needs the Hugging Face extra ({exc.name} is missing): pip install 'attnbench[hf]'"
+        ) from None
     return transformers, safetensors.torch
 
 
@@ -61,12 +64,23 @@ def _versions(distribution: str) -> dict[str, str]:
 def _config(meta: CheckpointMeta, variant: Any, tokenizer: str) -> Any:
     from attnbench.export.remote.configuration_attnbench import AttnbenchConfig
 
-    provenance = {"versions": _versions(variant.distribution), "variant": variant_identity(variant),
-                  "checkpoint": meta.path, "cell_key": meta.cell_key, "step": meta.step,
-                  "n_params": meta.n_params, "tokenizer": tokenizer}
-    config = AttnbenchConfig(variant=meta.variant, model_kind=meta.model_kind, attnbench_config=meta.config,
-                             plugin_distribution=variant.distribution, provenance=provenance,
-                             architectures=["AttnbenchForCausalLM"])
+    provenance = {
+        "versions": _versions(variant.distribution),
+        "variant": variant_identity(variant),
+        "checkpoint": meta.path,
+        "cell_key": meta.cell_key,
+        "step": meta.step,
+        "n_params": meta.n_params,
+        "tokenizer": tokenizer,
+    }
+    config = AttnbenchConfig(
+        variant=meta.variant,
+        model_kind=meta.model_kind,
+        attnbench_config=meta.config,
+        plugin_distribution=variant.distribution,
+        provenance=provenance,
+        architectures=["AttnbenchForCausalLM"],
+    )
     config.auto_map = dict(AUTO_MAP)
     return config
 
@@ -75,12 +89,14 @@ def _target(out_dir: Path, overwrite: bool) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"{out_dir} exists and is a file; give a folder path for the export")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
-        raise ExportError(f"{out_dir} already exists and is not empty; choose a new folder or pass "
-                          "--overwrite to replace it")
+        raise ExportError(
+            f"{out_dir} already exists and is not empty; choose a new folder or pass --overwrite to replace it"
+        )
 
 
-def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, registry: Any,
-                      overwrite: bool = False) -> ExportInfo:
+def export_checkpoint(
+    checkpoint: str | Path, out_dir: str | Path, registry: Any, overwrite: bool = False
+) -> ExportInfo:
     """Write the Hugging Face folder of ``checkpoint`` at ``out_dir`` (see the module docstring)."""
     from attnbench.export.tokenizer import write_tokenizer
 
@@ -90,8 +106,10 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, registry: Any
     model, meta = load_checkpoint(checkpoint, registry)
     variant = registry.get(meta.variant)
     if meta.tokenizer is None and int(meta.config.get("vocab_size", 256)) != 256:
-        raise ExportError(f"checkpoint {meta.path} embeds {meta.config['vocab_size']} tokens but keeps no "
-                          "tokenizer (it predates checkpoints keeping them); re-train it to export it")
+        raise ExportError(
+            f"checkpoint {meta.path} embeds {meta.config['vocab_size']} tokens but keeps no "
+            "tokenizer (it predates checkpoints keeping them); re-train it to export it"
+        )
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:

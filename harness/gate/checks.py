@@ -14,25 +14,56 @@ from __future__ import annotations
 
 import threading
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
 from attnbench import __version__
-from attnbench.gate.common import DEFAULT_LONG_T, DETERMINISTIC_TOL, FACTS_TOL, INCREMENTAL_T, INCREMENTAL_TOL, INPUT_SCALE, LEAK_BACKWARD_TOL, LEAK_FORWARD_TOL, Check, CheckContext, CheckResult, ContractError, fmt
+from attnbench.contract.config import ModelConfig
+from attnbench.contract.variant import Variant
+from attnbench.gate.common import (
+    DEFAULT_LONG_T,
+    DETERMINISTIC_TOL,
+    FACTS_TOL,
+    INCREMENTAL_T,
+    INCREMENTAL_TOL,
+    INPUT_SCALE,
+    LEAK_BACKWARD_TOL,
+    LEAK_FORWARD_TOL,
+    Check,
+    CheckContext,
+    CheckResult,
+    ContractError,
+    fmt,
+)
 from attnbench.gate.decode import check_declared_facts, check_incremental
 from attnbench.gate.leak import check_backward_leak, check_forward_leak
 from attnbench.gate.numeric import check_deterministic, check_finite
-from attnbench.gate.scale import FLOAT64_TOL, SCALE_FACTORS, SCALE_LEAK_TOL, check_autocast_at_scale, check_float64_at_scale, check_incremental_at_scale, check_leak_at_scale
-from attnbench.contract.config import ModelConfig
+from attnbench.gate.scale import (
+    FLOAT64_TOL,
+    SCALE_FACTORS,
+    SCALE_LEAK_TOL,
+    check_autocast_at_scale,
+    check_float64_at_scale,
+    check_incremental_at_scale,
+    check_leak_at_scale,
+)
 from attnbench.registry.identity import code_hash, variant_identity
 from attnbench.store.provenance import device_name
-from attnbench.contract.variant import Variant
 
 __all__ = [
-    "CHECKS", "CheckResult", "DEFAULT_LONG_T", "DEFAULT_TIME_LIMIT_S", "default_config",
-    "format_table", "gate_key_inputs", "passed", "run_checks", "check_variants",
+    "CHECKS",
+    "CheckResult",
+    "DEFAULT_LONG_T",
+    "DEFAULT_TIME_LIMIT_S",
+    "default_config",
+    "format_table",
+    "gate_key_inputs",
+    "passed",
+    "run_checks",
+    "check_variants",
 ]
 
 CHECKS: tuple[str, ...] = (
@@ -80,9 +111,17 @@ def default_config(variant: Variant) -> ModelConfig:
     """The small model every check uses: 2 layers (a hybrid: one period of its pattern, so
     every layer type is built), d_model 32, 2 heads (h = 16), bytes vocabulary, context 512 (> the 320-token incremental check), the variant's default options.
     """
-    return ModelConfig(vocab_size=256, d_model=32, n_layer=max(2, len(getattr(variant, "parts", ()))),
-                       n_head=2, context=512,
-                       mlp_ratio=4, dropout=0.0, bias=True, options=variant.make_options(None))
+    return ModelConfig(
+        vocab_size=256,
+        d_model=32,
+        n_layer=max(2, len(getattr(variant, "parts", ()))),
+        n_head=2,
+        context=512,
+        mlp_ratio=4,
+        dropout=0.0,
+        bias=True,
+        options=variant.make_options(None),
+    )
 
 
 def _describe(exc: BaseException) -> str:
@@ -172,8 +211,7 @@ def _run_with_time_limit(ctx: CheckContext, time_limit_s: float) -> list[CheckRe
     # machine's core count, and on a shared machine OpenMP spin-waiting cost ~10x CPU time.
     torch.set_num_threads(1)
     try:
-        worker = threading.Thread(target=work, name=f"attnbench-check-{ctx.variant.name}",
-                                  daemon=True)
+        worker = threading.Thread(target=work, name=f"attnbench-check-{ctx.variant.name}", daemon=True)
         worker.start()
         worker.join(time_limit_s)
     finally:
@@ -184,10 +222,12 @@ def _run_with_time_limit(ctx: CheckContext, time_limit_s: float) -> list[CheckRe
             return list(results)
         cancelled.set()
         out = list(results)
-    for name in CHECKS[len(out):]:
-        why = (f"timed out after {time_limit_s:g} s (per-variant limit; abandoned in a "
-               "background thread)" if name == current[0]
-               else f"not run: the variant's {time_limit_s:g} s time limit was spent")
+    for name in CHECKS[len(out) :]:
+        why = (
+            f"timed out after {time_limit_s:g} s (per-variant limit; abandoned in a background thread)"
+            if name == current[0]
+            else f"not run: the variant's {time_limit_s:g} s time limit was spent"
+        )
         out.append(CheckResult(name, "error", None, None, why))
     return out
 
@@ -213,11 +253,11 @@ def format_table(results: dict[str, list[CheckResult]], *, verbose: bool = False
     """Plain-text table, variants x checks, each cell 'status figure'; then one line per
     failed or errored check (every check when ``verbose``) with tolerance and detail."""
     header = ["variant", *(_SHORT[c] for c in CHECKS)]
-    rows = [[name, *(_cell(next((r for r in rs if r.check == c), None)) for c in CHECKS)]
-            for name, rs in results.items()]
+    rows = [
+        [name, *(_cell(next((r for r in rs if r.check == c), None)) for c in CHECKS)] for name, rs in results.items()
+    ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
-             for row in [header, *rows]]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
     lines.append(
         f"figures: leak-fwd max|d logits|/max|logits| (tol {LEAK_FORWARD_TOL:g}); leak-bwd "
         f"max|d y_t/d x_>t| (tol {LEAK_BACKWARD_TOL:g}); incremental max|d logits|/max|logits| "
@@ -232,15 +272,17 @@ def format_table(results: dict[str, list[CheckResult]], *, verbose: bool = False
         for r in rs:
             if verbose or r.status in ("fail", "error"):
                 tol = "" if r.tolerance is None else f" (tol {fmt(r.tolerance)})"
-                lines.append(f"{name} / {r.check}: {r.status.upper()} {fmt(r.figure)}{tol}: "
-                             f"{r.detail}")
+                lines.append(f"{name} / {r.check}: {r.status.upper()} {fmt(r.figure)}{tol}: {r.detail}")
     ok = sum(passed(rs) for rs in results.values())
     lines.append(f"{ok}/{len(results)} variants passed every check")
     return "\n".join(lines)
 
 
 def gate_key_inputs(
-    variant: Variant, device: str | torch.device, *, config: ModelConfig | None = None,
+    variant: Variant,
+    device: str | torch.device,
+    *,
+    config: ModelConfig | None = None,
     long_T: int = DEFAULT_LONG_T,
 ) -> dict[str, Any]:
     """What identifies one verdict: the variant's code version, the gate's own code and
@@ -261,4 +303,3 @@ def gate_key_inputs(
         "gate_code": code_hash(*GATE_CODE),
         "settings": {"config": settings, "long_T": long_T},
     }
-

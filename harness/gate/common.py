@@ -6,15 +6,16 @@ that names what was returned and what was expected.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
 
-from attnbench.nn.backbone import Backbone
 from attnbench.contract.config import ModelConfig
 from attnbench.contract.variant import MixerBuilder, MixerOutput, Variant
+from attnbench.nn.backbone import Backbone
 
 # Tolerances (fp32). Same-shape perturbations are bitwise equal for every correct mixer we
 # know; 1e-5 leaves room for kernels whose blocking depends on T (the truncation test) and
@@ -108,8 +109,7 @@ def guarded(build_mixer: MixerBuilder) -> MixerBuilder:
         mixer = build_mixer(config, layer_idx)
         if not isinstance(mixer, nn.Module):
             raise ContractError(
-                f"build_mixer(config, {layer_idx}) returned {type(mixer).__name__}; "
-                "expected a torch.nn.Module"
+                f"build_mixer(config, {layer_idx}) returned {type(mixer).__name__}; expected a torch.nn.Module"
             )
         mixer.register_forward_hook(_check_mixer_output)
         return mixer
@@ -139,16 +139,12 @@ def models(ctx: CheckContext, config: ModelConfig | None = None) -> list[tuple[s
     """The shared backbone with the variant's mixers and, if declared, its own model."""
     config = config or ctx.config
     torch.manual_seed(ctx.seed)
-    out: list[tuple[str, nn.Module]] = [
-        ("backbone", Backbone(config, guarded(ctx.variant.build_mixer)).to(ctx.device))
-    ]
+    out: list[tuple[str, nn.Module]] = [("backbone", Backbone(config, guarded(ctx.variant.build_mixer)).to(ctx.device))]
     if ctx.variant.build_model is not None:
         torch.manual_seed(ctx.seed)
         own = ctx.variant.build_model(config)
         if not isinstance(own, nn.Module):
-            raise ContractError(
-                f"build_model(config) returned {type(own).__name__}; expected a LanguageModel"
-            )
+            raise ContractError(f"build_model(config) returned {type(own).__name__}; expected a LanguageModel")
         out.append(("own model", own.to(ctx.device)))
     return out
 
@@ -160,8 +156,7 @@ def logits_of(out: Any, shape: tuple[int, ...], where: str) -> torch.Tensor:
         raise ContractError(f"{where} returned {type(out).__name__}; expected a ModelOutput")
     if tuple(logits.shape) != shape or not logits.is_floating_point():
         raise ContractError(
-            f"{where} returned logits {tuple(logits.shape)} {logits.dtype}; "
-            f"expected {shape} floating point"
+            f"{where} returned logits {tuple(logits.shape)} {logits.dtype}; expected {shape} floating point"
         )
     return logits.float()
 

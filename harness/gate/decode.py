@@ -11,15 +11,35 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnbench.nn.backbone import Backbone
-from attnbench.gate.common import CHUNK_SIZES, FACTS_TOL, INCREMENTAL_T, INCREMENTAL_TOL, MIXED_SCHEDULE, STATE_LENGTHS, CheckContext, CheckResult, ContractError, build_mixer, fmt, is_worse, logits_of, models, normal, rel_dev, tokens, verdict
 from attnbench.contract.variant import MixerOutput, state_numel
+from attnbench.gate.common import (
+    CHUNK_SIZES,
+    FACTS_TOL,
+    INCREMENTAL_T,
+    INCREMENTAL_TOL,
+    MIXED_SCHEDULE,
+    STATE_LENGTHS,
+    CheckContext,
+    CheckResult,
+    ContractError,
+    build_mixer,
+    fmt,
+    is_worse,
+    logits_of,
+    models,
+    normal,
+    rel_dev,
+    tokens,
+    verdict,
+)
+from attnbench.nn.backbone import Backbone
 
 BATCH = 2
 
 
-def _step_through(model: nn.Module, idx: torch.Tensor, sizes: tuple[int, ...], state: Any,
-                  label: str, V: int) -> tuple[torch.Tensor, Any]:
+def _step_through(
+    model: nn.Module, idx: torch.Tensor, sizes: tuple[int, ...], state: Any, label: str, V: int
+) -> tuple[torch.Tensor, Any]:
     """Feed idx (B, T) through ``model.step`` in chunks cycling through ``sizes``."""
     B, T = idx.shape
     outs: list[torch.Tensor] = []
@@ -45,8 +65,9 @@ def check_incremental(ctx: CheckContext) -> CheckResult:
     """
     name = "incremental_equals_parallel"
     if ctx.variant.decode == "none":
-        return CheckResult(name, "skip", None, INCREMENTAL_TOL,
-                           "variant declares decode='none' (no incremental decoding)")
+        return CheckResult(
+            name, "skip", None, INCREMENTAL_TOL, "variant declares decode='none' (no incremental decoding)"
+        )
     T, V = min(INCREMENTAL_T, ctx.config.context), ctx.config.vocab_size
     schedules = [(f"chunks of {n}", (n,)) for n in CHUNK_SIZES]
     schedules.append(("mixed chunks " + "/".join(map(str, MIXED_SCHEDULE)), MIXED_SCHEDULE))
@@ -86,9 +107,12 @@ def check_incremental(ctx: CheckContext) -> CheckResult:
             for dev in (branch, rel_dev(first, ref[:, P : P + 7], scale)):
                 if is_worse(dev, worst):
                     worst, where = dev, f"{label}, stepping twice from the state saved at {P}"
-    detail = ("".join(f"{r}; " for r in rules)
-              + f"max |step logits - forward logits| / max |logits| = {fmt(worst)} at T={T}"
-              + (f", worst at {where}" if where else "") + "".join(f"; {n}" for n in notes))
+    detail = (
+        "".join(f"{r}; " for r in rules)
+        + f"max |step logits - forward logits| / max |logits| = {fmt(worst)} at T={T}"
+        + (f", worst at {where}" if where else "")
+        + "".join(f"; {n}" for n in notes)
+    )
     return verdict(name, worst, INCREMENTAL_TOL, detail)
 
 
@@ -113,8 +137,14 @@ def _changed(kept: list[Any], state: Any) -> bool:
         if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
             return True
         if isinstance(a, torch.Tensor):
-            same = a.shape == b.shape and a.dtype == b.dtype and (torch.equal(a, b) or (
-                a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)))
+            same = (
+                a.shape == b.shape
+                and a.dtype == b.dtype
+                and (
+                    torch.equal(a, b)
+                    or (a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True))
+                )
+            )
         else:
             try:
                 same = bool(a == b)
@@ -129,11 +159,15 @@ def _branch_rule(label: str, P: int, dev: float, changed: bool) -> str:
     """The rule a failed branch (one saved state stepped twice) breaks, named."""
     seen = f"{label}: stepping twice from the state saved at {P} gave logits {fmt(dev)} apart"
     if changed:
-        return (f"step modified the state it was given ({seen}, and the first step changed that state's "
-                "values in place); step must leave its input state as it was and return a new one "
-                "(e.g. `total + s`, not `total.add_(s)` or `total[:] = ...`)")
-    return (f"step's result depends on more than the state it was given ({seen}, the state unchanged): "
-            "keep every running value in the state object, none on the module")
+        return (
+            f"step modified the state it was given ({seen}, and the first step changed that state's "
+            "values in place); step must leave its input state as it was and return a new one "
+            "(e.g. `total + s`, not `total.add_(s)` or `total[:] = ...`)"
+        )
+    return (
+        f"step's result depends on more than the state it was given ({seen}, the state unchanged): "
+        "keep every running value in the state object, none on the module"
+    )
 
 
 def _n_params(module: nn.Module) -> int:
@@ -161,15 +195,19 @@ def _parameter_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> N
     parts = " + ".join(f"{n:,}" for n in per_layer)
     notes.append(f"params: backbone {measured:,} (mixers {parts})")
     if measured != base + sum(per_layer):
-        fails.append(f"backbone holds {measured:,} parameters, its parts {base + sum(per_layer):,}"
-                     ": parameters shared between layers or created lazily")
+        fails.append(
+            f"backbone holds {measured:,} parameters, its parts {base + sum(per_layer):,}"
+            ": parameters shared between layers or created lazily"
+        )
     for label, model in built:
         if label != "backbone":
             notes.append(f"{label} {_n_params(model):,}")
         stray = _unregistered(model)
         if stray:
-            fails.append(f"{label} holds tensors that are not parameters or buffers (not counted, "
-                         f"not moved by .to(), not saved): {', '.join(stray[:5])}")
+            fails.append(
+                f"{label} holds tensors that are not parameters or buffers (not counted, "
+                f"not moved by .to(), not saved): {', '.join(stray[:5])}"
+            )
 
 
 def _state_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> float | None:
@@ -193,8 +231,9 @@ def _state_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> float
                     n = min((1, 7, 64)[i % 3], T - pos)
                     y, state = mixer.step(x[:, pos : pos + n], state)  # (1, n, D)
                     if not isinstance(y, torch.Tensor) or y.shape != (1, n, cfg.d_model):
-                        raise ContractError(f"mixer step returned {getattr(y, 'shape', type(y))} "
-                                            f"for input (1, {n}, {cfg.d_model})")
+                        raise ContractError(
+                            f"mixer step returned {getattr(y, 'shape', type(y))} for input (1, {n}, {cfg.d_model})"
+                        )
                     pos, i = pos + n, i + 1
             measured = state_numel(state)
             declared = v.state_size(cfg, layer, T)
@@ -204,8 +243,10 @@ def _state_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> float
             measured_at.append(f"L{layer}/T={T}: {measured:,}")
             worst = max(worst, abs(measured - int(declared)))
             if measured != declared:
-                fails.append(f"layer {layer}, T={T}: state holds {measured:,} elements, "
-                             f"state_size declares {int(declared):,} ({_factor(int(declared), measured)})")
+                fails.append(
+                    f"layer {layer}, T={T}: state holds {measured:,} elements, "
+                    f"state_size declares {int(declared):,} ({_factor(int(declared), measured)})"
+                )
     notes.append("state " + ", ".join(measured_at))
     return worst
 
@@ -227,8 +268,7 @@ def _flops_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> None:
         for T in (1, INCREMENTAL_T, ctx.long_T):
             value = fn(cfg, layer, T)
             if not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-                fails.append(f"flops_per_token(config, {layer}, {T}) = {value!r}, "
-                             "expected a finite positive number")
+                fails.append(f"flops_per_token(config, {layer}, {T}) = {value!r}, expected a finite positive number")
                 return
     notes.append(f"flops/token L0 T={INCREMENTAL_T}: {float(fn(cfg, 0, INCREMENTAL_T)):.3g}")
 
@@ -245,8 +285,7 @@ def _aux_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> None:
             layers.append(str(layer))
     if bool(layers) != ctx.variant.aux_loss:
         found = f"layers {', '.join(layers)} return" if layers else "no layer returns"
-        fails.append(f"aux_loss={ctx.variant.aux_loss} declared, but {found} auxiliary losses "
-                     "in training")
+        fails.append(f"aux_loss={ctx.variant.aux_loss} declared, but {found} auxiliary losses in training")
     elif layers:
         notes.append(f"aux losses from layers {', '.join(layers)}")
 
@@ -260,5 +299,4 @@ def check_declared_facts(ctx: CheckContext) -> CheckResult:
     worst = _state_facts(ctx, fails, notes)
     _flops_facts(ctx, fails, notes)
     _aux_facts(ctx, fails, notes)
-    return CheckResult("declared_facts", "fail" if fails else "pass", worst, FACTS_TOL,
-                       "; ".join(fails + notes))
+    return CheckResult("declared_facts", "fail" if fails else "pass", worst, FACTS_TOL, "; ".join(fails + notes))

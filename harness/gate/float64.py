@@ -18,9 +18,11 @@ from torch.overrides import TorchFunctionMode
 
 from attnbench.gate.common import ContractError, mixer_y
 
+
 @functools.cache
 def _not_user() -> tuple[tuple[str, ...], str, str]:
     """(torch's and attnbench's folders, the built-in plugins' folder, the stdlib's folder)."""
+
     def folder(name: str) -> str:  # found, not imported
         spec = importlib.util.find_spec(name)
         return str(Path(spec.origin).resolve().parent) if spec and spec.origin else "\0"
@@ -62,9 +64,13 @@ class _Downcasts(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if (self.first is None and isinstance(out, torch.Tensor) and out.is_floating_point()
-                and out.dtype != torch.float64 and any(isinstance(a, torch.Tensor) and a.dtype == torch.float64
-                                                       for a in args)):
+        if (
+            self.first is None
+            and isinstance(out, torch.Tensor)
+            and out.is_floating_point()
+            and out.dtype != torch.float64
+            and any(isinstance(a, torch.Tensor) and a.dtype == torch.float64 for a in args)
+        ):
             frame = user_frame(traceback.extract_stack()[:-1])
             if frame is not None:
                 self.first = f"a .{getattr(func, '__name__', 'cast')}() cast at {_where(frame)}"
@@ -89,5 +95,6 @@ def float64_output(mixer: nn.Module, x: torch.Tensor) -> torch.Tensor:
             return y
         got = f"the mixer returned {y.dtype}"
     guess = casts.first or (f"a float32 tensor or cast at {_where(frame)}" if frame else "")
-    raise ContractError("mixers must accept float64" + (f" ({guess}?)" if guess else "")
-                        + f": with a float64 input, {got}")
+    raise ContractError(
+        "mixers must accept float64" + (f" ({guess}?)" if guess else "") + f": with a float64 input, {got}"
+    )

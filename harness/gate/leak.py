@@ -4,7 +4,24 @@ from __future__ import annotations
 
 import torch
 
-from attnbench.gate.common import BACKWARD_LENGTHS, LEAK_BACKWARD_TOL, LEAK_FORWARD_TOL, LEAK_LENGTHS, CheckContext, CheckResult, build_mixer, fmt, is_worse, logits_of, mixer_y, models, normal, rel_dev, tokens, verdict
+from attnbench.gate.common import (
+    BACKWARD_LENGTHS,
+    LEAK_BACKWARD_TOL,
+    LEAK_FORWARD_TOL,
+    LEAK_LENGTHS,
+    CheckContext,
+    CheckResult,
+    build_mixer,
+    fmt,
+    is_worse,
+    logits_of,
+    mixer_y,
+    models,
+    normal,
+    rel_dev,
+    tokens,
+    verdict,
+)
 
 
 def positions(T: int) -> list[int]:
@@ -29,7 +46,7 @@ def check_forward_leak(ctx: CheckContext) -> CheckResult:
     for label, model in models(ctx):
         model.eval()
         what = f"{label} forward"
-        for T in (T for T in LEAK_LENGTHS if T <= ctx.config.context):
+        for T in (T for T in LEAK_LENGTHS if ctx.config.context >= T):
             idx = tokens(ctx, 2, T)  # (B, T)
             with torch.no_grad():
                 ref = logits_of(model(idx), (2, T, V), what)  # (B, T, V)
@@ -47,7 +64,8 @@ def check_forward_leak(ctx: CheckContext) -> CheckResult:
                             worst, where = dev, f"{label}, T={T}, {kind} t={t}"
     detail = (
         f"max |d logits[<=t]| / max |logits| = {fmt(worst)} over {n_cases} cases"
-        + (f", worst at {where}" if where else "") + _causal_note(ctx)
+        + (f", worst at {where}" if where else "")
+        + _causal_note(ctx)
     )
     return verdict(name, worst, LEAK_FORWARD_TOL, detail)
 
@@ -71,9 +89,7 @@ def check_backward_leak(ctx: CheckContext) -> CheckResult:
                 y = mixer_y(mixer(x))  # (B, T, D)
                 r = normal(ctx, 2, T, config.d_model, offset=1)  # (B, T, D) cotangent
                 for t in positions(T):
-                    (g,) = torch.autograd.grad(
-                        y[:, t], x, grad_outputs=r[:, t], retain_graph=True, allow_unused=True
-                    )
+                    (g,) = torch.autograd.grad(y[:, t], x, grad_outputs=r[:, t], retain_graph=True, allow_unused=True)
                     if g is None:  # y[:, t] does not depend on x at all
                         dead += 1
                         continue
@@ -82,7 +98,8 @@ def check_backward_leak(ctx: CheckContext) -> CheckResult:
                     if is_worse(future, worst):
                         worst, where = future, f"layer {layer}, {mode}, T={T}, t={t}"
     detail = (
-        f"max |d y[t] / d x[>t]| = {fmt(worst)}" + (f", worst at {where}" if where else "")
+        f"max |d y[t] / d x[>t]| = {fmt(worst)}"
+        + (f", worst at {where}" if where else "")
         + (f"; note: {dead} outputs had zero gradient w.r.t. every input" if dead else "")
         + _causal_note(ctx)
     )

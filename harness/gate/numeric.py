@@ -8,8 +8,21 @@ import math
 
 import torch
 
-from attnbench.gate.common import DETERMINISTIC_TOL, INPUT_SCALE, CheckContext, CheckResult, build_mixer, fmt, is_worse, logits_of, models, normal, tokens, verdict
 from attnbench.contract.variant import MixerOutput
+from attnbench.gate.common import (
+    DETERMINISTIC_TOL,
+    INPUT_SCALE,
+    CheckContext,
+    CheckResult,
+    build_mixer,
+    fmt,
+    is_worse,
+    logits_of,
+    models,
+    normal,
+    tokens,
+    verdict,
+)
 
 
 def _amax(t: torch.Tensor) -> float:
@@ -42,8 +55,7 @@ def check_finite(ctx: CheckContext) -> CheckResult:
         for label, dtype in precisions:
             mixer.zero_grad(set_to_none=True)
             x = (INPUT_SCALE * normal(ctx, 1, T, config.d_model)).requires_grad_()  # (1, T, D)
-            amp = (torch.autocast(ctx.device.type, dtype=dtype) if dtype is not None
-                   else contextlib.nullcontext())
+            amp = torch.autocast(ctx.device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
             with amp:
                 out = mixer(x)
             y = out.y if isinstance(out, MixerOutput) else out  # (1, T, D)
@@ -62,8 +74,7 @@ def check_finite(ctx: CheckContext) -> CheckResult:
                 if not math.isfinite(fig) and not where:
                     where = f"non-finite {what} at layer {layer}, {label}"
                 worst = _worst([worst, fig])
-    detail = (f"T={T}, inputs x{INPUT_SCALE:g}: " + (where + "; " if where else "")
-              + "layer 0 " + "; ".join(parts))
+    detail = f"T={T}, inputs x{INPUT_SCALE:g}: " + (where + "; " if where else "") + "layer 0 " + "; ".join(parts)
     status = "pass" if math.isfinite(worst) else "fail"
     return CheckResult(name, status, worst, None, detail)
 
@@ -89,8 +100,7 @@ def _run_once(ctx: CheckContext, train: bool) -> list[tuple[str, dict[str, torch
         if train and getattr(out, "loss", None) is not None:
             out.loss.backward()
             got["loss"] = out.loss
-            got.update({f"grad {n}": p.grad for n, p in model.named_parameters()
-                        if p.grad is not None})
+            got.update({f"grad {n}": p.grad for n, p in model.named_parameters() if p.grad is not None})
         runs.append((label, got))
     return runs
 
@@ -116,6 +126,7 @@ def check_deterministic(ctx: CheckContext) -> CheckResult:
                 dev = dev if dev > 0 else math.inf  # bits differ, values not: NaNs, signed zeros
                 if is_worse(dev, worst):
                     worst, where = dev, f"{label}, {mode}: {key}"
-    detail = (f"max |run1 - run2| = {fmt(worst)} over {n} tensors on cpu"
-              + (f", largest in {where}" if where else " (bitwise equal)"))
+    detail = f"max |run1 - run2| = {fmt(worst)} over {n} tensors on cpu" + (
+        f", largest in {where}" if where else " (bitwise equal)"
+    )
     return verdict(name, worst, DETERMINISTIC_TOL, detail)

@@ -26,7 +26,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnbench.gate.common import CheckContext, CheckResult, ContractError, build_mixer, fmt, is_worse, layer_types, mixer_y, normal, verdict
+from attnbench.gate.common import (
+    CheckContext,
+    CheckResult,
+    ContractError,
+    build_mixer,
+    fmt,
+    is_worse,
+    layer_types,
+    mixer_y,
+    normal,
+    verdict,
+)
 from attnbench.gate.float64 import float64_output
 
 SCALE_FACTORS = (1.0, 4.0, 16.0)  # projection weights x this
@@ -90,8 +101,10 @@ def _overflow(what: str, factor: float, pos: int, where: str = "") -> str:
 
 
 # Said after an overflow, in place of a figure that a NaN made meaningless.
-_OVERFLOW_RULE = ("outputs must stay finite at the magnitudes trained models reach (finite_long_inputs "
-                  "tries init weights, inputs x10): an exp without max-subtraction, or a sum that overflows fp32?")
+_OVERFLOW_RULE = (
+    "outputs must stay finite at the magnitudes trained models reach (finite_long_inputs "
+    "tries init weights, inputs x10): an exp without max-subtraction, or a sum that overflows fp32?"
+)
 
 
 def _where(ctx: CheckContext, layer: int, label: str) -> str:
@@ -100,11 +113,16 @@ def _where(ctx: CheckContext, layer: int, label: str) -> str:
 
 
 def _magnitudes(factors: tuple[float, ...], ctx: CheckContext | None = None) -> str:
-    types = "" if ctx is None or not getattr(ctx.variant, "parts", ()) else (
-        "layer types " + ", ".join(f"{label} (layer {i})" for i, label in layer_types(ctx)) + "; ")
-    return (f"{types}magnitudes tried: weights x{', x'.join(f'{f:g}' for f in factors)}; token "
-            f"{EXTREME_POS} and the first perturbed token x{EXTREME:g}; T={SCALE_T}, "
-            f"cuts t={'/'.join(map(str, SCALE_CUTS))}")
+    types = (
+        ""
+        if ctx is None or not getattr(ctx.variant, "parts", ())
+        else ("layer types " + ", ".join(f"{label} (layer {i})" for i, label in layer_types(ctx)) + "; ")
+    )
+    return (
+        f"{types}magnitudes tried: weights x{', x'.join(f'{f:g}' for f in factors)}; token "
+        f"{EXTREME_POS} and the first perturbed token x{EXTREME:g}; T={SCALE_T}, "
+        f"cuts t={'/'.join(map(str, SCALE_CUTS))}"
+    )
 
 
 def _leak(ctx: CheckContext, factor: float, amp: torch.dtype | None, tol: float) -> tuple[float, str, str]:
@@ -121,8 +139,9 @@ def _leak(ctx: CheckContext, factor: float, amp: torch.dtype | None, tol: float)
     return worst, where, ""
 
 
-def _leak_layer(ctx: CheckContext, factor: float, amp: torch.dtype | None, tol: float,
-                layer: int) -> tuple[float, str, str]:
+def _leak_layer(
+    ctx: CheckContext, factor: float, amp: torch.dtype | None, tol: float, layer: int
+) -> tuple[float, str, str]:
     mixer, x = _scaled_mixer(ctx, factor, layer=layer), _inputs(ctx)
     worst, where = 0.0, ""
     with torch.no_grad(), torch.autocast(ctx.device.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
@@ -141,8 +160,13 @@ def _leak_layer(ctx: CheckContext, factor: float, amp: torch.dtype | None, tol: 
             dev = math.nan if past is not None else dev  # later inputs made earlier outputs NaN: a leak
             if is_worse(dev, worst):
                 first = past if past is not None else _first_over(got[:, : t + 1], ref[:, : t + 1], scale, tol)
-                worst, where = dev, (f"weights x{factor:g}, perturbed after t={t}"
-                                     + (f", first leaking position {first}" if first is not None else ""))
+                worst, where = (
+                    dev,
+                    (
+                        f"weights x{factor:g}, perturbed after t={t}"
+                        + (f", first leaking position {first}" if first is not None else "")
+                    ),
+                )
     return worst, where, ""
 
 
@@ -156,8 +180,11 @@ def check_leak_at_scale(ctx: CheckContext) -> CheckResult:
             return CheckResult("leak_at_scale", "fail", math.nan, SCALE_LEAK_TOL, detail)
         if is_worse(dev, worst):
             worst, where = dev, at
-    detail = (f"max |d y[<=t]| / max |y[<=t]| = {fmt(worst)}" + (f", worst at {where}" if where else "")
-              + f"; {_magnitudes(SCALE_FACTORS, ctx)}")
+    detail = (
+        f"max |d y[<=t]| / max |y[<=t]| = {fmt(worst)}"
+        + (f", worst at {where}" if where else "")
+        + f"; {_magnitudes(SCALE_FACTORS, ctx)}"
+    )
     return verdict("leak_at_scale", worst, SCALE_LEAK_TOL, detail)
 
 
@@ -175,8 +202,9 @@ def check_incremental_at_scale(ctx: CheckContext) -> CheckResult:
     """``step`` (1 and 7 tokens at a time) equals the forward, at every magnitude."""
     name = "incremental_at_scale"
     if ctx.variant.decode == "none":
-        return CheckResult(name, "skip", None, SCALE_INCREMENTAL_TOL,
-                           "variant declares decode='none' (no incremental decoding)")
+        return CheckResult(
+            name, "skip", None, SCALE_INCREMENTAL_TOL, "variant declares decode='none' (no incremental decoding)"
+        )
     worst, where = 0.0, ""
     for (layer, label), factor in ((t, f) for t in layer_types(ctx) for f in SCALE_FACTORS):
         mixer, x = _scaled_mixer(ctx, factor, layer=layer), _inputs(ctx)
@@ -187,9 +215,17 @@ def check_incremental_at_scale(ctx: CheckContext) -> CheckResult:
                 got = _step_all(mixer, x, size, torch.float32).float()  # (B, T, D)
                 if got.shape != ref.shape:
                     raise ContractError(f"step returned {tuple(got.shape)} in all; expected {tuple(ref.shape)}")
-                overflow = next((_where(ctx, layer, label) + _overflow(what, factor, pos) for what, pos in (
-                    ("forward output", _first_nonfinite(ref)), (f"step output (steps of {size})", _first_nonfinite(got)))
-                    if pos is not None), "")
+                overflow = next(
+                    (
+                        _where(ctx, layer, label) + _overflow(what, factor, pos)
+                        for what, pos in (
+                            ("forward output", _first_nonfinite(ref)),
+                            (f"step output (steps of {size})", _first_nonfinite(got)),
+                        )
+                        if pos is not None
+                    ),
+                    "",
+                )
                 if overflow:
                     detail = f"{overflow}, so step and forward cannot be compared: {_OVERFLOW_RULE}; {_magnitudes(SCALE_FACTORS, ctx)}"
                     return CheckResult(name, "fail", math.nan, SCALE_INCREMENTAL_TOL, detail)
@@ -197,10 +233,18 @@ def check_incremental_at_scale(ctx: CheckContext) -> CheckResult:
                 dev = dev if math.isfinite(float(got.abs().max())) else math.nan
                 if is_worse(dev, worst):
                     first = _first_over(got, ref, scale, SCALE_INCREMENTAL_TOL)
-                    worst, where = dev, (f"{_where(ctx, layer, label)}weights x{factor:g}, steps of {size}"
-                                         + (f", first over tolerance at position {first}" if first is not None else ""))
-    detail = (f"max |step y - forward y| / max |y| = {fmt(worst)}" + (f", worst at {where}" if where else "")
-              + f"; {_magnitudes(SCALE_FACTORS, ctx)}")
+                    worst, where = (
+                        dev,
+                        (
+                            f"{_where(ctx, layer, label)}weights x{factor:g}, steps of {size}"
+                            + (f", first over tolerance at position {first}" if first is not None else "")
+                        ),
+                    )
+    detail = (
+        f"max |step y - forward y| / max |y| = {fmt(worst)}"
+        + (f", worst at {where}" if where else "")
+        + f"; {_magnitudes(SCALE_FACTORS, ctx)}"
+    )
     return verdict(name, worst, SCALE_INCREMENTAL_TOL, detail)
 
 
@@ -216,16 +260,17 @@ def _against_float64(ctx: CheckContext, factor: float, amp: torch.dtype | None) 
     return worst, ""
 
 
-def _against_float64_layer(ctx: CheckContext, factor: float, amp: torch.dtype | None,
-                           layer: int) -> tuple[float, str]:
+def _against_float64_layer(ctx: CheckContext, factor: float, amp: torch.dtype | None, layer: int) -> tuple[float, str]:
     x = _inputs(ctx)
     with torch.no_grad():
         with torch.autocast(ctx.device.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
             y = mixer_y(_scaled_mixer(ctx, factor, layer=layer)(x)).double()  # (B, T, D)
         # After fp32 ran: an error here is float64's alone.
         y64 = float64_output(_scaled_mixer(ctx, factor, torch.float64, layer), x.double())  # (B, T, D)
-    for what, where, out in (("output", " even in float64", y64),
-                             (f"{'fp32' if amp is None else 'autocast'} output", ", where float64 stays finite", y)):
+    for what, where, out in (
+        ("output", " even in float64", y64),
+        (f"{'fp32' if amp is None else 'autocast'} output", ", where float64 stays finite", y),
+    ):
         pos = _first_nonfinite(out)
         if pos is not None:
             return math.nan, _overflow(what, factor, pos, where)
@@ -243,8 +288,11 @@ def check_float64_at_scale(ctx: CheckContext) -> CheckResult:
             return CheckResult("float64_at_scale", "fail", math.nan, FLOAT64_TOL, detail)
         if is_worse(dev, worst):
             worst, where = dev, f"weights x{factor:g}"
-    detail = (f"max |y32 - y64| / max |y64| = {fmt(worst)}" + (f", worst at {where}" if where else "")
-              + f"; {_magnitudes(SCALE_FACTORS, ctx)}")
+    detail = (
+        f"max |y32 - y64| / max |y64| = {fmt(worst)}"
+        + (f", worst at {where}" if where else "")
+        + f"; {_magnitudes(SCALE_FACTORS, ctx)}"
+    )
     return verdict("float64_at_scale", worst, FLOAT64_TOL, detail)
 
 
@@ -252,8 +300,9 @@ def check_autocast_at_scale(ctx: CheckContext) -> CheckResult:
     """Under CUDA: leak and float64 agreement in bf16 and fp16 autocast, per-dtype tolerances."""
     name = "autocast_at_scale"
     if ctx.device.type != "cuda":
-        return CheckResult(name, "skip", None, None,
-                           f"CUDA only (device {ctx.device.type}): bf16/fp16 autocast is checked on a GPU")
+        return CheckResult(
+            name, "skip", None, None, f"CUDA only (device {ctx.device.type}): bf16/fp16 autocast is checked on a GPU"
+        )
     status, worst, parts = "pass", 0.0, []
     for label, (leak_tol, f64_tol, factors) in AUTOCAST_TOL.items():
         amp = _AUTOCAST_DTYPES[label]
@@ -263,8 +312,16 @@ def check_autocast_at_scale(ctx: CheckContext) -> CheckResult:
             ok = all(math.isfinite(v) for v in (leak, agree)) and leak <= leak_tol and agree <= f64_tol
             worst = leak if is_worse(leak, worst) else worst
             overflow = overflow or overflow64
-            parts.append(f"{label} x{factor:g}: " + (f"{overflow} FAIL" if overflow else (
-                f"leak {fmt(leak)} (tol {leak_tol:g}), vs float64 {fmt(agree)} (tol {f64_tol:g})"
-                + ("" if ok else f" FAIL at {at}"))))
+            parts.append(
+                f"{label} x{factor:g}: "
+                + (
+                    f"{overflow} FAIL"
+                    if overflow
+                    else (
+                        f"leak {fmt(leak)} (tol {leak_tol:g}), vs float64 {fmt(agree)} (tol {f64_tol:g})"
+                        + ("" if ok else f" FAIL at {at}")
+                    )
+                )
+            )
             status = status if ok else "fail"
     return CheckResult(name, status, worst, None, "; ".join(parts) + f"; {_magnitudes(SCALE_FACTORS, ctx)}")

@@ -9,11 +9,11 @@ from typing import Any
 
 import torch
 
-from attnbench.gate.checks import CHECKS, CheckResult, default_config, gate_key_inputs, run_checks
 from attnbench.contract.config import ModelConfig
-from attnbench.store.provenance import content_key, provenance
-from attnbench.store.database import Store
 from attnbench.contract.variant import Variant
+from attnbench.gate.checks import CHECKS, CheckResult, default_config, gate_key_inputs, run_checks
+from attnbench.store.database import Store
+from attnbench.store.provenance import content_key, provenance
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,10 @@ def _from_rows(rows: list[dict[str, Any]]) -> list[CheckResult] | None:
     by_name = {r["check_name"]: r for r in rows}
     if set(by_name) != set(CHECKS):
         return None
-    return [CheckResult(c, by_name[c]["status"], by_name[c]["figure"], by_name[c]["tolerance"],
-                        by_name[c]["detail"]) for c in CHECKS]
+    return [
+        CheckResult(c, by_name[c]["status"], by_name[c]["figure"], by_name[c]["tolerance"], by_name[c]["detail"])
+        for c in CHECKS
+    ]
 
 
 def _cacheable(results: list[CheckResult]) -> bool:
@@ -51,12 +53,18 @@ def _cacheable(results: list[CheckResult]) -> bool:
 
 
 def gate_variant(
-    variant: Variant, store: Store | None, device: torch.device, *, options: Any = None,
-    use_cache: bool = True, **check_kwargs: Any,
+    variant: Variant,
+    store: Store | None,
+    device: torch.device,
+    *,
+    options: Any = None,
+    use_cache: bool = True,
+    **check_kwargs: Any,
 ) -> Verdict:
     config = gate_config(variant, options)
-    key = content_key(gate_key_inputs(variant, device, config=config, **{
-        k: v for k, v in check_kwargs.items() if k == "long_T"}))
+    key = content_key(
+        gate_key_inputs(variant, device, config=config, **{k: v for k, v in check_kwargs.items() if k == "long_T"})
+    )
     if store is not None and use_cache:
         cached = _from_rows(store.checks(gate_key=key))
         if cached is not None:

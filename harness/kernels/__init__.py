@@ -15,5 +15,12 @@ from attnbench.kernels.chunked import (
     log_init_state,
 )
 
-__all__ = ["LinearState", "LogState", "chunked_flops_per_token", "linear_attention", "linear_init_state",
-           "log_attention", "log_init_state"]
+__all__ = [
+    "LinearState",
+    "LogState",
+    "chunked_flops_per_token",
+    "linear_attention",
+    "linear_init_state",
+    "log_attention",
+    "log_init_state",
+]

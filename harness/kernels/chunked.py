@@ -77,20 +77,26 @@ class LogState:
     m_k: torch.Tensor  # (B, H, h_k) running max of k~_jd = k_jd - kappa_j per channel; -inf before any token
 
 
-def linear_init_state(batch: int, n_head: int, h_k: int, h_v: int, device=None,
-                      dtype: torch.dtype | None = None) -> LinearState:
+def linear_init_state(
+    batch: int, n_head: int, h_k: int, h_v: int, device=None, dtype: torch.dtype | None = None
+) -> LinearState:
     kw = dict(device=device, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
-    return LinearState(torch.zeros(batch, n_head, h_k, h_v, **kw),  # (B, H, h_k, h_v)
-                       torch.zeros(batch, n_head, h_k, **kw))  # (B, H, h_k)
+    return LinearState(
+        torch.zeros(batch, n_head, h_k, h_v, **kw),  # (B, H, h_k, h_v)
+        torch.zeros(batch, n_head, h_k, **kw),
+    )  # (B, H, h_k)
 
 
-def log_init_state(batch: int, n_head: int, h_k: int, h_v: int, device=None,
-                   dtype: torch.dtype | None = None) -> LogState:
+def log_init_state(
+    batch: int, n_head: int, h_k: int, h_v: int, device=None, dtype: torch.dtype | None = None
+) -> LogState:
     kw = dict(device=device, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
     ninf = float("-inf")
-    return LogState(torch.full((batch, n_head, h_k, h_v), ninf, **kw),  # (B, H, h_k, h_v)
-                    torch.full((batch, n_head, h_k), ninf, **kw),  # (B, H, h_k)
-                    torch.full((batch, n_head, h_k), ninf, **kw))  # (B, H, h_k)
+    return LogState(
+        torch.full((batch, n_head, h_k, h_v), ninf, **kw),  # (B, H, h_k, h_v)
+        torch.full((batch, n_head, h_k), ninf, **kw),  # (B, H, h_k)
+        torch.full((batch, n_head, h_k), ninf, **kw),
+    )  # (B, H, h_k)
 
 
 def _compute_dtype(*xs: torch.Tensor) -> torch.dtype:
@@ -98,8 +104,9 @@ def _compute_dtype(*xs: torch.Tensor) -> torch.dtype:
     return torch.float64 if any(x.dtype == torch.float64 for x in xs) else torch.float32
 
 
-def chunked_flops_per_token(d_model: int, n_head: int, head_dim: int, chunk: int, T: int,
-                            n_features: int | None = None) -> float:
+def chunked_flops_per_token(
+    d_model: int, n_head: int, head_dim: int, chunk: int, T: int, n_features: int | None = None
+) -> float:
     """Analytic forward FLOPs per token of a chunked linear-attention layer at context T:
     QKV and output projections 8 d^2; per head (F = n_features, default h) c x c scores
     2 c F, scores @ [v, 1] 2 c (h+1), chunk summary phi(k)^T [v, 1] and carried-state read
@@ -138,8 +145,9 @@ def _exclusive(incl: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
     return torch.cat([first, incl[:, :, :-1]], dim=2)
 
 
-def linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor,
-                     state: LinearState, chunk: int, eps: float) -> tuple[torch.Tensor, LinearState]:
+def linear_attention(
+    phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor, state: LinearState, chunk: int, eps: float
+) -> tuple[torch.Tensor, LinearState]:
     """Causal linear attention, chunkwise (Katharopoulos et al. 2020, eq. 9 with the state):
 
         o_i = phi(q_i)^T (S_0 + sum_{j<=i} phi(k_j) v_j^T) / (phi(q_i)^T (z_0 + sum_{j<=i} phi(k_j)) + eps)
@@ -224,8 +232,7 @@ def _exclusive_rev(rev: torch.Tensor) -> torch.Tensor:
     return torch.cat([rev[:, :, 1:], torch.zeros_like(rev[:, :, :1])], dim=2)
 
 
-def _intra_scores(qc: torch.Tensor, kc: torch.Tensor, mk: torch.Tensor, row: torch.Tensor,
-                  cut: float) -> torch.Tensor:
+def _intra_scores(qc: torch.Tensor, kc: torch.Tensor, mk: torch.Tensor, row: torch.Tensor, cut: float) -> torch.Tensor:
     """Pair weights inside each chunk, exp(LSE_d(q_id + k~_jd) - row_i): (B, H, N, c, c),
     future pairs included. Key reference r_d = m at the chunk's first row, LEVEL_K higher
     per level for channels whose max grew since: query factor exp(q_id + r_d - row_i) and
@@ -249,8 +256,9 @@ def _intra_scores(qc: torch.Tensor, kc: torch.Tensor, mk: torch.Tensor, row: tor
     return scores.view(B, H, N, c, c)
 
 
-def log_attention(q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor, state: LogState,
-                  chunk: int) -> tuple[torch.Tensor, LogState]:
+def log_attention(
+    q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor, state: LogState, chunk: int
+) -> tuple[torch.Tensor, LogState]:
     """Heinsen's causal log-space attention (arXiv 2404.05843, eq. 12-13), chunkwise:
 
         o_i = log sum_{j<=i} exp(LSE_d(q_id + k_jd) + log V_j) - log sum_{j<=i} exp(LSE_d(q_id + k_jd))

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench.contract.config import ModelConfig
-from attnbench.nn.model import IGNORE_INDEX, LanguageModel, ModelOutput, lm_loss
 from attnbench.contract.variant import AuxLoss, MixerBuilder, MixerOutput
+from attnbench.nn.model import IGNORE_INDEX, LanguageModel, ModelOutput, lm_loss
 
 RESIDUAL_ATTR = "attnbench_residual_projection"
 
@@ -103,9 +103,7 @@ class Backbone(LanguageModel):
         self.wte = nn.Embedding(config.vocab_size, config.d_model)
         self.wpe = nn.Embedding(config.context, config.d_model)
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(
-            Block(config, build_mixer(config, i)) for i in range(config.n_layer)
-        )
+        self.blocks = nn.ModuleList(Block(config, build_mixer(config, i)) for i in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.d_model, bias=config.bias)
         self.apply(self._init_weights)
         resid_std = 0.02 / math.sqrt(2 * config.n_layer)
@@ -150,9 +148,7 @@ class Backbone(LanguageModel):
     def init_state(self, batch_size, max_len, device=None, dtype=None) -> BackboneState:
         device = device or self.wte.weight.device
         dtype = dtype or self.wte.weight.dtype
-        layers = tuple(
-            b.mixer.init_state(batch_size, max_len, device=device, dtype=dtype) for b in self.blocks
-        )
+        layers = tuple(b.mixer.init_state(batch_size, max_len, device=device, dtype=dtype) for b in self.blocks)
         return BackboneState(0, layers)
 
     def step(self, idx: torch.Tensor, state: BackboneState) -> tuple[torch.Tensor, BackboneState]:

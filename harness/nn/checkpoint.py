@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from attnbench.nn.backbone import Backbone
 from attnbench.contract.config import ModelConfig
 from attnbench.errors import CheckpointError, UnknownVariantError
+from attnbench.nn.backbone import Backbone
 from attnbench.nn.model import LanguageModel
 from attnbench.store.checkpoint_paths import checkpoint_candidates, locate_checkpoint
 
@@ -123,9 +123,16 @@ def load_checkpoint(path: str | Path, registry: Any) -> tuple[LanguageModel, Che
             f"({str(exc).splitlines()[0]}); its code changed since training. Re-train the cell."
         ) from exc
     model.eval()
-    meta = CheckpointMeta(str(path.resolve()), name, payload["model_kind"], dict(payload["config"]),
-                          payload.get("cell_key"), payload.get("step"), model.num_params(),
-                          payload.get("tokenizer"))
+    meta = CheckpointMeta(
+        str(path.resolve()),
+        name,
+        payload["model_kind"],
+        dict(payload["config"]),
+        payload.get("cell_key"),
+        payload.get("step"),
+        model.num_params(),
+        payload.get("tokenizer"),
+    )
     return model, meta
 
 

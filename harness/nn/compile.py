@@ -17,5 +17,8 @@ def maybe_compile(model: nn.Module, enabled: bool) -> tuple[Any, dict[str, Any]]
     its state dict and evaluation are unaffected."""
     if not enabled:
         return model, {"compile": False}
-    return torch.compile(model, backend=BACKEND), {"compile": True, "compile_backend": BACKEND,
-                                                    "compile_mode": "default"}
+    return torch.compile(model, backend=BACKEND), {
+        "compile": True,
+        "compile_backend": BACKEND,
+        "compile_mode": "default",
+    }

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +34,10 @@ class LanguageModel(nn.Module):
     config: ModelConfig
 
     def init_state(
-        self, batch_size: int, max_len: int, device: torch.device | None = None,
+        self,
+        batch_size: int,
+        max_len: int,
+        device: torch.device | None = None,
         dtype: torch.dtype | None = None,
     ) -> Any:
         raise NotImplementedError(f"{type(self).__name__} has no incremental decoding")
@@ -47,9 +51,7 @@ class LanguageModel(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def lm_loss(
-    logits: torch.Tensor, targets: torch.Tensor | None, aux: Iterable[AuxLoss] = ()
-) -> ModelOutput:
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor | None, aux: Iterable[AuxLoss] = ()) -> ModelOutput:
     """Cross-entropy (fp32, ignore_index -100) plus weighted means of auxiliary losses."""
     if targets is None:
         return ModelOutput(logits)

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def matmul_peak(device: str, dtype: str) -> dict[str, Any]:
     """Best of several timed square matmuls (after warm-up): FLOP/s and how it was measured."""
     dev = torch.device(device)
@@ -29,15 +29,18 @@ def matmul_peak(device: str, dtype: str) -> dict[str, Any]:
             torch.cuda.synchronize(dev)
         if i >= 3:
             best = min(best, time.perf_counter() - start)
-    return {"peak_flops_per_s": 2 * n**3 / best, "method": f"best of {reps} {dtype} {n}x{n} matmuls",
-            "device": device}
+    return {"peak_flops_per_s": 2 * n**3 / best, "method": f"best of {reps} {dtype} {n}x{n} matmuls", "device": device}
 
 
-def mfu(train_flops_per_token: float | None, tokens_per_s: float | None, device: torch.device,
-        dtype: str) -> dict[str, Any]:
+def mfu(
+    train_flops_per_token: float | None, tokens_per_s: float | None, device: torch.device, dtype: str
+) -> dict[str, Any]:
     """Model FLOPs utilisation: analytic training FLOPs per second over the measured peak."""
     if not train_flops_per_token or not tokens_per_s:
         return {"mfu": None}
     peak = matmul_peak(str(device), dtype)
-    return {"mfu": train_flops_per_token * tokens_per_s / peak["peak_flops_per_s"],
-            "peak_flops_per_s": peak["peak_flops_per_s"], "peak_method": peak["method"]}
+    return {
+        "mfu": train_flops_per_token * tokens_per_s / peak["peak_flops_per_s"],
+        "peak_flops_per_s": peak["peak_flops_per_s"],
+        "peak_method": peak["method"],
+    }

@@ -19,7 +19,7 @@ class Budget(BaseModel):
     flops: float | None = Field(None, gt=0, allow_inf_nan=False)  # training FLOPs, from the analytic FLOPs per token
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "Budget":
+    def _exactly_one(self) -> Budget:
         given = [k for k, v in self.model_dump().items() if v is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of steps, tokens, seconds, flops (got {given or 'none'})")
@@ -97,19 +97,23 @@ class ModelSpec(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> "ModelSpec":
+    def _heads_divide(self) -> ModelSpec:
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
         return self
 
     @model_validator(mode="after")
-    def _layers_fit(self) -> "ModelSpec":
+    def _layers_fit(self) -> ModelSpec:
         if isinstance(self.layers, list) and len(self.layers) != self.n_layer:
-            raise ValueError(f"layers lists {len(self.layers)} layers and n_layer is {self.n_layer}; make them "
-                             "agree (leave n_layer out to take the list's length), or write {pattern: [...]}")
+            raise ValueError(
+                f"layers lists {len(self.layers)} layers and n_layer is {self.n_layer}; make them "
+                "agree (leave n_layer out to take the list's length), or write {pattern: [...]}"
+            )
         if isinstance(self.layers, LayerPattern) and self.n_layer % len(self.layers.pattern):
-            raise ValueError(f"layers.pattern has {len(self.layers.pattern)} layers, which do not repeat to "
-                             f"n_layer {self.n_layer}; make n_layer a multiple of {len(self.layers.pattern)}")
+            raise ValueError(
+                f"layers.pattern has {len(self.layers.pattern)} layers, which do not repeat to "
+                f"n_layer {self.n_layer}; make n_layer a multiple of {len(self.layers.pattern)}"
+            )
         return self
 
     def layer_entries(self) -> list[tuple[str, dict[str, Any]]] | None:
@@ -198,8 +202,10 @@ class Protocol(BaseModel):
         if not (isinstance(listed, list) and listed and isinstance(listed[0], str)):
             return raw
         if raw.get("baseline", listed[0]) != listed[0]:
-            raise ValueError(f"protocol.baseline {raw['baseline']!r} is not the first of protocol.baselines "
-                             f"{listed}; give one of the two, or list {raw['baseline']!r} first")
+            raise ValueError(
+                f"protocol.baseline {raw['baseline']!r} is not the first of protocol.baselines "
+                f"{listed}; give one of the two, or list {raw['baseline']!r} first"
+            )
         return {**raw, "baseline": listed[0]}
 
     @field_validator("baselines")
@@ -221,7 +227,7 @@ def option_key(key: str) -> tuple[str, str] | None:
     """(variant, option) of a grid key ``variant_options.<variant>.<option>``; None for a train setting."""
     if not key.startswith(OPTION_PREFIX):
         return None
-    variant, _, option = key[len(OPTION_PREFIX):].partition(".")
+    variant, _, option = key[len(OPTION_PREFIX) :].partition(".")
     return variant, option
 
 

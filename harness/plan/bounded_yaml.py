@@ -37,9 +37,12 @@ class _BoundedLoader(yaml.SafeLoader):
             line = event.start_mark.line + 1
             if node is not None:
                 if id(node) not in self._counted:
-                    raise LimitError(f"the alias *{event.anchor} is used inside the value its anchor names, "
-                                     "which would contain itself without end; use an alias only after its "
-                                     "anchor's value is complete", line)
+                    raise LimitError(
+                        f"the alias *{event.anchor} is used inside the value its anchor names, "
+                        "which would contain itself without end; use an alias only after its "
+                        "anchor's value is complete",
+                        line,
+                    )
                 values, height = self._counted[id(node)]
                 self._add(values, line)
                 if self._depth + height > MAX_DEPTH:
@@ -56,8 +59,10 @@ class _BoundedLoader(yaml.SafeLoader):
         finally:
             self._depth -= nests
         self._add(1, event.start_mark.line + 1)
-        self._counted[id(node)] = (self._values - start, 1 + max(
-            (self._counted[id(child)][1] for child in _children(node)), default=0) if nests else 0)
+        self._counted[id(node)] = (
+            self._values - start,
+            1 + max((self._counted[id(child)][1] for child in _children(node)), default=0) if nests else 0,
+        )
         return node
 
     def _add(self, values: int, line: int) -> None:
@@ -67,12 +72,16 @@ class _BoundedLoader(yaml.SafeLoader):
                 f"the YAML expands to more than {MAX_VALUES:,} values (the limit) by this line: each "
                 "*alias stands for a whole copy of its anchor's value, so aliases of aliases multiply "
                 "(a 'billion laughs'); refused before expanding it. Use each anchor fewer times, or "
-                "write the values out", line)
+                "write the values out",
+                line,
+            )
 
     @staticmethod
     def _too_deep(how: str) -> str:
-        return (f"lists and mappings nest more than {MAX_DEPTH} levels deep{how} (the limit); a suite "
-                "needs a handful. Remove the extra brackets or indentation")
+        return (
+            f"lists and mappings nest more than {MAX_DEPTH} levels deep{how} (the limit); a suite "
+            "needs a handful. Remove the extra brackets or indentation"
+        )
 
 
 def _children(node: Any) -> list[Any]:

@@ -5,26 +5,27 @@ variant or of the harness's compute modules gives a new key."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel
 
 from attnbench.contract.config import ModelConfig
-from attnbench.data.spec import DataSpec
+from attnbench.contract.variant import Variant
 from attnbench.data.files import check_data_files
 from attnbench.data.loading import vocab_size_for
+from attnbench.data.spec import DataSpec
 from attnbench.data.tasks import task_seq_len
 from attnbench.errors import DataError, UnknownVariantError, quoted, shortened
-from attnbench.contract.variant import Variant
-from attnbench.registry.hybrid import is_hybrid_name, make_part
-from attnbench.registry.loader import Registry, unknown_variant_message
-from attnbench.registry.identity import variant_identity
-from attnbench.store.provenance import content_key, library_versions
 from attnbench.plan.base import LayerPattern, ModelSpec, option_key, variant_point
 from attnbench.plan.sizes import matched_config
 from attnbench.plan.suite import Suite, suite_error_at
+from attnbench.registry.hybrid import is_hybrid_name, make_part
+from attnbench.registry.identity import variant_identity
+from attnbench.registry.loader import Registry, unknown_variant_message
+from attnbench.store.provenance import content_key, library_versions
 
 BYTE_VOCAB = 256
 
@@ -72,9 +73,16 @@ class Cell:
 
 def _model_config(spec: ModelSpec, context: int, options: Any, vocab: int) -> ModelConfig:
     return ModelConfig(
-        vocab_size=vocab, d_model=spec.d_model, n_layer=spec.n_layer, n_head=spec.n_head,
-        context=spec.context or context, mlp_ratio=spec.mlp_ratio, dropout=spec.dropout,
-        bias=spec.bias, options=options, activation=spec.activation,
+        vocab_size=vocab,
+        d_model=spec.d_model,
+        n_layer=spec.n_layer,
+        n_head=spec.n_head,
+        context=spec.context or context,
+        mlp_ratio=spec.mlp_ratio,
+        dropout=spec.dropout,
+        bias=spec.bias,
+        options=options,
+        activation=spec.activation,
     )
 
 
@@ -96,12 +104,18 @@ def expand(
         for name in only_variants:
             if name not in registry.variants and name not in hybrids and not is_hybrid_name(name):
                 raise UnknownVariantError(unknown_variant_message(name, registry.names()))
-        runs = list(dict.fromkeys([n for e in suite.experiments
-                                   for n in (registry.names() if e.variants == "all" else e.variants)] + hybrids))
+        runs = list(
+            dict.fromkeys(
+                [n for e in suite.experiments for n in (registry.names() if e.variants == "all" else e.variants)]
+                + hybrids
+            )
+        )
         missing = [n for n in only_variants if n not in runs]
         if missing:
-            raise UnknownVariantError(f"--variants names {shortened(', '.join(missing))}, which suite {quoted(suite.name)} does "
-                                      f"not run; it runs: {', '.join(runs)}. Name some of those.")
+            raise UnknownVariantError(
+                f"--variants names {shortened(', '.join(missing))}, which suite {quoted(suite.name)} does "
+                f"not run; it runs: {', '.join(runs)}. Name some of those."
+            )
     base = suite.path.parent if suite.path else Path.cwd()
     cells: list[Cell] = []
     for ei, exp in enumerate(suite.experiments):
@@ -116,18 +130,25 @@ def expand(
         for bi, baseline in enumerate(listed):
             if baseline not in names:
                 where = ("baselines", bi) if protocol.baselines else ("baseline",)
-                raise suite_error_at(suite, ("experiments", ei, "protocol", *where),
-                                     unknown_variant_message(baseline, names))
+                raise suite_error_at(
+                    suite, ("experiments", ei, "protocol", *where), unknown_variant_message(baseline, names)
+                )
         for name in exp.variant_options:
             if name not in names:
-                raise suite_error_at(suite, ("experiments", ei, "variant_options", name),
-                                     f"options given for {quoted(name)}, which this experiment does not run")
+                raise suite_error_at(
+                    suite,
+                    ("experiments", ei, "variant_options", name),
+                    f"options given for {quoted(name)}, which this experiment does not run",
+                )
         for key in getattr(exp, "grid", {}):
             opt = option_key(key)
             if opt is not None and opt[0] not in names:
-                raise suite_error_at(suite, ("experiments", ei, "grid", key),
-                                     f"grid key {quoted(key)} sweeps an option of {quoted(opt[0])}, which this experiment "
-                                     f"does not run; it runs: {', '.join(names)}")
+                raise suite_error_at(
+                    suite,
+                    ("experiments", ei, "grid", key),
+                    f"grid key {quoted(key)} sweeps an option of {quoted(opt[0])}, which this experiment "
+                    f"does not run; it runs: {', '.join(names)}",
+                )
         data = exp.data.resolved(base) if getattr(exp, "data", None) else None
         vocab = _data_vocab(suite, ei, data, registry)
         try:
@@ -144,8 +165,12 @@ def expand(
                 variant.make_options(exp.variant_options.get(name))
             except ValueError as exc:
                 raise suite_error_at(suite, ("experiments", ei, "variant_options", name), str(exc)) from None
-            points = list({json.dumps(p, sort_keys=True, default=str): p
-                           for p in (variant_point(q, name) for q in exp.points())}.values())
+            points = list(
+                {
+                    json.dumps(p, sort_keys=True, default=str): p
+                    for p in (variant_point(q, name) for q in exp.points())
+                }.values()
+            )
             for mi in model_indices:
                 mspec = exp.models[mi]
                 for point in points:
@@ -157,10 +182,17 @@ def expand(
                         raise suite_error_at(suite, ("experiments", ei, "grid", where), str(exc)) from None
                     settings = {k: v for k, v in point.items() if option_key(k) is None}
                     base_spec = exp.spec()
-                    spec = type(base_spec).model_validate({**base_spec.model_dump(), **settings}) if settings else base_spec
+                    spec = (
+                        type(base_spec).model_validate({**base_spec.model_dump(), **settings})
+                        if settings
+                        else base_spec
+                    )
                     if getattr(spec, "model_kind", "backbone") == "own" and variant.build_model is None:
-                        raise suite_error_at(suite, ("experiments", ei, exp.kind, "model_kind"),
-                                             f"variant {name!r} has no model of its own; use model_kind: backbone")
+                        raise suite_error_at(
+                            suite,
+                            ("experiments", ei, exp.kind, "model_kind"),
+                            f"variant {name!r} has no model of its own; use model_kind: backbone",
+                        )
                     try:
                         model = _model_config(mspec, exp.context(spec), options, vocab)
                     except ValueError as exc:
@@ -169,27 +201,53 @@ def expand(
                         model = _matched(suite, ei, mi, registry, variant, model, spec)
                     period = len(getattr(variant, "parts", ())) or 1
                     if model.n_layer % period:
-                        raise suite_error_at(suite, ("experiments", ei, "models", mi, "n_layer"),
-                                             f"hybrid {name!r} repeats a pattern of {period} layers, and n_layer "
-                                             f"{model.n_layer} is not a multiple of {period}; change n_layer")
+                        raise suite_error_at(
+                            suite,
+                            ("experiments", ei, "models", mi, "n_layer"),
+                            f"hybrid {name!r} repeats a pattern of {period} layers, and n_layer "
+                            f"{model.n_layer} is not a multiple of {period}; change n_layer",
+                        )
                     if model.context < exp.context(spec):
-                        raise suite_error_at(suite, ("experiments", ei, "models", mi, "context"),
-                                             f"context {model.context} is shorter than the {exp.kind} "
-                                             f"experiment needs ({exp.context(spec)})")
+                        raise suite_error_at(
+                            suite,
+                            ("experiments", ei, "models", mi, "context"),
+                            f"context {model.context} is shorter than the {exp.kind} "
+                            f"experiment needs ({exp.context(spec)})",
+                        )
                     tuning = protocol.tuning if protocol is not None else None
                     if tuning is not None:  # successive halving: rung 0 now, the rest as results come in
                         spec = type(spec).model_validate({**spec.model_dump(), "budget": tuning.budget})
-                    for seed in (tuning.seeds if tuning is not None else exp.seeds):
-                        coords = {"variant": name, "model": _size_index(exp.models, mi), "d_model": model.d_model,
-                                  "n_layer": model.n_layer, "seed": seed, **point,
-                                  **({"stage": "tune", "rung": 0} if tuning is not None else {})}
-                        cell = Cell(suite.name, exp.name, exp.kind, name, model, data, spec, seed, coords,
-                                    protocol=protocol.model_dump() if protocol else None)
+                    for seed in tuning.seeds if tuning is not None else exp.seeds:
+                        coords = {
+                            "variant": name,
+                            "model": _size_index(exp.models, mi),
+                            "d_model": model.d_model,
+                            "n_layer": model.n_layer,
+                            "seed": seed,
+                            **point,
+                            **({"stage": "tune", "rung": 0} if tuning is not None else {}),
+                        }
+                        cell = Cell(
+                            suite.name,
+                            exp.name,
+                            exp.kind,
+                            name,
+                            model,
+                            data,
+                            spec,
+                            seed,
+                            coords,
+                            protocol=protocol.model_dump() if protocol else None,
+                        )
                         if corpus_hash and kind_code:
                             inputs = {
-                                "suite": suite.name, "experiment": exp.name, "kind": exp.kind,
-                                "config": {}, "corpus_sha256": data_hash,
-                                "variant": variant_identity(variant), "harness": kind_code(exp.kind),
+                                "suite": suite.name,
+                                "experiment": exp.name,
+                                "kind": exp.kind,
+                                "config": {},
+                                "corpus_sha256": data_hash,
+                                "variant": variant_identity(variant),
+                                "harness": kind_code(exp.kind),
                                 "device": device,
                                 "versions": {k: library_versions()[k] for k in ("torch", "python")},
                             }
@@ -222,14 +280,18 @@ def _hybrids(suite: Suite, ei: int, registry: Registry) -> dict[int, Variant]:
     return out
 
 
-def _matched(suite: Suite, ei: int, mi: int, registry: Registry, variant: Variant, model: ModelConfig,
-             spec: BaseModel) -> ModelConfig:
+def _matched(
+    suite: Suite, ei: int, mi: int, registry: Registry, variant: Variant, model: ModelConfig, spec: BaseModel
+) -> ModelConfig:
     """``model`` with the MLP width that matches ``variant``'s parameters to ``match_params``."""
     exp, where = suite.experiments[ei], ("experiments", ei, "models", mi, "match_params")
     mspec = exp.models[mi]
     if getattr(spec, "model_kind", "backbone") != "backbone":
-        raise suite_error_at(suite, where, "match_params sets the shared backbone's MLP width; "
-                                           "use model_kind: backbone or remove match_params")
+        raise suite_error_at(
+            suite,
+            where,
+            "match_params sets the shared backbone's MLP width; use model_kind: backbone or remove match_params",
+        )
     try:
         reference = registry.get(mspec.match_params)
         options = reference.make_options(exp.variant_options.get(mspec.match_params))
@@ -263,5 +325,11 @@ def trained_cells_for(cell: Cell, source: str, cells: list[Cell]) -> list[Cell]:
     """The cells of experiment ``source`` with ``cell``'s variant, seed and model size (every
     grid point of them): what an lm_eval or finetune cell evaluates or tunes."""
     dims = tuple(getattr(cell.model, k) for k in SAME_MODEL)
-    return [t for t in cells if t.experiment == source and t.variant == cell.variant and t.seed == cell.seed
-            and tuple(getattr(t.model, k) for k in SAME_MODEL) == dims]
+    return [
+        t
+        for t in cells
+        if t.experiment == source
+        and t.variant == cell.variant
+        and t.seed == cell.seed
+        and tuple(getattr(t.model, k) for k in SAME_MODEL) == dims
+    ]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from attnbench.plan.base import Budget
 from attnbench.plan.cells import Cell, rekey
@@ -43,8 +44,7 @@ def _point(cell: Cell) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((k, v) for k, v in cell.coords.items() if k not in skip))
 
 
-def _advance_group(cells: list[Cell], full: Budget, seeds: list[int], eta: int,
-                   lookup: Lookup) -> list[Cell]:
+def _advance_group(cells: list[Cell], full: Budget, seeds: list[int], eta: int, lookup: Lookup) -> list[Cell]:
     """The next cells of one (experiment, variant, model, options), or [] when its current
     rung is not finished yet or its final runs are already planned."""
     if any(c.coords.get("stage") == "final" for c in cells):
@@ -62,9 +62,11 @@ def _advance_group(cells: list[Cell], full: Budget, seeds: list[int], eta: int,
     budget = _scaled(current[0].spec.budget, eta)
     kind = full.kind()
     if keep > 1 and getattr(budget, kind) < getattr(full, kind):
-        return [rekey(c, spec=c.spec.model_copy(update={"budget": budget}),
-                      coords={**c.coords, "rung": rung + 1})
-                for p in ranked[:keep] for c in by_point[p]]
+        return [
+            rekey(c, spec=c.spec.model_copy(update={"budget": budget}), coords={**c.coords, "rung": rung + 1})
+            for p in ranked[:keep]
+            for c in by_point[p]
+        ]
     template = by_point[ranked[0]][0]
     spec = template.spec.model_copy(update={"budget": full})
     coords = {k: v for k, v in template.coords.items() if k != "rung"}
@@ -92,8 +94,10 @@ def tuned_source_error(suite: Suite, src: str) -> str | None:
     cells are planned only as its tuning finishes, after the suite is linked."""
     exp = next((e for e in suite.experiments if e.name == src), None)
     if exp is not None and getattr(getattr(exp, "protocol", None), "tuning", None) is not None:
-        return (f"experiment {src!r} tunes by successive halving (protocol.tuning), so its trained cells are "
-                "not known before it runs; evaluate a train experiment without protocol.tuning")
+        return (
+            f"experiment {src!r} tunes by successive halving (protocol.tuning), so its trained cells are "
+            "not known before it runs; evaluate a train experiment without protocol.tuning"
+        )
     return None
 
 

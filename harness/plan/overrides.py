@@ -54,16 +54,18 @@ def _experiment_index(raw: dict[str, Any], name: str, ov: Override) -> int:
         return names.index(name)
     close = difflib.get_close_matches(name, [n for n in names if isinstance(n, str)], n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
-    raise SuiteError(f"--set {quoted(ov.text)}: the suite has no experiment named {quoted(name)}; {hint}"
-                     f"experiments: {quoted(names)}")
+    raise SuiteError(
+        f"--set {quoted(ov.text)}: the suite has no experiment named {quoted(name)}; {hint}experiments: {quoted(names)}"
+    )
 
 
 def target(raw: dict[str, Any], ov: Override) -> tuple[Any, ...]:
     """The override's location in the merged suite (experiment names made indices)."""
     if ov.path[0] == "experiments":
         if len(ov.path) < 3:
-            raise SuiteError(f"--set {quoted(ov.text)}: address a setting of one experiment, "
-                             "e.g. experiments.NAME.seeds=[0,1]")
+            raise SuiteError(
+                f"--set {quoted(ov.text)}: address a setting of one experiment, e.g. experiments.NAME.seeds=[0,1]"
+            )
         return ("experiments", _experiment_index(raw, ov.path[1], ov), *ov.path[2:])
     return ov.path
 
@@ -76,11 +78,15 @@ def _key(node: Any, part: Any, ov: Override, depth: int) -> Any:
         return int(part)
     where = ".".join(ov.path[:depth])
     if not node:
-        raise SuiteError(f"--set {ov.text!r}: {where} is an empty list, so it has no item {part!r}; "
-                         f"set {where} itself instead, e.g. --set {where}=[...]")
-    raise SuiteError(f"--set {ov.text!r}: {where} is a list of {len(node)} item(s), so {part!r} is not an index "
-                     f"of it; give an index from 0 to {len(node) - 1} (e.g. {where}.0=...), or set {where} itself "
-                     f"(e.g. {where}=[...])")
+        raise SuiteError(
+            f"--set {ov.text!r}: {where} is an empty list, so it has no item {part!r}; "
+            f"set {where} itself instead, e.g. --set {where}=[...]"
+        )
+    raise SuiteError(
+        f"--set {ov.text!r}: {where} is a list of {len(node)} item(s), so {part!r} is not an index "
+        f"of it; give an index from 0 to {len(node) - 1} (e.g. {where}.0=...), or set {where} itself "
+        f"(e.g. {where}=[...])"
+    )
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[Override]) -> dict[str, Any]:
@@ -96,13 +102,17 @@ def apply_overrides(raw: dict[str, Any], overrides: list[Override]) -> dict[str,
             if child is None:
                 if str(loc[i + 1]).isdigit():
                     where = ".".join(ov.path[: i + 1])
-                    raise SuiteError(f"--set {ov.text!r}: {where} is not set, so it has no item {loc[i + 1]}; "
-                                     f"set {where} itself instead, e.g. --set {where}=[...]")
+                    raise SuiteError(
+                        f"--set {ov.text!r}: {where} is not set, so it has no item {loc[i + 1]}; "
+                        f"set {where} itself instead, e.g. --set {where}=[...]"
+                    )
                 child = node[part] = {}
             if not isinstance(child, (dict, list)):
                 where = ".".join(map(str, ov.path[: i + 1]))
-                raise SuiteError(f"--set {quoted(ov.text)}: {shortened(where)} is {quoted(child)}, not a mapping; "
-                                 f"set {where} itself instead")
+                raise SuiteError(
+                    f"--set {quoted(ov.text)}: {shortened(where)} is {quoted(child)}, not a mapping; "
+                    f"set {where} itself instead"
+                )
             node = child
         node[_key(node, loc[-1], ov, len(loc) - 1)] = copy.deepcopy(ov.value)
     return out

@@ -26,43 +26,83 @@ DEFAULTS_COPIED = ("variants", "seeds", "variant_options", "grid")
 # (heading, model, the YAML key it sits under, a short example)
 SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
     ("Suite (top level)", Suite, "", "version: 1\nname: mine\nexperiments: [...]"),
-    ("Every experiment", base.ExperimentBase, "experiments[]",
-     "- name: text\n  kind: train\n  variants: [softmax, linear]\n  seeds: [0, 1]\n"
-     "  variant_options: {linear: {feature_map: elu}}"),
+    (
+        "Every experiment",
+        base.ExperimentBase,
+        "experiments[]",
+        "- name: text\n  kind: train\n  variants: [softmax, linear]\n  seeds: [0, 1]\n"
+        "  variant_options: {linear: {feature_map: elu}}",
+    ),
     ("Model size", base.ModelSpec, "models[] / defaults.model", "models: [{d_model: 128, n_layer: 4, n_head: 4}]"),
-    ("Hybrid layers", base.LayerPattern, "models[].layers",
-     "layers: {pattern: [gated_deltanet, gated_deltanet, gated_deltanet, softmax]}   # repeated to n_layer\n"
-     "layers: [softmax, gla, {variant: gla, options: {chunk_size: 8}}]            # one entry per layer"),
-    ("Hybrid layer entry", base.LayerEntry, "models[].layers[] / layers.pattern[]",
-     "{variant: gla, options: {chunk_size: 8}}   # or just the variant's name"),
-    ("Data", DataSpec, "data / defaults.data",
-     "data: {source: builtin}                # Tiny Shakespeare, shipped\n"
-     "data: {source: text, path: corpus.txt, tokenizer: bpe, bpe_vocab_size: 8192}\n"
-     "data: {source: task, task: mqar, task_options: {num_kv_pairs: 4}}"),
+    (
+        "Hybrid layers",
+        base.LayerPattern,
+        "models[].layers",
+        "layers: {pattern: [gated_deltanet, gated_deltanet, gated_deltanet, softmax]}   # repeated to n_layer\n"
+        "layers: [softmax, gla, {variant: gla, options: {chunk_size: 8}}]            # one entry per layer",
+    ),
+    (
+        "Hybrid layer entry",
+        base.LayerEntry,
+        "models[].layers[] / layers.pattern[]",
+        "{variant: gla, options: {chunk_size: 8}}   # or just the variant's name",
+    ),
+    (
+        "Data",
+        DataSpec,
+        "data / defaults.data",
+        "data: {source: builtin}                # Tiny Shakespeare, shipped\n"
+        "data: {source: text, path: corpus.txt, tokenizer: bpe, bpe_vocab_size: 8192}\n"
+        "data: {source: task, task: mqar, task_options: {num_kv_pairs: 4}}",
+    ),
     ("Budget", base.Budget, "train.budget", "budget: {steps: 2000}   # or tokens / seconds / flops"),
     ("Training (kind: train)", specs.TrainExperiment, "experiments[]", "kind: train\ngrid: {lr: [1.0e-3, 3.0e-3]}"),
-    ("Training settings", base.TrainSpec, "train / defaults.train",
-     "train: {budget: {steps: 500}, batch_size: 8, seq_len: 128, lr: 3.0e-3}"),
-    ("Protocol (train experiments)", base.Protocol, "protocol",
-     "protocol: {baseline: softmax, metric: loss, margin: 0.05,\n"
-     "           tuning: {seeds: [0], budget: {steps: 200}, eta: 2}}\n"
-     "protocol: {baselines: [softmax, linear]}   # a Δ column, interval and decision against each"),
-    ("Tuning by successive halving", base.Tuning, "protocol.tuning",
-     "tuning: {seeds: [0], budget: {steps: 200}, eta: 2}"),
-    ("Published expectations", base.Expectation, "protocol.expectations[]",
-     "- claim: a sliding window cannot recall a pair outside it\n  source: Based (Arora et al. 2024)\n"
-     "  variant: windowed\n  outcome: worse\n  setting: {n_pairs: 7, n_queries: 1}"),
+    (
+        "Training settings",
+        base.TrainSpec,
+        "train / defaults.train",
+        "train: {budget: {steps: 500}, batch_size: 8, seq_len: 128, lr: 3.0e-3}",
+    ),
+    (
+        "Protocol (train experiments)",
+        base.Protocol,
+        "protocol",
+        "protocol: {baseline: softmax, metric: loss, margin: 0.05,\n"
+        "           tuning: {seeds: [0], budget: {steps: 200}, eta: 2}}\n"
+        "protocol: {baselines: [softmax, linear]}   # a Δ column, interval and decision against each",
+    ),
+    (
+        "Tuning by successive halving",
+        base.Tuning,
+        "protocol.tuning",
+        "tuning: {seeds: [0], budget: {steps: 200}, eta: 2}",
+    ),
+    (
+        "Published expectations",
+        base.Expectation,
+        "protocol.expectations[]",
+        "- claim: a sliding window cannot recall a pair outside it\n  source: Based (Arora et al. 2024)\n"
+        "  variant: windowed\n  outcome: worse\n  setting: {n_pairs: 7, n_queries: 1}",
+    ),
     ("Speed (kind: speed)", specs.SpeedExperiment, "experiments[]", "kind: speed"),
     ("Speed settings", specs.SpeedSpec, "speed", "speed: {T_min: 128, T_max: 1024, modes: [forward, decode]}"),
     ("Scaling (kind: scaling)", specs.ScalingExperiment, "experiments[]", "kind: scaling"),
     ("Scaling settings", specs.ScalingSpec, "scaling", "scaling: {tokens_per_param: 4, seq_len: 128}"),
     ("lm-eval (kind: lm_eval)", specs.LmEvalExperiment, "experiments[]", "kind: lm_eval"),
-    ("lm-eval settings", specs.LmEvalSpec, "lm_eval",
-     "lm_eval: {from_experiment: text, tasks: [attnbench_recall], include_path: lm_eval_tasks}"),
+    (
+        "lm-eval settings",
+        specs.LmEvalSpec,
+        "lm_eval",
+        "lm_eval: {from_experiment: text, tasks: [attnbench_recall], include_path: lm_eval_tasks}",
+    ),
     ("Fine-tuning (kind: finetune)", specs.FinetuneExperiment, "experiments[]", "kind: finetune"),
-    ("Fine-tuning settings", specs.FinetuneSpec, "finetune",
-     "finetune: {from_experiment: text, method: lora, ranks: [1, 4, 16], target: mixer,\n"
-     "           budget: {steps: 300}, batch_size: 16, seq_len: 64, lr: 1.0e-3}"),
+    (
+        "Fine-tuning settings",
+        specs.FinetuneSpec,
+        "finetune",
+        "finetune: {from_experiment: text, method: lora, ranks: [1, 4, 16], target: mixer,\n"
+        "           budget: {steps: 300}, batch_size: 16, seq_len: 64, lr: 1.0e-3}",
+    ),
 ]
 
 # Meanings of keys whose model line carries no comment.
@@ -95,17 +135,25 @@ MEANINGS = {
     "eval_tokens": "held-out tokens per evaluation",
     "log_interval": "steps between training-curve points",
     "model_kind": "backbone: the shared backbone around the mixer; own: the variant's own model",
-    "d_model": "width", "n_layer": "layers", "n_head": "heads", "mlp_ratio": "MLP width / d_model",
-    "dropout": "dropout probability", "bias": "biases in linear layers and norms",
+    "d_model": "width",
+    "n_layer": "layers",
+    "n_head": "heads",
+    "mlp_ratio": "MLP width / d_model",
+    "dropout": "dropout probability",
+    "bias": "biases in linear layers and norms",
     "source": "builtin (shipped Tiny Shakespeare), stdlib (this Python's standard library), local text/json/parquet files, hf (hub), task (synthetic)",
-    "split": "hub split for training (source: hf)", "val_split": "hub split held out (source: hf)",
+    "split": "hub split for training (source: hf)",
+    "val_split": "hub split held out (source: hf)",
     "text_field": "column holding the text (json, parquet, hf)",
     "val_fraction": "tail of the text held out when no val_path / val_split is given",
     "tokenizer": "bytes (default; bits per byte compare across everything), bpe (trained locally), pretrained",
     "bpe_vocab_size": "vocabulary of the locally trained BPE (tokenizer: bpe)",
-    "task": "registered task name (source: task; `attnbench list`)", "task_options": "the task's options",
-    "train_examples": "synthetic training examples (source: task)", "val_examples": "held-out examples (source: task)",
-    "tasks": "lm-eval task, group or tag names", "num_fewshot": "lm-eval few-shot examples",
+    "task": "registered task name (source: task; `attnbench list`)",
+    "task_options": "the task's options",
+    "train_examples": "synthetic training examples (source: task)",
+    "val_examples": "held-out examples (source: task)",
+    "tasks": "lm-eval task, group or tag names",
+    "num_fewshot": "lm-eval few-shot examples",
     "limit": "documents per task (< 1: a fraction)",
     "context": "longest sequence the model takes (positions); default: the experiment's training length",
     "budget": "how much each cell trains: exactly one of steps, tokens, seconds, flops (see Budget above)",
@@ -232,20 +280,30 @@ def _doc(model: type[BaseModel]) -> str:
 
 def reference_markdown() -> str:
     """The suite reference: every key with type, default, constraint, meaning, example."""
-    out = ["# Suite reference", "",
-           "Generated from the pydantic models by `attnbench docs`; do not edit by hand. The JSON",
-           f"Schema for editors is [`{SCHEMA_FILE}`]({SCHEMA_FILE}) (add "
-           f"`# yaml-language-server: $schema=../docs/{SCHEMA_FILE}` to a suite).", "",
-           "## `defaults`", "",
-           f"`defaults.model`, `defaults.data` and `defaults.train` are merged under each experiment's "
-           f"own `models[]`, `data` and `train` (the experiment's keys win); "
-           f"{', '.join(f'`defaults.{k}`' for k in DEFAULTS_COPIED)} are copied into experiments that "
-           "do not set them. `attnbench run/validate SUITE --set KEY=VALUE` overrides any key "
-           "(`--set defaults.train.lr=1e-3` also replaces experiments' own `train.lr`; "
-           "`--set experiments.NAME.seeds=[0,1]` addresses one experiment by name).", ""]
+    out = [
+        "# Suite reference",
+        "",
+        "Generated from the pydantic models by `attnbench docs`; do not edit by hand. The JSON",
+        f"Schema for editors is [`{SCHEMA_FILE}`]({SCHEMA_FILE}) (add "
+        f"`# yaml-language-server: $schema=../docs/{SCHEMA_FILE}` to a suite).",
+        "",
+        "## `defaults`",
+        "",
+        f"`defaults.model`, `defaults.data` and `defaults.train` are merged under each experiment's "
+        f"own `models[]`, `data` and `train` (the experiment's keys win); "
+        f"{', '.join(f'`defaults.{k}`' for k in DEFAULTS_COPIED)} are copied into experiments that "
+        "do not set them. `attnbench run/validate SUITE --set KEY=VALUE` overrides any key "
+        "(`--set defaults.train.lr=1e-3` also replaces experiments' own `train.lr`; "
+        "`--set experiments.NAME.seeds=[0,1]` addresses one experiment by name).",
+        "",
+    ]
     for title, model, where, example in SECTIONS:
-        only_own = model in (specs.TrainExperiment, specs.SpeedExperiment, specs.ScalingExperiment,
-                             specs.LmEvalExperiment)
+        only_own = model in (
+            specs.TrainExperiment,
+            specs.SpeedExperiment,
+            specs.ScalingExperiment,
+            specs.LmEvalExperiment,
+        )
         out += [f"## {title}", ""]
         if where:
             out += [f"Under `{where}`." + (" Adds to *Every experiment*:" if only_own else ""), ""]
@@ -277,16 +335,18 @@ def suite_schema() -> dict[str, Any]:
     schema["required"] = ["version"]
     defs = schema.setdefault("$defs", {})
     for model in DEFAULTS_KEYS.values():
-        defs.setdefault(model.__name__, _relax(model.model_json_schema(ref_template="#/$defs/{model}"),
-                                               keep=set()))
+        defs.setdefault(model.__name__, _relax(model.model_json_schema(ref_template="#/$defs/{model}"), keep=set()))
         defs[model.__name__].pop("$defs", None)
     common = base.ExperimentBase.model_json_schema()["properties"]
     schema["properties"]["defaults"] = {
-        "type": "object", "additionalProperties": False,
+        "type": "object",
+        "additionalProperties": False,
         "description": "Merged under every experiment (model, data, train) or copied into it.",
-        "properties": {**{k: {"$ref": f"#/$defs/{m.__name__}"} for k, m in DEFAULTS_KEYS.items()},
-                       **{k: _relax(common[k], set()) for k in DEFAULTS_COPIED if k in common},
-                       "grid": {"type": "object", "additionalProperties": {"type": "array"}}},
+        "properties": {
+            **{k: {"$ref": f"#/$defs/{m.__name__}"} for k, m in DEFAULTS_KEYS.items()},
+            **{k: _relax(common[k], set()) for k in DEFAULTS_COPIED if k in common},
+            "grid": {"type": "object", "additionalProperties": {"type": "array"}},
+        },
     }
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "attnbench suite"

@@ -21,8 +21,9 @@ from attnbench.errors import SuiteError, shortened
 PACKAGE = "attnbench.suites"
 SUFFIXES = (".yaml", ".yml")
 # A header line `# Wall time (where, when): M:SS` (or H:MM:SS) records a measured run.
-_WALL_TIME = re.compile(r"^#\s*wall time\s*(?:\((?P<note>[^)]*)\))?\s*:\s*(?P<time>\d+(?::[0-5]\d){1,2})\s*$",
-                        re.IGNORECASE)
+_WALL_TIME = re.compile(
+    r"^#\s*wall time\s*(?:\((?P<note>[^)]*)\))?\s*:\s*(?P<time>\d+(?::[0-5]\d){1,2})\s*$", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True)
@@ -41,15 +42,19 @@ def shipped_dir() -> Path:
     try:
         root = resources.files(PACKAGE)
     except ModuleNotFoundError:
-        raise SuiteError(f"the shipped suites (package {PACKAGE}) are not installed with this attnbench; "
-                         "reinstall it (in a checkout: pip install -e .) or pass a suite file's path") from None
+        raise SuiteError(
+            f"the shipped suites (package {PACKAGE}) are not installed with this attnbench; "
+            "reinstall it (in a checkout: pip install -e .) or pass a suite file's path"
+        ) from None
     path = Path(str(root))
     # A strict editable install links each file from the checkout: name the checkout's folder, the one to edit.
     if (path / "__init__.py").is_symlink():
         path = (path / "__init__.py").resolve().parent
     if not path.is_dir():
-        raise SuiteError(f"the shipped suites ({root}) are not a folder on disk (a zipped install?); install "
-                         "attnbench from its wheel or source, or pass a suite file's path")
+        raise SuiteError(
+            f"the shipped suites ({root}) are not a folder on disk (a zipped install?); install "
+            "attnbench from its wheel or source, or pass a suite file's path"
+        )
     return path
 
 
@@ -80,8 +85,9 @@ def resolve_suite(arg: str | Path) -> Path:
     bare name (``quick``, ``quick.yaml``) names. Raises SuiteError listing the shipped names."""
     text = shortened(str(arg))  # as messages quote it
     if not str(arg).strip():
-        raise SuiteError("no suite given: pass a suite YAML file's path or a shipped suite's name "
-                         "(attnbench suites lists them)")
+        raise SuiteError(
+            "no suite given: pass a suite YAML file's path or a shipped suite's name (attnbench suites lists them)"
+        )
     path = Path(str(arg)).expanduser()
     if exists(path):
         return path
@@ -90,20 +96,25 @@ def resolve_suite(arg: str | Path) -> Path:
     if bare and (found := _shipped_file(stem)) is not None:
         return found
     if exists(path, "dir"):
-        raise SuiteError(f"{text} is a folder; pass a suite YAML file in it "
-                         "or a shipped suite's name (attnbench suites lists them)")
+        raise SuiteError(
+            f"{text} is a folder; pass a suite YAML file in it or a shipped suite's name (attnbench suites lists them)"
+        )
     try:
         names = shipped_names()
     except SuiteError:
         names = []
     shipped = ", ".join(names) or "(none installed)"
     if not bare:
-        raise SuiteError(f"suite file {text} not found (looked at {shortened(str(path.absolute()))}); give an existing suite "
-                         f"YAML file, or a shipped suite's name without a folder: {shipped}")
+        raise SuiteError(
+            f"suite file {text} not found (looked at {shortened(str(path.absolute()))}); give an existing suite "
+            f"YAML file, or a shipped suite's name without a folder: {shipped}"
+        )
     close = difflib.get_close_matches(stem, names, n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
-    raise SuiteError(f"suite file {text} not found in {Path.cwd()}, and no shipped suite is named {stem!r}; "
-                     f"{hint}give a suite YAML file's path or a shipped suite's name: {shipped}")
+    raise SuiteError(
+        f"suite file {text} not found in {Path.cwd()}, and no shipped suite is named {stem!r}; "
+        f"{hint}give a suite YAML file's path or a shipped suite's name: {shipped}"
+    )
 
 
 def _header(text: str) -> list[str]:
@@ -132,19 +143,19 @@ def describe(path: Path) -> SuiteSummary:
     for line in header:
         if (m := _WALL_TIME.match(line.strip())) is not None:
             parts = [int(p) for p in m["time"].split(":")]
-            wall = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
+            wall = sum(p * 60**i for i, p in enumerate(reversed(parts)))
             note = (m["note"] or "").strip()
             break
-    return SuiteSummary(name=path.stem, path=path, description=str(description), wall_time_s=wall,
-                        wall_time_note=note)
+    return SuiteSummary(name=path.stem, path=path, description=str(description), wall_time_s=wall, wall_time_note=note)
 
 
 def list_suites(folder: Path | None = None) -> list[SuiteSummary]:
     """Every suite file in ``folder`` (default: the shipped suites), by name."""
     folder = shipped_dir() if folder is None else folder
     if not folder.is_dir():
-        raise SuiteError(f"{folder} is not a folder; give a folder of suite YAML files, "
-                         "or nothing for the shipped ones")
+        raise SuiteError(
+            f"{folder} is not a folder; give a folder of suite YAML files, or nothing for the shipped ones"
+        )
     out = []
     for path in sorted(folder.iterdir(), key=lambda p: (p.stem, p.suffix)):
         if path.suffix in SUFFIXES and path.is_file():

@@ -28,8 +28,9 @@ def count_params(variant: Variant, config: ModelConfig) -> int:
     return _COUNTS[key]
 
 
-def matched_config(variant: Variant, config: ModelConfig, reference: Variant, reference_options: Any,
-                   within: float) -> ModelConfig:
+def matched_config(
+    variant: Variant, config: ModelConfig, reference: Variant, reference_options: Any, within: float
+) -> ModelConfig:
     """``config`` with the MLP width that brings ``variant`` within ``within`` (relative) of the
     reference's parameter count; unchanged when it already is. Raises ValueError when no
     MLP width can (the mixers alone differ by more than the MLPs hold)."""
@@ -40,11 +41,15 @@ def matched_config(variant: Variant, config: ModelConfig, reference: Variant, re
     per_unit = config.n_layer * (2 * config.d_model + (1 if config.bias else 0))  # params per MLP unit
     hidden = config.mlp_width + round((target - mine) / per_unit)
     if hidden < 1:
-        raise ValueError(f"{variant.name!r} has {mine:,} parameters and {reference.name!r} {target:,}: no MLP "
-                         "width matches them; compare at a larger d_model or without match_params")
+        raise ValueError(
+            f"{variant.name!r} has {mine:,} parameters and {reference.name!r} {target:,}: no MLP "
+            "width matches them; compare at a larger d_model or without match_params"
+        )
     matched = config.replace(mlp_hidden=hidden)
     got = count_params(variant, matched)
     if abs(got - target) > within * target:
-        raise ValueError(f"{variant.name!r} reaches {got:,} parameters at MLP width {hidden} against "
-                         f"{reference.name!r}'s {target:,}, outside {within:.0%}; raise params_within")
+        raise ValueError(
+            f"{variant.name!r} reaches {got:,} parameters at MLP width {hidden} against "
+            f"{reference.name!r}'s {target:,}, outside {within:.0%}; raise params_within"
+        )
     return matched

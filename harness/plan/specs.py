@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -37,74 +37,100 @@ class TrainExperiment(ExperimentBase):
         for key, values in grid.items():
             opt = option_key(key)
             if opt is not None and not (opt[0] and opt[1] and "." not in opt[1]):
-                raise ValueError(f"grid key {quoted(key)}: write a variant's option as variant_options.VARIANT.OPTION "
-                                 "(e.g. variant_options.linear.feature_map)")
+                raise ValueError(
+                    f"grid key {quoted(key)}: write a variant's option as variant_options.VARIANT.OPTION "
+                    "(e.g. variant_options.linear.feature_map)"
+                )
             if opt is None and key not in known:
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"grid key {quoted(key)} is not a train setting{hint}; allowed: {sorted(known)}, "
-                                 "or variant_options.VARIANT.OPTION")
+                raise ValueError(
+                    f"grid key {quoted(key)} is not a train setting{hint}; allowed: {sorted(known)}, "
+                    "or variant_options.VARIANT.OPTION"
+                )
             if not values:
                 raise ValueError(f"grid key {quoted(key)} has no values")
         return grid
 
     @model_validator(mode="after")
-    def _grid_points_valid(self) -> "TrainExperiment":
+    def _grid_points_valid(self) -> TrainExperiment:
         for key in self.grid:
             opt = option_key(key)
             if opt is not None and isinstance(self.variants, list) and opt[0] not in self.variants:
-                raise ValueError(f"grid key {quoted(key)} sweeps an option of {quoted(opt[0])}, which this experiment "
-                                 f"does not run (variants: {quoted(self.variants)}); add it to 'variants' or correct the key")
+                raise ValueError(
+                    f"grid key {quoted(key)} sweeps an option of {quoted(opt[0])}, which this experiment "
+                    f"does not run (variants: {quoted(self.variants)}); add it to 'variants' or correct the key"
+                )
         for point in grid_points(self.grid):
-            TrainSpec.model_validate({**self.train.model_dump(),
-                                      **{k: v for k, v in point.items() if option_key(k) is None}})
+            TrainSpec.model_validate(
+                {**self.train.model_dump(), **{k: v for k, v in point.items() if option_key(k) is None}}
+            )
         return self
 
     @model_validator(mode="after")
-    def _protocol_possible(self) -> "TrainExperiment":
+    def _protocol_possible(self) -> TrainExperiment:
         p = self.protocol
         if p is None:
             return self
         if p.tune and len(grid_points(self.grid)) < 2:
-            raise ValueError("protocol.tune needs a grid of at least 2 points to choose from (e.g. grid: "
-                             "{lr: [1.0e-3, 3.0e-3]}); add values to 'grid' or set protocol.tune: false")
+            raise ValueError(
+                "protocol.tune needs a grid of at least 2 points to choose from (e.g. grid: "
+                "{lr: [1.0e-3, 3.0e-3]}); add values to 'grid' or set protocol.tune: false"
+            )
         if p.interval and len(set(self.seeds)) < 2:
-            raise ValueError(f"protocol.interval needs at least 2 seeds, got seeds: {self.seeds}; "
-                             "give e.g. seeds: [0, 1] or set protocol.interval: false")
+            raise ValueError(
+                f"protocol.interval needs at least 2 seeds, got seeds: {self.seeds}; "
+                "give e.g. seeds: [0, 1] or set protocol.interval: false"
+            )
         if not self.data.has_test():
-            what = ("data.test_examples (e.g. 256)" if self.data.source == "task"
-                    else "data.test_fraction (e.g. 0.05) or data.test_path (a separate file)")
+            what = (
+                "data.test_examples (e.g. 256)"
+                if self.data.source == "task"
+                else "data.test_fraction (e.g. 0.05) or data.test_path (a separate file)"
+            )
             raise ValueError(f"protocol reports on a test split, and this experiment's data has none; set {what}")
         if isinstance(self.variants, list):
             for where, name in baseline_keys(p):
                 if name not in self.variants:
-                    raise ValueError(f"{where} {quoted(name)} is not among this experiment's variants "
-                                     f"{quoted(self.variants)}; add it to 'variants' or name another baseline")
+                    raise ValueError(
+                        f"{where} {quoted(name)} is not among this experiment's variants "
+                        f"{quoted(self.variants)}; add it to 'variants' or name another baseline"
+                    )
         if p.metric is None:  # a task is read by its answers, text by its loss
             p = self.protocol = p.model_copy(update={"metric": "accuracy" if self.data.source == "task" else "loss"})
         if p.metric == "accuracy" and self.data.source != "task":
-            raise ValueError("protocol.metric: accuracy reads a task's answers, and this experiment's data is "
-                             f"{self.data.source!r} text; use metric: loss or a task source")
+            raise ValueError(
+                "protocol.metric: accuracy reads a task's answers, and this experiment's data is "
+                f"{self.data.source!r} text; use metric: loss or a task source"
+            )
         if p.tuning is not None:
             self._tuning_possible(p)
         for i, e in enumerate(p.expectations):
             for role, name in (("variant", e.variant), ("versus", e.versus)):
                 if name is not None and isinstance(self.variants, list) and name not in self.variants:
-                    raise ValueError(f"protocol.expectations[{i}].{role} {quoted(name)} is not among this "
-                                     f"experiment's variants {quoted(self.variants)}")
+                    raise ValueError(
+                        f"protocol.expectations[{i}].{role} {quoted(name)} is not among this "
+                        f"experiment's variants {quoted(self.variants)}"
+                    )
             if e.setting is not None and e.setting not in self.data.eval_settings:
-                raise ValueError(f"protocol.expectations[{i}].setting {e.setting} is not one of data.eval_settings "
-                                 f"{self.data.eval_settings}; name one of those")
+                raise ValueError(
+                    f"protocol.expectations[{i}].setting {e.setting} is not one of data.eval_settings "
+                    f"{self.data.eval_settings}; name one of those"
+                )
         return self
 
     def _tuning_possible(self, p: Protocol) -> None:
         t, full = p.tuning, self.train.budget
         if t.budget.kind() != full.kind():
-            raise ValueError(f"protocol.tuning.budget is in {t.budget.kind()} and train.budget in {full.kind()}; "
-                             "give both in the same unit")
+            raise ValueError(
+                f"protocol.tuning.budget is in {t.budget.kind()} and train.budget in {full.kind()}; "
+                "give both in the same unit"
+            )
         if getattr(t.budget, t.budget.kind()) >= getattr(full, full.kind()):
-            raise ValueError(f"protocol.tuning.budget ({t.budget.model_dump(exclude_none=True)}) must be smaller "
-                             f"than train.budget ({full.model_dump(exclude_none=True)}): tuning is the short run")
+            raise ValueError(
+                f"protocol.tuning.budget ({t.budget.model_dump(exclude_none=True)}) must be smaller "
+                f"than train.budget ({full.model_dump(exclude_none=True)}): tuning is the short run"
+            )
         if not p.tune:
             raise ValueError("protocol.tuning searches the grid, and protocol.tune is false; remove one of them")
 
@@ -132,7 +158,8 @@ class SpeedSpec(BaseModel):
     T_min: int = Field(256, gt=0)
     T_max: int = Field(4096, gt=0)
     modes: list[Literal["forward", "train_step", "decode"]] = Field(
-        default_factory=lambda: list(SPEED_MODES), min_length=1)
+        default_factory=lambda: list(SPEED_MODES), min_length=1
+    )
     batch_size: int = Field(1, gt=0)
     decode_contexts: list[int] | None = None  # context lengths for decode (default: the lengths)
     decode_tokens: int = Field(8, gt=0)  # single-token steps per timed call (time is per token)
@@ -165,7 +192,7 @@ class SpeedSpec(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _range(self) -> "SpeedSpec":
+    def _range(self) -> SpeedSpec:
         if self.lengths is None and self.T_min > self.T_max:
             raise ValueError(f"T_min ({self.T_min}) must be <= T_max ({self.T_max})")
         return self
@@ -177,7 +204,7 @@ class SpeedSpec(BaseModel):
         if self.lengths is not None:
             return list(self.lengths)
         out, T = [], self.T_min
-        while T <= self.T_max:
+        while self.T_max >= T:
             out.append(T)
             T *= 2
         return out
@@ -204,10 +231,12 @@ class ScalingSpec(TrainSpec):
     flops_per_param: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
-    def _one_rule(self) -> "ScalingSpec":
+    def _one_rule(self) -> ScalingSpec:
         if self.budget is not None:
-            raise ValueError("a scaling experiment sets each size's budget; remove 'budget' and "
-                             "give tokens_per_param or flops_per_param")
+            raise ValueError(
+                "a scaling experiment sets each size's budget; remove 'budget' and "
+                "give tokens_per_param or flops_per_param"
+            )
         given = list(self.budget_rule())
         if len(given) != 1:
             raise ValueError(f"give exactly one of tokens_per_param, flops_per_param (got {given or 'none'})")
@@ -235,7 +264,7 @@ class ScalingExperiment(ExperimentBase):
         return spec.seq_len
 
     @model_validator(mode="after")
-    def _three_sizes(self) -> "ScalingExperiment":
+    def _three_sizes(self) -> ScalingExperiment:
         sizes = {m.model_dump_json() for m in self.models}
         if len(sizes) < 3:
             raise ValueError(f"a scaling fit needs at least 3 different model sizes in 'models', got {len(sizes)}")
@@ -265,7 +294,7 @@ class LmEvalSpec(BaseModel):
     # folder (exports/) and scored through lm-eval's `--model hf` (needs attnbench[hf]).
     model: Literal["attnbench", "hf"] = "attnbench"
 
-    def resolved(self, base_dir: Any) -> "LmEvalSpec":
+    def resolved(self, base_dir: Any) -> LmEvalSpec:
         """A copy with every path made absolute against ``base_dir`` (the suite's folder)."""
         from pathlib import Path
 
@@ -287,7 +316,6 @@ class LmEvalExperiment(ExperimentBase):
 
     def context(self, spec: LmEvalSpec) -> int:
         return 1  # nothing is trained here: the evaluated model keeps its trained context
-
 
 
 class FinetuneSpec(TrainSpec):
@@ -320,10 +348,12 @@ class FinetuneSpec(TrainSpec):
         return v
 
     @model_validator(mode="after")
-    def _checkpoint_full_only(self) -> "FinetuneSpec":
+    def _checkpoint_full_only(self) -> FinetuneSpec:
         if self.checkpoint and self.method != "full":
-            raise ValueError("checkpoint: true keeps a tuned model for method: full only "
-                             "(LoRA adapters are not merged into a checkpoint); remove it or use method: full")
+            raise ValueError(
+                "checkpoint: true keeps a tuned model for method: full only "
+                "(LoRA adapters are not merged into a checkpoint); remove it or use method: full"
+            )
         return self
 
     @field_validator("target")
@@ -350,6 +380,7 @@ class FinetuneExperiment(ExperimentBase):
 
 
 # The union every suite experiment is validated against; new kinds are added here.
-AnyExperiment = Annotated[Union[TrainExperiment, SpeedExperiment, ScalingExperiment, LmEvalExperiment,
-                                     FinetuneExperiment],
-                          Field(discriminator="kind")]
+AnyExperiment = Annotated[
+    TrainExperiment | SpeedExperiment | ScalingExperiment | LmEvalExperiment | FinetuneExperiment,
+    Field(discriminator="kind"),
+]

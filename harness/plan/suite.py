@@ -26,7 +26,12 @@ from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import (
-    BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
 )
 
 from attnbench.errors import SuiteError, quoted, shortened
@@ -79,7 +84,7 @@ class Suite(BaseModel):
         return self._overrides
 
     @model_validator(mode="after")
-    def _unique_names(self) -> "Suite":
+    def _unique_names(self) -> Suite:
         names = [e.name for e in self.experiments]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -110,11 +115,15 @@ class _Source:
         except OSError as exc:
             raise SuiteError(f"{path}: cannot read suite file: {exc.strerror}") from exc
         except UnicodeDecodeError as exc:
-            raise SuiteError(f"{path}: a suite file is UTF-8 YAML text, but byte {exc.start} is not UTF-8; "
-                             "pass the suite's .yaml file") from None
+            raise SuiteError(
+                f"{path}: a suite file is UTF-8 YAML text, but byte {exc.start} is not UTF-8; "
+                "pass the suite's .yaml file"
+            ) from None
         if not text.strip():
-            raise SuiteError(f"{path}:1: the suite file is empty; a suite needs at least `version: 1` "
-                             "and `experiments:` (see suites/smoke.yaml)")
+            raise SuiteError(
+                f"{path}:1: the suite file is empty; a suite needs at least `version: 1` "
+                "and `experiments:` (see suites/smoke.yaml)"
+            )
         try:
             self.node, self.data = bounded_yaml.load(text)
         except bounded_yaml.LimitError as exc:
@@ -157,8 +166,10 @@ def _no_duplicate_keys(path: Path, node: Any) -> None:
             if isinstance(key, yaml.ScalarNode):
                 line = key.start_mark.line + 1
                 if key.value in seen:
-                    raise SuiteError(f"{path}:{line}: key {quoted(key.value)} appears twice in one mapping (first at "
-                                     f"line {seen[key.value]}); the later one would silently win. Keep one.")
+                    raise SuiteError(
+                        f"{path}:{line}: key {quoted(key.value)} appears twice in one mapping (first at "
+                        f"line {seen[key.value]}); the later one would silently win. Keep one."
+                    )
                 seen[key.value] = line
             _no_duplicate_keys(path, value)
     elif isinstance(node, yaml.SequenceNode):

@@ -13,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from torch import nn
 
@@ -116,9 +117,11 @@ class HybridVariant(Variant):
         stored model config does)."""
         mine = self.hybrid_options()
         if raw and _normal(raw) != _normal(dataclasses.asdict(mine)):
-            raise ValueError(f"the options of hybrid {self.name!r} are its layers' options, set in "
-                             "model.layers ({variant: NAME, options: {...}}); got other options "
-                             f"{json.dumps(raw, default=str)[:200]}")
+            raise ValueError(
+                f"the options of hybrid {self.name!r} are its layers' options, set in "
+                "model.layers ({variant: NAME, options: {...}}); got other options "
+                f"{json.dumps(raw, default=str)[:200]}"
+            )
         return mine
 
     def layer_decode(self) -> list[str]:
@@ -126,8 +129,7 @@ class HybridVariant(Variant):
         return [p.variant.decode for p in self.parts]
 
     def capabilities(self) -> dict[str, Any]:
-        return {**super().capabilities(), "layers": [p.label for p in self.parts],
-                "layer_decode": self.layer_decode()}
+        return {**super().capabilities(), "layers": [p.label for p in self.parts], "layer_decode": self.layer_decode()}
 
 
 def _normal(value: Any) -> str:
@@ -170,15 +172,17 @@ def compose(parts: list[Part]) -> HybridVariant:
     if len({p.label for p in parts}) < 2:
         raise UnknownVariantError(
             f"layers {labels} use one layer type only ({labels[0]}); a hybrid mixes at least two. "
-            "Run that variant itself (with variant_options) instead")
+            "Run that variant itself (with variant_options) instead"
+        )
     kinds = [p.variant.decode for p in parts]
     per = tuple(parts)
-    all_have = (lambda attr: all(getattr(p.variant, attr) is not None for p in parts))
+    all_have = lambda attr: all(getattr(p.variant, attr) is not None for p in parts)
     return HybridVariant(
         name=hybrid_name(parts),
         build_mixer=_BuildMixer(per),
-        description="hybrid: " + ", ".join(f"layer {i}: {p.label}" for i, p in enumerate(parts))
-                    + f" (repeated to n_layer; {len(parts)} layers a period)",
+        description="hybrid: "
+        + ", ".join(f"layer {i}: {p.label}" for i, p in enumerate(parts))
+        + f" (repeated to n_layer; {len(parts)} layers a period)",
         decode="none" if "none" in kinds else _join(kinds),  # type: ignore[arg-type]
         state_size=_StateSize(per) if all_have("state_size") else None,
         flops_per_token=_FlopsPerToken(per) if all_have("flops_per_token") else None,
@@ -201,7 +205,7 @@ def make_part(variant: Variant, raw: dict[str, Any] | None, where: str) -> Part:
 
 
 def _split_options(text: str) -> dict[str, Any]:
-    """"k=1, m=\"relu\"" -> {"k": 1, "m": "relu"} (values are JSON, as names write them)."""
+    """ "k=1, m=\"relu\"" -> {"k": 1, "m": "relu"} (values are JSON, as names write them)."""
     out: dict[str, Any] = {}
     depth, quoted, start, items = 0, False, 0, []
     for i, ch in enumerate(text):
@@ -232,7 +236,8 @@ def parse_hybrid(name: str, lookup: Callable[[str], Variant]) -> HybridVariant:
         if not m:
             raise UnknownVariantError(
                 f"unknown variant {name!r}: {run.strip()!r} is not a layer run; write a hybrid as "
-                "'NAME xN + NAME' (e.g. 'gated_deltanet x3 + softmax'), options as NAME(key=value)")
+                "'NAME xN + NAME' (e.g. 'gated_deltanet x3 + softmax'), options as NAME(key=value)"
+            )
         try:
             raw = _split_options(m["opts"]) if m["opts"] else None
         except ValueError as exc:

@@ -19,9 +19,10 @@ import importlib
 import importlib.metadata as md
 import importlib.util
 import inspect
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from attnbench.contract.variant import Variant
@@ -99,8 +100,10 @@ def module_closure(module_names: Iterable[str], root: str) -> dict[str, Path]:
 def _defining_modules(item: Any, plugin: Any) -> list[str]:
     """Modules that define a registered item: the plugin module and its callables' modules."""
     names = []
-    for obj in (plugin, *(getattr(item, a, None) for a in
-                          ("build_mixer", "build_model", "generate", "evaluate", "options", "seq_len"))):
+    for obj in (
+        plugin,
+        *(getattr(item, a, None) for a in ("build_mixer", "build_model", "generate", "evaluate", "options", "seq_len")),
+    ):
         if obj is None:
             continue
         if isinstance(obj, ModuleType):
@@ -155,7 +158,7 @@ def _display_name(path: Path) -> str:
     return "/".join(parts[-2:]) if len(parts) >= 2 else path.name
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def package_files(name: str) -> tuple[Path, ...]:
     """The .py files of a module, or of a package and every package below it."""
     path = _origin(name)
@@ -186,7 +189,7 @@ def _dist_version(dist: str) -> str:
         return ""
 
 
-def variant_identity(variant: "Variant") -> dict[str, Any]:
+def variant_identity(variant: Variant) -> dict[str, Any]:
     """What identifies a variant's code version (part of cell and trust-gate keys); a
     hybrid's adds each of its parts' (and its sources are all of theirs)."""
     out = {

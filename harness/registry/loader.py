@@ -9,15 +9,16 @@ import difflib
 import importlib.metadata as md
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any
 
 import pluggy
 
 from attnbench.contract import hookspecs
-from attnbench.errors import PluginError, UnknownVariantError, quoted
 from attnbench.contract.task import Task
 from attnbench.contract.variant import DECODE_KINDS, Variant
+from attnbench.errors import PluginError, UnknownVariantError, quoted
 from attnbench.registry.hybrid import Part, compose, is_hybrid_name, parse_hybrid
 from attnbench.registry.identity import plugin_source_files
 
@@ -47,14 +48,14 @@ def _allowed_names() -> set[str] | None:
         return None
     names = {n.strip() for n in raw.split(",") if n.strip()}
     if not names:
-        raise PluginError(f"{PLUGINS_ENV} is set but names no plugin ({raw!r}), which would load none; give "
-                          f"comma-separated plugin names (e.g. {PLUGINS_ENV}=softmax,linear) or unset it to load all")
+        raise PluginError(
+            f"{PLUGINS_ENV} is set but names no plugin ({raw!r}), which would load none; give "
+            f"comma-separated plugin names (e.g. {PLUGINS_ENV}=softmax,linear) or unset it to load all"
+        )
     return names
 
 
-def get_plugin_manager(
-    extra_plugins: Iterable[tuple[str, Any]] = (), *, entry_points: bool = True
-) -> LoadedPlugins:
+def get_plugin_manager(extra_plugins: Iterable[tuple[str, Any]] = (), *, entry_points: bool = True) -> LoadedPlugins:
     """A fresh plugin manager with installed entry points (filtered by ATTNBENCH_PLUGINS)
     and ``extra_plugins`` ((name, module-or-object) pairs) registered, then checked."""
     pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
@@ -91,10 +92,14 @@ def _check_allowed(allowed: set[str] | None, installed: list[str]) -> None:
     """A name in ATTNBENCH_PLUGINS that no installed plugin has would load nothing, silently."""
     unknown = sorted((allowed or set()) - set(installed))
     if unknown:
-        hints = [n + (f" (did you mean {c[0]!r}?)" if (c := difflib.get_close_matches(n, installed, n=1)) else "")
-                 for n in unknown]
-        raise PluginError(f"{PLUGINS_ENV} names {', '.join(hints)}, which no installed plugin provides; "
-                          f"installed: {', '.join(sorted(installed))}. Fix the names or unset {PLUGINS_ENV}.")
+        hints = [
+            n + (f" (did you mean {c[0]!r}?)" if (c := difflib.get_close_matches(n, installed, n=1)) else "")
+            for n in unknown
+        ]
+        raise PluginError(
+            f"{PLUGINS_ENV} names {', '.join(hints)}, which no installed plugin provides; "
+            f"installed: {', '.join(sorted(installed))}. Fix the names or unset {PLUGINS_ENV}."
+        )
 
 
 def _check_pending(pm: pluggy.PluginManager) -> None:
@@ -118,8 +123,7 @@ def _check_pending(pm: pluggy.PluginManager) -> None:
 def _validate(variant: Any, plugin_name: str) -> Variant:
     if not isinstance(variant, Variant):
         raise PluginError(
-            f"plugin {plugin_name!r} called register() with {type(variant).__name__}; "
-            "pass a attnbench.Variant"
+            f"plugin {plugin_name!r} called register() with {type(variant).__name__}; pass a attnbench.Variant"
         )
     if not _NAME_RE.match(variant.name):
         raise PluginError(
@@ -144,8 +148,10 @@ def _validate_task(task: Any, plugin_name: str) -> Task:
     if not _NAME_RE.match(task.name):
         raise PluginError(f"plugin {plugin_name!r} registered invalid task name {task.name!r}")
     if task.tokens not in ("ids", "bytes"):
-        raise PluginError(f"plugin {plugin_name!r} registered task {task.name!r} with tokens={task.tokens!r}; "
-                          "give tokens='ids' (token ids) or tokens='bytes' (UTF-8 bytes, vocabulary 256)")
+        raise PluginError(
+            f"plugin {plugin_name!r} registered task {task.name!r} with tokens={task.tokens!r}; "
+            "give tokens='ids' (token ids) or tokens='bytes' (UTF-8 bytes, vocabulary 256)"
+        )
     return task
 
 
@@ -186,8 +192,10 @@ class Registry:
         except KeyError:
             message = unknown_variant_message(name, sorted(self.tasks)).replace("unknown variant", "unknown task")
             if os.environ.get(PLUGINS_ENV) is not None:
-                message += (f" ({PLUGINS_ENV}={os.environ[PLUGINS_ENV]!r} limits which plugins load: add the plugin "
-                            f"that registers {quoted(name)} (see `attnbench list` without {PLUGINS_ENV}) or unset it)")
+                message += (
+                    f" ({PLUGINS_ENV}={os.environ[PLUGINS_ENV]!r} limits which plugins load: add the plugin "
+                    f"that registers {quoted(name)} (see `attnbench list` without {PLUGINS_ENV}) or unset it)"
+                )
             raise UnknownVariantError(message) from None
 
 

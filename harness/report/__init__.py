@@ -16,10 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnbench.report.build import build_report
-from attnbench.report.load import StoreData
-from attnbench.report.load import load_store
-from attnbench.report.write import folder_name
-from attnbench.report.write import write
+from attnbench.report.load import StoreData, load_store
+from attnbench.report.write import folder_name, write
 
 __all__ = ["StoreData", "build_report", "load_store", "write_report"]
 

@@ -9,13 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.report.document import Section
-from attnbench.report.document import Table
+from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
-from attnbench.report.values import MISSING
-from attnbench.report.values import is_number
-from attnbench.report.values import num
-from attnbench.report.values import seconds_text
+from attnbench.report.values import MISSING, is_number, num, seconds_text
 
 
 @dataclass(frozen=True)
@@ -43,18 +39,46 @@ class Anchor:
 
 
 ANCHORS = (
-    Anchor("nanogpt-shakespeare-char", "softmax", "val_loss", 1.88, "within",
-           "nanoGPT README (karpathy/nanoGPT), CPU Shakespeare-char: val loss 1.88 (published)",
-           tolerance=0.05,
-           requires={"model.d_model": 128, "model.n_layer": 4, "model.n_head": 4, "model.context": 64,
-                     "model.dropout": 0.0, "model.bias": False, "train.batch_size": 12, "train.seq_len": 64,
-                     "train.budget.steps": 2000, "train.lr": 1e-3, "train.warmup_steps": 100,
-                     "train.min_lr_ratio": 0.1, "train.beta2": 0.99, "data.source": "builtin",
-                     "data.tokenizer": "bytes"}),
-    Anchor("mqar", "softmax", "val_accuracy", 0.99, "at_least",
-           "Zoology (Arora et al. 2023) MQAR: attention solves T 64, 4 pairs, vocab 8192 (>= 0.99)",
-           requires={"data.task": "mqar", "data.task_options.seq_len": 64, "data.task_options.num_kv_pairs": 4,
-                     "data.task_options.vocab_size": 8192}),
+    Anchor(
+        "nanogpt-shakespeare-char",
+        "softmax",
+        "val_loss",
+        1.88,
+        "within",
+        "nanoGPT README (karpathy/nanoGPT), CPU Shakespeare-char: val loss 1.88 (published)",
+        tolerance=0.05,
+        requires={
+            "model.d_model": 128,
+            "model.n_layer": 4,
+            "model.n_head": 4,
+            "model.context": 64,
+            "model.dropout": 0.0,
+            "model.bias": False,
+            "train.batch_size": 12,
+            "train.seq_len": 64,
+            "train.budget.steps": 2000,
+            "train.lr": 1e-3,
+            "train.warmup_steps": 100,
+            "train.min_lr_ratio": 0.1,
+            "train.beta2": 0.99,
+            "data.source": "builtin",
+            "data.tokenizer": "bytes",
+        },
+    ),
+    Anchor(
+        "mqar",
+        "softmax",
+        "val_accuracy",
+        0.99,
+        "at_least",
+        "Zoology (Arora et al. 2023) MQAR: attention solves T 64, 4 pairs, vocab 8192 (>= 0.99)",
+        requires={
+            "data.task": "mqar",
+            "data.task_options.seq_len": 64,
+            "data.task_options.num_kv_pairs": 4,
+            "data.task_options.vocab_size": 8192,
+        },
+    ),
 )
 
 
@@ -70,9 +94,18 @@ def _differs(anchor: Anchor, config: dict[str, Any]) -> list[str]:
 
 
 def _row(anchor: Anchor, run: pd.Series | None) -> dict[str, Any]:
-    row = {"anchor": anchor.experiment, "variant": anchor.variant, "metric": anchor.metric,
-           "reference": anchor.reference, "rule": anchor.rule_text(), "source": anchor.source,
-           "ours": None, "result": "not run", "wall_s": None, "note": ""}
+    row = {
+        "anchor": anchor.experiment,
+        "variant": anchor.variant,
+        "metric": anchor.metric,
+        "reference": anchor.reference,
+        "rule": anchor.rule_text(),
+        "source": anchor.source,
+        "ours": None,
+        "result": "not run",
+        "wall_s": None,
+        "note": "",
+    }
     if run is None:
         return row
     ours = run["summary"].get(anchor.metric)
@@ -99,11 +132,26 @@ def anchor_section(data: StoreData) -> list[Section]:
         mine = runs[(runs["experiment"] == anchor.experiment) & (runs["variant"] == anchor.variant)]
         rows.append(_row(anchor, mine.sort_values("id").iloc[-1] if len(mine) else None))
     frame = pd.DataFrame(rows)
-    view = frame.assign(reference=frame["reference"].map(num),
-                        ours=frame["ours"].map(lambda v: num(v) if is_number(v) else MISSING),
-                        wall_s=frame["wall_s"].map(lambda v: seconds_text(v) if is_number(v) else MISSING))
-    table = Table("anchors", "Public anchors: reference, ours, pass/fail", frame, view,
-                  note="ours is the latest run of the anchor's experiment; wall time includes evaluation")
-    return [Section("Anchors", intro=("Public reference configurations reproduced in this harness "
-                                      "(suites/anchors.yaml): the baseline must match them before "
-                                      "anything is compared to it."), tables=[table])]
+    view = frame.assign(
+        reference=frame["reference"].map(num),
+        ours=frame["ours"].map(lambda v: num(v) if is_number(v) else MISSING),
+        wall_s=frame["wall_s"].map(lambda v: seconds_text(v) if is_number(v) else MISSING),
+    )
+    table = Table(
+        "anchors",
+        "Public anchors: reference, ours, pass/fail",
+        frame,
+        view,
+        note="ours is the latest run of the anchor's experiment; wall time includes evaluation",
+    )
+    return [
+        Section(
+            "Anchors",
+            intro=(
+                "Public reference configurations reproduced in this harness "
+                "(suites/anchors.yaml): the baseline must match them before "
+                "anything is compared to it."
+            ),
+            tables=[table],
+        )
+    ]

@@ -10,21 +10,19 @@ from collections import Counter
 from attnbench.report import figures
 from attnbench.report.anchors import anchor_section
 from attnbench.report.comparison import comparison_sections
-from attnbench.report.document import Report
-from attnbench.report.expectations import expectations_section
-from attnbench.report.document import Section
+from attnbench.report.document import Report, Section
 from attnbench.report.downstream import lm_eval_sections
+from attnbench.report.expectations import expectations_section
 from attnbench.report.finetune import finetune_sections
 from attnbench.report.gate import gate_section
-from attnbench.report.load import StoreData
 from attnbench.report.headline import headline_section
+from attnbench.report.load import StoreData
 from attnbench.report.problems import find_notes, find_problems
 from attnbench.report.provenance import provenance_section
 from attnbench.report.scaling import scaling_sections
 from attnbench.report.speed import speed_sections
-from attnbench.report.training import train_sections
+from attnbench.report.training import train_sections, variant_labels
 from attnbench.report.tuning import tuning_section
-from attnbench.report.training import variant_labels
 
 EMPTY_SUITE = "empty"
 
@@ -32,8 +30,11 @@ EMPTY_SUITE = "empty"
 def _summary(data: StoreData) -> list[tuple[str, str]]:
     runs = data.runs
     kinds = Counter(runs["kind"])
-    lines = [("suite", data.suite or "(none)"), ("store", str(data.path)),
-             ("runs", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "none")]
+    lines = [
+        ("suite", data.suite or "(none)"),
+        ("store", str(data.path)),
+        ("runs", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "none"),
+    ]
     if not runs.empty:
         labels = variant_labels(data)
         lines.append(("variants", ", ".join(labels[v] for v in sorted(set(runs["variant"])))))
@@ -48,14 +49,35 @@ def build_report(data: StoreData) -> Report:
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     summary = [*_summary(data), ("generated", now)]
     if data.runs.empty:
-        section = Section("No runs", missing=(
-            "this store has no runs: run a suite first (e.g. attnbench run suites/smoke.yaml "
-            f"--store {data.path}), then make the report again"))
+        section = Section(
+            "No runs",
+            missing=(
+                "this store has no runs: run a suite first (e.g. attnbench run suites/smoke.yaml "
+                f"--store {data.path}), then make the report again"
+            ),
+        )
         return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, [], [section, gate_section(data)])
     palette = figures.make_palette(data.all_variants)
     sections: list[Section] = [
-        *comparison_sections(data), *expectations_section(data), *anchor_section(data), *train_sections(data, palette), *tuning_section(data), *speed_sections(data, palette), *scaling_sections(data, palette),
-        *lm_eval_sections(data), *finetune_sections(data, palette), gate_section(data), provenance_section(data),
+        *comparison_sections(data),
+        *expectations_section(data),
+        *anchor_section(data),
+        *train_sections(data, palette),
+        *tuning_section(data),
+        *speed_sections(data, palette),
+        *scaling_sections(data, palette),
+        *lm_eval_sections(data),
+        *finetune_sections(data, palette),
+        gate_section(data),
+        provenance_section(data),
     ]
-    return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, find_problems(data), sections,
-                  headline_section(data, palette), find_notes(data))
+    return Report(
+        data.suite or EMPTY_SUITE,
+        str(data.path),
+        now,
+        summary,
+        find_problems(data),
+        sections,
+        headline_section(data, palette),
+        find_notes(data),
+    )

@@ -57,11 +57,22 @@ def checkpoint_rows(data: StoreData) -> list[CheckpointRow]:
         recorded = (r["summary"] or {}).get("checkpoint")
         if not recorded:
             continue
-        rows.append(CheckpointRow(
-            str(r["suite"]), str(r["experiment"]), str(r["kind"]), str(r["variant"]),
-            fixed_options(str(r["variant"]), r["coords"], r["config"]), model_label(r["coords"], r["config"]),
-            None if pd.isna(r["seed"]) else int(r["seed"]), grid_point(r["coords"]), str(r["cell_key"]),
-            str(recorded), locate_checkpoint(data.path, recorded), chosen.get(str(r["cell_key"]), "")))
+        rows.append(
+            CheckpointRow(
+                str(r["suite"]),
+                str(r["experiment"]),
+                str(r["kind"]),
+                str(r["variant"]),
+                fixed_options(str(r["variant"]), r["coords"], r["config"]),
+                model_label(r["coords"], r["config"]),
+                None if pd.isna(r["seed"]) else int(r["seed"]),
+                grid_point(r["coords"]),
+                str(r["cell_key"]),
+                str(recorded),
+                locate_checkpoint(data.path, recorded),
+                chosen.get(str(r["cell_key"]), ""),
+            )
+        )
     return rows
 
 
@@ -76,33 +87,45 @@ def _selection(data: StoreData, variant: str, experiment: str | None) -> Selecti
     where = f"suite {data.suite!r} of store {data.path}"
     experiments = list(dict.fromkeys(train["experiment"]))
     if not experiments:
-        raise CheckpointError(f"{where} has no train runs, so no chosen run; pass --suite (its suites: "
-                              f"{', '.join(data.suites) or 'none'})")
+        raise CheckpointError(
+            f"{where} has no train runs, so no chosen run; pass --suite (its suites: "
+            f"{', '.join(data.suites) or 'none'})"
+        )
     if experiment is None:
         having = list(dict.fromkeys(train.loc[train["variant"] == variant, "experiment"]))
         if len(having) > 1:
-            raise CheckpointError(f"variant {variant!r} trained in several experiments of {where} "
-                                  f"({', '.join(having)}); name one with --experiment")
+            raise CheckpointError(
+                f"variant {variant!r} trained in several experiments of {where} "
+                f"({', '.join(having)}); name one with --experiment"
+            )
         if not having:
             trained = list(dict.fromkeys(train["variant"]))
-            raise CheckpointError(f"variant {variant!r} has no train runs in {where}"
-                                  f"{_did_you_mean(variant, trained)}; its variants: {', '.join(trained)}")
+            raise CheckpointError(
+                f"variant {variant!r} has no train runs in {where}"
+                f"{_did_you_mean(variant, trained)}; its variants: {', '.join(trained)}"
+            )
         experiment = having[0]
     if experiment not in experiments:
-        raise CheckpointError(f"experiment {experiment!r} has no train runs in {where}"
-                              f"{_did_you_mean(experiment, experiments)}; its train experiments: "
-                              f"{', '.join(experiments)}")
+        raise CheckpointError(
+            f"experiment {experiment!r} has no train runs in {where}"
+            f"{_did_you_mean(experiment, experiments)}; its train experiments: "
+            f"{', '.join(experiments)}"
+        )
     runs = train[train["experiment"] == experiment]
     variants = list(dict.fromkeys(runs["variant"]))
     sels = [s for s in select(runs) if s.variant == variant or s.label == variant]
     if not sels:
-        raise CheckpointError(f"variant {variant!r} has no runs in experiment {experiment!r} of {where}"
-                              f"{_did_you_mean(variant, variants)}; its variants: {', '.join(variants)}")
+        raise CheckpointError(
+            f"variant {variant!r} has no runs in experiment {experiment!r} of {where}"
+            f"{_did_you_mean(variant, variants)}; its variants: {', '.join(variants)}"
+        )
     if len(sels) > 1:
         which = "; ".join(f"{s.label} at {s.model_label}" for s in sels)
-        raise CheckpointError(f"variant {variant!r} has {len(sels)} chosen runs in experiment {experiment!r} "
-                              f"({which}): one per model size or option set. List them with `attnbench "
-                              f"checkpoints --chosen --variant {variant}` and export one by its path")
+        raise CheckpointError(
+            f"variant {variant!r} has {len(sels)} chosen runs in experiment {experiment!r} "
+            f"({which}): one per model size or option set. List them with `attnbench "
+            f"checkpoints --chosen --variant {variant}` and export one by its path"
+        )
     return sels[0]
 
 
@@ -116,16 +139,22 @@ def best_checkpoint(data: StoreData, variant: str, experiment: str | None = None
     best = sel.chosen_run()
     what = f"{sel.label} in experiment {sel.experiment!r}"
     if best is None:
-        raise CheckpointError(f"{what} has no finished run at its chosen point, so no chosen run "
-                              f"(statuses: {', '.join(sorted(set(sel.runs['status'])))}); run the suite again")
+        raise CheckpointError(
+            f"{what} has no finished run at its chosen point, so no chosen run "
+            f"(statuses: {', '.join(sorted(set(sel.runs['status'])))}); run the suite again"
+        )
     row = next((r for r in checkpoint_rows(data) if r.key == best["cell_key"]), None)
     if row is None:
-        raise CheckpointError(f"the chosen run of {what} (seed {int(best['seed'])}, key {best['cell_key']}) kept no "
-                              "checkpoint: set train.checkpoint: true (the default) and run the suite again")
+        raise CheckpointError(
+            f"the chosen run of {what} (seed {int(best['seed'])}, key {best['cell_key']}) kept no "
+            "checkpoint: set train.checkpoint: true (the default) and run the suite again"
+        )
     if row.path is None:
         looked = " or ".join(str(p) for p in checkpoint_candidates(data.path, row.recorded))
-        raise CheckpointError(f"the chosen run of {what} (seed {row.seed}, key {row.key}) recorded checkpoint "
-                              f"{row.recorded}, but it is not there (looked at {looked}); the checkpoints folder "
-                              "was moved or deleted. Re-train the cell (delete its run from the store and run "
-                              "the suite again)")
+        raise CheckpointError(
+            f"the chosen run of {what} (seed {row.seed}, key {row.key}) recorded checkpoint "
+            f"{row.recorded}, but it is not there (looked at {looked}); the checkpoints folder "
+            "was moved or deleted. Re-train the cell (delete its run from the store and run "
+            "the suite again)"
+        )
     return row

@@ -12,22 +12,28 @@ from typing import Any
 import pandas as pd
 
 from attnbench.report.decision import TEST_TEXT, UNDETERMINED, Decision
-from attnbench.report.document import Section
-from attnbench.report.paired import baselines_of, eval_settings, metric_of, paired_decision, protocol_of
-from attnbench.report.paired import seed_values, setting_label
-from attnbench.report.document import Table
+from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
-from attnbench.report.selection import Selection
-from attnbench.report.selection import select
-from attnbench.report.values import MISSING
-from attnbench.report.values import NOT_DECLARED
-from attnbench.report.values import bytes_text
-from attnbench.report.values import fact_text
-from attnbench.report.values import is_number
-from attnbench.report.values import key_of
-from attnbench.report.values import mean_ci
-from attnbench.report.values import num
-from attnbench.report.values import point_text
+from attnbench.report.paired import (
+    baselines_of,
+    eval_settings,
+    metric_of,
+    paired_decision,
+    protocol_of,
+    seed_values,
+    setting_label,
+)
+from attnbench.report.selection import Selection, select
+from attnbench.report.values import (
+    MISSING,
+    bytes_text,
+    fact_text,
+    is_number,
+    key_of,
+    mean_ci,
+    num,
+    point_text,
+)
 
 DEFAULT_BASELINE = "softmax"
 DECIMALS = 3  # differences of loss (nats) and of accuracy (fraction) alike
@@ -59,8 +65,13 @@ def speed_rounds(data: StoreData, mode: str) -> dict[str, dict[int, tuple[float,
     res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
     out: dict[str, dict[int, tuple[float, float, int]]] = {}
     for run_id, tags in zip(res["run_id"], res["tags"]):
-        if tags.get("mode") == mode and tags.get("status") == "ok" and is_number(tags.get("mean_s")) \
-                and is_number(tags.get("stddev_s")) and int(tags.get("rounds") or 0) >= 2:
+        if (
+            tags.get("mode") == mode
+            and tags.get("status") == "ok"
+            and is_number(tags.get("mean_s"))
+            and is_number(tags.get("stddev_s"))
+            and int(tags.get("rounds") or 0) >= 2
+        ):
             point = (float(tags["mean_s"]), float(tags["stddev_s"]), int(tags["rounds"]))
             have = out.setdefault(speed.loc[run_id, "variant"], {})
             if int(tags["T"]) not in have or have[int(tags["T"])][2] < point[2]:
@@ -77,7 +88,9 @@ def ratio_interval(base: tuple[float, float, int], variant: tuple[float, float, 
     return ratio, ratio * math.exp(-1.96 * se), ratio * math.exp(1.96 * se)
 
 
-def speedup_at_longest(times: dict[str, dict[int, float]], variant: str, baseline: str) -> tuple[float | None, int | None]:
+def speedup_at_longest(
+    times: dict[str, dict[int, float]], variant: str, baseline: str
+) -> tuple[float | None, int | None]:
     """(baseline time / variant time, T) at the longest T both timed."""
     common = sorted(set(times.get(variant, {})) & set(times.get(baseline, {})))
     if not common:
@@ -109,8 +122,14 @@ def _speed_text(value: float | None, T: int | None) -> str:
     return MISSING if value is None else f"{value:.2f}x at T={T}"
 
 
-def _against(data: StoreData, sel: Selection, base: Selection | None, metric: str, margin: float | None,
-             setting: dict[str, Any] | None) -> tuple[Decision, list[float]] | None:
+def _against(
+    data: StoreData,
+    sel: Selection,
+    base: Selection | None,
+    metric: str,
+    margin: float | None,
+    setting: dict[str, Any] | None,
+) -> tuple[Decision, list[float]] | None:
     """``sel`` against one baseline's row (None: ``sel`` is that baseline)."""
     if base is sel:
         return None
@@ -122,15 +141,25 @@ def _against(data: StoreData, sel: Selection, base: Selection | None, metric: st
 def _vs_columns(name: str, found: tuple[Decision, list[float]] | None) -> dict[str, Any]:
     """The raw columns of one further baseline: vs_<name>_diff_mean, ..._decision."""
     d = found[0] if found else None
-    return {f"vs_{name}_decision": "baseline" if d is None else d.outcome,
-            f"vs_{name}_decision_text": "baseline" if d is None else d.text(decimals=DECIMALS),
-            f"vs_{name}_diff_mean": d and d.mean, f"vs_{name}_diff_lo": d and d.lo,
-            f"vs_{name}_diff_hi": d and d.hi, f"vs_{name}_n": d.n if d else None}
+    return {
+        f"vs_{name}_decision": "baseline" if d is None else d.outcome,
+        f"vs_{name}_decision_text": "baseline" if d is None else d.text(decimals=DECIMALS),
+        f"vs_{name}_diff_mean": d and d.mean,
+        f"vs_{name}_diff_lo": d and d.lo,
+        f"vs_{name}_diff_hi": d and d.hi,
+        f"vs_{name}_n": d.n if d else None,
+    }
 
 
-def _row(data: StoreData, exp: str, sel: Selection, bases: dict[str, Selection | None],
-         speed: dict[str, dict[str, dict[int, float]]], noisy: dict[str, int],
-         setting: dict[str, Any] | None = None) -> tuple[dict, dict]:
+def _row(
+    data: StoreData,
+    exp: str,
+    sel: Selection,
+    bases: dict[str, Selection | None],
+    speed: dict[str, dict[str, dict[int, float]]],
+    noisy: dict[str, int],
+    setting: dict[str, Any] | None = None,
+) -> tuple[dict, dict]:
     """One decided comparison: ``sel`` against each baseline of ``bases`` (the leading one
     first) on the protocol's metric, overall or at one evaluation ``setting``."""
     protocol = protocol_of(sel)
@@ -150,29 +179,58 @@ def _row(data: StoreData, exp: str, sel: Selection, bases: dict[str, Selection |
         flags.append(f"{noisy[sel.variant]} noisy speed point(s)")
     label = exp if setting is None else f"{exp} @ {setting_label(setting)}"
     chosen = sel.chosen_run()
-    raw = {"experiment": exp, "setting": setting_label(setting), "setting_options": json.dumps(setting)
-           if setting else None, "variant": sel.label, "variant_options": key_of(sel.options), "model": sel.model_label,
-           "chosen_point": point_text(sel.point), "grid_points": sel.n_points,
-           "key": None if chosen is None else chosen["cell_key"], "keys": " ".join(sel.keys()),
-           "metric": metric, "margin": margin,
-           "decision": d.outcome, "decision_text": d.text(decimals=DECIMALS), "value_mean": value.mean, "value_lo": value.lo,
-           "value_hi": value.hi, "baseline": baseline, "diff_mean": d.mean, "diff_lo": d.lo, "diff_hi": d.hi, "n": d.n,
-           "diffs_by_seed": ", ".join(f"{x:+.4f}" for x in diffs),
-           "baselines": ", ".join(bases), **{k: v for name in list(bases)[1:] for k, v in
-                                             _vs_columns(name, found[name]).items()},
-           "test_loss_mean": loss.mean,
-           "test_accuracy": acc.mean, "train_step_speedup": train_x, "train_step_T": train_T,
-           "decode_speedup": dec_x, "decode_T": dec_T, "state_elements": states[0] if states else None,
-           "gate": _gate_text(sel), "flags": "; ".join(flags)}
+    raw = {
+        "experiment": exp,
+        "setting": setting_label(setting),
+        "setting_options": json.dumps(setting) if setting else None,
+        "variant": sel.label,
+        "variant_options": key_of(sel.options),
+        "model": sel.model_label,
+        "chosen_point": point_text(sel.point),
+        "grid_points": sel.n_points,
+        "key": None if chosen is None else chosen["cell_key"],
+        "keys": " ".join(sel.keys()),
+        "metric": metric,
+        "margin": margin,
+        "decision": d.outcome,
+        "decision_text": d.text(decimals=DECIMALS),
+        "value_mean": value.mean,
+        "value_lo": value.lo,
+        "value_hi": value.hi,
+        "baseline": baseline,
+        "diff_mean": d.mean,
+        "diff_lo": d.lo,
+        "diff_hi": d.hi,
+        "n": d.n,
+        "diffs_by_seed": ", ".join(f"{x:+.4f}" for x in diffs),
+        "baselines": ", ".join(bases),
+        **{k: v for name in list(bases)[1:] for k, v in _vs_columns(name, found[name]).items()},
+        "test_loss_mean": loss.mean,
+        "test_accuracy": acc.mean,
+        "train_step_speedup": train_x,
+        "train_step_T": train_T,
+        "decode_speedup": dec_x,
+        "decode_T": dec_T,
+        "state_elements": states[0] if states else None,
+        "gate": _gate_text(sel),
+        "flags": "; ".join(flags),
+    }
     view = {
-        "experiment": label, "variant": sel.label, "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points})",
+        "experiment": label,
+        "variant": sel.label,
+        "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points})",
         "metric (margin)": metric + (f" (±{margin:g})" if margin else ""),
-        **{f"Δ vs {name} [95% CI], n, decision": "baseline" if f is None else f[0].text(decimals=DECIMALS)
-           for name, f in found.items()},
-        "test loss": num(loss.mean), "test accuracy": num(acc.mean, 3),
-        "train-step speedup": _speed_text(train_x, train_T), "decode speedup / token": _speed_text(dec_x, dec_T),
+        **{
+            f"Δ vs {name} [95% CI], n, decision": "baseline" if f is None else f[0].text(decimals=DECIMALS)
+            for name, f in found.items()
+        },
+        "test loss": num(loss.mean),
+        "test accuracy": num(acc.mean, 3),
+        "train-step speedup": _speed_text(train_x, train_T),
+        "decode speedup / token": _speed_text(dec_x, dec_T),
         "state size": fact_text(sel.runs["summary"], "state_elements", lambda v: bytes_text(4 * v)),
-        "trust gate": raw["gate"], "flags": raw["flags"] or "none",
+        "trust gate": raw["gate"],
+        "flags": raw["flags"] or "none",
     }
     return raw, view
 
@@ -198,8 +256,11 @@ def summary_table(data: StoreData) -> Table | None:
         protocol = _protocol(runs)
         names = baselines_of(protocol, DEFAULT_BASELINE)
         baselines.update(dict.fromkeys(names))
-        margins.add(f"{exp}: {metric_of(protocol)} ±{protocol['margin']:g}" if protocol.get("margin")
-                    else f"{exp}: no margin stated (no equivalence decision)")
+        margins.add(
+            f"{exp}: {metric_of(protocol)} ±{protocol['margin']:g}"
+            if protocol.get("margin")
+            else f"{exp}: no margin stated (no equivalence decision)"
+        )
         sels = select(runs)
         bases = _baseline_rows(sels, names)
         rank = {id(b): i for i, name in enumerate(names) for b in bases[name].values()}
@@ -212,14 +273,21 @@ def summary_table(data: StoreData) -> Table | None:
                 views.append(view)
     if not raws:
         return None
-    note = (f"Each variant at its own chosen grid point (lowest mean validation loss over its seeds); the "
-            f"numbers are on the test split, which took no part in that choice. Δ = variant - baseline "
-            f"({' / '.join(baselines)}), one column per baseline, on the same seed (same batches in the same "
-            f"order); decision: {TEST_TEXT}; margins: {'; '.join(sorted(margins))}. Speedups: the (first) "
-            "baseline's time / variant time at the longest T both timed (> 1 is faster). State size: fp32 "
-            "recurrent state at the training length.")
-    return Table("summary", "Summary: each variant against the baseline (test split)", pd.DataFrame(raws),
-                 pd.DataFrame(views).fillna(MISSING), note)
+    note = (
+        f"Each variant at its own chosen grid point (lowest mean validation loss over its seeds); the "
+        f"numbers are on the test split, which took no part in that choice. Δ = variant - baseline "
+        f"({' / '.join(baselines)}), one column per baseline, on the same seed (same batches in the same "
+        f"order); decision: {TEST_TEXT}; margins: {'; '.join(sorted(margins))}. Speedups: the (first) "
+        "baseline's time / variant time at the longest T both timed (> 1 is faster). State size: fp32 "
+        "recurrent state at the training length."
+    )
+    return Table(
+        "summary",
+        "Summary: each variant against the baseline (test split)",
+        pd.DataFrame(raws),
+        pd.DataFrame(views).fillna(MISSING),
+        note,
+    )
 
 
 def _pivot_table(data: StoreData, baseline: str = DEFAULT_BASELINE) -> Table | None:
@@ -231,16 +299,33 @@ def _pivot_table(data: StoreData, baseline: str = DEFAULT_BASELINE) -> Table | N
         for variant in sorted(rounds):
             Ts = sorted(T for T in rounds[variant] if T in rounds[baseline])
             cis = {T: ratio_interval(rounds[baseline][T], rounds[variant][T]) for T in Ts}
-            rows.append({"mode": mode, "variant": variant, **{f"T={T}": cis[T][0] for T in Ts},
-                         **{f"T={T} lo": cis[T][1] for T in Ts}, **{f"T={T} hi": cis[T][2] for T in Ts}})
-            views.append({"mode": mode, "variant": variant,
-                          **{f"T={T}": f"{r:.2f}x [{lo:.2f}, {hi:.2f}]" for T, (r, lo, hi) in cis.items()}})
+            rows.append(
+                {
+                    "mode": mode,
+                    "variant": variant,
+                    **{f"T={T}": cis[T][0] for T in Ts},
+                    **{f"T={T} lo": cis[T][1] for T in Ts},
+                    **{f"T={T} hi": cis[T][2] for T in Ts},
+                }
+            )
+            views.append(
+                {
+                    "mode": mode,
+                    "variant": variant,
+                    **{f"T={T}": f"{r:.2f}x [{lo:.2f}, {hi:.2f}]" for T, (r, lo, hi) in cis.items()},
+                }
+            )
     if not rows:
         return None
     view = pd.DataFrame(views).fillna(MISSING)
-    return Table("speedup-pivot", f"Speedup against {baseline} (its time / the variant's; > 1 is faster)",
-                 pd.DataFrame(rows), view, "Mean time over the timing rounds of each point; 95% interval from "
-                 "the rounds' spread (delta method on the log ratio).")
+    return Table(
+        "speedup-pivot",
+        f"Speedup against {baseline} (its time / the variant's; > 1 is faster)",
+        pd.DataFrame(rows),
+        view,
+        "Mean time over the timing rounds of each point; 95% interval from "
+        "the rounds' spread (delta method on the log ratio).",
+    )
 
 
 def comparison_sections(data: StoreData) -> list[Section]:
@@ -248,7 +333,13 @@ def comparison_sections(data: StoreData) -> list[Section]:
     tables = [t for t in (summary_table(data), _pivot_table(data)) if t is not None]
     if not tables:
         return []
-    return [Section("Summary: the comparison", intro=(
-        "The answer first: each variant's difference from the baseline on held-out test data, with its "
-        "interval and n, and its speed against the baseline. Details follow in the sections below."),
-        tables=tables)]
+    return [
+        Section(
+            "Summary: the comparison",
+            intro=(
+                "The answer first: each variant's difference from the baseline on held-out test data, with its "
+                "interval and n, and its speed against the baseline. Details follow in the sections below."
+            ),
+            tables=tables,
+        )
+    ]

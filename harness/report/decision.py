@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from scipy import stats
 
 BETTER, WORSE, EQUIVALENT, UNDETERMINED = "better", "worse", "equivalent", "undetermined"
-TEST_TEXT = ("paired t on per-seed differences (95% interval for a difference; equivalence: two one-sided "
-             "t tests at 5%, i.e. the 90% interval inside ±margin)")
+TEST_TEXT = (
+    "paired t on per-seed differences (95% interval for a difference; equivalence: two one-sided "
+    "t tests at 5%, i.e. the 90% interval inside ±margin)"
+)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from attnbench.report.decision import EQUIVALENT, UNDETERMINED
-from attnbench.report.document import Section
-from attnbench.report.document import Table
+from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
 from attnbench.report.paired import metric_of, paired_decision, protocol_of, setting_label
 from attnbench.report.selection import select
@@ -37,9 +36,16 @@ def expectation_rows(data: StoreData) -> list[dict]:
         for e in protocol.get("expectations") or []:
             versus = e.get("versus") or protocol.get("baseline", "softmax")
             mine, theirs = by_variant.get(e["variant"]), by_variant.get(versus)
-            row = {"experiment": exp, "claim": e["claim"], "source": e["source"],
-                   "comparison": f"{e['variant']} vs {versus}, test {metric} at {setting_label(e.get('setting'))}",
-                   "expected": e["outcome"], "found": "not run", "decision": UNDETERMINED, "verdict": UNDETERMINED}
+            row = {
+                "experiment": exp,
+                "claim": e["claim"],
+                "source": e["source"],
+                "comparison": f"{e['variant']} vs {versus}, test {metric} at {setting_label(e.get('setting'))}",
+                "expected": e["outcome"],
+                "found": "not run",
+                "decision": UNDETERMINED,
+                "verdict": UNDETERMINED,
+            }
             if mine is not None and theirs is not None:
                 d, _ = paired_decision(data, mine, theirs, metric, margin, e.get("setting"))
                 row.update(found=d.text(decimals=3), decision=d.outcome, verdict=verdict(e["outcome"], d.outcome))
@@ -56,9 +62,16 @@ def expectations_section(data: StoreData) -> list[Section]:
     raw = pd.DataFrame(rows)
     view = raw[["experiment", "claim", "source", "comparison", "expected", "found", "verdict"]]
     counts = raw["verdict"].value_counts()
-    intro = (f"{counts.get(AGREES, 0)} agree, {counts.get(DISAGREES, 0)} disagree, "
-             f"{counts.get(UNDETERMINED, 0)} undetermined. Each finding is checked with the same paired decision "
-             f"as the summary (better / worse / {EQUIVALENT} within the margin); a disagreement is this run's "
-             "result at its budget, shown as found, never tuned away.")
-    return [Section("Published findings, checked", intro=intro,
-                    tables=[Table("expectations", "What the literature expects, and what this run found", raw, view)])]
+    intro = (
+        f"{counts.get(AGREES, 0)} agree, {counts.get(DISAGREES, 0)} disagree, "
+        f"{counts.get(UNDETERMINED, 0)} undetermined. Each finding is checked with the same paired decision "
+        f"as the summary (better / worse / {EQUIVALENT} within the margin); a disagreement is this run's "
+        "result at its budget, shown as found, never tuned away."
+    )
+    return [
+        Section(
+            "Published findings, checked",
+            intro=intro,
+            tables=[Table("expectations", "What the literature expects, and what this run found", raw, view)],
+        )
+    ]

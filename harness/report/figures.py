@@ -6,7 +6,8 @@ and configuration folder follow ``MPLCONFIGDIR`` as usual."""
 from __future__ import annotations
 
 import io
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import matplotlib
 
@@ -95,8 +96,7 @@ def _legend(ax: Axes, **kwargs: Any) -> None:
         ax.legend(handles, labels, fontsize="small", **kwargs)
 
 
-def loss_curves(curves: pd.DataFrame, palette: Palette, labels: dict[str, str], title: str,
-                slug: str) -> Figure | None:
+def loss_curves(curves: pd.DataFrame, palette: Palette, labels: dict[str, str], title: str, slug: str) -> Figure | None:
     """Loss against training tokens and against training seconds, one line per seed.
 
     curves: columns variant, seed, tokens, elapsed_s, split ("train" or "held-out"), loss."""
@@ -104,27 +104,39 @@ def loss_curves(curves: pd.DataFrame, palette: Palette, labels: dict[str, str], 
     if curves.empty:
         return None
     fig, axes = _new(2)
-    for ax, (x, xlabel) in zip(axes, (("tokens", "training tokens"),
-                                      ("elapsed_s", "training wall-clock time (s)"))):
+    for ax, (x, xlabel) in zip(axes, (("tokens", "training tokens"), ("elapsed_s", "training wall-clock time (s)"))):
         for variant in sorted(curves["variant"].unique()):
             sub = curves[curves["variant"] == variant]
             for split, style in (("train", "-"), ("held-out", "--")):
                 part = sub[sub["split"] == split]
                 for i, (_, seed_rows) in enumerate(part.groupby("seed", dropna=False)):
-                    sns.lineplot(x=seed_rows[x], y=seed_rows["loss"], ax=ax, color=palette[variant],
-                                 linestyle=style, marker="o" if split == "held-out" else None,
-                                 markersize=4, estimator=None, sort=True,
-                                 label=f"{labels.get(variant, variant)} ({split})" if i == 0 else None)
+                    sns.lineplot(
+                        x=seed_rows[x],
+                        y=seed_rows["loss"],
+                        ax=ax,
+                        color=palette[variant],
+                        linestyle=style,
+                        marker="o" if split == "held-out" else None,
+                        markersize=4,
+                        estimator=None,
+                        sort=True,
+                        label=f"{labels.get(variant, variant)} ({split})" if i == 0 else None,
+                    )
         ax.set(xlabel=xlabel, ylabel="loss (nats/token)")
         _legend(ax)
     fig.suptitle(title)
-    return Figure(slug, title, _png(fig),
-                  "Solid: training loss (includes any weighted auxiliary loss); dashed with markers: "
-                  "held-out cross-entropy. One line per seed.")
+    return Figure(
+        slug,
+        title,
+        _png(fig),
+        "Solid: training loss (includes any weighted auxiliary loss); dashed with markers: "
+        "held-out cross-entropy. One line per seed.",
+    )
 
 
-def equal_budget(curves: pd.DataFrame, palette: Palette, labels: dict[str, str], title: str,
-                 slug: str) -> Figure | None:
+def equal_budget(
+    curves: pd.DataFrame, palette: Palette, labels: dict[str, str], title: str, slug: str
+) -> Figure | None:
     """Held-out loss against training tokens, FLOPs and seconds: per variant the mean over
     seeds at each evaluation step, with a band from the lowest to the highest seed.
 
@@ -135,24 +147,40 @@ def equal_budget(curves: pd.DataFrame, palette: Palette, labels: dict[str, str],
     held = held.assign(flops=pd.to_numeric(held["flops"], errors="coerce"))
     undeclared = sorted(v for v in held["variant"].unique() if held.loc[held["variant"] == v, "flops"].isna().all())
     fig, axes = _new(3)
-    for ax, (x, xlabel) in zip(axes, (("tokens", "training tokens"), ("flops", "training FLOPs"),
-                                      ("elapsed_s", "training wall-clock time (s)"))):
+    for ax, (x, xlabel) in zip(
+        axes,
+        (("tokens", "training tokens"), ("flops", "training FLOPs"), ("elapsed_s", "training wall-clock time (s)")),
+    ):
         for variant in sorted(held["variant"].unique()):
             sub = held[held["variant"] == variant].assign(**{x: lambda f: pd.to_numeric(f[x], errors="coerce")})
             sub = sub.dropna(subset=[x])  # a variant that declares no FLOPs has no point on that axis
             if sub.empty:
                 continue
-            g = sub.groupby("step").agg(x=(x, "mean"), mean=("loss", "mean"), lo=("loss", "min"),
-                                        hi=("loss", "max"), n=("loss", "size")).sort_values("x")
-            ax.plot(g["x"], g["mean"], color=palette[variant], marker="o", markersize=3,
-                    label=f"{labels.get(variant, variant)} (n={int(g['n'].max())})")
+            g = (
+                sub.groupby("step")
+                .agg(x=(x, "mean"), mean=("loss", "mean"), lo=("loss", "min"), hi=("loss", "max"), n=("loss", "size"))
+                .sort_values("x")
+            )
+            ax.plot(
+                g["x"],
+                g["mean"],
+                color=palette[variant],
+                marker="o",
+                markersize=3,
+                label=f"{labels.get(variant, variant)} (n={int(g['n'].max())})",
+            )
             ax.fill_between(g["x"], g["lo"], g["hi"], color=palette[variant], alpha=0.2, linewidth=0)
         ax.set(xlabel=xlabel, ylabel="held-out loss (nats/token)")
         _legend(ax)
     fig.suptitle(title)
     missing = f" FLOPs not declared by: {', '.join(labels.get(v, v) for v in undeclared)}." if undeclared else ""
-    return Figure(slug, title, _png(fig), "Validation loss at each evaluation, mean over seeds at each variant's "
-                  "chosen point; band: lowest to highest seed. Seconds are each step's mean training time." + missing)
+    return Figure(
+        slug,
+        title,
+        _png(fig),
+        "Validation loss at each evaluation, mean over seeds at each variant's "
+        "chosen point; band: lowest to highest seed. Seconds are each step's mean training time." + missing,
+    )
 
 
 def _failed_marks(ax: Axes, failed: pd.DataFrame, palette: Palette) -> None:
@@ -160,13 +188,29 @@ def _failed_marks(ax: Axes, failed: pd.DataFrame, palette: Palette) -> None:
     for _, row in failed.iterrows():
         colour = palette[row["variant"]]
         ax.axvline(row["T"], color=colour, linestyle=":", linewidth=1.5)
-        ax.annotate(f"{row['variant']}: {row['status']} at T={int(row['T'])}", (row["T"], 1.0),
-                    xycoords=("data", "axes fraction"), xytext=(-3, -4), textcoords="offset points",
-                    rotation=90, va="top", ha="right", fontsize="x-small", color=colour)
+        ax.annotate(
+            f"{row['variant']}: {row['status']} at T={int(row['T'])}",
+            (row["T"], 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(-3, -4),
+            textcoords="offset points",
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize="x-small",
+            color=colour,
+        )
 
 
-def speed_mode(points: pd.DataFrame, slopes: dict[tuple[str, str], str], crossovers: pd.DataFrame,
-               palette: Palette, mode: str, title: str, slug: str) -> Figure | None:
+def speed_mode(
+    points: pd.DataFrame,
+    slopes: dict[tuple[str, str], str],
+    crossovers: pd.DataFrame,
+    palette: Palette,
+    mode: str,
+    title: str,
+    slug: str,
+) -> Figure | None:
     """Time and peak memory against T (log-log) for one mode.
 
     points: columns variant, T, quantity ("time" or "memory"), value, status.
@@ -175,8 +219,10 @@ def speed_mode(points: pd.DataFrame, slopes: dict[tuple[str, str], str], crossov
     if points.empty:
         return None
     xlabel = "context length (tokens)" if mode == "decode" else "sequence length T (tokens)"
-    ylabels = {"time": "time per generated token (s)" if mode == "decode" else "time per call (s)",
-               "memory": "peak memory (MiB)"}
+    ylabels = {
+        "time": "time per generated token (s)" if mode == "decode" else "time per call (s)",
+        "memory": "peak memory (MiB)",
+    }
     scale = {"time": 1.0, "memory": 1.0 / 2**20}
     fig, axes = _new(2)
     for ax, quantity in zip(axes, ("time", "memory")):
@@ -187,16 +233,32 @@ def speed_mode(points: pd.DataFrame, slopes: dict[tuple[str, str], str], crossov
             if rows.empty:
                 continue
             label = variant + (f" ({slopes[(variant, quantity)]})" if (variant, quantity) in slopes else "")
-            sns.lineplot(x=rows["T"], y=rows["value"] * scale[quantity], ax=ax, color=palette[variant],
-                         marker="o", label=label, estimator=None)
+            sns.lineplot(
+                x=rows["T"],
+                y=rows["value"] * scale[quantity],
+                ax=ax,
+                color=palette[variant],
+                marker="o",
+                label=label,
+                estimator=None,
+            )
         _failed_marks(ax, sub[sub["status"].isin(FAILED_POINT)].drop_duplicates(["variant", "T"]), palette)
         if quantity == "time":
             for _, cx in crossovers.iterrows():
                 at = cx["T_interp"] if pd.notna(cx["T_interp"]) else cx["T"]
                 ax.axvline(at, color=palette[cx["variant"]], linestyle="--", linewidth=1)
-                ax.annotate(f"crossover {cx['variant']} vs softmax ≈ {at:,.0f}", (at, 0.02),
-                            xycoords=("data", "axes fraction"), xytext=(3, 0), textcoords="offset points",
-                            rotation=90, va="bottom", ha="left", fontsize="x-small", color=palette[cx["variant"]])
+                ax.annotate(
+                    f"crossover {cx['variant']} vs softmax ≈ {at:,.0f}",
+                    (at, 0.02),
+                    xycoords=("data", "axes fraction"),
+                    xytext=(3, 0),
+                    textcoords="offset points",
+                    rotation=90,
+                    va="bottom",
+                    ha="left",
+                    fontsize="x-small",
+                    color=palette[cx["variant"]],
+                )
         if not ok.empty:
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
@@ -207,10 +269,14 @@ def speed_mode(points: pd.DataFrame, slopes: dict[tuple[str, str], str], crossov
         ax.set(xlabel=xlabel, ylabel=ylabels[quantity])
         _legend(ax, title="variant (log-log slope ± 95% CI)")
     fig.suptitle(title)
-    return Figure(slug, title, _png(fig),
-                  "Log-log axes; legend: fitted slope of log y against log T. Dotted lines: points that "
-                  "ran out of memory, timed out or failed (longer lengths were not attempted). "
-                  "Dashed: crossover length against softmax.")
+    return Figure(
+        slug,
+        title,
+        _png(fig),
+        "Log-log axes; legend: fitted slope of log y against log T. Dotted lines: points that "
+        "ran out of memory, timed out or failed (longer lengths were not attempted). "
+        "Dashed: crossover length against softmax.",
+    )
 
 
 def scaling(points: pd.DataFrame, fits: pd.DataFrame, palette: Palette, title: str, slug: str) -> Figure | None:
@@ -234,8 +300,13 @@ def scaling(points: pd.DataFrame, fits: pd.DataFrame, palette: Palette, title: s
             if not fit.empty:
                 a, b, c = (float(fit.iloc[0][k]) for k in ("a", "b", "c"))
                 grid = np.geomspace(rows["size"].min() / 1.3, rows["size"].max() * 1.3, 100)
-                sns.lineplot(x=grid, y=a * grid ** -b + c, ax=ax, color=colour,
-                             label=f"{variant}: {a:.3g}·{symbols[x]}^-{b:.3g} + {c:.3g}")
+                sns.lineplot(
+                    x=grid,
+                    y=a * grid**-b + c,
+                    ax=ax,
+                    color=colour,
+                    label=f"{variant}: {a:.3g}·{symbols[x]}^-{b:.3g} + {c:.3g}",
+                )
         ax.set_xscale("log")
         _log_x_labels(ax)
         ax.set(xlabel=xlabels[x], ylabel="held-out loss (nats/token)")
@@ -255,8 +326,9 @@ def recall(acc: pd.DataFrame, coord: str, palette: Palette, title: str, slug: st
     ax = axes[0]
     for variant in sorted(acc["variant"].unique()):
         rows = acc[acc["variant"] == variant]
-        sns.lineplot(x=rows[coord], y=rows["accuracy"], ax=ax, color=palette[variant], marker="o",
-                     label=variant, errorbar=None)
+        sns.lineplot(
+            x=rows[coord], y=rows["accuracy"], ax=ax, color=palette[variant], marker="o", label=variant, errorbar=None
+        )
     values = sorted(acc[coord].unique())
     if len(values) > 2 and all(v > 0 for v in values) and values[-1] / values[0] >= 8:
         ax.set_xscale("log", base=2)

@@ -7,23 +7,32 @@ from __future__ import annotations
 import pandas as pd
 
 from attnbench.report import figures
-from attnbench.report.document import Figure
-from attnbench.report.document import Section
-from attnbench.report.document import Table
+from attnbench.report.document import Figure, Section, Table
 from attnbench.report.load import StoreData
-from attnbench.report.values import mean_ci
-from attnbench.report.values import num
+from attnbench.report.values import mean_ci, num
 
 
 def _rows(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in runs[runs["status"] == "done"].iterrows():
         s = r["summary"]
-        rows.append({"experiment": r["experiment"], "from_experiment": r["coords"].get("from_experiment"),
-                     "variant": r["variant"], "seed": r["seed"], "method": s.get("method"), "rank": s.get("rank"),
-                     "from_scratch": bool(s.get("from_scratch")), "trainable_params": s.get("trainable_params"),
-                     "total_params": s.get("total_params"), "accuracy": s.get("val_accuracy"), "loss": s.get("val_loss"),
-                     "train_time_s": s.get("train_time_s"), "unseen": tuple(s.get("unseen_answer_tokens") or ())})
+        rows.append(
+            {
+                "experiment": r["experiment"],
+                "from_experiment": r["coords"].get("from_experiment"),
+                "variant": r["variant"],
+                "seed": r["seed"],
+                "method": s.get("method"),
+                "rank": s.get("rank"),
+                "from_scratch": bool(s.get("from_scratch")),
+                "trainable_params": s.get("trainable_params"),
+                "total_params": s.get("total_params"),
+                "accuracy": s.get("val_accuracy"),
+                "loss": s.get("val_loss"),
+                "train_time_s": s.get("train_time_s"),
+                "unseen": tuple(s.get("unseen_answer_tokens") or ()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -48,8 +57,13 @@ def _figure(frame: pd.DataFrame, metric: str, palette: figures.Palette, title: s
     ax.set(xlabel="LoRA rank", ylabel=ylabel, **({"ylim": (-0.02, 1.02)} if metric == "accuracy" else {}))
     figures._legend(ax)
     fig.suptitle(title)
-    return Figure(slug, title, figures._png(fig), "Solid: LoRA at each rank (mean over seeds); "
-                  "dashed: the same variant fine-tuned with every weight, same data and steps.")
+    return Figure(
+        slug,
+        title,
+        figures._png(fig),
+        "Solid: LoRA at each rank (mean over seeds); "
+        "dashed: the same variant fine-tuned with every weight, same data and steps.",
+    )
 
 
 def _unseen_notes(frame: pd.DataFrame) -> list[str]:
@@ -59,24 +73,37 @@ def _unseen_notes(frame: pd.DataFrame) -> list[str]:
     for experiment, group in lora.groupby("experiment"):
         ids = sorted({i for u in group["unseen"] for i in u})
         shown = ", ".join(map(str, ids[:12])) + (" ..." if len(ids) > 12 else "")
-        notes.append(f"{experiment}: the answers include {len(ids)} token ids ({shown}) that make up under "
-                     f"1e-5 of the base models' training tokens; with the tied embedding frozen, LoRA cannot "
-                     f"learn to emit them, so its accuracy here says little about the variants: pretrain on "
-                     f"data that has them (variants: {', '.join(sorted(group['variant'].unique()))})")
+        notes.append(
+            f"{experiment}: the answers include {len(ids)} token ids ({shown}) that make up under "
+            f"1e-5 of the base models' training tokens; with the tied embedding frozen, LoRA cannot "
+            f"learn to emit them, so its accuracy here says little about the variants: pretrain on "
+            f"data that has them (variants: {', '.join(sorted(group['variant'].unique()))})"
+        )
     return notes
 
 
 def finetune_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
     runs = data.runs_of("finetune")
     if runs.empty:
-        return [Section("Fine-tuning", missing="no finetune experiments in this store: run a suite with "
-                        "kind: finetune (e.g. suites/lora.yaml)")]
+        return [
+            Section(
+                "Fine-tuning",
+                missing="no finetune experiments in this store: run a suite with "
+                "kind: finetune (e.g. suites/lora.yaml)",
+            )
+        ]
     frame = _rows(runs)
-    section = Section("Fine-tuning (LoRA budgets)", intro=(
-        "Checkpoints of each variant tuned to new data with PEFT LoRA adapters at each rank (only the "
-        "adapters train) and with every weight (full); trainable parameters as counted after PEFT."))
+    section = Section(
+        "Fine-tuning (LoRA budgets)",
+        intro=(
+            "Checkpoints of each variant tuned to new data with PEFT LoRA adapters at each rank (only the "
+            "adapters train) and with every weight (full); trainable parameters as counted after PEFT."
+        ),
+    )
     for _, r in runs[runs["status"] != "done"].iterrows():
-        section.notes.append(f"{r['experiment']}/{r['variant']} (seed {r['seed']}): {r['status']}: {r['error'] or 'no detail'}")
+        section.notes.append(
+            f"{r['experiment']}/{r['variant']} (seed {r['seed']}): {r['status']}: {r['error'] or 'no detail'}"
+        )
     if frame.empty:
         section.missing = "no finetune run finished"
         return [section]
@@ -86,11 +113,22 @@ def finetune_sections(data: StoreData, palette: figures.Palette) -> list[Section
     if fig is not None:
         section.figures.append(fig)
     groups = frame.groupby(["variant", "method", "rank", "from_scratch"], dropna=False, sort=True)
-    table = pd.DataFrame([{
-        "variant": v, "method": m, "rank": rk, "from_scratch": fs,
-        "trainable_params": g["trainable_params"].iloc[0], "total_params": g["total_params"].iloc[0],
-        **{m: mean_ci(g[m]).mean for m in dict.fromkeys((metric, "loss"))}, "seeds": len(g), "train_time_s": mean_ci(g["train_time_s"]).mean,
-    } for (v, m, rk, fs), g in groups])
+    table = pd.DataFrame(
+        [
+            {
+                "variant": v,
+                "method": m,
+                "rank": rk,
+                "from_scratch": fs,
+                "trainable_params": g["trainable_params"].iloc[0],
+                "total_params": g["total_params"].iloc[0],
+                **{m: mean_ci(g[m]).mean for m in dict.fromkeys((metric, "loss"))},
+                "seeds": len(g),
+                "train_time_s": mean_ci(g["train_time_s"]).mean,
+            }
+            for (v, m, rk, fs), g in groups
+        ]
+    )
     shown = ("rank", "trainable_params", "total_params", *dict.fromkeys((metric, "loss")), "train_time_s")
     view = table.assign(**{c: [num(x) for x in table[c]] for c in shown})
     section.tables.append(Table("finetune", "Fine-tuning: trainable parameters and held-out result", table, view))

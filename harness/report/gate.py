@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attnbench.report.document import Section
-from attnbench.report.document import Table
+from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
-from attnbench.report.values import MISSING
-from attnbench.report.values import num
+from attnbench.report.values import MISSING, num
 
 FAILING = ("fail", "error")
 
@@ -55,18 +53,26 @@ def _cell(r: pd.Series) -> str:
 
 
 def gate_section(data: StoreData) -> Section:
-    section = Section("Trust gate", intro=(
-        "Checks every variant passed (or not) before its numbers were recorded: no information from "
-        "future tokens (outputs and gradients), incremental decoding equal to the parallel form, "
-        "finite outputs on long inputs, determinism under a seed, declared facts."))
+    section = Section(
+        "Trust gate",
+        intro=(
+            "Checks every variant passed (or not) before its numbers were recorded: no information from "
+            "future tokens (outputs and gradients), incremental decoding equal to the parallel form, "
+            "finite outputs on long inputs, determinism under a seed, declared facts."
+        ),
+    )
     verdicts = suite_verdicts(data)
     others = failing_elsewhere(data)
     if others:
-        section.notes.append("Variants in this store with no runs in this suite whose latest trust-gate "
-                             "verdict FAILED: " + "; ".join(others) + ".")
+        section.notes.append(
+            "Variants in this store with no runs in this suite whose latest trust-gate "
+            "verdict FAILED: " + "; ".join(others) + "."
+        )
     if verdicts.empty:
-        section.missing = ("no trust-gate verdicts for this suite's variants in this store: they are "
-                           "recorded by attnbench run (or attnbench check)")
+        section.missing = (
+            "no trust-gate verdicts for this suite's variants in this store: they are "
+            "recorded by attnbench run (or attnbench check)"
+        )
         return section
     verdicts = verdicts.sort_values(["variant", "created_at"], kind="stable")
     multi = verdicts.groupby("variant")["gate_key"].nunique().max() > 1
@@ -77,8 +83,9 @@ def gate_section(data: StoreData) -> Section:
     wide = wide.reindex(columns=checks).fillna(MISSING).reset_index()
     wide.columns.name = None
     data_cols = ["variant", "gate_key", "check_name", "status", "figure", "tolerance", "detail", "created_at"]
-    section.tables.append(Table("trust-gate", "Trust-gate verdicts (variant x check)",
-                                verdicts[data_cols].reset_index(drop=True), wide))
+    section.tables.append(
+        Table("trust-gate", "Trust-gate verdicts (variant x check)", verdicts[data_cols].reset_index(drop=True), wide)
+    )
     for _, r in verdicts[verdicts["status"].isin(FAILING)].iterrows():
         section.notes.append(f"{r['variant']} FAILED the check {r['check_name']} ({r['status']}): {r['detail']}")
     return section

@@ -11,8 +11,7 @@ from typing import Any
 import pandas as pd
 
 from attnbench.report.comparison import ratio_interval, speed_rounds, summary_table
-from attnbench.report.decision import EQUIVALENT
-from attnbench.report.decision import TEST_TEXT
+from attnbench.report.decision import EQUIVALENT, TEST_TEXT
 from attnbench.report.document import Section
 from attnbench.report.figures import Palette
 from attnbench.report.load import StoreData
@@ -54,8 +53,10 @@ def _by_setting(rows: pd.DataFrame) -> str:
     if rows.empty:
         return ""
     keys, labels = short_labels([json.loads(o) for o in rows["setting_options"]])
-    found = [f"{d:+.2f} {_outcome(r)}" if is_number(d) else _outcome(r) for d, (_, r) in zip(rows["diff_mean"],
-                                                                                         rows.iterrows())]
+    found = [
+        f"{d:+.2f} {_outcome(r)}" if is_number(d) else _outcome(r)
+        for d, (_, r) in zip(rows["diff_mean"], rows.iterrows())
+    ]
     return f"; by {keys} {' / '.join(labels)}: {' / '.join(found)}"
 
 
@@ -67,8 +68,11 @@ def further_baselines(row: pd.Series) -> list[str]:
 
 def _further(row: pd.Series) -> str:
     """'; vs linear -0.12 [...], n=3, better' per further baseline the row is not itself."""
-    return "".join(f"; vs {b} {row[f'vs_{b}_decision_text']}" for b in further_baselines(row)
-                   if row.get(f"vs_{b}_decision") != "baseline")
+    return "".join(
+        f"; vs {b} {row[f'vs_{b}_decision_text']}"
+        for b in further_baselines(row)
+        if row.get(f"vs_{b}_decision") != "baseline"
+    )
 
 
 def _speed(variant: str, baseline: str, rounds: dict[str, Rounds]) -> str:
@@ -88,8 +92,10 @@ def sentence(variant: str, table: pd.DataFrame, rounds: dict[str, Rounds], state
     for exp in dict.fromkeys(mine["experiment"]):
         rows = mine[mine["experiment"] == exp]
         head = rows[rows["setting"] == "all test sets"].iloc[0]
-        parts.append(f"{exp} {head['metric']} {_value(head['metric'], head['value_mean'])} ({head['decision_text']}"
-                     f"{_further(head)})" + _by_setting(rows[rows["setting"] != "all test sets"]))
+        parts.append(
+            f"{exp} {head['metric']} {_value(head['metric'], head['value_mean'])} ({head['decision_text']}"
+            f"{_further(head)})" + _by_setting(rows[rows["setting"] != "all test sets"])
+        )
     speed = _speed(variant, mine["baseline"].iloc[0], rounds)
     if speed:
         parts.append(speed)
@@ -139,17 +145,27 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
     baselines = list(dict.fromkeys(rows["baseline"]))
     further = list(dict.fromkeys(b for _, r in rows.iterrows() for b in further_baselines(r)))
     sentences = [baseline_sentence(b, rows, rounds, state) for b in baselines]
-    sentences += [sentence(v, rows, rounds, state) for v in variants
-                  if not (rows.loc[rows["variant"] == v, "decision"] == "baseline").all()]
+    sentences += [
+        sentence(v, rows, rounds, state)
+        for v in variants
+        if not (rows.loc[rows["variant"] == v, "decision"] == "baseline").all()
+    ]
     overall = rows[rows["setting"] == "all test sets"].copy()
     overall["step_time_s"] = [rounds[v][T][0] if T is not None and v in rounds else None for v in overall["variant"]]
     overall["state_bytes"] = [state.get(v) for v in overall["variant"]]
     figure = tradeoff_figure(overall, palette, T)
-    margins = ", ".join(f"{e} {m} ±{g:g}" if is_number(g) else f"{e} {m}: none stated" for e, m, g in
-                        dict.fromkeys(zip(overall["experiment"], overall["metric"], overall["margin"])))
+    margins = ", ".join(
+        f"{e} {m} ±{g:g}" if is_number(g) else f"{e} {m}: none stated"
+        for e, m, g in dict.fromkeys(zip(overall["experiment"], overall["metric"], overall["margin"]))
+    )
     also = "".join(f"; then vs {b}" for b in further)
-    return Section(ANSWER, intro=(
-        f"Each variant at its chosen grid point on the test split: value (Δ vs {' / '.join(baselines)} [95% "
-        f"interval], seeds, decision{also}). Decision: {TEST_TEXT}; margins: {margins}. Train step: the "
-        "baseline's time / the variant's (> 1 is faster), 95% interval from the timing rounds."),
-        notes=sentences, figures=[figure] if figure else [])
+    return Section(
+        ANSWER,
+        intro=(
+            f"Each variant at its chosen grid point on the test split: value (Δ vs {' / '.join(baselines)} [95% "
+            f"interval], seeds, decision{also}). Decision: {TEST_TEXT}; margins: {margins}. Train step: the "
+            "baseline's time / the variant's (> 1 is faster), 95% interval from the timing rounds."
+        ),
+        notes=sentences,
+        figures=[figure] if figure else [],
+    )

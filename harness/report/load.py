@@ -75,7 +75,8 @@ def _check_file(path: Path) -> None:
     if not path.exists():
         raise ReportError(
             f"no results store at {path}: run a suite first (attnbench run suites/smoke.yaml) "
-            "or pass the store with --store PATH")
+            "or pass the store with --store PATH"
+        )
     if path.is_dir():
         raise ReportError(f"{path} is a directory, not a results store; pass the SQLite file with --store")
     with open(path, "rb") as f:
@@ -116,27 +117,45 @@ def load_store(path: Path, suite: str | None) -> StoreData:
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         missing = [t for t in _TABLES if t not in names]
         if missing:
-            raise ReportError(f"{path} is a SQLite database but not an attnbench results store "
-                              f"(no tables {missing}); pass another --store")
-        migrations = ([r[0] for r in db.execute("SELECT name FROM schema_migrations ORDER BY id")]
-                      if "schema_migrations" in names else [])
+            raise ReportError(
+                f"{path} is a SQLite database but not an attnbench results store "
+                f"(no tables {missing}); pass another --store"
+            )
+        migrations = (
+            [r[0] for r in db.execute("SELECT name FROM schema_migrations ORDER BY id")]
+            if "schema_migrations" in names
+            else []
+        )
         suites = [r[0] for r in db.execute("SELECT DISTINCT suite FROM runs ORDER BY suite")]
         if suite is None and suites:
             suite = db.execute("SELECT suite FROM runs ORDER BY finished_at DESC, id DESC LIMIT 1").fetchone()[0]
         if suite is not None and suites and suite not in suites:
             close = difflib.get_close_matches(suite, suites, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ReportError(f"suite {suite!r} has no runs in {path}{hint}; suites in this store: "
-                              f"{', '.join(suites)} (pass one with --suite)")
+            raise ReportError(
+                f"suite {suite!r} has no runs in {path}{hint}; suites in this store: "
+                f"{', '.join(suites)} (pass one with --suite)"
+            )
         where, args = "suite = ?", (suite,)
         runs = _decode(_frame(db, f"SELECT * FROM runs WHERE {where} ORDER BY id", args), _JSON_RUN_COLUMNS)
-        metrics = _frame(db, f"SELECT * FROM metrics WHERE run_id IN ({_suite_ids(where)}) "
-                             "ORDER BY run_id, name, step", args)
-        results = _decode(_frame(db, f"SELECT * FROM results WHERE run_id IN ({_suite_ids(where)}) "
-                                     "ORDER BY run_id, rowid", args), ("tags",))
+        metrics = _frame(
+            db, f"SELECT * FROM metrics WHERE run_id IN ({_suite_ids(where)}) ORDER BY run_id, name, step", args
+        )
+        results = _decode(
+            _frame(db, f"SELECT * FROM results WHERE run_id IN ({_suite_ids(where)}) ORDER BY run_id, rowid", args),
+            ("tags",),
+        )
         checks = _decode(_frame(db, "SELECT * FROM checks ORDER BY variant, created_at"), ("provenance",))
-        attempts = (_frame(db, "SELECT * FROM attempts WHERE cell_key IN (SELECT cell_key FROM runs WHERE "
-                           f"{where}) ORDER BY started_at, id", args) if "attempts" in names else pd.DataFrame())
+        attempts = (
+            _frame(
+                db,
+                "SELECT * FROM attempts WHERE cell_key IN (SELECT cell_key FROM runs WHERE "
+                f"{where}) ORDER BY started_at, id",
+                args,
+            )
+            if "attempts" in names
+            else pd.DataFrame()
+        )
         all_variants = sorted({r[0] for r in db.execute("SELECT variant FROM runs UNION SELECT variant FROM checks")})
     except sqlite3.DatabaseError as exc:
         raise ReportError(f"cannot read results store {path}: {exc}") from exc

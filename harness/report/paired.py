@@ -42,8 +42,9 @@ def setting_label(setting: dict[str, Any] | None) -> str:
     return "all test sets" if not setting else ", ".join(f"{k}={v}" for k, v in setting.items())
 
 
-def seed_values(data: StoreData, sel: Selection, metric: str,
-                setting: dict[str, Any] | None = None) -> dict[int, float]:
+def seed_values(
+    data: StoreData, sel: Selection, metric: str, setting: dict[str, Any] | None = None
+) -> dict[int, float]:
     """Test ``metric`` per seed of the finished runs: the summary's mean over test sets, or
     the result row of one evaluation ``setting``."""
     done = sel.runs[sel.runs["status"] == "done"]
@@ -59,8 +60,14 @@ def seed_values(data: StoreData, sel: Selection, metric: str,
     return out
 
 
-def paired_decision(data: StoreData, sel: Selection, base: Selection, metric: str, margin: float | None,
-                    setting: dict[str, Any] | None = None) -> tuple[Decision, list[float]]:
+def paired_decision(
+    data: StoreData,
+    sel: Selection,
+    base: Selection,
+    metric: str,
+    margin: float | None,
+    setting: dict[str, Any] | None = None,
+) -> tuple[Decision, list[float]]:
     """The decision on variant - baseline over the seeds both finished, and those differences."""
     mine, theirs = seed_values(data, sel, metric, setting), seed_values(data, base, metric, setting)
     diffs = [mine[s] - theirs[s] for s in sorted(set(mine) & set(theirs))]

@@ -10,8 +10,7 @@ import pandas as pd
 
 from attnbench.fits import t_quantile_975
 from attnbench.report.document import Problem
-from attnbench.report.gate import FAILING
-from attnbench.report.gate import suite_verdicts
+from attnbench.report.gate import FAILING, suite_verdicts
 from attnbench.report.load import StoreData
 from attnbench.report.selection import reported_runs
 
@@ -38,8 +37,15 @@ def _attempts(data: StoreData) -> list[Problem]:
     out = []
     for _, a in data.attempts.iterrows():
         r = runs.loc[a["cell_key"]]
-        out.append(Problem("earlier attempt", r["variant"], f"{r['experiment']} ({r['kind']}, seed {r['seed']})",
-                           f"{a['status']} ({a['reason']}); stored now: {r['status']}", a["error"] or ""))
+        out.append(
+            Problem(
+                "earlier attempt",
+                r["variant"],
+                f"{r['experiment']} ({r['kind']}, seed {r['seed']})",
+                f"{a['status']} ({a['reason']}); stored now: {r['status']}",
+                a["error"] or "",
+            )
+        )
     return out
 
 
@@ -52,9 +58,15 @@ def _points(data: StoreData) -> list[Problem]:
         if t.get("status") not in _POINT_FAILURES:
             continue
         run = speed.loc[r["run_id"]]
-        out.append(Problem("speed point", run["variant"], f"{run['experiment']} {t.get('mode')} T={t.get('T')}",
-                           {"oom": "out of memory", "timeout": "timed out"}.get(t["status"], t["status"]),
-                           t.get("error") or ""))
+        out.append(
+            Problem(
+                "speed point",
+                run["variant"],
+                f"{run['experiment']} {t.get('mode')} T={t.get('T')}",
+                {"oom": "out of memory", "timeout": "timed out"}.get(t["status"], t["status"]),
+                t.get("error") or "",
+            )
+        )
     return out
 
 
@@ -67,11 +79,25 @@ def _noisy(data: StoreData) -> list[Problem]:
     for _, r in data.results[data.results["run_id"].isin(ids)].iterrows():
         t, run = r["tags"], runs.loc[r["run_id"]]
         if r["name"] == "time_s" and t.get("noisy") and not _loaded(t):
-            out.append(Problem("noisy speed point", run["variant"], f"{run['experiment']} {t.get('mode')} T={t.get('T')}",
-                               "noisy", f"{t.get('noisy_reason')} after {t.get('attempts')} measurement(s)"))
+            out.append(
+                Problem(
+                    "noisy speed point",
+                    run["variant"],
+                    f"{run['experiment']} {t.get('mode')} T={t.get('T')}",
+                    "noisy",
+                    f"{t.get('noisy_reason')} after {t.get('attempts')} measurement(s)",
+                )
+            )
         elif r["name"] == "slope" and t.get("flags"):
-            out.append(Problem("flagged fit", run["variant"], f"{run['experiment']} {t.get('mode')} {t.get('quantity')} slope",
-                               "flagged", "; ".join(t["flags"])))
+            out.append(
+                Problem(
+                    "flagged fit",
+                    run["variant"],
+                    f"{run['experiment']} {t.get('mode')} {t.get('quantity')} slope",
+                    "flagged",
+                    "; ".join(t["flags"]),
+                )
+            )
     return out
 
 
@@ -83,18 +109,26 @@ def _loaded(tags: dict) -> bool:
 def _few_seeds(data: StoreData) -> list[Problem]:
     """Protocol experiments decided on fewer than 3 seeds: intervals are wide at that n."""
     train = data.runs_of("train")
-    with_protocol = pd.Series([isinstance(s.get("protocol"), dict) for s in train["summary"]], index=train.index,
-                              dtype=bool)
+    with_protocol = pd.Series(
+        [isinstance(s.get("protocol"), dict) for s in train["summary"]], index=train.index, dtype=bool
+    )
     reported = reported_runs(train[with_protocol])
     out = []
     for exp in dict.fromkeys(reported["experiment"]):
         runs = reported[(reported["experiment"] == exp) & (reported["status"] == "done")]
         n = runs.groupby("variant")["seed"].nunique().max()
         if 0 < n < 3:
-            out.append(Problem("few seeds", "all", exp, f"n={n}",
-                               f"each decision rests on {n} paired seed(s): a 95% t interval is "
-                               f"{t_quantile_975(n - 1) if n > 1 else float('inf'):.3g} standard errors each side, "
-                               "so only large differences are decided"))
+            out.append(
+                Problem(
+                    "few seeds",
+                    "all",
+                    exp,
+                    f"n={n}",
+                    f"each decision rests on {n} paired seed(s): a 95% t interval is "
+                    f"{t_quantile_975(n - 1) if n > 1 else float('inf'):.3g} standard errors each side, "
+                    "so only large differences are decided",
+                )
+            )
     return out
 
 
@@ -102,27 +136,48 @@ def _load(data: StoreData) -> list[Problem]:
     """Training runs whose throughput, and speed points whose times, were measured on a loaded machine."""
     speed = data.runs_of("speed").set_index("id")
     res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
-    out = [Problem("speed point under load", speed.loc[run_id, "variant"],
-                   f"{speed.loc[run_id, 'experiment']} {t.get('mode')} T={t.get('T')}", "timed under load",
-                   f"{t.get('noisy_reason')} after {t.get('attempts')} measurement(s)")
-           for run_id, t in zip(res["run_id"], res["tags"]) if t.get("noisy") and _loaded(t)]
+    out = [
+        Problem(
+            "speed point under load",
+            speed.loc[run_id, "variant"],
+            f"{speed.loc[run_id, 'experiment']} {t.get('mode')} T={t.get('T')}",
+            "timed under load",
+            f"{t.get('noisy_reason')} after {t.get('attempts')} measurement(s)",
+        )
+        for run_id, t in zip(res["run_id"], res["tags"])
+        if t.get("noisy") and _loaded(t)
+    ]
     for _, r in data.runs[data.runs["kind"] == "train"].iterrows():
         if r["summary"].get("throughput_under_load"):
             before, after = r["summary"].get("load_before") or {}, r["summary"].get("load_after") or {}
-            where = ", ".join(f"{k}={v}" for k, v in r["coords"].items() if k not in ("model", "d_model", "n_layer",
-                                                                                     "variant"))
-            out.append(Problem("throughput under load", r["variant"], f"{r['experiment']} ({where})",
-                               "tokens/s and train time taken under load",
-                               f"load average {before.get('load1', 0):.2f} before, {after.get('load1', 0):.2f} "
-                               f"after, {before.get('cpus')} CPUs"))
+            where = ", ".join(
+                f"{k}={v}" for k, v in r["coords"].items() if k not in ("model", "d_model", "n_layer", "variant")
+            )
+            out.append(
+                Problem(
+                    "throughput under load",
+                    r["variant"],
+                    f"{r['experiment']} ({where})",
+                    "tokens/s and train time taken under load",
+                    f"load average {before.get('load1', 0):.2f} before, {after.get('load1', 0):.2f} "
+                    f"after, {before.get('cpus')} CPUs",
+                )
+            )
     return out
 
 
 def _gate(data: StoreData) -> list[Problem]:
     verdicts = suite_verdicts(data)
-    return [Problem("trust gate", r["variant"], r["check_name"],
-                    "check failed" if r["status"] == "fail" else "check raised an error", r["detail"])
-            for _, r in verdicts[verdicts["status"].isin(FAILING)].iterrows()]
+    return [
+        Problem(
+            "trust gate",
+            r["variant"],
+            r["check_name"],
+            "check failed" if r["status"] == "fail" else "check raised an error",
+            r["detail"],
+        )
+        for _, r in verdicts[verdicts["status"].isin(FAILING)].iterrows()
+    ]
 
 
 def find_problems(data: StoreData) -> list[Problem]:

@@ -10,8 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.report.document import Section
-from attnbench.report.document import Table
+from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
 
 
@@ -49,7 +48,8 @@ def provenance_rows(data: StoreData) -> list[dict[str, Any]]:
             variants.setdefault(f"variant: {ident.get('name')}", []).append(
                 f"plugin {ident.get('plugin')} ({ident.get('distribution')} {ident.get('distribution_version')}), "
                 f"version {ident.get('version')}, sources {str(ident.get('sources'))[:16]}, "
-                f"options {json.dumps(model.get('options') or {}, sort_keys=True, default=str)}")
+                f"options {json.dumps(model.get('options') or {}, sort_keys=True, default=str)}"
+            )
     for item, values in sorted(variants.items()):
         add(item, values)
     add("runs (kind, status)", [f"{k}, {s}" for k, s in zip(data.runs["kind"], data.runs["status"])])
@@ -57,14 +57,17 @@ def provenance_rows(data: StoreData) -> list[dict[str, Any]]:
 
 
 def provenance_section(data: StoreData) -> Section:
-    section = Section("Provenance", intro=(
-        "Distinct values recorded with the suite's runs, with how many runs carry each."))
+    section = Section(
+        "Provenance", intro=("Distinct values recorded with the suite's runs, with how many runs carry each.")
+    )
     if data.runs.empty:
         section.missing = "no runs, so no provenance"
         return section
     frame = pd.DataFrame(provenance_rows(data))
     section.tables.append(Table("provenance", "Provenance of the rows in this report", frame, frame.copy()))
     start, end = data.runs["started_at"].min(), data.runs["finished_at"].max()
-    section.notes.append(f"Runs from {_when(start)} to {_when(end)}; store schema migrations: "
-                         f"{', '.join(data.migrations) or 'none recorded'}.")
+    section.notes.append(
+        f"Runs from {_when(start)} to {_when(end)}; store schema migrations: "
+        f"{', '.join(data.migrations) or 'none recorded'}."
+    )
     return section

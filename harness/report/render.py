@@ -8,14 +8,11 @@ from __future__ import annotations
 import base64
 import html
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import pandas as pd
 
-from attnbench.report.document import Problem
-from attnbench.report.document import Report
-from attnbench.report.document import Section
-from attnbench.report.document import Table
+from attnbench.report.document import Problem, Report, Section, Table
 from attnbench.report.values import MISSING
 
 _BAD = re.compile(r"^(FAIL|ERROR|oom|timeout|timed out|out of memory|diverged|failed|error)\b")
@@ -74,11 +71,13 @@ def html_table(table: Table, links: dict[str, str]) -> str:
     head = "".join(f"<th>{_e(c)}</th>" for c in view.columns)
     body = "".join(
         "<tr>" + "".join(f"<td{_cell_class(t)}>{_e(t)}</td>" for t in map(cell_text, row)) + "</tr>"
-        for row in view.itertuples(index=False))
+        for row in view.itertuples(index=False)
+    )
     files = " ".join(f'<a href="{_e(path)}">{_e(kind)}</a>' for kind, path in links.items())
     note = f'<p class="note">{_e(table.note)}</p>' if table.note else ""
-    return (f"<h3>{_e(table.title)}</h3>{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-            + (f'<p class="note">Data: {files}</p>' if files else ""))
+    return f"<h3>{_e(table.title)}</h3>{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>" + (
+        f'<p class="note">Data: {files}</p>' if files else ""
+    )
 
 
 def _problem_text(p: Problem) -> str:
@@ -123,8 +122,10 @@ def _html_headline(section: Section | None) -> str:
         return ""
     items = "".join(f"<li>{sentence_html(n)}</li>" for n in section.notes)
     figs = "".join(_html_figure(f) for f in section.figures)
-    return (f'<section id="s-answer"><h2>{_e(section.title)}</h2><p class="note">{_e(section.intro)}</p>'
-            f'<div id="answer"><ul>{items}</ul>{figs}</div></section>')
+    return (
+        f'<section id="s-answer"><h2>{_e(section.title)}</h2><p class="note">{_e(section.intro)}</p>'
+        f'<div id="answer"><ul>{items}</ul>{figs}</div></section>'
+    )
 
 
 def _grouped(problems: list[Problem], cls: str) -> str:
@@ -138,8 +139,10 @@ def _grouped(problems: list[Problem], cls: str) -> str:
             items.append(f'<li class="{cls}">{_e(_problem_text(ps[0]))}</li>')
         else:
             inner = "".join(f"<li>{_e(_problem_text(p))}</li>" for p in ps)
-            items.append(f'<li class="{cls}"><details><summary>{_e(kind)}: {_e(what)} ({len(ps)})</summary>'
-                         f"<ul>{inner}</ul></details></li>")
+            items.append(
+                f'<li class="{cls}"><details><summary>{_e(kind)}: {_e(what)} ({len(ps)})</summary>'
+                f"<ul>{inner}</ul></details></li>"
+            )
     return "<ul>" + "".join(items) + "</ul>"
 
 
@@ -158,22 +161,34 @@ def to_html(report: Report, links: Callable[[Table], dict[str, str]]) -> str:
     """The page; ``links(table)`` gives {label: relative path} of a table's data files."""
     summary = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in report.summary)
     if report.problems:
-        problems = (f'<section id="problems" class="problems"><h2>Problems ({len(report.problems)})</h2>'
-                    f"{_grouped(report.problems, 'bad')}</section>")
+        problems = (
+            f'<section id="problems" class="problems"><h2>Problems ({len(report.problems)})</h2>'
+            f"{_grouped(report.problems, 'bad')}</section>"
+        )
     else:
-        problems = ('<section id="problems" class="ok"><h2>Problems</h2><p>None: every run finished, every '
-                    "speed point was measured and every trust-gate check passed.</p></section>")
-    notes = (f'<section id="notes" class="notes"><h2>Notes: limits of this budget ({len(report.notes)})</h2>'
-             f"{_grouped(report.notes, 'note')}</section>") if report.notes else ""
-    toc = "".join(f'<li><a href="#{_anchor(s.title)}">{_e(s.title)}</a>'
-                  + (" (missing)" if s.missing else "") + "</li>" for s in report.sections)
+        problems = (
+            '<section id="problems" class="ok"><h2>Problems</h2><p>None: every run finished, every '
+            "speed point was measured and every trust-gate check passed.</p></section>"
+        )
+    notes = (
+        (
+            f'<section id="notes" class="notes"><h2>Notes: limits of this budget ({len(report.notes)})</h2>'
+            f"{_grouped(report.notes, 'note')}</section>"
+        )
+        if report.notes
+        else ""
+    )
+    toc = "".join(
+        f'<li><a href="#{_anchor(s.title)}">{_e(s.title)}</a>' + (" (missing)" if s.missing else "") + "</li>"
+        for s in report.sections
+    )
     body = "".join(_html_section(s, links) for s in report.sections)
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>attnbench report: {_e(report.suite)}</title><style>{_CSS}</style></head><body>"
-        f"<header><h1>attnbench report: {_e(report.suite)}</h1><dl class=\"summary\">{summary}</dl>"
+        f'<header><h1>attnbench report: {_e(report.suite)}</h1><dl class="summary">{summary}</dl>'
         f"{_alarm(report.problems)}</header>"
         f"{_html_headline(report.headline)}{problems}{notes}<nav><h2>Contents</h2><ul>{toc}</ul></nav>{body}"
         "</body></html>\n"
@@ -208,7 +223,8 @@ def to_markdown(report: Report, figure_path: Callable[[str], str], links: Callab
         out += [f"![{md_escape(f.title)}]({figure_path(f.slug)})\n\n*{md_escape(f.caption)}*\n" for f in h.figures]
     out += ["## Problems", ""]
     out += [f"- **{md_escape(_problem_text(p))}**" for p in report.problems] or [
-        "None: every run finished, every speed point was measured and every trust-gate check passed."]
+        "None: every run finished, every speed point was measured and every trust-gate check passed."
+    ]
     if report.notes:
         out += ["", "## Notes: limits of this budget", ""] + [f"- {md_escape(_problem_text(p))}" for p in report.notes]
     for s in report.sections:

@@ -7,16 +7,10 @@ from __future__ import annotations
 import pandas as pd
 
 from attnbench.report import figures
-from attnbench.report.document import Section
-from attnbench.report.document import Table
+from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
 from attnbench.report.selection import model_label
-from attnbench.report.values import MISSING
-from attnbench.report.values import MeanCI
-from attnbench.report.values import ci_text
-from attnbench.report.values import fact_text
-from attnbench.report.values import mean_ci
-from attnbench.report.values import num
+from attnbench.report.values import MISSING, MeanCI, ci_text, fact_text, mean_ci, num
 
 _X = {"params": ("n_params", "parameters"), "flops": ("train_flops", "training FLOPs")}
 
@@ -29,11 +23,21 @@ def _points(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         done = g[g["status"] == "done"]
         loss = mean_ci(s.get("val_loss") for s in done["summary"])
         sizes = {x: mean_ci(s.get(key) for s in done["summary"]).mean for x, (key, _) in _X.items()}
-        rows.append({"variant": variant, "model": model_label(g.iloc[0]["coords"], g.iloc[0]["config"]),
-                     "n_params": sizes["params"], "train_flops": sizes["flops"], "loss_mean": loss.mean,
-                     "loss_ci95_lo": loss.lo, "loss_ci95_hi": loss.hi, "seeds_done": len(done), "seeds": len(g),
-                     "statuses": ", ".join(sorted(set(g["status"]))),
-                     "flops_text": fact_text(done["summary"], "train_flops", lambda v: num(v, 3))})
+        rows.append(
+            {
+                "variant": variant,
+                "model": model_label(g.iloc[0]["coords"], g.iloc[0]["config"]),
+                "n_params": sizes["params"],
+                "train_flops": sizes["flops"],
+                "loss_mean": loss.mean,
+                "loss_ci95_lo": loss.lo,
+                "loss_ci95_hi": loss.hi,
+                "seeds_done": len(done),
+                "seeds": len(g),
+                "statuses": ", ".join(sorted(set(g["status"]))),
+                "flops_text": fact_text(done["summary"], "train_flops", lambda v: num(v, 3)),
+            }
+        )
         for x, size in sizes.items():
             if size and loss.mean is not None:
                 pts.append({"variant": variant, "x": x, "size": size, "loss": loss.mean})
@@ -44,48 +48,82 @@ def _fits(data: StoreData, exp: str) -> pd.DataFrame:
     fits = data.runs_of("scaling_fit")
     fits = fits[fits["experiment"] == exp]
     variants = dict(zip(fits["id"], fits["variant"]))
-    res = data.results[data.results["run_id"].isin([int(i) for i in fits["id"]])
-                       & (data.results["name"] == "power_law")]
-    return pd.DataFrame([{
-        "variant": variants[r["run_id"]], "x": r["tags"].get("x"), "a": r["tags"].get("a"),
-        "b": r["tags"].get("b"), "c": r["tags"].get("c"), "rmse": r["tags"].get("rmse"),
-        "n_points": r["tags"].get("n_points"), "error": r["tags"].get("error"),
-    } for _, r in res.iterrows()])
+    res = data.results[
+        data.results["run_id"].isin([int(i) for i in fits["id"]]) & (data.results["name"] == "power_law")
+    ]
+    return pd.DataFrame(
+        [
+            {
+                "variant": variants[r["run_id"]],
+                "x": r["tags"].get("x"),
+                "a": r["tags"].get("a"),
+                "b": r["tags"].get("b"),
+                "c": r["tags"].get("c"),
+                "rmse": r["tags"].get("rmse"),
+                "n_points": r["tags"].get("n_points"),
+                "error": r["tags"].get("error"),
+            }
+            for _, r in res.iterrows()
+        ]
+    )
 
 
 def scaling_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
     runs = data.runs_of("scaling")
     if runs.empty:
-        return [Section("Scaling", missing="no scaling experiments in this store: run a suite with "
-                        "kind: scaling (e.g. suites/scaling.yaml)")]
+        return [
+            Section(
+                "Scaling",
+                missing="no scaling experiments in this store: run a suite with "
+                "kind: scaling (e.g. suites/scaling.yaml)",
+            )
+        ]
     sections = []
     for exp in dict.fromkeys(runs["experiment"]):
         rows, pts = _points(runs[runs["experiment"] == exp])
-        section = Section(f"Scaling: {exp}", intro=(
-            "Held-out loss per model size (mean over finished seeds, 95% interval) and the power law "
-            "L(x) = a·x^-b + c fitted per variant against parameters x = N and training compute x = C."))
-        view = pd.DataFrame({
-            "variant": rows["variant"], "model": rows["model"], "parameters": [num(v) for v in rows["n_params"]],
-            "training FLOPs": rows["flops_text"],
-            "held-out loss, mean ± 95% CI": [ci_text(_ci(r)) for _, r in rows.iterrows()],
-            "status": rows["statuses"],
-        })
-        section.tables.append(Table(f"{exp}-sizes", f"{exp}: loss per model size", rows.drop(columns="flops_text"), view))
+        section = Section(
+            f"Scaling: {exp}",
+            intro=(
+                "Held-out loss per model size (mean over finished seeds, 95% interval) and the power law "
+                "L(x) = a·x^-b + c fitted per variant against parameters x = N and training compute x = C."
+            ),
+        )
+        view = pd.DataFrame(
+            {
+                "variant": rows["variant"],
+                "model": rows["model"],
+                "parameters": [num(v) for v in rows["n_params"]],
+                "training FLOPs": rows["flops_text"],
+                "held-out loss, mean ± 95% CI": [ci_text(_ci(r)) for _, r in rows.iterrows()],
+                "status": rows["statuses"],
+            }
+        )
+        section.tables.append(
+            Table(f"{exp}-sizes", f"{exp}: loss per model size", rows.drop(columns="flops_text"), view)
+        )
         fits = _fits(data, exp)
         if fits.empty:
             section.notes.append("No power-law fits stored for this experiment (its finalizer has not run).")
         else:
-            fv = pd.DataFrame({
-                "variant": fits["variant"], "against": fits["x"].map(lambda x: _X.get(x, (x, x))[1]),
-                "a": [num(v) for v in fits["a"]], "b": [num(v) for v in fits["b"]],
-                "c": [num(v) for v in fits["c"]], "rmse": [num(v, 3) for v in fits["rmse"]],
-                "sizes": [num(v) for v in fits["n_points"]],
-                "note": [e or "" for e in fits["error"]],
-            }).fillna(MISSING)
+            fv = pd.DataFrame(
+                {
+                    "variant": fits["variant"],
+                    "against": fits["x"].map(lambda x: _X.get(x, (x, x))[1]),
+                    "a": [num(v) for v in fits["a"]],
+                    "b": [num(v) for v in fits["b"]],
+                    "c": [num(v) for v in fits["c"]],
+                    "rmse": [num(v, 3) for v in fits["rmse"]],
+                    "sizes": [num(v) for v in fits["n_points"]],
+                    "note": [e or "" for e in fits["error"]],
+                }
+            ).fillna(MISSING)
             section.tables.append(Table(f"{exp}-power-law", f"{exp}: fitted power laws", fits, fv))
         ok = fits.dropna(subset=["a", "b", "c"]) if not fits.empty else pd.DataFrame(columns=["variant", "x"])
-        fig = figures.scaling(pts, ok, palette, f"{exp}: loss against model size", f"{exp}-scaling") \
-            if not pts.empty else None
+        fig = (
+            figures.scaling(pts, ok, palette, f"{exp}: loss against model size", f"{exp}-scaling")
+            if not pts.empty
+            else None
+        )
         if fig:
             section.figures.append(fig)
         sections.append(section)

@@ -10,11 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.report.values import OPTION_PREFIX
-from attnbench.report.values import grid_point
-from attnbench.report.values import is_number
-from attnbench.report.values import key_of
-from attnbench.report.values import mean_ci
+from attnbench.report.values import OPTION_PREFIX, grid_point, is_number, key_of, mean_ci
 
 
 @dataclass(frozen=True)
@@ -50,9 +46,13 @@ class Selection:
         """The one run that stands for this selection (what ``export --best`` exports): the
         finished seed of the chosen point with the lowest validation loss, chosen on validation
         like the point (ties: the lowest seed); None when no seed finished."""
-        done = [(loss, seed, pos) for pos, (status, seed, summary) in
-                enumerate(zip(self.runs["status"], self.runs["seed"], self.runs["summary"]))
-                if status == "done" and (loss := _loss(summary)) is not None]
+        done = [
+            (loss, seed, pos)
+            for pos, (status, seed, summary) in enumerate(
+                zip(self.runs["status"], self.runs["seed"], self.runs["summary"])
+            )
+            if status == "done" and (loss := _loss(summary)) is not None
+        ]
         if not done:
             return None
         return self.runs.iloc[min(done)[2]]
@@ -113,10 +113,12 @@ def select(runs: pd.DataFrame) -> list[Selection]:
     for exp, variant, coords, config in zip(runs["experiment"], runs["variant"], runs["coords"], runs["config"]):
         okey = key_of(fixed_options(str(variant), coords, config))
         tried.setdefault((str(exp), str(variant), int(coords.get("model", 0)), okey), set()).add(
-            key_of(grid_point(coords)))
+            key_of(grid_point(coords))
+        )
     runs = reported_runs(runs)
-    for pos, (exp, variant, coords, config) in enumerate(zip(runs["experiment"], runs["variant"], runs["coords"],
-                                                              runs["config"])):
+    for pos, (exp, variant, coords, config) in enumerate(
+        zip(runs["experiment"], runs["variant"], runs["coords"], runs["config"])
+    ):
         opts = fixed_options(str(variant), coords, config)
         okey = key_of(opts)
         options[okey] = opts
@@ -134,7 +136,18 @@ def select(runs: pd.DataFrame) -> list[Selection]:
         finite = [s for s in scored if s[0].mean_loss is not None]
         best = min(finite, key=lambda s: s[0].mean_loss or 0.0) if finite else scored[0]
         first = runs.iloc[best[1][0]]
-        out.append(Selection(exp, variant, model, model_label(first["coords"], first["config"]), best[0].point,
-                             runs.iloc[best[1]], [s[0] for s in scored], options[okey],
-                             labels[(exp, variant, model, okey)], len(tried.get((exp, variant, model, okey), ()))))
+        out.append(
+            Selection(
+                exp,
+                variant,
+                model,
+                model_label(first["coords"], first["config"]),
+                best[0].point,
+                runs.iloc[best[1]],
+                [s[0] for s in scored],
+                options[okey],
+                labels[(exp, variant, model, okey)],
+                len(tried.get((exp, variant, model, okey), ())),
+            )
+        )
     return out

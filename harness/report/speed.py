@@ -10,15 +10,10 @@ import pandas as pd
 
 from attnbench.fits import MIN_SLOPE_POINTS, too_few_text
 from attnbench.report import figures
-from attnbench.report.document import Section
-from attnbench.report.document import Table
+from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
 from attnbench.report.selection import model_label
-from attnbench.report.values import MISSING
-from attnbench.report.values import bytes_text
-from attnbench.report.values import is_number
-from attnbench.report.values import num
-from attnbench.report.values import seconds_text
+from attnbench.report.values import MISSING, bytes_text, is_number, num, seconds_text
 
 QUANTITY = {"time_s": "time", "peak_memory_bytes": "memory"}
 MODES = ("forward", "train_step", "decode")
@@ -32,25 +27,38 @@ def speed_points(data: StoreData, run_ids: list[int]) -> pd.DataFrame:
     rows = []
     for _, r in res.iterrows():
         t, run = r["tags"], runs[int(r["run_id"])]
-        rows.append({
-            "variant": run["variant"], "seed": None if pd.isna(run["seed"]) else int(run["seed"]),
-            "model": int(run["coords"].get("model", 0)), "model_label": model_label(run["coords"], run["config"]),
-            "rounds": t.get("rounds"),
-            "mode": t.get("mode"), "T": t.get("T"), "quantity": QUANTITY[r["name"]], "value": r["value"],
-            "status": t.get("status", "ok" if r["value"] is not None else "unknown"),
-            "error": t.get("error"), "stddev_s": t.get("stddev_s"), "backend": t.get("backend"),
-            "fallback": t.get("fallback"), "dtype": t.get("dtype"), "noisy": bool(t.get("noisy")),
-            "path": t.get("path") or {},
-        })
+        rows.append(
+            {
+                "variant": run["variant"],
+                "seed": None if pd.isna(run["seed"]) else int(run["seed"]),
+                "model": int(run["coords"].get("model", 0)),
+                "model_label": model_label(run["coords"], run["config"]),
+                "rounds": t.get("rounds"),
+                "mode": t.get("mode"),
+                "T": t.get("T"),
+                "quantity": QUANTITY[r["name"]],
+                "value": r["value"],
+                "status": t.get("status", "ok" if r["value"] is not None else "unknown"),
+                "error": t.get("error"),
+                "stddev_s": t.get("stddev_s"),
+                "backend": t.get("backend"),
+                "fallback": t.get("fallback"),
+                "dtype": t.get("dtype"),
+                "noisy": bool(t.get("noisy")),
+                "path": t.get("path") or {},
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def path_text(backend: Any, path: Any, fallback: Any) -> str:
     """What ran at a point: the mixers' own ``describe_path()`` (per layer when they differ),
     then the attention backend the profiler saw, and "(fallback)" when either fell back."""
+
     def pairs(d: dict[str, Any]) -> str:  # the kernel first, then the rest as stored
         keys = sorted((k for k in d if k != "layers"), key=lambda k: k != "kernel")
         return ", ".join(f"{k}={d[k]}" for k in keys)
+
     parts: list[str] = []
     if isinstance(path, dict) and path.get("layers"):
         parts.append("; ".join(f"L{i}: {pairs(p)}" for i, p in enumerate(path["layers"])))
@@ -74,17 +82,22 @@ def _points_table(exp: str, pts: pd.DataFrame) -> Table:
         status = trow["status"] if trow is not None else (mrow["status"] if mrow is not None else "unknown")
         if status == "ok" and mrow is not None and mrow["status"] != "ok":
             status = mrow["status"]
-        wide.append({
-            **dict(zip(keys, key)), "time_s": trow["value"] if trow is not None else None,
-            "time_stddev_s": trow["stddev_s"] if trow is not None else None,
-            "rounds": trow["rounds"] if trow is not None else None, "model_label": g["model_label"].iloc[0],
-            "peak_memory_bytes": mrow["value"] if mrow is not None else None, "status": status,
-            "error": next((e for e in g["error"] if isinstance(e, str) and e), None),
-            "backend": trow["backend"] if trow is not None else None,
-            "fallback": trow["fallback"] if trow is not None else None,
-            "path": trow["path"] if trow is not None else {},
-            "noisy": bool(trow.get("noisy", False)) if trow is not None else False,
-        })
+        wide.append(
+            {
+                **dict(zip(keys, key)),
+                "time_s": trow["value"] if trow is not None else None,
+                "time_stddev_s": trow["stddev_s"] if trow is not None else None,
+                "rounds": trow["rounds"] if trow is not None else None,
+                "model_label": g["model_label"].iloc[0],
+                "peak_memory_bytes": mrow["value"] if mrow is not None else None,
+                "status": status,
+                "error": next((e for e in g["error"] if isinstance(e, str) and e), None),
+                "backend": trow["backend"] if trow is not None else None,
+                "fallback": trow["fallback"] if trow is not None else None,
+                "path": trow["path"] if trow is not None else {},
+                "noisy": bool(trow.get("noisy", False)) if trow is not None else False,
+            }
+        )
     data = pd.DataFrame(wide)
 
     def time_text(r: pd.Series) -> str:
@@ -94,17 +107,28 @@ def _points_table(exp: str, pts: pd.DataFrame) -> Table:
         sd = f" ± {seconds_text(r['time_stddev_s'])} ({num(r['rounds'])} rounds)" if many else ""
         return seconds_text(r["time_s"]) + sd + (" NOISY" if r["noisy"] else "")
 
-    view = pd.DataFrame({
-        "variant": data["variant"], "model": data["model_label"], "seed": data["seed"], "mode": data["mode"],
-        "T": [num(t) for t in data["T"]], "time (median ± sd)": data.apply(time_text, axis=1),
-        "peak memory": [bytes_text(v) if is_number(v) else MISSING for v in data["peak_memory_bytes"]],
-        "status": data["status"],
-        "path": [path_text(b, p, f) for b, p, f in zip(data["backend"], data["path"], data["fallback"])],
-        "error": [e or "" for e in data["error"]],
-    })
-    return Table(f"{exp}-points", f"{exp}: measured points (decode: time per generated token)", data, view,
-                 note="A point that ran out of memory (oom), timed out or failed ends its mode's sweep; "
-                      "longer lengths are then recorded as skipped.")
+    view = pd.DataFrame(
+        {
+            "variant": data["variant"],
+            "model": data["model_label"],
+            "seed": data["seed"],
+            "mode": data["mode"],
+            "T": [num(t) for t in data["T"]],
+            "time (median ± sd)": data.apply(time_text, axis=1),
+            "peak memory": [bytes_text(v) if is_number(v) else MISSING for v in data["peak_memory_bytes"]],
+            "status": data["status"],
+            "path": [path_text(b, p, f) for b, p, f in zip(data["backend"], data["path"], data["fallback"])],
+            "error": [e or "" for e in data["error"]],
+        }
+    )
+    return Table(
+        f"{exp}-points",
+        f"{exp}: measured points (decode: time per generated token)",
+        data,
+        view,
+        note="A point that ran out of memory (oom), timed out or failed ends its mode's sweep; "
+        "longer lengths are then recorded as skipped.",
+    )
 
 
 def _fit_rows(data: StoreData, exp: str) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -119,14 +143,32 @@ def _fit_rows(data: StoreData, exp: str) -> tuple[pd.DataFrame, pd.DataFrame]:
         if r["name"] == "slope":
             ci = t.get("ci95") or [None, None]
             fitted = is_number(t.get("n_points")) and t["n_points"] >= MIN_SLOPE_POINTS
-            slopes.append({**base, "quantity": t.get("quantity"), "slope": r["value"] if fitted else None,
-                           "ci95_lo": ci[0],
-                           "ci95_hi": ci[1], "stderr": t.get("stderr"), "n_points": t.get("n_points"),
-                           "T_min": t.get("T_min"), "T_max": t.get("T_max"), "error": t.get("error"),
-                           "flags": "; ".join(t.get("flags") or [])})
+            slopes.append(
+                {
+                    **base,
+                    "quantity": t.get("quantity"),
+                    "slope": r["value"] if fitted else None,
+                    "ci95_lo": ci[0],
+                    "ci95_hi": ci[1],
+                    "stderr": t.get("stderr"),
+                    "n_points": t.get("n_points"),
+                    "T_min": t.get("T_min"),
+                    "T_max": t.get("T_max"),
+                    "error": t.get("error"),
+                    "flags": "; ".join(t.get("flags") or []),
+                }
+            )
         elif r["name"] == "crossover_T":
-            cross.append({**base, "against": t.get("against"), "T": r["value"], "T_interp": t.get("T_interp"),
-                          "status": t.get("status"), "compared_T": str(t.get("compared_T") or "")})
+            cross.append(
+                {
+                    **base,
+                    "against": t.get("against"),
+                    "T": r["value"],
+                    "T_interp": t.get("T_interp"),
+                    "status": t.get("status"),
+                    "compared_T": str(t.get("compared_T") or ""),
+                }
+            )
     return pd.DataFrame(slopes), pd.DataFrame(cross)
 
 
@@ -155,23 +197,34 @@ def _cross_text(r: pd.Series) -> str:
     if r["status"] == "found":
         interp = f" (≈{r['T_interp']:,.0f} interpolated)" if is_number(r["T_interp"]) else ""
         return f"faster from T={num(r['T'])}{interp}"
-    return {"always": "faster at every compared T", "never": "never faster at the compared T",
-            "no-baseline": "no softmax baseline measured"}.get(r["status"], str(r["status"]))
+    return {
+        "always": "faster at every compared T",
+        "never": "never faster at the compared T",
+        "no-baseline": "no softmax baseline measured",
+    }.get(r["status"], str(r["status"]))
 
 
 def speed_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
     runs = data.runs_of("speed")
     if runs.empty:
-        return [Section("Speed and memory", missing="no speed experiments in this store: run a suite "
-                        "with kind: speed (e.g. suites/speed.yaml)")]
+        return [
+            Section(
+                "Speed and memory",
+                missing="no speed experiments in this store: run a suite with kind: speed (e.g. suites/speed.yaml)",
+            )
+        ]
     sections = []
     for exp in dict.fromkeys(runs["experiment"]):
         ids = [int(i) for i in runs.loc[runs["experiment"] == exp, "id"]]
         pts = speed_points(data, ids)
-        section = Section(f"Speed and memory: {exp}", intro=(
-            "Time (median of the timed rounds) and peak memory against sequence length per mode; "
-            "slopes are least-squares fits of log y on log T with a 95% interval; the crossover is "
-            "the first length from which the variant stays faster than softmax."))
+        section = Section(
+            f"Speed and memory: {exp}",
+            intro=(
+                "Time (median of the timed rounds) and peak memory against sequence length per mode; "
+                "slopes are least-squares fits of log y on log T with a 95% interval; the crossover is "
+                "the first length from which the variant stays faster than softmax."
+            ),
+        )
         if pts.empty:
             section.missing = f"experiment {exp!r} stored no speed points"
             sections.append(section)
@@ -187,8 +240,9 @@ def speed_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
             sv["log-log slope [95% CI]"] = slopes.apply(_slope_text, axis=1)
             sv["points"] = [num(n) for n in slopes["n_points"]]
             sv["flags"] = [f or "none" for f in slopes["flags"]]
-            sv["T range"] = [f"{num(a)}–{num(b)}" if is_number(a) else MISSING
-                             for a, b in zip(slopes["T_min"], slopes["T_max"])]
+            sv["T range"] = [
+                f"{num(a)}–{num(b)}" if is_number(a) else MISSING for a, b in zip(slopes["T_min"], slopes["T_max"])
+            ]
             section.tables.append(Table(f"{exp}-slopes", f"{exp}: fitted slopes", slopes, sv))
         if not cross.empty:
             cv = cross[["variant", "model", "mode", "against"]].copy()
@@ -199,15 +253,29 @@ def speed_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
         for model in sorted(pts["model"].unique()):
             for mode in [m for m in MODES if m in set(pts["mode"])] + sorted(set(pts["mode"]) - set(MODES)):
                 sub = pts[(pts["model"] == model) & (pts["mode"] == mode)]
-                legend = {} if slopes.empty else {
-                    (r["variant"], r["quantity"]): _legend_slope(r) for _, r in slopes[
-                        (slopes["model"] == model) & (slopes["mode"] == mode)].iterrows()}
-                cx = cross[(cross["model"] == model) & (cross["mode"] == mode)
-                           & cross["status"].isin(["found"])] if not cross.empty else pd.DataFrame()
+                legend = (
+                    {}
+                    if slopes.empty
+                    else {
+                        (r["variant"], r["quantity"]): _legend_slope(r)
+                        for _, r in slopes[(slopes["model"] == model) & (slopes["mode"] == mode)].iterrows()
+                    }
+                )
+                cx = (
+                    cross[(cross["model"] == model) & (cross["mode"] == mode) & cross["status"].isin(["found"])]
+                    if not cross.empty
+                    else pd.DataFrame()
+                )
                 title = f"{exp}: {mode} against {'context' if mode == 'decode' else 'sequence length'}"
-                fig = figures.speed_mode(sub, legend, cx, palette, mode,
-                                         title + (f" ({labels[model]})" if pts["model"].nunique() > 1 else ""),
-                                         f"{exp}-{mode}-m{model}")
+                fig = figures.speed_mode(
+                    sub,
+                    legend,
+                    cx,
+                    palette,
+                    mode,
+                    title + (f" ({labels[model]})" if pts["model"].nunique() > 1 else ""),
+                    f"{exp}-{mode}-m{model}",
+                )
                 if fig:
                     section.figures.append(fig)
         sections.append(section)

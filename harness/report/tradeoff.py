@@ -17,13 +17,15 @@ from attnbench.report.values import bytes_text, is_number, seconds_text
 def pareto_front(points: list[tuple[float, float]], higher_is_better: bool) -> list[int]:
     """Indices of the points no other point dominates (cost no larger, quality no worse, one
     strictly), ordered by cost."""
+
     def better(a: float, b: float) -> bool:
         return a > b if higher_is_better else a < b
 
     front = []
     for i, (c, q) in enumerate(points):
-        dominated = any((c2 <= c and not better(q, q2) and (c2 < c or better(q2, q)))
-                        for j, (c2, q2) in enumerate(points) if j != i)
+        dominated = any(
+            (c2 <= c and not better(q, q2) and (c2 < c or better(q2, q))) for j, (c2, q2) in enumerate(points) if j != i
+        )
         if not dominated:
             front.append(i)
     return sorted(front, key=lambda i: points[i][0])
@@ -32,16 +34,28 @@ def pareto_front(points: list[tuple[float, float]], higher_is_better: bool) -> l
 def _panel(ax, sub: pd.DataFrame, cost: str, palette: Palette) -> None:
     """One experiment against one cost: points with interval bars, labelled, and the front."""
     metric = sub["metric"].iloc[0]
-    pts = [(float(x), float(y), v, lo, hi) for x, y, v, lo, hi in zip(
-        sub[cost], sub["value_mean"], sub["variant"], sub["value_lo"], sub["value_hi"])
-        if is_number(x) and x > 0 and is_number(y)]
+    pts = [
+        (float(x), float(y), v, lo, hi)
+        for x, y, v, lo, hi in zip(sub[cost], sub["value_mean"], sub["variant"], sub["value_lo"], sub["value_hi"])
+        if is_number(x) and x > 0 and is_number(y)
+    ]
     front = pareto_front([(p[0], p[1]) for p in pts], metric == "accuracy")
     if len(front) > 1:
         ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "--", color="#999", lw=1, zorder=1)
     for i, (x, y, v, lo, hi) in enumerate(pts):
         err = [[y - lo], [hi - y]] if is_number(lo) and is_number(hi) else None
-        ax.errorbar([x], [y], yerr=err, fmt="o", ms=6 if i in front else 4.5, capsize=2, zorder=2,
-                    color=palette.get(v, (0.3, 0.3, 0.3)), mec="black" if i in front else "none", mew=0.8)
+        ax.errorbar(
+            [x],
+            [y],
+            yerr=err,
+            fmt="o",
+            ms=6 if i in front else 4.5,
+            capsize=2,
+            zorder=2,
+            color=palette.get(v, (0.3, 0.3, 0.3)),
+            mec="black" if i in front else "none",
+            mew=0.8,
+        )
         ax.annotate(v, (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.tick_params(labelsize=7)
@@ -65,8 +79,7 @@ def tradeoff_figure(rows: pd.DataFrame, palette: Palette, T: int | None = None) 
     experiments = list(dict.fromkeys(rows["experiment"]))
     if not experiments:
         return None
-    costs = (("step_time_s", f"train-step time at T={T}" if T else "train-step time"),
-             ("state_bytes", "decode state"))
+    costs = (("step_time_s", f"train-step time at T={T}" if T else "train-step time"), ("state_bytes", "decode state"))
     fig = MplFigure(figsize=(5.4, 0.3 + 2.0 * len(experiments)), layout="constrained")
     axes = fig.subplots(len(experiments), len(costs), squeeze=False)
     for r, exp in enumerate(experiments):
@@ -77,11 +90,16 @@ def tradeoff_figure(rows: pd.DataFrame, palette: Palette, T: int | None = None) 
             _panel(ax, sub, cost, palette)
             ax.set_xlabel(label + ", log", fontsize=8)
             if c == 0:
-                ax.set_ylabel(f"{exp}: test {metric}\n({'higher' if metric == 'accuracy' else 'lower'} is better)",
-                              fontsize=8)
+                ax.set_ylabel(
+                    f"{exp}: test {metric}\n({'higher' if metric == 'accuracy' else 'lower'} is better)", fontsize=8
+                )
     front = [Line2D([], [], ls="--", color="#999", marker="o", mec="black", mfc="white", label="Pareto front")]
     fig.legend(handles=front, loc="outside upper right", fontsize=7, frameon=False)
-    return Figure("tradeoff", "Quality against cost", _png(fig),
-                  "Each point: a variant at its chosen grid point, test metric as the mean over seeds with its 95% "
-                  "interval; cost: train-step time at the longest length timed for every variant, and the fp32 "
-                  "decode state at the training length. Dashed through outlined points: the Pareto front.")
+    return Figure(
+        "tradeoff",
+        "Quality against cost",
+        _png(fig),
+        "Each point: a variant at its chosen grid point, test metric as the mean over seeds with its 95% "
+        "interval; cost: train-step time at the longest length timed for every variant, and the fp32 "
+        "decode state at the training length. Dashed through outlined points: the Pareto front.",
+    )

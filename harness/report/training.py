@@ -11,30 +11,41 @@ from typing import Any
 import pandas as pd
 
 from attnbench.report import figures
-from attnbench.report.document import Figure
-from attnbench.report.document import Section
-from attnbench.report.document import Table
+from attnbench.report.document import Figure, Section, Table
 from attnbench.report.load import StoreData
-from attnbench.report.selection import Selection
-from attnbench.report.selection import select
-from attnbench.report.values import MISSING
-from attnbench.report.values import MeanCI
-from attnbench.report.values import bytes_text
-from attnbench.report.values import ci_text
-from attnbench.report.values import fact_text
-from attnbench.report.values import is_number
-from attnbench.report.values import key_of
-from attnbench.report.values import mean_ci
-from attnbench.report.values import num
-from attnbench.report.values import point_text
-from attnbench.report.values import seconds_text
+from attnbench.report.selection import Selection, select
+from attnbench.report.values import (
+    MISSING,
+    MeanCI,
+    bytes_text,
+    ci_text,
+    fact_text,
+    is_number,
+    key_of,
+    mean_ci,
+    num,
+    point_text,
+    seconds_text,
+)
 
 AUX_PREFIX = "train/aux/"
-_HEADLINE = (("loss", "val_loss", "held-out loss (nats/token)"), ("bpb", "val_bpb", "bits per byte"),
-             ("accuracy", "val_accuracy", "accuracy"))
+_HEADLINE = (
+    ("loss", "val_loss", "held-out loss (nats/token)"),
+    ("bpb", "val_bpb", "bits per byte"),
+    ("accuracy", "val_accuracy", "accuracy"),
+)
 _NOT_TASK_METRICS = ("loss", "ppl", "bpb")
-_COST = ("n_params", "state_elements", "fwd_flops_per_token", "tokens_per_s", "peak_memory_bytes", "budget",
-         "tokens", "steps", "train_time_s")
+_COST = (
+    "n_params",
+    "state_elements",
+    "fwd_flops_per_token",
+    "tokens_per_s",
+    "peak_memory_bytes",
+    "budget",
+    "tokens",
+    "steps",
+    "train_time_s",
+)
 
 
 def aux_names(data: StoreData, run_ids: list[int]) -> list[str]:
@@ -92,8 +103,13 @@ def _mean(runs: pd.DataFrame, key: str) -> float | None:
 
 def _budget(runs: pd.DataFrame) -> str:
     """The budget as 'steps=60' ('; '-joined when the runs differ)."""
-    budgets = {", ".join(f"{k}={num(v) if is_number(v) else v}" for k, v in sorted(b.items()))
-               if isinstance(b, dict) else str(b) for b in (s.get("budget") for s in runs["summary"]) if b}
+    budgets = {
+        ", ".join(f"{k}={num(v) if is_number(v) else v}" for k, v in sorted(b.items()))
+        if isinstance(b, dict)
+        else str(b)
+        for b in (s.get("budget") for s in runs["summary"])
+        if b
+    }
     return "; ".join(sorted(budgets)) or MISSING
 
 
@@ -104,16 +120,24 @@ def _row(data: StoreData, sel: Selection) -> tuple[dict[str, Any], dict[str, Any
     ids = [int(i) for i in runs["id"]]
     aux = aux_names(data, ids)
     raw: dict[str, Any] = {
-        "experiment": sel.experiment, "variant": sel.label, "variant_options": key_of(sel.options),
+        "experiment": sel.experiment,
+        "variant": sel.label,
+        "variant_options": key_of(sel.options),
         "model": sel.model_label,
         "objective": "cross-entropy + auxiliary: " + ", ".join(aux) if aux else "cross-entropy",
-        "grid_point": point_text(sel.point), "grid_points_tried": sel.n_points,
-        "key": None if (chosen := sel.chosen_run()) is None else chosen["cell_key"], "keys": " ".join(sel.keys()),
-        "seeds_done": len(done), "seeds": len(runs),
+        "grid_point": point_text(sel.point),
+        "grid_points_tried": sel.n_points,
+        "key": None if (chosen := sel.chosen_run()) is None else chosen["cell_key"],
+        "keys": " ".join(sel.keys()),
+        "seeds_done": len(done),
+        "seeds": len(runs),
     }
-    view: dict[str, Any] = {"variant": sel.label, "model": sel.model_label, "objective": raw["objective"],
-                            "chosen point": raw["grid_point"] if sel.n_points == 1
-                            else f"{raw['grid_point']} (best of {sel.n_points})"}
+    view: dict[str, Any] = {
+        "variant": sel.label,
+        "model": sel.model_label,
+        "objective": raw["objective"],
+        "chosen point": raw["grid_point"] if sel.n_points == 1 else f"{raw['grid_point']} (best of {sel.n_points})",
+    }
     for short, key, label in _HEADLINE:
         m = mean_ci(s.get(key) for s in done["summary"])
         if m.n or any(key in s for s in runs["summary"]):
@@ -127,17 +151,26 @@ def _row(data: StoreData, sel: Selection) -> tuple[dict[str, Any], dict[str, Any
     raw.update(facts)
     raw.update(budget=_budget(runs), status=_status(runs), trust_gate=_gate(runs))
     state = fact_text(runs["summary"], "state_elements")
-    view.update({"parameters": num(facts["n_params"]), "state (elements at T)": state,
-                 "status": raw["status"], "trust gate": raw["trust_gate"]})
+    view.update(
+        {
+            "parameters": num(facts["n_params"]),
+            "state (elements at T)": state,
+            "status": raw["status"],
+            "trust gate": raw["trust_gate"],
+        }
+    )
     mlp = (runs.iloc[0]["config"].get("model") or {}).get("mlp_hidden") if len(runs) else None
     cost = {
-        "variant": sel.label, "model": sel.model_label,
+        "variant": sel.label,
+        "model": sel.model_label,
         "parameters": num(facts["n_params"]) + (f" (MLP width {mlp}: matched)" if mlp else ""),
         "state (elements at T)": state,
         "FLOPs/token (fwd)": fact_text(runs["summary"], "fwd_flops_per_token", lambda v: num(v, 3)),
         "tokens/s": num(facts["tokens_per_s"], 3),
         "peak memory": bytes_text(facts["peak_memory_bytes"]) if facts["peak_memory_bytes"] else _no_memory(runs),
-        "budget": raw["budget"], "tokens used": num(facts["tokens"]), "steps": num(facts["steps"]),
+        "budget": raw["budget"],
+        "tokens used": num(facts["tokens"]),
+        "steps": num(facts["steps"]),
         "train seconds": seconds_text(facts["train_time_s"]),
     }
     return raw, view, cost
@@ -149,16 +182,28 @@ def _grid_table(exp: str, sels: list[Selection]) -> Table | None:
     rows = []
     for s in sels:
         for p in s.points:
-            rows.append({"variant": s.label, "model": s.model_label, "grid_point": point_text(p.point),
-                         "mean_loss": p.mean_loss, "seeds_done": p.done, "seeds": p.total,
-                         "chosen": p.point == s.point})
+            rows.append(
+                {
+                    "variant": s.label,
+                    "model": s.model_label,
+                    "grid_point": point_text(p.point),
+                    "mean_loss": p.mean_loss,
+                    "seeds_done": p.done,
+                    "seeds": p.total,
+                    "chosen": p.point == s.point,
+                }
+            )
     data = pd.DataFrame(rows)
-    view = pd.DataFrame({
-        "variant": data["variant"], "model": data["model"], "grid point": data["grid_point"],
-        "held-out loss (mean over finished seeds)": [num(v) for v in data["mean_loss"]],
-        "seeds finished": [f"{d}/{t}" for d, t in zip(data["seeds_done"], data["seeds"])],
-        "chosen": ["chosen" if c else "" for c in data["chosen"]],
-    })
+    view = pd.DataFrame(
+        {
+            "variant": data["variant"],
+            "model": data["model"],
+            "grid point": data["grid_point"],
+            "held-out loss (mean over finished seeds)": [num(v) for v in data["mean_loss"]],
+            "seeds finished": [f"{d}/{t}" for d, t in zip(data["seeds_done"], data["seeds"])],
+            "chosen": ["chosen" if c else "" for c in data["chosen"]],
+        }
+    )
     return Table(f"{exp}-grid", f"{exp}: every grid point", data, view)
 
 
@@ -171,12 +216,20 @@ def _curves(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
         m = data.metrics[data.metrics["run_id"].isin(ids) & data.metrics["name"].isin(["train/loss", "val/loss"])]
         if m.empty:
             continue
-        frames.append(pd.DataFrame({
-            "variant": s.label, "seed": m["run_id"].map(seeds), "tokens": m["tokens"],
-            "elapsed_s": m["elapsed_s"], "split": m["name"].map({"train/loss": "train", "val/loss": "held-out"}),
-            "step": m["step"], "flops": m["tokens"] * per_token if per_token else float("nan"),
-            "loss": pd.to_numeric(m["value"], errors="coerce"),
-        }))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "variant": s.label,
+                    "seed": m["run_id"].map(seeds),
+                    "tokens": m["tokens"],
+                    "elapsed_s": m["elapsed_s"],
+                    "split": m["name"].map({"train/loss": "train", "val/loss": "held-out"}),
+                    "step": m["step"],
+                    "flops": m["tokens"] * per_token if per_token else float("nan"),
+                    "loss": pd.to_numeric(m["value"], errors="coerce"),
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -192,8 +245,16 @@ def _task_rows(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
             if "task" not in tags or r["name"] in _NOT_TASK_METRICS:
                 continue
             coords = {k: v for k, v in tags.items() if k not in ("split", "task")}
-            rows.append({"variant": s.label, "task": tags["task"], "metric": r["name"],
-                         "seed": seeds[r["run_id"]], "value": r["value"], **coords})
+            rows.append(
+                {
+                    "variant": s.label,
+                    "task": tags["task"],
+                    "metric": r["name"],
+                    "seed": seeds[r["run_id"]],
+                    "value": r["value"],
+                    **coords,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -213,8 +274,13 @@ def _task_section(exp: str, rows: pd.DataFrame, palette: figures.Palette) -> tup
     varying = [c for c in coords if acc[c].nunique(dropna=True) > 1]
     if not acc.empty and coords:
         x = next((c for c in ("num_kv_pairs", *varying, *coords) if c in coords), coords[0])
-        fig = figures.recall(acc.rename(columns={"value": "accuracy"}), x, palette,
-                             f"{exp}: accuracy against {x.replace('_', ' ')}", f"{exp}-recall")
+        fig = figures.recall(
+            acc.rename(columns={"value": "accuracy"}),
+            x,
+            palette,
+            f"{exp}: accuracy against {x.replace('_', ' ')}",
+            f"{exp}-recall",
+        )
         figs = [fig] if fig else []
     return [table], figs
 
@@ -226,8 +292,12 @@ def _cis(data: pd.DataFrame) -> list[MeanCI]:
 def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
     runs = data.runs_of("train")
     if runs.empty:
-        return [Section("Training at equal budget", missing="no train experiments in this store: "
-                        "run a suite with kind: train (e.g. suites/smoke.yaml)")]
+        return [
+            Section(
+                "Training at equal budget",
+                missing="no train experiments in this store: run a suite with kind: train (e.g. suites/smoke.yaml)",
+            )
+        ]
     labels = variant_labels(data)
     sections = []
     for exp in dict.fromkeys(runs["experiment"]):
@@ -236,18 +306,31 @@ def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
         row_labels = {s.label: labels.get(s.variant, s.variant).replace(s.variant, s.label, 1) for s in sels}
         pairs = [_row(data, s) for s in sels]
         raw = pd.DataFrame([p[0] for p in pairs])
-        main = Table(f"{exp}-variants", f"{exp}: each variant at equal budget", raw,
-                     pd.DataFrame([p[1] for p in pairs]).fillna(MISSING))
-        cost = Table(f"{exp}-cost", f"{exp}: facts and budget consumed (mean over the chosen point's runs)",
-                     raw[["variant", "variant_options", "model", *_COST]], pd.DataFrame([p[2] for p in pairs]))
-        section = Section(f"Training: {exp}", intro=(
-            "Each row is one variant with its options (and model size) at the experiment's common budget; "
-            "runs with different variant_options are different rows. Held-out values "
-            "are the mean over finished seeds with a two-sided 95% Student-t interval, at the grid point "
-            "with the lowest mean validation loss. These are validation values, the split the choice read, "
-            "so they flatter larger grids; where the data has a test split, the Summary at the top reports "
-            "the chosen points on it. Facts: parameters measured; state size and FLOPs per "
-            "token as declared by the variant at the training length."), tables=[main, cost])
+        main = Table(
+            f"{exp}-variants",
+            f"{exp}: each variant at equal budget",
+            raw,
+            pd.DataFrame([p[1] for p in pairs]).fillna(MISSING),
+        )
+        cost = Table(
+            f"{exp}-cost",
+            f"{exp}: facts and budget consumed (mean over the chosen point's runs)",
+            raw[["variant", "variant_options", "model", *_COST]],
+            pd.DataFrame([p[2] for p in pairs]),
+        )
+        section = Section(
+            f"Training: {exp}",
+            intro=(
+                "Each row is one variant with its options (and model size) at the experiment's common budget; "
+                "runs with different variant_options are different rows. Held-out values "
+                "are the mean over finished seeds with a two-sided 95% Student-t interval, at the grid point "
+                "with the lowest mean validation loss. These are validation values, the split the choice read, "
+                "so they flatter larger grids; where the data has a test split, the Summary at the top reports "
+                "the chosen points on it. Facts: parameters measured; state size and FLOPs per "
+                "token as declared by the variant at the training length."
+            ),
+            tables=[main, cost],
+        )
         grid = _grid_table(exp, sels)
         if grid is not None:
             section.tables.append(grid)
@@ -255,13 +338,24 @@ def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
         for model in models:
             curves = _curves(data, [s for s in sels if s.model_label == model])
             title = f"{exp}: loss curves" + (f" ({model})" if len(models) > 1 else "")
-            fig = None if curves.empty else figures.loss_curves(curves, rows_palette, row_labels, title,
-                                                                f"{exp}-loss-{model}")
+            fig = (
+                None
+                if curves.empty
+                else figures.loss_curves(curves, rows_palette, row_labels, title, f"{exp}-loss-{model}")
+            )
             if fig:
                 section.figures.append(fig)
-            fig = None if curves.empty else figures.equal_budget(curves, rows_palette, row_labels, f"{exp}: equal-budget "
-                                                                   f"views" + (f" ({model})" if len(models) > 1 else ""),
-                                                                   f"{exp}-budget-{model}")
+            fig = (
+                None
+                if curves.empty
+                else figures.equal_budget(
+                    curves,
+                    rows_palette,
+                    row_labels,
+                    f"{exp}: equal-budget views" + (f" ({model})" if len(models) > 1 else ""),
+                    f"{exp}-budget-{model}",
+                )
+            )
             if fig:
                 section.figures.append(fig)
         task_rows = _task_rows(data, sels)

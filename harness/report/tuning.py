@@ -7,8 +7,7 @@ import statistics
 
 import pandas as pd
 
-from attnbench.report.document import Section
-from attnbench.report.document import Table
+from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
 from attnbench.report.values import grid_point, is_number, num, point_text
 
@@ -35,15 +34,30 @@ def tuning_section(data: StoreData) -> list[Section]:
                 loss = summary.get("val_loss")
                 points.setdefault(point_text(grid_point(coords)), []).append(loss if is_number(loss) else float("inf"))
             for point, losses in sorted(points.items(), key=lambda kv: statistics.fmean(kv[1])):
-                rows.append({"experiment": exp, "variant": variant, "rung": rung, "budget": _budget(at.iloc[0]["config"]),
-                             "point": point, "seeds": len(losses), "val_loss": statistics.fmean(losses),
-                             "went_on": point in later})
+                rows.append(
+                    {
+                        "experiment": exp,
+                        "variant": variant,
+                        "rung": rung,
+                        "budget": _budget(at.iloc[0]["config"]),
+                        "point": point,
+                        "seeds": len(losses),
+                        "val_loss": statistics.fmean(losses),
+                        "went_on": point in later,
+                    }
+                )
     if not rows:
         return []
     raw = pd.DataFrame(rows)
-    view = raw.assign(val_loss=[num(v) for v in raw["val_loss"]],
-                      went_on=["yes" if w else "" for w in raw["went_on"]])
-    return [Section("Tuning: successive halving", intro=(
-        "Each rung trains every remaining grid point on the tuning seeds at its budget; the best points by "
-        "mean validation loss go on at a larger budget, and the survivor runs at the full budget on every seed "
-        "(the runs the summary reports)."), tables=[Table("tuning", "Tuning trail per variant", raw, view)])]
+    view = raw.assign(val_loss=[num(v) for v in raw["val_loss"]], went_on=["yes" if w else "" for w in raw["went_on"]])
+    return [
+        Section(
+            "Tuning: successive halving",
+            intro=(
+                "Each rung trains every remaining grid point on the tuning seeds at its budget; the best points by "
+                "mean validation loss go on at a larger budget, and the survivor runs at the full budget on every seed "
+                "(the runs the summary reports)."
+            ),
+            tables=[Table("tuning", "Tuning trail per variant", raw, view)],
+        )
+    ]

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from attnbench.fits import t_quantile_975
 
@@ -106,8 +107,9 @@ def point_text(point: dict[str, Any]) -> str:
     variant option (variant_options.VARIANT.OPTION) is named by its option."""
     if not point:
         return "(single point)"
-    short = {(k.split(".", 2)[2] if k.startswith(OPTION_PREFIX) and k.count(".") >= 2 else k): v
-             for k, v in point.items()}
+    short = {
+        (k.split(".", 2)[2] if k.startswith(OPTION_PREFIX) and k.count(".") >= 2 else k): v for k, v in point.items()
+    }
     return ", ".join(f"{k}={num(v) if is_number(v) else v}" for k, v in sorted(short.items()))
 
 

@@ -8,17 +8,15 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import uuid
-import re
 from pathlib import Path
 
 import pandas as pd
 
-from attnbench.report.document import Report
-from attnbench.report.document import Table
-from attnbench.report.render import to_html
-from attnbench.report.render import to_markdown
+from attnbench.report.document import Report, Table
+from attnbench.report.render import to_html, to_markdown
 from attnbench.report.values import scalar
 
 _OWNED = {"figures": (".png",), "tables": (".csv", ".parquet")}
@@ -128,6 +126,7 @@ def _write_into(report: Report, out_dir: Path) -> None:
         frame = _parquet_ready(t.data)
         frame.to_csv(out_dir / links(t)["CSV"], index=False)
         frame.to_parquet(out_dir / links(t)["Parquet"], index=False)
-    (out_dir / "report.md").write_text(to_markdown(report, lambda slug: f"figures/{fig_names[slug]}.png", links),
-                                       encoding="utf-8")
+    (out_dir / "report.md").write_text(
+        to_markdown(report, lambda slug: f"figures/{fig_names[slug]}.png", links), encoding="utf-8"
+    )
     (out_dir / "index.html").write_text(to_html(report, links), encoding="utf-8")

@@ -15,8 +15,10 @@ def make_executor(name: str = "local", *, address: str | None = None, jobs: int 
         raise ExecutorError("--address names a Ray cluster; use it with --executor ray")
     if name == "ray":
         if jobs > 1:
-            raise ExecutorError(f"--jobs {jobs} runs cells in a local process pool; Ray schedules the cells "
-                                "itself (one task per cell, cpus_per_cell each): drop --jobs, or drop --executor ray")
+            raise ExecutorError(
+                f"--jobs {jobs} runs cells in a local process pool; Ray schedules the cells "
+                "itself (one task per cell, cpus_per_cell each): drop --jobs, or drop --executor ray"
+            )
         return RayExecutor(address)
     if jobs > 1:
         return ProcessPoolCellExecutor(jobs)

@@ -13,8 +13,9 @@ import logging
 import os
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from attnbench.errors import ExecutorError
 
@@ -79,7 +80,7 @@ class Executor(ABC):
     def close(self) -> None:
         """Release what the executor started (a no-op for the in-process executor)."""
 
-    def __enter__(self) -> "Executor":
+    def __enter__(self) -> Executor:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -101,8 +102,12 @@ def _ray_call(fn: Callable[..., Any], args: tuple[Any, ...], num_cpus: float) ->
     import torch
 
     torch.set_num_threads(max(1, int(num_cpus)))
-    info = {"executor": "ray", "pid": os.getpid(), "threads": torch.get_num_threads(),
-            "node": ray.get_runtime_context().get_node_id()}
+    info = {
+        "executor": "ray",
+        "pid": os.getpid(),
+        "threads": torch.get_num_threads(),
+        "node": ray.get_runtime_context().get_node_id(),
+    }
     return fn(*args), info
 
 
@@ -110,9 +115,7 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise ExecutorError(
-            "--executor ray needs Ray, which is not installed: pip install 'attnbench[ray]'"
-        ) from exc
+        raise ExecutorError("--executor ray needs Ray, which is not installed: pip install 'attnbench[ray]'") from exc
     return ray
 
 
@@ -133,8 +136,11 @@ class RayExecutor(Executor):
             if address:
                 kwargs["address"] = address
             else:  # a fresh instance on this machine, sized to it, never someone else's cluster
-                kwargs.update(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
-                              object_store_memory=RAY_OBJECT_STORE_BYTES)
+                kwargs.update(
+                    address="local",
+                    num_cpus=num_cpus or os.cpu_count() or 1,
+                    object_store_memory=RAY_OBJECT_STORE_BYTES,
+                )
             try:
                 ray.init(**kwargs)
             except Exception as exc:
@@ -147,8 +153,10 @@ class RayExecutor(Executor):
         self._pending: dict[Any, tuple[Task, int, float]] = {}  # ref -> (task, attempt, started)
 
     def _launch(self, task: Task, attempt: int, started: float | None = None) -> None:
-        for resource, need, fix in (("CPU", task.num_cpus, "lower the suite's cpus_per_cell"),
-                                    ("GPU", task.num_gpus, "run with --device cpu")):
+        for resource, need, fix in (
+            ("CPU", task.num_cpus, "lower the suite's cpus_per_cell"),
+            ("GPU", task.num_gpus, "run with --device cpu"),
+        ):
             have = (self._capacity or {}).get(resource, 0.0)
             if self._capacity is not None and need > have:
                 raise ExecutorError(
@@ -156,7 +164,10 @@ class RayExecutor(Executor):
                     f"{fix}, or pass --address of a Ray cluster that has them"
                 )
         ref = self._remote.options(
-            num_cpus=task.num_cpus, num_gpus=task.num_gpus, max_retries=0, name=f"cell-{task.key[:12]}",
+            num_cpus=task.num_cpus,
+            num_gpus=task.num_gpus,
+            max_retries=0,
+            name=f"cell-{task.key[:12]}",
         ).remote(task.fn, task.args, task.num_cpus)
         self._pending[ref] = (task, attempt, started if started is not None else time.time())
 

@@ -17,9 +17,10 @@ import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from typing import Any
 
 from attnbench.contract.variant import Variant
 from attnbench.errors import ExecutorError, UnknownVariantError
@@ -95,8 +96,10 @@ class _Unpickler(pickle.Unpickler):
             variant = None
         if variant is None or content_key(variant_identity(variant)) != identity:
             found = "does not register it" if variant is None else "registers other code under that name"
-            raise ExecutorError(f"variant {name!r}: the plugins a worker process loads {found} (registered in the "
-                                "driver only, or changed on disk during the run); run with --jobs 1")
+            raise ExecutorError(
+                f"variant {name!r}: the plugins a worker process loads {found} (registered in the "
+                "driver only, or changed on disk during the run); run with --jobs 1"
+            )
         return variant
 
 
@@ -159,8 +162,12 @@ class ProcessPoolCellExecutor(Executor):
 
     def _ensure_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                                                initializer=_init_worker, initargs=(self.threads,))
+            self._pool = cf.ProcessPoolExecutor(
+                self.jobs,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(self.threads,),
+            )
         return self._pool
 
     def submit(self, task: Task) -> list[Finished]:
@@ -170,9 +177,18 @@ class ProcessPoolCellExecutor(Executor):
             blob = _dumps((task.fn, task.args))
         except Exception as exc:  # noqa: BLE001 - a lambda or local class in a plugin, ...
             now = time.time()
-            return [Finished(task, None, f"cannot be sent to a worker process ({type(exc).__name__}: {exc}); "
-                                         "define the plugin's functions at module level, or run with --jobs 1",
-                             1, now, now, {"executor": POOL})]
+            return [
+                Finished(
+                    task,
+                    None,
+                    f"cannot be sent to a worker process ({type(exc).__name__}: {exc}); "
+                    "define the plugin's functions at module level, or run with --jobs 1",
+                    1,
+                    now,
+                    now,
+                    {"executor": POOL},
+                )
+            ]
         self._queue.append(_Entry(task, blob))
         done = self._collect(block=False)
         self._launch()
@@ -221,9 +237,17 @@ class ProcessPoolCellExecutor(Executor):
             elif isinstance(exc, BrokenProcessPool):
                 lost.append(entry)
             else:  # the worker could not unpickle the task or send its value back
-                done.append(Finished(entry.task, None, f"the worker process could not run it: "
-                                     f"{type(exc).__name__}: {exc}", entry.attempt, entry.started, time.time(),
-                                     {"executor": POOL}))
+                done.append(
+                    Finished(
+                        entry.task,
+                        None,
+                        f"the worker process could not run it: {type(exc).__name__}: {exc}",
+                        entry.attempt,
+                        entry.started,
+                        time.time(),
+                        {"executor": POOL},
+                    )
+                )
         return done, lost
 
     def _recover(self, lost: list[_Entry]) -> list[Finished]:
@@ -240,10 +264,21 @@ class ProcessPoolCellExecutor(Executor):
             self._queue.appendleft(replace(entry, attempt=entry.attempt + 1, alone=False))
             return []
         how = f" (exit code {', '.join(map(str, codes))})" if codes else ""
-        error = (f"the worker process running this cell died{how} after {entry.attempt} attempt(s): killed, "
-                 "or crashed outside Python (out of memory, a segfault, os._exit)")
-        return [Finished(entry.task, None, error, entry.attempt, entry.started, time.time(),
-                         {"executor": POOL, "died": True, "exit_codes": codes})]
+        error = (
+            f"the worker process running this cell died{how} after {entry.attempt} attempt(s): killed, "
+            "or crashed outside Python (out of memory, a segfault, os._exit)"
+        )
+        return [
+            Finished(
+                entry.task,
+                None,
+                error,
+                entry.attempt,
+                entry.started,
+                time.time(),
+                {"executor": POOL, "died": True, "exit_codes": codes},
+            )
+        ]
 
     def _shutdown(self, terminate: bool) -> None:
         if self._pool is None:

@@ -7,7 +7,8 @@ import dataclasses
 import multiprocessing
 import os
 import time
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from attnbench.plan.cells import Cell
 
@@ -106,8 +107,9 @@ class ProgressLine:
         started, per_step = self.clock(), _tokens_per_step(cell)
         state: dict[str, Any] = {"val": None, "done": False}
 
-        def update(step: int, total: int, loss: float | None, *, val: float | None = None,
-                   label: str | None = None) -> None:
+        def update(
+            step: int, total: int, loss: float | None, *, val: float | None = None, label: str | None = None
+        ) -> None:
             now = self.clock()
             state["val"] = val if val is not None else state["val"]
             finished = total > 0 and step >= total
@@ -130,8 +132,11 @@ class ProgressLine:
             if state["val"] is not None:
                 parts.append(f"val {state['val']:.4f}")
             # A worker sees only its own cells: the suite's ETA is the driver's to know.
-            parts.append(f"ETA cell {duration(eta)}" if self.worker else
-                         f"ETA cell {duration(eta)}, suite {duration(self._suite_eta(i, n, eta))}")
+            parts.append(
+                f"ETA cell {duration(eta)}"
+                if self.worker
+                else f"ETA cell {duration(eta)}, suite {duration(self._suite_eta(i, n, eta))}"
+            )
             msg = " | ".join(parts)
             self._emit(("\r\033[K" + msg if self.tty else msg) + ("" if self.tty and not finished else "\n"))
 

@@ -17,21 +17,20 @@ from typing import Any, TextIO
 import torch
 
 from attnbench import distributed
-from attnbench.experiments.registry import expand_suite
-from attnbench.plan.cells import Cell
-from attnbench.plan.halving import next_cells, planned_total
+from attnbench.contract.variant import Variant
 from attnbench.data.loading import load_corpus
 from attnbench.errors import DistributedError
+from attnbench.experiments.base import CellOutcome, RunContext
+from attnbench.experiments.registry import expand_suite, get_kind
+from attnbench.gate.verdicts import Verdict, gate_variant
+from attnbench.plan.cells import Cell
+from attnbench.plan.halving import next_cells, planned_total
+from attnbench.plan.suite import Suite
+from attnbench.registry.loader import Registry
 from attnbench.run.executors import Executor, Finished, InProcessExecutor, Task
 from attnbench.run.progress import ProgressLine
-from attnbench.registry.loader import Registry
-from attnbench.store.provenance import device_name, provenance, resolve_device
-from attnbench.gate.verdicts import Verdict, gate_variant
-from attnbench.experiments.base import CellOutcome, RunContext
-from attnbench.experiments.registry import get_kind
 from attnbench.store.database import RunRecord, Store
-from attnbench.plan.suite import Suite
-from attnbench.contract.variant import Variant
+from attnbench.store.provenance import device_name, provenance, resolve_device
 from attnbench.track.base import LiveCell, Tracker, track_record
 
 
@@ -62,16 +61,32 @@ def cell_record(job: CellJob, outcome: CellOutcome, started: float, finished: fl
     cell = job.cell
     parallel = get_kind(cell.kind).data_parallel  # every torchrun rank runs it together
     return RunRecord(
-        cell_key=cell.key, suite=cell.suite, experiment=cell.experiment, kind=cell.kind,
-        variant=cell.variant, status=outcome.status, seed=cell.seed, coords=cell.coords,
+        cell_key=cell.key,
+        suite=cell.suite,
+        experiment=cell.experiment,
+        kind=cell.kind,
+        variant=cell.variant,
+        status=outcome.status,
+        seed=cell.seed,
+        coords=cell.coords,
         config={**cell.config_dict(), "key_inputs": cell.key_inputs},
-        provenance={**provenance(torch.device(job.device)), **job.context,
-                    "variant": cell.key_inputs.get("variant"),
-                    "corpus_sha256": cell.key_inputs.get("corpus_sha256"), "gate": job.gate,
-                    "distributed": {"world_size": distributed.world_size() if parallel else 1,
-                                    "backend": distributed.backend() if parallel else None}},
-        summary=outcome.summary, started_at=started, finished_at=finished, error=outcome.error,
-        metrics=outcome.metrics, results=outcome.results,
+        provenance={
+            **provenance(torch.device(job.device)),
+            **job.context,
+            "variant": cell.key_inputs.get("variant"),
+            "corpus_sha256": cell.key_inputs.get("corpus_sha256"),
+            "gate": job.gate,
+            "distributed": {
+                "world_size": distributed.world_size() if parallel else 1,
+                "backend": distributed.backend() if parallel else None,
+            },
+        },
+        summary=outcome.summary,
+        started_at=started,
+        finished_at=finished,
+        error=outcome.error,
+        metrics=outcome.metrics,
+        results=outcome.results,
     )
 
 
@@ -83,8 +98,14 @@ def _agree(outcome: CellOutcome) -> CellOutcome:
     return outcome
 
 
-def run_cell(job: CellJob, *, store: Store | None = None, progress: ProgressLine | None = None,
-             out: TextIO | None = None, live: LiveCell | None = None) -> RunRecord | None:
+def run_cell(
+    job: CellJob,
+    *,
+    store: Store | None = None,
+    progress: ProgressLine | None = None,
+    out: TextIO | None = None,
+    live: LiveCell | None = None,
+) -> RunRecord | None:
     """Run one cell where this is called (the driver, a Ray worker, each torchrun rank) and
     return its record; None on torchrun ranks other than 0, which store nothing."""
     cell, dev, out = job.cell, torch.device(job.device), out or sys.stderr
@@ -92,8 +113,9 @@ def run_cell(job: CellJob, *, store: Store | None = None, progress: ProgressLine
     if distributed.active() and not parallel and not distributed.is_main():
         return None  # rank 0 runs it alone
     started = time.time()
-    ctx = RunContext(dev, (progress or ProgressLine(out)).cell(*job.index, cell), job.checkpoint_dir,
-                     store, job.registry, live)
+    ctx = RunContext(
+        dev, (progress or ProgressLine(out)).cell(*job.index, cell), job.checkpoint_dir, store, job.registry, live
+    )
     try:
         outcome = get_kind(cell.kind).run(cell, job.variant, ctx)
     except torch.OutOfMemoryError as exc:
@@ -107,8 +129,13 @@ def run_cell(job: CellJob, *, store: Store | None = None, progress: ProgressLine
 
 
 def _plan(suite: Suite, registry: Registry, dev: torch.device, only_variants: list[str] | None) -> list[Cell]:
-    cells = expand_suite(suite, registry, device=device_name(dev), only_variants=only_variants,
-                         corpus_hash=lambda spec: load_corpus(spec, registry).sha256)
+    cells = expand_suite(
+        suite,
+        registry,
+        device=device_name(dev),
+        only_variants=only_variants,
+        corpus_hash=lambda spec: load_corpus(spec, registry).sha256,
+    )
     for cell in cells:  # under torchrun: a global batch that does not split is refused up front
         if get_kind(cell.kind).data_parallel and hasattr(cell.spec, "batch_size"):
             try:
@@ -121,9 +148,18 @@ def _plan(suite: Suite, registry: Registry, dev: torch.device, only_variants: li
 class _SuiteRun:
     """One driver's pass over a suite's cells: gate, submit, record, finalize."""
 
-    def __init__(self, suite: Suite, store: Store | None, registry: Registry, dev: torch.device,
-                 cells: list[Cell], out: TextIO, executor: Executor, trackers: list[Tracker] = (),
-                 retry_failed: bool | None = None) -> None:
+    def __init__(
+        self,
+        suite: Suite,
+        store: Store | None,
+        registry: Registry,
+        dev: torch.device,
+        cells: list[Cell],
+        out: TextIO,
+        executor: Executor,
+        trackers: list[Tracker] = (),
+        retry_failed: bool | None = None,
+    ) -> None:
         self.suite, self.store, self.registry, self.dev, self.cells = suite, store, registry, dev, list(cells)
         self.out, self.executor, self.main = out, executor, distributed.is_main()
         self.report = RunReport(cells=len(cells))
@@ -146,8 +182,16 @@ class _SuiteRun:
             if self.main:
                 print(f"checking {cell.variant} (trust gate) ...", file=self.out, flush=True)
             self.verdicts[gate_id] = distributed.from_main(
-                gate_variant(variant, self.store, self.dev, options=cell.model.options,
-                             time_limit_s=self.suite.check_time_limit_s) if self.main else None)
+                gate_variant(
+                    variant,
+                    self.store,
+                    self.dev,
+                    options=cell.model.options,
+                    time_limit_s=self.suite.check_time_limit_s,
+                )
+                if self.main
+                else None
+            )
             verdict = self.verdicts[gate_id]
             if self.main:
                 result = f"failed {verdict.failed}" if verdict.failed else "passed"
@@ -159,17 +203,23 @@ class _SuiteRun:
         if not self.main:
             return
         job = self.jobs[done.task.key]
-        rec = done.value if done.error is None else cell_record(
-            job, CellOutcome("failed", error=done.error), done.started_at, done.finished_at)
+        rec = (
+            done.value
+            if done.error is None
+            else cell_record(job, CellOutcome("failed", error=done.error), done.started_at, done.finished_at)
+        )
         if done.worker:  # the process and torch threads that ran it
             rec.provenance["worker"] = done.worker
         self.store.save_run_or_set_aside(rec)
         self.report.ran += 1
         track_record(self.trackers, rec, self.live.pop(job.cell.key, None))
         if rec.status != "done":
-            self.report.not_done.append(f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: "
-                                        f"{rec.status} ({rec.error})")
-            print("[{}/{}] {}: {}".format(*job.index, rec.status, rec.error), file=self.out)  # which, with several in flight
+            self.report.not_done.append(
+                f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: {rec.status} ({rec.error})"
+            )
+            print(
+                "[{}/{}] {}: {}".format(*job.index, rec.status, rec.error), file=self.out
+            )  # which, with several in flight
 
     def submit(self, i: int, cell: Cell) -> None:
         if distributed.from_main(self.store.settled(cell.key, self.retry_failed) if self.main else None):
@@ -181,19 +231,32 @@ class _SuiteRun:
             self.report.not_done.append(
                 f"{cell.experiment}/{cell.variant} seed {cell.seed}: refused, failed checks "
                 f"{verdict.failed} (see `attnbench check {cell.variant}`; set allow_failed_checks: true "
-                "in the suite to record its numbers marked as failing)")
+                "in the suite to record its numbers marked as failing)"
+            )
             return
         job = self.jobs[cell.key] = CellJob(
-            cell, variant, self.registry, self.job_device, self.checkpoint_dir,
-            {"key": verdict.key, "failed": verdict.failed}, (i, self.total), self.context)
+            cell,
+            variant,
+            self.registry,
+            self.job_device,
+            self.checkpoint_dir,
+            {"key": verdict.key, "failed": verdict.failed},
+            (i, self.total),
+            self.context,
+        )
         kind = get_kind(cell.kind)
         live = self.live[cell.key] = LiveCell.for_cell(self.trackers, cell)  # used when it runs here
-        task = Task(cell.key, run_cell, (job,), {"store": self.store, "progress": self.progress, "out": self.out,
-                                                 "live": live},
-                    num_cpus=self.suite.cpus_per_cell, num_gpus=1 if self.dev.type == "cuda" else 0,
-                    retries=self.suite.retries,
-                    # a timed cell beside cells training in a local pool would time the contention
-                    on_driver=kind.on_driver or (kind.timed and self.executor.shares_machine))
+        task = Task(
+            cell.key,
+            run_cell,
+            (job,),
+            {"store": self.store, "progress": self.progress, "out": self.out, "live": live},
+            num_cpus=self.suite.cpus_per_cell,
+            num_gpus=1 if self.dev.type == "cuda" else 0,
+            retries=self.suite.retries,
+            # a timed cell beside cells training in a local pool would time the contention
+            on_driver=kind.on_driver or (kind.timed and self.executor.shares_machine),
+        )
         if task.on_driver:  # it reads earlier cells from the store, or must run alone: store them first
             for done in self.executor.drain():
                 self.record(done)
@@ -225,8 +288,14 @@ class _SuiteRun:
 
 
 def run_suite(
-    suite: Suite, store: Store | None, registry: Registry, *, device: str | None = None,
-    only_variants: list[str] | None = None, out: TextIO = sys.stderr, executor: Executor | None = None,
+    suite: Suite,
+    store: Store | None,
+    registry: Registry,
+    *,
+    device: str | None = None,
+    only_variants: list[str] | None = None,
+    out: TextIO = sys.stderr,
+    executor: Executor | None = None,
     trackers: list[Tracker] = (),
     retry_failed: bool | None = None,
 ) -> RunReport:
@@ -239,8 +308,7 @@ def run_suite(
     """
     dev = resolve_device(device or suite.device)
     cells = _plan(suite, registry, dev, only_variants)
-    run = _SuiteRun(suite, store, registry, dev, cells, out, executor or InProcessExecutor(), trackers,
-                    retry_failed)
+    run = _SuiteRun(suite, store, registry, dev, cells, out, executor or InProcessExecutor(), trackers, retry_failed)
     wave, done = cells, 0
     while wave:  # a tuned protocol's later rungs exist once the rung before them is stored
         for cell in wave:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from attnbench.errors import StoreError
-from attnbench.store import jsonsafe
-from attnbench.store import sidefile
+from attnbench.store import jsonsafe, sidefile
 from attnbench.store.records import Metric, Result, RunRecord
 from attnbench.store.schema import migrate
 
@@ -26,8 +26,10 @@ DEFAULT_STORE = Path("results") / "attnbench.sqlite"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 # Statuses that are not results: the next run tries the cell again (a diverged run is a result).
 RETRYABLE = ("failed",)
-_RECOVER = ("restore it from a backup, or salvage it with `sqlite3 {p} .recover | sqlite3 {p}.recovered`, "
-            "or pass another --store")
+_RECOVER = (
+    "restore it from a backup, or salvage it with `sqlite3 {p} .recover | sqlite3 {p}.recovered`, "
+    "or pass another --store"
+)
 
 
 _dumps = jsonsafe.dumps
@@ -52,8 +54,7 @@ class Store:
                 migrate(db, self.path)
             self.imported = self._import_set_aside()
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open results store {self.path}: {exc}; "
-                             + _RECOVER.format(p=self.path)) from exc
+            raise StoreError(f"cannot open results store {self.path}: {exc}; " + _RECOVER.format(p=self.path)) from exc
 
     def _check_is_sqlite(self) -> None:
         if not self.path.exists():
@@ -72,24 +73,30 @@ class Store:
         """WAL mode writes the file and two side files beside it: all must be writable."""
         folder = self.path.parent
         if self.path.exists() and not os.access(self.path, os.W_OK):
-            raise StoreError(f"results store {self.path} is read-only; nothing was run. Make it "
-                             f"writable (chmod u+w {self.path}) or pass another --store")
+            raise StoreError(
+                f"results store {self.path} is read-only; nothing was run. Make it "
+                f"writable (chmod u+w {self.path}) or pass another --store"
+            )
         if not os.access(folder, os.W_OK | os.X_OK):
-            raise StoreError(f"the folder {folder} of results store {self.path} is not writable "
-                             f"(SQLite keeps its -wal and -shm files there); nothing was run. Make it "
-                             f"writable (chmod u+w {folder}) or pass another --store")
+            raise StoreError(
+                f"the folder {folder} of results store {self.path} is not writable "
+                f"(SQLite keeps its -wal and -shm files there); nothing was run. Make it "
+                f"writable (chmod u+w {folder}) or pass another --store"
+            )
 
     def _check_intact(self) -> None:
         """SQLite's quick_check (pages and indexes, without the slow cross-checks)."""
         problems = [r[0] for r in self._db.execute("PRAGMA quick_check(5)")]
         if problems != ["ok"]:
-            raise StoreError(f"results store {self.path} is corrupt ({'; '.join(problems)}); nothing was "
-                             "run. " + _RECOVER.format(p=self.path).capitalize())
+            raise StoreError(
+                f"results store {self.path} is corrupt ({'; '.join(problems)}); nothing was "
+                "run. " + _RECOVER.format(p=self.path).capitalize()
+            )
 
     def close(self) -> None:
         self._db.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -111,9 +118,7 @@ class Store:
 
     def schema(self) -> list[str]:
         """The schema's SQL, for pinning in tests."""
-        rows = self._db.execute(
-            "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY type, name"
-        )
+        rows = self._db.execute("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY type, name")
         return [" ".join(r["sql"].split()) for r in rows]
 
     def migrations(self) -> list[str]:
@@ -156,10 +161,12 @@ class Store:
                 kept = f"its result is kept in {sidefile.set_aside(self.path, run)}"
             except OSError as side_exc:
                 kept = f"and keeping it beside the store failed too ({side_exc})"
-            raise StoreError(f"could not write the finished cell {run.experiment}/{run.variant} "
-                             f"to results store {self.path} ({exc}); {kept}. Fix the store (free disk "
-                             "space, permissions, the process holding a lock) and run again: the "
-                             "next run imports it.") from exc
+            raise StoreError(
+                f"could not write the finished cell {run.experiment}/{run.variant} "
+                f"to results store {self.path} ({exc}); {kept}. Fix the store (free disk "
+                "space, permissions, the process holding a lock) and run again: the "
+                "next run imports it."
+            ) from exc
 
     def _import_set_aside(self) -> list[str]:
         """Store results that an earlier run could not write; each file goes once stored."""
@@ -180,8 +187,7 @@ class Store:
         if cell_key is not None:
             sql, args = sql + " WHERE cell_key = ?", (cell_key,)
         rows = self._db.execute(sql + " ORDER BY started_at, id", args)
-        return [dict(r, summary=jsonsafe.loads(r["summary"]), provenance=jsonsafe.loads(r["provenance"]))
-                for r in rows]
+        return [dict(r, summary=jsonsafe.loads(r["summary"]), provenance=jsonsafe.loads(r["provenance"])) for r in rows]
 
     def runs(self, suite: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
         sql, args = "SELECT * FROM runs WHERE 1=1", []
@@ -212,9 +218,7 @@ class Store:
         return [r[0] for r in self._db.execute("SELECT DISTINCT suite FROM runs ORDER BY suite")]
 
     # -- trust gate ---------------------------------------------------------------------
-    def save_checks(
-        self, gate_key: str, variant: str, results: list[Any], provenance: dict[str, Any]
-    ) -> None:
+    def save_checks(self, gate_key: str, variant: str, results: list[Any], provenance: dict[str, Any]) -> None:
         """Store one variant's check verdicts (``attnbench.gate.checks.CheckResult``-like rows)."""
         now = time.time()
         try:
@@ -222,14 +226,18 @@ class Store:
                 db.executemany(
                     "INSERT OR REPLACE INTO checks (gate_key, variant, check_name, status, figure, "
                     "tolerance, detail, provenance, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(gate_key, variant, r.check, r.status, r.figure, r.tolerance, r.detail,
-                      _dumps(provenance), now) for r in results],
+                    [
+                        (gate_key, variant, r.check, r.status, r.figure, r.tolerance, r.detail, _dumps(provenance), now)
+                        for r in results
+                    ],
                 )
         except sqlite3.Error as exc:
-            raise StoreError(f"could not store the trust gate's verdicts for {variant} in results store "
-                             f"{self.path} ({exc}); nothing stored was changed (the write was rolled "
-                             "back). Free disk space (or fix the file's permissions, or end the process "
-                             "holding its lock) and run again, or pass another --store.") from exc
+            raise StoreError(
+                f"could not store the trust gate's verdicts for {variant} in results store "
+                f"{self.path} ({exc}); nothing stored was changed (the write was rolled "
+                "back). Free disk space (or fix the file's permissions, or end the process "
+                "holding its lock) and run again, or pass another --store."
+            ) from exc
 
     def checks(self, gate_key: str | None = None, variant: str | None = None) -> list[dict[str, Any]]:
         """Verdicts for one gate key, or the latest verdicts of a variant (or of all)."""
@@ -253,9 +261,22 @@ def _insert_run(db: sqlite3.Connection, run: RunRecord) -> int:
         "INSERT INTO runs (cell_key, suite, experiment, kind, variant, status, seed, "
         "coords, config, provenance, summary, error, started_at, finished_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (run.cell_key, run.suite, run.experiment, run.kind, run.variant, run.status,
-         run.seed, _dumps(run.coords), _dumps(run.config), _dumps(run.provenance),
-         _dumps(run.summary), run.error, run.started_at, run.finished_at),
+        (
+            run.cell_key,
+            run.suite,
+            run.experiment,
+            run.kind,
+            run.variant,
+            run.status,
+            run.seed,
+            _dumps(run.coords),
+            _dumps(run.config),
+            _dumps(run.provenance),
+            _dumps(run.summary),
+            run.error,
+            run.started_at,
+            run.finished_at,
+        ),
     )
     run_id = cur.lastrowid
     db.executemany(
@@ -273,6 +294,15 @@ def _keep_attempt(db: sqlite3.Connection, row: Any, reason: str) -> None:
     db.execute(
         "INSERT INTO attempts (cell_key, reason, status, error, summary, provenance, started_at, "
         "finished_at, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (row["cell_key"], reason, row["status"], row["error"], row["summary"], row["provenance"],
-         row["started_at"], row["finished_at"], time.time()),
+        (
+            row["cell_key"],
+            reason,
+            row["status"],
+            row["error"],
+            row["summary"],
+            row["provenance"],
+            row["started_at"],
+            row["finished_at"],
+            time.time(),
+        ),
     )

@@ -15,8 +15,22 @@ from attnbench.store.database import RETRYABLE, Store
 from attnbench.store.schema import MIGRATIONS
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-_RUN_COLUMNS = ("cell_key", "suite", "experiment", "kind", "variant", "status", "seed", "coords",
-                "config", "provenance", "summary", "error", "started_at", "finished_at")
+_RUN_COLUMNS = (
+    "cell_key",
+    "suite",
+    "experiment",
+    "kind",
+    "variant",
+    "status",
+    "seed",
+    "coords",
+    "config",
+    "provenance",
+    "summary",
+    "error",
+    "started_at",
+    "finished_at",
+)
 _SAME = ("status", "summary", "error", "started_at", "finished_at")  # one attempt, seen twice
 
 
@@ -60,24 +74,41 @@ def _add_attempt(out: sqlite3.Connection, row: sqlite3.Row, reason: str) -> bool
     out.execute(
         "INSERT INTO attempts (cell_key, reason, status, error, summary, provenance, started_at, "
         "finished_at, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (row["cell_key"], reason, row["status"], row["error"], row["summary"], row["provenance"],
-         row["started_at"], row["finished_at"], row["finished_at"]),
+        (
+            row["cell_key"],
+            reason,
+            row["status"],
+            row["error"],
+            row["summary"],
+            row["provenance"],
+            row["started_at"],
+            row["finished_at"],
+            row["finished_at"],
+        ),
     )
     return True
 
 
 def _copy_run(out: sqlite3.Connection, src: sqlite3.Connection, row: sqlite3.Row) -> None:
-    cur = out.execute(f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' * len(_RUN_COLUMNS))})",
-                      [row[c] for c in _RUN_COLUMNS])
+    cur = out.execute(
+        f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' * len(_RUN_COLUMNS))})",
+        [row[c] for c in _RUN_COLUMNS],
+    )
     new_id = cur.lastrowid
     out.executemany(
         "INSERT INTO metrics (run_id, step, tokens, elapsed_s, name, value) VALUES (?, ?, ?, ?, ?, ?)",
-        [(new_id, m["step"], m["tokens"], m["elapsed_s"], m["name"], m["value"])
-         for m in src.execute("SELECT * FROM metrics WHERE run_id = ? ORDER BY rowid", (row["id"],))])
+        [
+            (new_id, m["step"], m["tokens"], m["elapsed_s"], m["name"], m["value"])
+            for m in src.execute("SELECT * FROM metrics WHERE run_id = ? ORDER BY rowid", (row["id"],))
+        ],
+    )
     out.executemany(
         "INSERT INTO results (run_id, name, value, unit, tags) VALUES (?, ?, ?, ?, ?)",
-        [(new_id, r["name"], r["value"], r["unit"], r["tags"])
-         for r in src.execute("SELECT * FROM results WHERE run_id = ? ORDER BY rowid", (row["id"],))])
+        [
+            (new_id, r["name"], r["value"], r["unit"], r["tags"])
+            for r in src.execute("SELECT * FROM results WHERE run_id = ? ORDER BY rowid", (row["id"],))
+        ],
+    )
 
 
 def _merge_runs(out: sqlite3.Connection, src: sqlite3.Connection, label: str, report: MergeReport) -> None:
@@ -103,13 +134,27 @@ def _merge_all(out: sqlite3.Connection, sources: list[tuple[sqlite3.Connection, 
     for src, label in sources:
         _merge_runs(out, src, label, report)
         tables = {r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        for row in (src.execute("SELECT * FROM attempts ORDER BY id").fetchall() if "attempts" in tables else []):
+        for row in src.execute("SELECT * FROM attempts ORDER BY id").fetchall() if "attempts" in tables else []:
             report.attempts += _add_attempt(out, row, row["reason"])
         for c in src.execute("SELECT * FROM checks").fetchall():
-            cur = out.execute("INSERT OR IGNORE INTO checks (gate_key, variant, check_name, status, figure, "
-                              "tolerance, detail, provenance, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                              tuple(c[k] for k in ("gate_key", "variant", "check_name", "status", "figure",
-                                                   "tolerance", "detail", "provenance", "created_at")))
+            cur = out.execute(
+                "INSERT OR IGNORE INTO checks (gate_key, variant, check_name, status, figure, "
+                "tolerance, detail, provenance, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                tuple(
+                    c[k]
+                    for k in (
+                        "gate_key",
+                        "variant",
+                        "check_name",
+                        "status",
+                        "figure",
+                        "tolerance",
+                        "detail",
+                        "provenance",
+                        "created_at",
+                    )
+                ),
+            )
             report.checks += cur.rowcount
 
 

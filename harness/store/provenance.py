@@ -27,7 +27,7 @@ def content_key(obj: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def library_versions() -> dict[str, str]:
     versions = {"python": platform.python_version(), "attnbench": __version__}
     for pkg in _PACKAGES:
@@ -38,7 +38,7 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def git_commit() -> dict[str, Any]:
     """Commit of the attnbench source tree (and whether it had uncommitted changes)."""
     root = _HARNESS_DIR.parent
@@ -50,7 +50,9 @@ def git_commit() -> dict[str, Any]:
             return {"commit": None, "dirty": None}
         dirty = subprocess.run(
             ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10,
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
         return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
     except (OSError, subprocess.SubprocessError):
@@ -61,16 +63,22 @@ def resolve_device(requested: str | None = None) -> torch.device:
     """The device named (``auto``: CUDA when there is one); one this machine lacks is an error."""
     if requested in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    have = ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-                              if torch.cuda.is_available() else [])
+    have = ["auto", "cpu"] + (
+        ["cuda"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    )
     try:
         dev = torch.device(requested)
     except (RuntimeError, TypeError):
         dev = None
-    if dev is None or dev.type not in ("cpu", "cuda") or (dev.type == "cuda" and (
-            not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count())):
-        raise DeviceError(f"device {requested!r} is not available on this machine; use one of: "
-                          f"{', '.join(have)} (--device, or `device:` in the suite)")
+    if (
+        dev is None
+        or dev.type not in ("cpu", "cuda")
+        or (dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()))
+    ):
+        raise DeviceError(
+            f"device {requested!r} is not available on this machine; use one of: "
+            f"{', '.join(have)} (--device, or `device:` in the suite)"
+        )
     return dev
 
 

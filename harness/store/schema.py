@@ -100,7 +100,7 @@ def migrate(db: sqlite3.Connection, path: Path) -> None:
             f"not know (it knows {known}); it was written by a newer or different version. "
             "Upgrade attnbench or use another --store."
         )
-    for name, sql in MIGRATIONS[len(applied):]:
+    for name, sql in MIGRATIONS[len(applied) :]:
         for statement in filter(str.strip, sql.split(";")):
             db.execute(statement)
         db.execute("INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)", (name, time.time()))

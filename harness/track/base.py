@@ -8,9 +8,10 @@ as the training loop logs them, for cells running in the driver's process; its
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 
 class Tracker(Protocol):
@@ -36,9 +37,16 @@ class TrackerSpec:
 
 def cell_fields(cell: Any, status: str = "running") -> dict[str, Any]:
     """What a tracker is told about a cell: from a planned ``Cell`` or a stored ``RunRecord``."""
-    return {"suite": cell.suite, "experiment": cell.experiment, "kind": cell.kind, "variant": cell.variant,
-            "seed": cell.seed, "coords": cell.coords, "key": getattr(cell, "cell_key", None) or cell.key,
-            "status": getattr(cell, "status", status)}
+    return {
+        "suite": cell.suite,
+        "experiment": cell.experiment,
+        "kind": cell.kind,
+        "variant": cell.variant,
+        "seed": cell.seed,
+        "coords": cell.coords,
+        "key": getattr(cell, "cell_key", None) or cell.key,
+        "status": getattr(cell, "status", status),
+    }
 
 
 @dataclass
@@ -50,7 +58,7 @@ class LiveCell:
     sent: set[tuple[str, int]] = field(default_factory=set)  # (name, step) of every point sent
 
     @classmethod
-    def for_cell(cls, trackers: list[Tracker], cell: Any) -> "LiveCell | None":
+    def for_cell(cls, trackers: list[Tracker], cell: Any) -> LiveCell | None:
         live = [t for t in trackers if callable(getattr(t, "log_points", None))]
         return cls(live, cell_fields(cell)) if live else None
 

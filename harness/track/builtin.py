@@ -19,16 +19,18 @@ def _require(module: str, extra: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise TrackerError(f"tracker needs {module!r} ({exc}); install it with "
-                           f"pip install 'attnbench[{extra}]' -c constraints.txt") from None
+        raise TrackerError(
+            f"tracker needs {module!r} ({exc}); install it with pip install 'attnbench[{extra}]' -c constraints.txt"
+        ) from None
 
 
 def run_name(cell: dict[str, Any]) -> str:
     """One tracker run per cell: experiment/variant/model/seed (and grid point)."""
     coords = {k: v for k, v in cell["coords"].items() if k not in ("variant", "seed", "d_model", "n_layer")}
     point = ",".join(f"{k}={v}" for k, v in sorted(coords.items()) if k != "model")
-    return "/".join(filter(None, (cell["experiment"], cell["variant"], f"m{coords.get('model', 0)}",
-                                  f"seed{cell['seed']}", point)))
+    return "/".join(
+        filter(None, (cell["experiment"], cell["variant"], f"m{coords.get('model', 0)}", f"seed{cell['seed']}", point))
+    )
 
 
 def result_tag(r: Any) -> str:
@@ -99,9 +101,13 @@ class WandbTracker:
     def _run(self, cell: dict[str, Any]) -> Any:
         if cell["key"] not in self._open:
             self._open[cell["key"]] = self.wandb.init(
-                project=self.suite, name=run_name(cell), dir=str(self.dir),
-                config={"cell_key": cell["key"], **cell["coords"]}, settings=self.settings,
-                reinit="create_new")  # one run per cell, open while it trains; other runs left be
+                project=self.suite,
+                name=run_name(cell),
+                dir=str(self.dir),
+                config={"cell_key": cell["key"], **cell["coords"]},
+                settings=self.settings,
+                reinit="create_new",
+            )  # one run per cell, open while it trains; other runs left be
         return self._open[cell["key"]]
 
     def log_points(self, cell, metrics) -> None:
@@ -154,8 +160,7 @@ class MlflowTracker:
             self.experiment_id = self.mlflow.set_experiment(suite).experiment_id
             self.client = self.mlflow.tracking.MlflowClient(out_dir.resolve().as_uri())
         except Exception as exc:
-            raise TrackerError(f"mlflow could not open the file store {out_dir} (experiment {suite!r}): "
-                               f"{exc}") from exc
+            raise TrackerError(f"mlflow could not open the file store {out_dir} (experiment {suite!r}): {exc}") from exc
         self._open: dict[str, str] = {}  # cell key -> its MLflow run id, while the cell trains
 
     def _run_id(self, cell: dict[str, Any]) -> str:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from attnbench.errors import PluginError, TrackerError
 from attnbench.registry.loader import get_plugin_manager
@@ -17,18 +18,21 @@ def registered_trackers(plugins: Iterable[tuple[str, Any]] = ()) -> dict[str, Tr
     loaded = get_plugin_manager([("attnbench-trackers", builtin), *plugins])
     found: dict[str, TrackerSpec] = {}
     for impl in loaded.manager.hook.attnbench_register_trackers.get_hookimpls():
+
         def register(spec: Any, _plugin: str = impl.plugin_name) -> None:
             if not isinstance(spec, TrackerSpec):
                 raise PluginError(f"plugin {_plugin!r} registered {type(spec).__name__}; pass a TrackerSpec")
             if spec.name in found:
                 raise PluginError(f"tracker {spec.name!r} is registered twice (plugin {_plugin!r})")
             found[spec.name] = spec
+
         impl.function(register=register)
     return found
 
 
-def make_trackers(names: list[str], out_dir: Path, suite: str,
-                  plugins: Iterable[tuple[str, Any]] = ()) -> list[Tracker]:
+def make_trackers(
+    names: list[str], out_dir: Path, suite: str, plugins: Iterable[tuple[str, Any]] = ()
+) -> list[Tracker]:
     """The trackers named (``--track`` or the suite's ``track:``), each writing under
     ``out_dir``; an unknown name or a missing library is an error before anything runs."""
     if not names:
@@ -51,6 +55,8 @@ def _make_folder(folder: Path, name: str) -> None:
     except OSError as exc:
         blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
         why = f"{blocking} is a file" if blocking is not None else f"{type(exc).__name__}: {exc.strerror or exc}"
-        raise TrackerError(f"tracker {name!r} writes under {folder}, which cannot be made ({why}); move "
-                           f"{blocking or 'it'} aside, or give --store in another folder (trackers write in "
-                           "tracking/ beside the store)") from None
+        raise TrackerError(
+            f"tracker {name!r} writes under {folder}, which cannot be made ({why}); move "
+            f"{blocking or 'it'} aside, or give --store in another folder (trackers write in "
+            "tracking/ beside the store)"
+        ) from None

@@ -20,10 +20,10 @@ SCORE_BLOCK_ELEMENTS = 2**20
 MIN_QUERY_BLOCK = 16
 BAND_BLOCK = 64  # rows per block of the future band: window of BAND_BLOCK + fd - 1 columns
 
+
 def fp32(t: torch.Tensor) -> torch.Tensor:
     """t in at least fp32 (fp64 stays fp64): exp and log-sum-exp are not done in half."""
     return t.to(torch.promote_types(t.dtype, torch.float32))
-
 
 
 # ----------------------------------------------------------------------------- causal kernel
@@ -37,8 +37,7 @@ def _causal_scores(q: torch.Tensor, k: torch.Tensor, scale: float, first: int) -
     return s.masked_fill(kpos > qpos, float("-inf"))  # (B, H, bq, n)
 
 
-def _keep(shape: torch.Size, gen: torch.Generator | None, p: float,
-          like: torch.Tensor) -> torch.Tensor | None:
+def _keep(shape: torch.Size, gen: torch.Generator | None, p: float, like: torch.Tensor) -> torch.Tensor | None:
     """Dropout multiplier for one block (None without dropout), replayable from ``gen``."""
     if gen is None:
         return None
@@ -125,13 +124,14 @@ def _windows(cols: torch.Tensor, start: int, n_blocks: int, blk: int, width: int
     cols (..., P) -> (..., n_blocks, width); columns past P are zeros (masked by the caller).
     """
     need = (n_blocks - 1) * blk + width
-    part = cols[..., start:start + need]  # (..., <= need)
+    part = cols[..., start : start + need]  # (..., <= need)
     part = F.pad(part, (0, need - part.size(-1)))  # (..., need)
     return part.unfold(-1, width, blk)  # (..., n_blocks, width)
 
 
-def band_scores(q: torch.Tensor, k_cols: torch.Tensor, v_cols: torch.Tensor, first_pos: int,
-                offset: int, last: int, fd: int) -> tuple[torch.Tensor, torch.Tensor]:
+def band_scores(
+    q: torch.Tensor, k_cols: torch.Tensor, v_cols: torch.Tensor, first_pos: int, offset: int, last: int, fd: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Scores and values of each row's band: row i (position a = offset + i) sees the
     positions a+1..min(a+fd, last) of k_cols/v_cols (..., h, P), whose column c holds
     position c + first_pos.
@@ -167,8 +167,9 @@ def _unblocked(t: torch.Tensor, T: int) -> torch.Tensor:
     return t.flatten(2, 3)[:, :, :T]
 
 
-def band_attend(s: torch.Tensor, vw: torch.Tensor, lse_c: torch.Tensor, T: int,
-                dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+def band_attend(
+    s: torch.Tensor, vw: torch.Tensor, lse_c: torch.Tensor, T: int, dropout_p: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Join a band to a causal part with log-sum-exp lse_c (B, H, T).
 
     Returns out_band (B, H, T, h) = sum_band exp(s - lse_all) v, with lse_all (B, H, T) the

@@ -21,12 +21,28 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
-
-from attnbench import LinearState, linear_attention, linear_init_state
+from attnbench import (
+    LinearState,
+    ModelConfig,
+    Variant,
+    hookimpl,
+    linear_attention,
+    linear_init_state,
+    mark_residual,
+    merge_heads,
+    split_heads,
+)
 from attnbench.plugins.linear import taylor_features
 from attnbench.plugins.recurrent.common import KERNELS, check_kernel, check_positive_int, require_fla
-from attnbench.plugins.recurrent.window_kernel import FLA_WINDOW_OP, WindowCache, fla_window_attention, mean_keys, window_attention, window_init_cache, window_weights
+from attnbench.plugins.recurrent.window_kernel import (
+    FLA_WINDOW_OP,
+    WindowCache,
+    fla_window_attention,
+    mean_keys,
+    window_attention,
+    window_init_cache,
+    window_weights,
+)
 
 FLA_TAYLOR_OP = "fla.ops.based.parallel_based"
 
@@ -79,15 +95,22 @@ class Based(nn.Module):
         self.c_proj = mark_residual(nn.Linear(config.d_model, config.d_model, bias=config.bias))
 
     def extra_repr(self) -> str:
-        return (f"n_head={self.n_head}, feature_dim={self.feature_dim}, window={self.window}, "
-                f"chunk_size={self.chunk_size}, kernel={self.kernel}")
+        return (
+            f"n_head={self.n_head}, feature_dim={self.feature_dim}, window={self.window}, "
+            f"chunk_size={self.chunk_size}, kernel={self.kernel}"
+        )
 
     def describe_path(self) -> dict[str, object]:
         fla = self.kernel == "fla"
-        return {"kernel": f"{FLA_TAYLOR_OP} + {FLA_WINDOW_OP}" if fla else
-                "chunked.linear_attention + recurrent.window_kernel.window_attention",
-                "decode_kernel": "chunked.linear_attention + recurrent.window_kernel.window_attention",
-                "chunk_size": self.chunk_size, "window": self.window, "feature_dim": self.feature_dim}
+        return {
+            "kernel": f"{FLA_TAYLOR_OP} + {FLA_WINDOW_OP}"
+            if fla
+            else "chunked.linear_attention + recurrent.window_kernel.window_attention",
+            "decode_kernel": "chunked.linear_attention + recurrent.window_kernel.window_attention",
+            "chunk_size": self.chunk_size,
+            "window": self.window,
+            "feature_dim": self.feature_dim,
+        }
 
     def _heads(self, x: torch.Tensor):
         """(q~, k~) (B, H, T, f) and q, k, v (B, H, T, h)."""
@@ -166,7 +189,16 @@ def attention_maps(mixer: Based, x: torch.Tensor) -> torch.Tensor:
 
 @hookimpl
 def attnbench_register_variants(register) -> None:
-    register(Variant(name="based", build_mixer=Based, options=BasedOptions, decode="recurrent",
-                     description="Based (Arora et al. 2024): Taylor linear attention plus a small softmax window; chunked, recurrent decoding",
-                     state_size=state_size, flops_per_token=flops_per_token, version="1",
-                     attention_maps=attention_maps))
+    register(
+        Variant(
+            name="based",
+            build_mixer=Based,
+            options=BasedOptions,
+            decode="recurrent",
+            description="Based (Arora et al. 2024): Taylor linear attention plus a small softmax window; chunked, recurrent decoding",
+            state_size=state_size,
+            flops_per_token=flops_per_token,
+            version="1",
+            attention_maps=attention_maps,
+        )
+    )

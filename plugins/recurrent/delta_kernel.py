@@ -34,8 +34,16 @@ def _chunks(x: torch.Tensor, c: int) -> torch.Tensor:
     return F.pad(x, pad).reshape(B, H, N, c, *x.shape[3:])
 
 
-def delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor | None,
-               state: torch.Tensor, chunk: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    g: torch.Tensor | None,
+    state: torch.Tensor,
+    chunk: int,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """q, k (B, H, T, d_k) (k unit-norm), v (B, H, T, d_v), beta (B, H, T) in (0, 1), g (B, H, T)
     log decays <= 0 or None (no decay), state (B, H, d_k, d_v). Returns o (B, H, T, d_v) in
     v's dtype and the state after T."""
@@ -65,7 +73,7 @@ def delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Te
             s = through[:, :, n] * s + k_end[:, :, n].transpose(-1, -2) @ u  # (B, H, d_k, d_v)
         carried = torch.stack(before, dim=2)  # (B, H, N, d_k, d_v)
         U = torch.stack(us, dim=2)  # (B, H, N, c, d_v)
-        scores = (D * (qc @ kc.transpose(-1, -2)))  # (B, H, N, c, c) zero above the diagonal
+        scores = D * (qc @ kc.transpose(-1, -2))  # (B, H, N, c, c) zero above the diagonal
         o = scale * ((qc * gamma) @ carried + scores @ U)  # (B, H, N, c, d_v)
         o = o.flatten(2, 3)[:, :, :T]  # (B, H, T, d_v)
     return o.to(out_dtype), s.to(state_dtype(state.dtype))

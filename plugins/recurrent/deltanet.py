@@ -18,9 +18,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
-
-from attnbench.plugins.recurrent.common import (HeadRMSNorm, ShortConv, check_kernel, check_positive_int,
-                                                compute_dtype, full_precision_linear, require_fla, state_dtype)
+from attnbench.plugins.recurrent.common import (
+    HeadRMSNorm,
+    ShortConv,
+    check_kernel,
+    check_positive_int,
+    compute_dtype,
+    full_precision_linear,
+    require_fla,
+    state_dtype,
+)
 from attnbench.plugins.recurrent.delta_kernel import delta_flops_per_token, delta_rule
 from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_delta_rule
 
@@ -60,7 +67,12 @@ class DeltaNet(nn.Module):
         super().__init__()
         opts = _options(config)
         D = config.d_model
-        self.n_head, self.head_dim, self.chunk_size, self.kernel = config.n_head, config.head_dim, opts.chunk_size, opts.kernel
+        self.n_head, self.head_dim, self.chunk_size, self.kernel = (
+            config.n_head,
+            config.head_dim,
+            opts.chunk_size,
+            opts.kernel,
+        )
         self.c_attn = nn.Linear(D, 3 * D, bias=config.bias)
         self.conv = ShortConv(3 * D, opts.conv_size) if opts.conv_size else None
         self.b_proj = nn.Linear(D, config.n_head, bias=config.bias)
@@ -92,11 +104,13 @@ class DeltaNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v, beta, g, _ = self._heads(x, None)
-        scale = self.head_dim ** -0.5
+        scale = self.head_dim**-0.5
         if self.kernel == "fla":
             require_fla(self.name, x)
             return self._out(x, fla_delta_rule(q, k, v, beta, g, scale))  # (B, T, D)
-        s0 = torch.zeros(x.shape[0], self.n_head, self.head_dim, self.head_dim, device=x.device, dtype=state_dtype(x.dtype))
+        s0 = torch.zeros(
+            x.shape[0], self.n_head, self.head_dim, self.head_dim, device=x.device, dtype=state_dtype(x.dtype)
+        )
         o, _ = delta_rule(q, k, v, beta, g, s0, self.chunk_size, scale)  # (B, H, T, h)
         return self._out(x, o)
 
@@ -109,25 +123,38 @@ class DeltaNet(nn.Module):
 
     def step(self, x: torch.Tensor, state: DeltaState) -> tuple[torch.Tensor, DeltaState]:
         q, k, v, beta, g, conv = self._heads(x, state.conv)
-        o, s = delta_rule(q, k, v, beta, g, state.s, self.chunk_size, self.head_dim ** -0.5)  # (B, H, t, h)
+        o, s = delta_rule(q, k, v, beta, g, state.s, self.chunk_size, self.head_dim**-0.5)  # (B, H, t, h)
         return self._out(x, o), DeltaState(s, conv)
 
 
 def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
     """S per head plus the last K - 1 projected [q, k, v] of the short convolution."""
     conv = _options(config).conv_size
-    return config.n_head * config.head_dim ** 2 + max(conv - 1, 0) * 3 * config.d_model
+    return config.n_head * config.head_dim**2 + max(conv - 1, 0) * 3 * config.d_model
 
 
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     """q, k, v, output projections 8 d^2, beta 2 d H, short convolution 2 K 3d, plus the kernel."""
     opts, D, h = _options(config), config.d_model, config.head_dim
-    return (8.0 * D * D + 2.0 * D * config.n_head + 6.0 * opts.conv_size * D
-            + delta_flops_per_token(config.n_head, h, h, opts.chunk_size, T))
+    return (
+        8.0 * D * D
+        + 2.0 * D * config.n_head
+        + 6.0 * opts.conv_size * D
+        + delta_flops_per_token(config.n_head, h, h, opts.chunk_size, T)
+    )
 
 
 @hookimpl
 def attnbench_register_variants(register) -> None:
-    register(Variant(name="deltanet", build_mixer=DeltaNet, options=DeltaOptions, decode="recurrent",
-                     description="DeltaNet (delta rule; Yang et al. 2024): chunked in the WY form, short convolution, recurrent decoding",
-                     state_size=state_size, flops_per_token=flops_per_token, version="1"))
+    register(
+        Variant(
+            name="deltanet",
+            build_mixer=DeltaNet,
+            options=DeltaOptions,
+            decode="recurrent",
+            description="DeltaNet (delta rule; Yang et al. 2024): chunked in the WY form, short convolution, recurrent decoding",
+            state_size=state_size,
+            flops_per_token=flops_per_token,
+            version="1",
+        )
+    )

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import torch
 
-FLA_OPS = {"retnet": "fla.ops.retention.chunk_retention", "gla": "fla.ops.gla.chunk_gla",
-           "deltanet": "fla.ops.delta_rule.chunk_delta_rule",
-           "gated_deltanet": "fla.ops.gated_delta_rule.chunk_gated_delta_rule"}
+FLA_OPS = {
+    "retnet": "fla.ops.retention.chunk_retention",
+    "gla": "fla.ops.gla.chunk_gla",
+    "deltanet": "fla.ops.delta_rule.chunk_delta_rule",
+    "gated_deltanet": "fla.ops.gated_delta_rule.chunk_gated_delta_rule",
+}
 
 
 def _bthd(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

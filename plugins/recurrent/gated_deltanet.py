@@ -17,10 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import ModelConfig, Variant, hookimpl, merge_heads
-
+from attnbench.plugins.recurrent import deltanet
 from attnbench.plugins.recurrent.common import full_precision_linear
 from attnbench.plugins.recurrent.deltanet import DeltaNet, DeltaOptions
-from attnbench.plugins.recurrent import deltanet
 
 
 class GatedDeltaNet(DeltaNet):
@@ -46,11 +45,22 @@ class GatedDeltaNet(DeltaNet):
 
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     """DeltaNet's, plus the output gate 2 d^2 and the decay projection 2 d H."""
-    return deltanet.flops_per_token(config, layer_idx, T) + 2.0 * config.d_model ** 2 + 2.0 * config.d_model * config.n_head
+    return (
+        deltanet.flops_per_token(config, layer_idx, T) + 2.0 * config.d_model**2 + 2.0 * config.d_model * config.n_head
+    )
 
 
 @hookimpl
 def attnbench_register_variants(register) -> None:
-    register(Variant(name="gated_deltanet", build_mixer=GatedDeltaNet, options=DeltaOptions, decode="recurrent",
-                     description="Gated DeltaNet (Yang et al. 2025): delta rule with a decay per head, WY-chunked, recurrent decoding",
-                     state_size=deltanet.state_size, flops_per_token=flops_per_token, version="1"))
+    register(
+        Variant(
+            name="gated_deltanet",
+            build_mixer=GatedDeltaNet,
+            options=DeltaOptions,
+            decode="recurrent",
+            description="Gated DeltaNet (Yang et al. 2025): delta rule with a decay per head, WY-chunked, recurrent decoding",
+            state_size=deltanet.state_size,
+            flops_per_token=flops_per_token,
+            version="1",
+        )
+    )

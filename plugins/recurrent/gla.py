@@ -19,10 +19,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads
-
-from attnbench.plugins.recurrent.common import HeadRMSNorm, check_kernel, check_positive_int, full_precision_linear, require_fla
+from attnbench.plugins.recurrent.common import (
+    HeadRMSNorm,
+    check_kernel,
+    check_positive_int,
+    full_precision_linear,
+    require_fla,
+)
 from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_gla
-from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention, gla_flops_per_token, gla_init_state, pair_decay
+from attnbench.plugins.recurrent.gla_kernel import (
+    gated_linear_attention,
+    gla_flops_per_token,
+    gla_init_state,
+    pair_decay,
+)
 
 
 @dataclass(frozen=True)
@@ -55,8 +65,9 @@ def key_width(config: ModelConfig) -> int:
     """d_k over all heads: expand_k * d_model, a multiple of n_head."""
     d_k = int(round(_options(config).expand_k * config.d_model))
     if d_k < config.n_head or d_k % config.n_head:
-        raise ValueError(f"gla: expand_k * d_model = {d_k} must be a positive multiple of n_head = {config.n_head}; "
-                         "change expand_k")
+        raise ValueError(
+            f"gla: expand_k * d_model = {d_k} must be a positive multiple of n_head = {config.n_head}; change expand_k"
+        )
     return d_k
 
 
@@ -84,8 +95,11 @@ class GatedLinearAttention(nn.Module):
 
     def describe_path(self) -> dict[str, object]:
         parallel = FLA_OPS["gla"] if self.kernel == "fla" else "recurrent.gla_kernel.gated_linear_attention"
-        return {"kernel": parallel, "decode_kernel": "recurrent.gla_kernel.gated_linear_attention",
-                "chunk_size": self.chunk_size}
+        return {
+            "kernel": parallel,
+            "decode_kernel": "recurrent.gla_kernel.gated_linear_attention",
+            "chunk_size": self.chunk_size,
+        }
 
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         H = self.n_head
@@ -101,9 +115,10 @@ class GatedLinearAttention(nn.Module):
         q, k, v, g = self._heads(x)
         if self.kernel == "fla":
             require_fla("gla", x)
-            return self._out(x, fla_gla(q, k, v, g, self.d_k ** -0.5))  # (B, T, D)
-        o, _ = gated_linear_attention(q, k, v, g, self.init_state(x.shape[0], 0, x.device, x.dtype),
-                                      self.chunk_size, self.d_k ** -0.5)  # (B, H, T, d_v)
+            return self._out(x, fla_gla(q, k, v, g, self.d_k**-0.5))  # (B, T, D)
+        o, _ = gated_linear_attention(
+            q, k, v, g, self.init_state(x.shape[0], 0, x.device, x.dtype), self.chunk_size, self.d_k**-0.5
+        )  # (B, H, T, d_v)
         return self._out(x, o)
 
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> torch.Tensor:
@@ -112,7 +127,7 @@ class GatedLinearAttention(nn.Module):
 
     def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         q, k, v, g = self._heads(x)
-        o, new = gated_linear_attention(q, k, v, g, state, self.chunk_size, self.d_k ** -0.5)  # (B, H, t, d_v)
+        o, new = gated_linear_attention(q, k, v, g, state, self.chunk_size, self.d_k**-0.5)  # (B, H, t, d_v)
         return self._out(x, o), new
 
 
@@ -132,12 +147,21 @@ def attention_maps(mixer: GatedLinearAttention, x: torch.Tensor) -> torch.Tensor
     """Implied weights w_ij = sum_d q_id k_jd prod_{j<s<=i} alpha_sd / sqrt(d_k), j <= i (signed): (B, H, T, T)."""
     q, k, _, g = mixer._heads(x)  # (B, H, T, d_k)
     decay = pair_decay(g.float().cumsum(dim=2))  # (B, H, T, T, d_k) exp(G_i - G_j), 0 for j > i
-    return torch.einsum("bhid,bhjd,bhijd->bhij", q.float(), k.float(), decay) * mixer.d_k ** -0.5  # (B, H, T, T)
+    return torch.einsum("bhid,bhjd,bhijd->bhij", q.float(), k.float(), decay) * mixer.d_k**-0.5  # (B, H, T, T)
 
 
 @hookimpl
 def attnbench_register_variants(register) -> None:
-    register(Variant(name="gla", build_mixer=GatedLinearAttention, options=GLAOptions, decode="recurrent",
-                     description="Gated linear attention (Yang et al. 2024): data-dependent decay per key channel, chunked, recurrent decoding",
-                     state_size=state_size, flops_per_token=flops_per_token, version="1",
-                     attention_maps=attention_maps))
+    register(
+        Variant(
+            name="gla",
+            build_mixer=GatedLinearAttention,
+            options=GLAOptions,
+            decode="recurrent",
+            description="Gated linear attention (Yang et al. 2024): data-dependent decay per key channel, chunked, recurrent decoding",
+            state_size=state_size,
+            flops_per_token=flops_per_token,
+            version="1",
+            attention_maps=attention_maps,
+        )
+    )

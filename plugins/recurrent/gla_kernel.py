@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from attnbench.plugins.recurrent.common import compute_dtype, state_dtype
 
 
-def gla_init_state(batch: int, n_head: int, d_k: int, d_v: int, device=None,
-                   dtype: torch.dtype | None = None) -> torch.Tensor:
+def gla_init_state(
+    batch: int, n_head: int, d_k: int, d_v: int, device=None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     return torch.zeros(batch, n_head, d_k, d_v, device=device, dtype=state_dtype(dtype))  # (B, H, d_k, d_v)
 
 
@@ -40,8 +41,9 @@ def pair_decay(G: torch.Tensor) -> torch.Tensor:
     return torch.exp(diff.masked_fill(future, float("-inf")))  # (..., c, c, e) 0 where j > i
 
 
-def gated_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                           state: torch.Tensor, chunk: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def gated_linear_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, state: torch.Tensor, chunk: int, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """q, k (B, H, T, d_k), v (B, H, T, d_v), g (B, H, T, d_k) or (B, H, T, 1) log decays <= 0,
     state (B, H, d_k, d_v). Returns o (B, H, T, d_v) in v's dtype and the state after T."""
     out_dtype, T = v.dtype, v.shape[2]

@@ -21,9 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import ModelConfig, Variant, hookimpl, mark_residual
-
-from attnbench.plugins.recurrent.ssd_kernel import segment_sums, ssd_flops_per_token, ssd_init_state, ssd_scan
 from attnbench.plugins.recurrent.common import KERNELS, check_kernel, check_positive_int, require_fla
+from attnbench.plugins.recurrent.ssd_kernel import segment_sums, ssd_flops_per_token, ssd_init_state, ssd_scan
 
 FLA_SSD_OP = "fla.ops.simple_gla.chunk_simple_gla"
 
@@ -48,8 +47,11 @@ class Mamba2Options:
     def __post_init__(self) -> None:
         for name in ("d_state", "d_conv", "expand", "n_groups", "chunk_size"):
             check_positive_int(name, getattr(self, name))
-        if not (isinstance(self.dt_min, (int, float)) and isinstance(self.dt_max, (int, float))
-                and 0 < self.dt_min <= self.dt_max):
+        if not (
+            isinstance(self.dt_min, (int, float))
+            and isinstance(self.dt_max, (int, float))
+            and 0 < self.dt_min <= self.dt_max
+        ):
             raise ValueError(f"need 0 < dt_min <= dt_max, got dt_min={self.dt_min!r}, dt_max={self.dt_max!r}")
         check_kernel(self.kernel)
 
@@ -63,8 +65,10 @@ def _dims(config: ModelConfig) -> tuple[int, int, int]:
     opts = _options(config)
     inner = opts.expand * config.d_model
     if inner % config.n_head or config.n_head % opts.n_groups:
-        raise ValueError(f"mamba2 needs n_head ({config.n_head}) to divide expand * d_model ({inner}) "
-                         f"and n_groups ({opts.n_groups}) to divide n_head")
+        raise ValueError(
+            f"mamba2 needs n_head ({config.n_head}) to divide expand * d_model ({inner}) "
+            f"and n_groups ({opts.n_groups}) to divide n_head"
+        )
     return inner, inner // config.n_head, inner + 2 * opts.n_groups * opts.d_state
 
 
@@ -93,8 +97,10 @@ class Mamba2(nn.Module):
         self.out_proj = mark_residual(nn.Linear(self.inner, config.d_model, bias=config.bias))
 
     def extra_repr(self) -> str:
-        return (f"n_head={self.n_head}, head_dim={self.head_dim}, d_state={self.d_state}, d_conv={self.d_conv}, "
-                f"n_groups={self.n_groups}, chunk_size={self.chunk_size}, kernel={self.kernel}")
+        return (
+            f"n_head={self.n_head}, head_dim={self.head_dim}, d_state={self.d_state}, d_conv={self.d_conv}, "
+            f"n_groups={self.n_groups}, chunk_size={self.chunk_size}, kernel={self.kernel}"
+        )
 
     def describe_path(self) -> dict[str, object]:
         parallel = FLA_SSD_OP if self.kernel == "fla" else "recurrent.ssd_kernel.ssd_scan"
@@ -103,9 +109,10 @@ class Mamba2(nn.Module):
     def _conv(self, xbc: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Causal depthwise convolution then SiLU; cache (B, d_conv-1, C) the inputs before xbc."""
         full = torch.cat([cache.to(xbc.dtype), xbc], dim=1)  # (B, d_conv-1+t, C)
-        y = F.conv1d(full.transpose(1, 2), self.conv.weight.to(xbc.dtype), self.conv.bias.to(xbc.dtype),
-                     groups=self.conv_dim)  # (B, C, t)
-        new = full[:, full.shape[1] - (self.d_conv - 1):].to(cache.dtype, copy=True)  # (B, d_conv-1, C) own storage
+        y = F.conv1d(
+            full.transpose(1, 2), self.conv.weight.to(xbc.dtype), self.conv.bias.to(xbc.dtype), groups=self.conv_dim
+        )  # (B, C, t)
+        new = full[:, full.shape[1] - (self.d_conv - 1) :].to(cache.dtype, copy=True)  # (B, d_conv-1, C) own storage
         return F.silu(y.transpose(1, 2)), new  # (B, t, C), (B, d_conv-1, C)
 
     def _ssm_inputs(self, u: torch.Tensor, conv_cache: torch.Tensor):
@@ -117,8 +124,10 @@ class Mamba2(nn.Module):
         x, b, c = xbc.split([self.inner, self.n_groups * self.d_state, self.n_groups * self.d_state], dim=-1)
         x = x.view(B_, t, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, t, P)
         per_group = self.n_head // self.n_groups
-        b, c = (m.view(B_, t, self.n_groups, self.d_state).transpose(1, 2)
-                .repeat_interleave(per_group, dim=1) for m in (b, c))  # (B, H, t, N_s) each
+        b, c = (
+            m.view(B_, t, self.n_groups, self.d_state).transpose(1, 2).repeat_interleave(per_group, dim=1)
+            for m in (b, c)
+        )  # (B, H, t, N_s) each
         fp = torch.float64 if u.dtype == torch.float64 else torch.float32
         with torch.autocast(u.device.type, enabled=False):  # the decay is exponentiated: fp32 at least
             dt = F.softplus(dt.to(fp) + self.dt_bias.to(fp)).transpose(1, 2)  # (B, H, t) > 0
@@ -179,8 +188,11 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     inner, head_dim, conv_dim = _dims(config)
     d = config.d_model
     proj = 2.0 * d * (inner + conv_dim + config.n_head) + 2.0 * inner * d
-    return proj + 2.0 * conv_dim * opts.d_conv + ssd_flops_per_token(config.n_head, opts.d_state, head_dim,
-                                                                       opts.chunk_size, T)
+    return (
+        proj
+        + 2.0 * conv_dim * opts.d_conv
+        + ssd_flops_per_token(config.n_head, opts.d_state, head_dim, opts.chunk_size, T)
+    )
 
 
 @torch.no_grad()
@@ -195,7 +207,16 @@ def attention_maps(mixer: Mamba2, x: torch.Tensor) -> torch.Tensor:
 
 @hookimpl
 def attnbench_register_variants(register) -> None:
-    register(Variant(name="mamba2", build_mixer=Mamba2, options=Mamba2Options, decode="recurrent",
-                     description="Mamba2 (Dao & Gu 2024): SSD with a scalar decay per head, short convolution, gated RMSNorm; chunked, recurrent decoding",
-                     state_size=state_size, flops_per_token=flops_per_token, version="1",
-                     attention_maps=attention_maps))
+    register(
+        Variant(
+            name="mamba2",
+            build_mixer=Mamba2,
+            options=Mamba2Options,
+            decode="recurrent",
+            description="Mamba2 (Dao & Gu 2024): SSD with a scalar decay per head, short convolution, gated RMSNorm; chunked, recurrent decoding",
+            state_size=state_size,
+            flops_per_token=flops_per_token,
+            version="1",
+            attention_maps=attention_maps,
+        )
+    )

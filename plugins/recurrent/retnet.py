@@ -18,7 +18,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
-
 from attnbench.plugins.recurrent.common import HeadRMSNorm, check_kernel, check_positive_int, compute_dtype, require_fla
 from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_retention
 from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention, gla_flops_per_token, gla_init_state
@@ -63,8 +62,11 @@ class Retention(nn.Module):
 
     def describe_path(self) -> dict[str, object]:
         parallel = FLA_OPS["retnet"] if self.kernel == "fla" else "recurrent.gla_kernel.gated_linear_attention"
-        return {"kernel": parallel, "decode_kernel": "recurrent.gla_kernel.gated_linear_attention",
-                "chunk_size": self.chunk_size}
+        return {
+            "kernel": parallel,
+            "decode_kernel": "recurrent.gla_kernel.gated_linear_attention",
+            "chunk_size": self.chunk_size,
+        }
 
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = split_heads(self.c_attn(x), self.n_head)  # 3 x (B, H, T, h)
@@ -77,7 +79,7 @@ class Retention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v, g = self._heads(x)  # (B, H, T, h) x 3, (B, H, T, 1)
-        scale = self.head_dim ** -0.5
+        scale = self.head_dim**-0.5
         if self.kernel == "fla":
             require_fla("retnet", x)
             return self._out(x, fla_retention(q, k, v, scale))  # (B, T, D)
@@ -91,7 +93,7 @@ class Retention(nn.Module):
 
     def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         q, k, v, g = self._heads(x)  # (B, H, t, h) x 3, (B, H, t, 1)
-        o, new = gated_linear_attention(q, k, v, g, state, self.chunk_size, self.head_dim ** -0.5)  # (B, H, t, h)
+        o, new = gated_linear_attention(q, k, v, g, state, self.chunk_size, self.head_dim**-0.5)  # (B, H, t, h)
         return self._out(x, o), new
 
 
@@ -102,7 +104,7 @@ def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     """q, k, v, gate and output projections 10 d^2, plus the chunked kernel."""
     h = config.head_dim
-    return 10.0 * config.d_model ** 2 + gla_flops_per_token(config.n_head, h, h, _options(config).chunk_size, T, False)
+    return 10.0 * config.d_model**2 + gla_flops_per_token(config.n_head, h, h, _options(config).chunk_size, T, False)
 
 
 @torch.no_grad()
@@ -118,7 +120,16 @@ def attention_maps(mixer: Retention, x: torch.Tensor) -> torch.Tensor:
 
 @hookimpl
 def attnbench_register_variants(register) -> None:
-    register(Variant(name="retnet", build_mixer=Retention, options=RetNetOptions, decode="recurrent",
-                     description="RetNet multi-scale retention (Sun et al. 2023): a fixed decay per head, chunked, recurrent decoding",
-                     state_size=state_size, flops_per_token=flops_per_token, version="1",
-                     attention_maps=attention_maps))
+    register(
+        Variant(
+            name="retnet",
+            build_mixer=Retention,
+            options=RetNetOptions,
+            decode="recurrent",
+            description="RetNet multi-scale retention (Sun et al. 2023): a fixed decay per head, chunked, recurrent decoding",
+            state_size=state_size,
+            flops_per_token=flops_per_token,
+            version="1",
+            attention_maps=attention_maps,
+        )
+    )

@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 
 
-def ssd_init_state(batch: int, n_head: int, d_state: int, head_dim: int, device=None,
-                   dtype: torch.dtype | None = None) -> torch.Tensor:
+def ssd_init_state(
+    batch: int, n_head: int, d_state: int, head_dim: int, device=None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """S_0 = 0 (B, H, N_s, P): fp32 unless float64 is asked (a running sum)."""
     dt = torch.float64 if dtype == torch.float64 else torch.float32
     return torch.zeros(batch, n_head, d_state, head_dim, device=device, dtype=dt)
@@ -34,8 +35,9 @@ def segment_sums(log_a: torch.Tensor) -> torch.Tensor:
     return seg.masked_fill(~causal, float("-inf"))  # (..., L, L)
 
 
-def ssd_scan(c: torch.Tensor, b: torch.Tensor, x: torch.Tensor, log_a: torch.Tensor,
-             state: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+def ssd_scan(
+    c: torch.Tensor, b: torch.Tensor, x: torch.Tensor, log_a: torch.Tensor, state: torch.Tensor, chunk: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """c, b (B, H, T, N_s) (Mamba2's C and dt * B), x (B, H, T, P), log_a (B, H, T) <= 0,
     state S_0 (B, H, N_s, P). Returns y (B, H, T, P) in x's dtype and the state after T
     (a new tensor; the given one is never modified)."""

@@ -16,9 +16,17 @@ import torch
 from torch import nn
 
 from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads, split_heads
-
 from attnbench.plugins.recurrent.common import KERNELS, check_kernel, check_positive_int, require_fla
-from attnbench.plugins.recurrent.window_kernel import FLA_WINDOW_OP, WindowCache, fla_window_attention, mean_keys, window_attention, window_init_cache, window_weights
+from attnbench.plugins.recurrent.window_kernel import (
+    FLA_WINDOW_OP,
+    WindowCache,
+    fla_window_attention,
+    mean_keys,
+    window_attention,
+    window_init_cache,
+    window_weights,
+)
+
 
 @dataclass(frozen=True)
 class SWAOptions:
@@ -55,8 +63,12 @@ class SlidingWindowAttention(nn.Module):
 
     def describe_path(self) -> dict[str, object]:
         parallel = FLA_WINDOW_OP if self.kernel == "fla" else "recurrent.window_kernel.window_attention"
-        return {"kernel": parallel, "decode_kernel": "recurrent.window_kernel.window_attention",
-                "window": self.window, "chunk_size": self.chunk_size}
+        return {
+            "kernel": parallel,
+            "decode_kernel": "recurrent.window_kernel.window_attention",
+            "window": self.window,
+            "chunk_size": self.chunk_size,
+        }
 
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return split_heads(self.c_attn(x), self.n_head)  # 3 x (B, H, T, h)
@@ -99,7 +111,16 @@ def attention_maps(mixer: SlidingWindowAttention, x: torch.Tensor) -> torch.Tens
 
 @hookimpl
 def attnbench_register_variants(register) -> None:
-    register(Variant(name="swa", build_mixer=SlidingWindowAttention, options=SWAOptions, decode="window",
-                     description="Sliding-window softmax attention (window w, itself included), blocked, O(w) decode cache",
-                     state_size=state_size, flops_per_token=flops_per_token, version="1",
-                     attention_maps=attention_maps))
+    register(
+        Variant(
+            name="swa",
+            build_mixer=SlidingWindowAttention,
+            options=SWAOptions,
+            decode="window",
+            description="Sliding-window softmax attention (window w, itself included), blocked, O(w) decode cache",
+            state_size=state_size,
+            flops_per_token=flops_per_token,
+            version="1",
+            attention_maps=attention_maps,
+        )
+    )

@@ -26,15 +26,17 @@ class WindowCache:
     v: torch.Tensor  # (B, H, P, h)
 
 
-def window_init_cache(batch: int, n_head: int, head_dim: int, device=None,
-                      dtype: torch.dtype | None = None) -> WindowCache:
+def window_init_cache(
+    batch: int, n_head: int, head_dim: int, device=None, dtype: torch.dtype | None = None
+) -> WindowCache:
     """An empty cache (P = 0): it grows to w - 1 positions, then slides."""
     empty = torch.zeros(batch, n_head, 0, head_dim, device=device, dtype=dtype or torch.float32)  # (B, H, 0, h)
     return WindowCache(empty, empty.clone())
 
 
-def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: WindowCache, window: int,
-                     block: int) -> tuple[torch.Tensor, WindowCache]:
+def window_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: WindowCache, window: int, block: int
+) -> tuple[torch.Tensor, WindowCache]:
     """q, k, v (B, H, t, h) the next t positions after ``cache``. Returns o (B, H, t, h) in
     v's dtype and the new cache (new tensors)."""
     out_dtype, (B, H, t, h), P, w = v.dtype, q.shape, cache.k.shape[2], window
@@ -53,7 +55,7 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: W
         kb = kp.unfold(2, S, c)  # (B, H, N, h, S) block n: padded keys [n c, n c + S)
         vb = vp.unfold(2, S, c).transpose(-1, -2)  # (B, H, N, S, h)
         qb = F.pad(q.to(dt), (0, 0, 0, back)).unflatten(2, (N, c))  # (B, H, N, c, h)
-        scores = (qb @ kb) * h ** -0.5  # (B, H, N, c, S)
+        scores = (qb @ kb) * h**-0.5  # (B, H, N, c, S)
         i = torch.arange(c, device=q.device)[:, None]  # (c, 1) query offset in its block
         r = torch.arange(S, device=q.device)[None, :]  # (1, S) key offset in the block's span
         start = torch.arange(N, device=q.device)[:, None, None] * c  # (N, 1, 1) block start
@@ -77,7 +79,7 @@ def window_weights(q: torch.Tensor, k: torch.Tensor, window: int) -> torch.Tenso
 def mean_keys(T: int, window: int) -> float:
     """Average keys a query sees over positions 0..T-1: min(i + 1, w)."""
     T = max(T, 1)
-    if T <= window:
+    if window >= T:
         return (T + 1) / 2
     return (window * (window + 1) / 2 + (T - window) * window) / T
 

@@ -18,19 +18,27 @@ import torch.nn.functional as F
 from attnbench import AuxLoss, MixerOutput
 
 
-def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                        k_future: torch.Tensor, v_future: torch.Tensor, fd: int, context: int,
-                        dropout_p: float = 0.0, k_bias: torch.Tensor | None = None,
-                        v_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def reference_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_future: torch.Tensor,
+    v_future: torch.Tensor,
+    fd: int,
+    context: int,
+    dropout_p: float = 0.0,
+    k_bias: torch.Tensor | None = None,
+    v_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Equation 6.3 per head: returns (y, out_future), both (B, H, T, h). k_bias (H, 1, C-1)
     and v_bias (H, 1, h): the reference's future K/V projection biases (with bias on)."""
     T = q.size(2)
     T_w = min(T + fd, context)
     scale = 1.0 / math.sqrt(q.size(-1))
     A = (q @ k.transpose(-1, -2)) * scale  # (B, H, T, T)
-    Fs = q @ k_future[:, :, :T_w - 1]  # (B, H, T, T_w-1) column c: position c+1
+    Fs = q @ k_future[:, :, : T_w - 1]  # (B, H, T, T_w-1) column c: position c+1
     if k_bias is not None:
-        Fs = Fs + k_bias[:, :, :T_w - 1]  # (B, H, T, T_w-1) bias before the scale
+        Fs = Fs + k_bias[:, :, : T_w - 1]  # (B, H, T, T_w-1) bias before the scale
     Fs = Fs * scale  # (B, H, T, T_w-1)
     i = torch.arange(T, device=q.device)[:, None]  # (T, 1)
     j = torch.arange(T_w, device=q.device)[None, :]  # (1, T_w)
@@ -42,7 +50,7 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     P = torch.softmax(O, dim=-1)  # (B, H, T, T_w)
     P = F.dropout(P, dropout_p) if dropout_p > 0 else P  # (B, H, T, T_w)
     y_causal = (P * causal)[..., :T] @ v  # (B, H, T, h)
-    out_future = (P * band)[..., 1:] @ v_future[:, :T_w - 1]  # (B, H, T, h)
+    out_future = (P * band)[..., 1:] @ v_future[:, : T_w - 1]  # (B, H, T, h)
     if v_bias is not None:
         out_future = out_future + v_bias  # (B, H, T, h) every row
     return y_causal + out_future, out_future
@@ -72,9 +80,18 @@ def reference_forward(mixer, x: torch.Tensor):
     opts = mixer.opts
     q, k, v = mixer._heads(x)  # (B, H, T, h)
     p = mixer.dropout if mixer.training else 0.0
-    y, out_future = reference_attention(q, k, v, mixer.k_future, mixer.v_future,
-                                        opts.future_dim, mixer.context, p,
-                                        mixer.k_future_bias, mixer.v_future_bias)  # (B, H, T, h)
+    y, out_future = reference_attention(
+        q,
+        k,
+        v,
+        mixer.k_future,
+        mixer.v_future,
+        opts.future_dim,
+        mixer.context,
+        p,
+        mixer.k_future_bias,
+        mixer.v_future_bias,
+    )  # (B, H, T, h)
     out = mixer._merge(y)  # (B, T, D)
     if not (mixer.training and opts.use_future_attn_loss):
         return out

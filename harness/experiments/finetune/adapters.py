@@ -32,7 +32,8 @@ def target_names(model: nn.Module, target: str | list[str]) -> list[str]:
     if not names:
         raise FinetuneError(
             f"target {target!r} matches no Linear layer of this model; its Linear layers are "
-            f"{sorted(linears)}: use 'mixer', 'linear' or name some of these")
+            f"{sorted(linears)}: use 'mixer', 'linear' or name some of these"
+        )
     return names
 
 
@@ -43,15 +44,17 @@ def check_rank(model: nn.Module, names: list[str], rank: int) -> None:
         if rank > min(m.in_features, m.out_features):
             raise FinetuneError(
                 f"rank {rank} exceeds the dimensions of {name} ({m.out_features} x {m.in_features}): a "
-                f"low-rank update has rank <= {min(m.in_features, m.out_features)}; use a smaller rank")
+                f"low-rank update has rank <= {min(m.in_features, m.out_features)}; use a smaller rank"
+            )
 
 
 def _import_peft() -> Any:
     try:
         import peft
     except ImportError as exc:
-        raise FinetuneError("method: lora needs PEFT: pip install 'attnbench[lora]' -c constraints.txt "
-                            f"({exc})") from None
+        raise FinetuneError(
+            f"method: lora needs PEFT: pip install 'attnbench[lora]' -c constraints.txt ({exc})"
+        ) from None
     return peft
 
 
@@ -60,8 +63,9 @@ def add_lora(model: nn.Module, names: list[str], rank: int, alpha: float | None,
     targeted matrices stay frozen at their initial values and every other weight trains)."""
     check_rank(model, names, rank)
     peft = _import_peft()
-    config = peft.LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else 2 * rank,
-                             target_modules=names, lora_dropout=0.0, bias="none")
+    config = peft.LoraConfig(
+        r=rank, lora_alpha=alpha if alpha is not None else 2 * rank, target_modules=names, lora_dropout=0.0, bias="none"
+    )
     model = peft.inject_adapter_in_model(config, model)
     frozen = {f"{n}.base_layer.{p}" for n in names for p in ("weight", "bias")}
     for name, p in model.named_parameters():

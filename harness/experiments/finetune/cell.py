@@ -39,9 +39,11 @@ def _base_model(cell: Cell, variant: Variant, ctx: RunContext, train: dict[str, 
         return Backbone(cell.model, variant.build_mixer)
     model, meta = load_checkpoint(run_checkpoint(ctx.store, train), ctx.registry)
     if meta.variant != cell.variant or meta.model_kind != "backbone":
-        raise FinetuneError(f"checkpoint {meta.path} holds a {meta.model_kind} model of variant "
-                            f"{meta.variant!r}, not a backbone model of {cell.variant!r}; fine-tune the "
-                            "checkpoints of a train experiment with model_kind: backbone and the same variants")
+        raise FinetuneError(
+            f"checkpoint {meta.path} holds a {meta.model_kind} model of variant "
+            f"{meta.variant!r}, not a backbone model of {cell.variant!r}; fine-tune the "
+            "checkpoints of a train experiment with model_kind: backbone and the same variants"
+        )
     return model
 
 
@@ -55,7 +57,9 @@ def _prepare(cell: Cell, model: torch.nn.Module) -> tuple[torch.nn.Module, list[
     return add_lora(model, names, spec.rank, spec.lora_alpha, spec.from_scratch), names
 
 
-def _train(model: torch.nn.Module, data: Any, cell: Cell, ctx: RunContext) -> tuple[list[Metric], int, float, str | None]:
+def _train(
+    model: torch.nn.Module, data: Any, cell: Cell, ctx: RunContext
+) -> tuple[list[Metric], int, float, str | None]:
     """AdamW on the trainable weights, warmup + cosine, clipping; (curve, steps, seconds,
     why it diverged or None): a logged loss above diverge_factor x ln(vocab) stops it."""
     t, device = cell.spec, ctx.device
@@ -103,29 +107,52 @@ def run_finetune_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutc
     model = model.to(ctx.device)
     n_train, n_total = trainable_params(model), sum(p.numel() for p in model.parameters())
     data = load_corpus(cell.data, ctx.registry)
-    unseen = [] if spec.from_scratch else unseen_answer_tokens(
-        load_corpus(DataSpec.model_validate(train["config"]["data"]), ctx.registry), data)
+    unseen = (
+        []
+        if spec.from_scratch
+        else unseen_answer_tokens(load_corpus(DataSpec.model_validate(train["config"]["data"]), ctx.registry), data)
+    )
     metrics, steps, seconds, diverged = _train(model, data, cell, ctx)
     started = time.perf_counter()
     rows = evaluate(model, data, cell, ctx.device)
     eval_time = time.perf_counter() - started
-    tags = {"method": spec.method, "rank": spec.rank, "target": spec.target, "from_scratch": spec.from_scratch,
-            "train_run_id": train["id"], "train_cell_key": train["cell_key"]}
-    results = [Result("trainable_params", n_train, "params", dict(tags)),
-               Result("total_params", n_total, "params", dict(tags))]
+    tags = {
+        "method": spec.method,
+        "rank": spec.rank,
+        "target": spec.target,
+        "from_scratch": spec.from_scratch,
+        "train_run_id": train["id"],
+        "train_cell_key": train["cell_key"],
+    }
+    results = [
+        Result("trainable_params", n_train, "params", dict(tags)),
+        Result("total_params", n_total, "params", dict(tags)),
+    ]
     results += [Result(r.name, r.value, r.unit, {**r.tags, **tags}) for r in rows]
     kept = None
     if spec.checkpoint and not names and ctx.checkpoint_dir is not None:  # full tuning: a plain model
         kept = save_final(ctx.checkpoint_dir, cell, model.cpu(), steps, getattr(data, "tokenizer_json", None))
-    summary = {**{f"val_{k}": v for k, v in headline(rows).items()}, **tags,
-               "trainable_params": n_train, "total_params": n_total, "adapted_modules": names,
-               "steps": steps, "train_time_s": seconds, "eval_time_s": eval_time,
-               "dtype": compute_dtype(ctx.device), "peft_version": peft_version() if names else None,
-               "checkpoint": str(kept) if kept else None,
-               "unseen_answer_tokens": unseen}  # scored ids the base model barely saw (finetune/vocab.py)
+    summary = {
+        **{f"val_{k}": v for k, v in headline(rows).items()},
+        **tags,
+        "trainable_params": n_train,
+        "total_params": n_total,
+        "adapted_modules": names,
+        "steps": steps,
+        "train_time_s": seconds,
+        "eval_time_s": eval_time,
+        "dtype": compute_dtype(ctx.device),
+        "peft_version": peft_version() if names else None,
+        "checkpoint": str(kept) if kept else None,
+        "unseen_answer_tokens": unseen,
+    }  # scored ids the base model barely saw (finetune/vocab.py)
     return CellOutcome("diverged" if diverged else "done", summary, metrics, results, diverged)
 
 
-KIND = Kind("finetune", run_finetune_cell,
-            code=(*COMMON_CODE, "attnbench.experiments.finetune", "attnbench.experiments.train"),
-            link=link_finetune_cells, on_driver=True)
+KIND = Kind(
+    "finetune",
+    run_finetune_cell,
+    code=(*COMMON_CODE, "attnbench.experiments.finetune", "attnbench.experiments.train"),
+    link=link_finetune_cells,
+    on_driver=True,
+)

@@ -12,11 +12,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata as md
 
-from attnbench.plan.halving import tuned_source_error
 from attnbench.plan.cells import Cell, trained_cells_for
+from attnbench.plan.halving import tuned_source_error
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.store.provenance import content_key
-
 
 
 def peft_version() -> str:
@@ -33,8 +32,10 @@ def _source_error(suite: Suite, src: str) -> str | None:
     if src not in exps:
         return f"no experiment named {src!r} in this suite; experiments: {sorted(exps)}"
     if exps[src].kind != "train" or not exps[src].spec().checkpoint:
-        return (f"experiment {src!r} (kind {exps[src].kind}) keeps no checkpoints; name a train "
-                "experiment whose train.checkpoint is true")
+        return (
+            f"experiment {src!r} (kind {exps[src].kind}) keeps no checkpoints; name a train "
+            "experiment whose train.checkpoint is true"
+        )
     return None
 
 
@@ -42,27 +43,36 @@ def _fit_error(cell: Cell, trained: Cell) -> tuple[tuple, str] | None:
     """(where, message) when the trained model cannot take this cell's data or rank."""
     spec, m = cell.spec, trained.model
     if cell.model.vocab_size != m.vocab_size:
-        return ("data",), (f"this data has a vocabulary of {cell.model.vocab_size} tokens but the models of "
-                           f"{spec.from_experiment!r} have {m.vocab_size}; fine-tune on data with the same "
-                           "tokenizer (bytes: a text corpus or a byte-level task such as text_recall)")
+        return ("data",), (
+            f"this data has a vocabulary of {cell.model.vocab_size} tokens but the models of "
+            f"{spec.from_experiment!r} have {m.vocab_size}; fine-tune on data with the same "
+            "tokenizer (bytes: a text corpus or a byte-level task such as text_recall)"
+        )
     if spec.seq_len > m.context:
-        return ("finetune", "seq_len"), (f"seq_len {spec.seq_len} exceeds the context {m.context} the models "
-                                         f"of {spec.from_experiment!r} were built with; pretrain with a longer "
-                                         "seq_len or models.context")
+        return ("finetune", "seq_len"), (
+            f"seq_len {spec.seq_len} exceeds the context {m.context} the models "
+            f"of {spec.from_experiment!r} were built with; pretrain with a longer "
+            "seq_len or models.context"
+        )
     if spec.rank is not None and spec.rank > m.d_model:
-        return ("finetune", "ranks"), (f"rank {spec.rank} is larger than the model width d_model = {m.d_model}: "
-                                       f"a rank-r update of a d x d matrix needs r <= d; use ranks up to {m.d_model}")
+        return ("finetune", "ranks"), (
+            f"rank {spec.rank} is larger than the model width d_model = {m.d_model}: "
+            f"a rank-r update of a d x d matrix needs r <= d; use ranks up to {m.d_model}"
+        )
     return None
 
 
 def _link(cell: Cell, trained: Cell) -> Cell:
-    linked = dataclasses.replace(cell, model=trained.model, key="", key_inputs={},
-                                 coords={**cell.coords, **trained.coords, "rank": cell.spec.rank,
-                                         "from_experiment": trained.experiment})
+    linked = dataclasses.replace(
+        cell,
+        model=trained.model,
+        key="",
+        key_inputs={},
+        coords={**cell.coords, **trained.coords, "rank": cell.spec.rank, "from_experiment": trained.experiment},
+    )
     if not cell.key:  # keys are not computed (``attnbench validate``)
         return linked
-    inputs = {**cell.key_inputs, "config": linked.config_dict(), "train_cell_key": trained.key,
-              "peft": peft_version()}
+    inputs = {**cell.key_inputs, "config": linked.config_dict(), "train_cell_key": trained.key, "peft": peft_version()}
     return dataclasses.replace(linked, key=content_key(inputs), key_inputs=inputs)
 
 
@@ -85,11 +95,16 @@ def link_finetune_cells(suite: Suite, cells: list[Cell]) -> list[Cell]:
             raise suite_error_at(suite, ("experiments", ei, "finetune", "from_experiment"), problem)
         matches = trained_cells_for(cell, src, cells)
         if not matches:
-            raise suite_error_at(suite, ("experiments", ei), (
-                f"experiment {src!r} has no trained cell of variant {cell.variant!r}, model d_model "
-                f"{cell.model.d_model} x {cell.model.n_layer} layers x {cell.model.n_head} heads, seed "
-                f"{cell.seed}; give this finetune experiment the same variants, models and seeds "
-                "(e.g. through the suite's defaults)"))
+            raise suite_error_at(
+                suite,
+                ("experiments", ei),
+                (
+                    f"experiment {src!r} has no trained cell of variant {cell.variant!r}, model d_model "
+                    f"{cell.model.d_model} x {cell.model.n_layer} layers x {cell.model.n_head} heads, seed "
+                    f"{cell.seed}; give this finetune experiment the same variants, models and seeds "
+                    "(e.g. through the suite's defaults)"
+                ),
+            )
         for t in matches:
             bad = _fit_error(cell, t)
             if bad:

@@ -32,13 +32,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from attnbench.plan.halving import tuned_source_error
-from attnbench.plan.cells import Cell, trained_cells_for
-from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext, trained_run
-from attnbench.store.provenance import content_key
-from attnbench.store.database import Result
-from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.contract.variant import Variant
+from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext, trained_run
+from attnbench.plan.cells import Cell, trained_cells_for
+from attnbench.plan.halving import tuned_source_error
+from attnbench.plan.suite import Suite, suite_error_at
+from attnbench.store.database import Result
+from attnbench.store.provenance import content_key
 
 _UNITS = {"bits_per_byte": "bits/byte"}
 
@@ -74,18 +74,30 @@ def _source_error(suite: Suite, ei: int, src: str) -> str | None:
         return f"no experiment named {src!r} in this suite; experiments: {sorted(exps)}"
     spec = exps[src].spec()
     if not getattr(spec, "checkpoint", False):
-        return (f"experiment {src!r} (kind {exps[src].kind}) keeps no checkpoints; name a train "
-                "experiment whose train.checkpoint is true")
+        return (
+            f"experiment {src!r} (kind {exps[src].kind}) keeps no checkpoints; name a train "
+            "experiment whose train.checkpoint is true"
+        )
     return None
 
 
 def _link(cell: Cell, trained: Cell, spec: Any, tasks_hash: str) -> Cell:
-    linked = dataclasses.replace(cell, model=trained.model, spec=spec, key="", key_inputs={},
-                                 coords={**trained.coords, "from_experiment": trained.experiment})
+    linked = dataclasses.replace(
+        cell,
+        model=trained.model,
+        spec=spec,
+        key="",
+        key_inputs={},
+        coords={**trained.coords, "from_experiment": trained.experiment},
+    )
     if not cell.key:  # keys are not computed (``attnbench validate``)
         return linked
-    inputs = {**cell.key_inputs, "config": linked.config_dict(), "train_cell_key": trained.key,
-              "lm_eval": {"version": _lm_eval_version(), "inputs_sha256": tasks_hash}}
+    inputs = {
+        **cell.key_inputs,
+        "config": linked.config_dict(),
+        "train_cell_key": trained.key,
+        "lm_eval": {"version": _lm_eval_version(), "inputs_sha256": tasks_hash},
+    }
     return dataclasses.replace(linked, key=content_key(inputs), key_inputs=inputs)
 
 
@@ -113,19 +125,30 @@ def link_lm_eval_cells(suite: Suite, cells: list[Cell]) -> list[Cell]:
         spec = cell.spec.resolved(base)
         for folder in spec.include_path or []:
             if not Path(folder).is_dir():
-                raise suite_error_at(suite, ("experiments", ei, "lm_eval", "include_path"),
-                                     f"task folder {folder} does not exist (paths are relative to the suite file)")
+                raise suite_error_at(
+                    suite,
+                    ("experiments", ei, "lm_eval", "include_path"),
+                    f"task folder {folder} does not exist (paths are relative to the suite file)",
+                )
         for name, value in spec.paths.items():
             if not Path(value).exists():
-                raise suite_error_at(suite, ("experiments", ei, "lm_eval", "paths", name),
-                                     f"file {value} does not exist (paths are relative to the suite file)")
+                raise suite_error_at(
+                    suite,
+                    ("experiments", ei, "lm_eval", "paths", name),
+                    f"file {value} does not exist (paths are relative to the suite file)",
+                )
         matches = trained_cells_for(cell, src, cells)
         if not matches:
-            raise suite_error_at(suite, ("experiments", ei), (
-                f"experiment {src!r} has no trained cell of variant {cell.variant!r}, model d_model "
-                f"{cell.model.d_model} x {cell.model.n_layer} layers x {cell.model.n_head} heads, seed "
-                f"{cell.seed}; give this lm_eval experiment the same variants, models and seeds "
-                "(e.g. through the suite's defaults)"))
+            raise suite_error_at(
+                suite,
+                ("experiments", ei),
+                (
+                    f"experiment {src!r} has no trained cell of variant {cell.variant!r}, model d_model "
+                    f"{cell.model.d_model} x {cell.model.n_layer} layers x {cell.model.n_head} heads, seed "
+                    f"{cell.seed}; give this lm_eval experiment the same variants, models and seeds "
+                    "(e.g. through the suite's defaults)"
+                ),
+            )
         key = json.dumps([spec.include_path, spec.paths])
         if key not in hashes and cell.key:
             hashes[key] = _inputs_hash(spec.include_path, spec.paths)
@@ -152,13 +175,24 @@ def result_rows(results: dict[str, Any], train_run: dict[str, Any]) -> list[Resu
             if "," not in key or "_stderr," in key:
                 continue
             metric, filt = key.split(",", 1)
-            rows.append(Result(metric, _num(value), _UNITS.get(metric, ""), {
-                "task": task, "metric": metric, "filter": filt,
-                "stderr": _num(metrics.get(f"{metric}_stderr,{filt}")),
-                "version": results.get("versions", {}).get(task), "n_samples": n,
-                "higher_is_better": better.get(metric),
-                "train_run_id": train_run["id"], "train_cell_key": train_run["cell_key"],
-            }))
+            rows.append(
+                Result(
+                    metric,
+                    _num(value),
+                    _UNITS.get(metric, ""),
+                    {
+                        "task": task,
+                        "metric": metric,
+                        "filter": filt,
+                        "stderr": _num(metrics.get(f"{metric}_stderr,{filt}")),
+                        "version": results.get("versions", {}).get(task),
+                        "n_samples": n,
+                        "higher_is_better": better.get(metric),
+                        "train_run_id": train_run["id"],
+                        "train_cell_key": train_run["cell_key"],
+                    },
+                )
+            )
     return rows
 
 
@@ -190,12 +224,15 @@ def _hf_export(ctx: RunContext, checkpoint: Path, train: dict[str, Any]) -> str:
 
 
 def run_lm_eval_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
-    from attnbench.nn.checkpoint import run_checkpoint
     from attnbench.errors import AttnbenchError
+    from attnbench.nn.checkpoint import run_checkpoint
 
     if "train_cell_key" not in cell.key_inputs:
-        return CellOutcome("failed", error="lm_eval cell is not linked to a trained cell: "
-                           "expand_suite must pass its cells through link_lm_eval_cells")
+        return CellOutcome(
+            "failed",
+            error="lm_eval cell is not linked to a trained cell: "
+            "expand_suite must pass its cells through link_lm_eval_cells",
+        )
     spec = cell.spec
     train, skipped = trained_run(ctx, cell, "evaluate")
     if skipped is not None:
@@ -207,30 +244,52 @@ def run_lm_eval_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutco
         return CellOutcome("failed", error=str(exc))
     with tempfile.TemporaryDirectory(prefix="attnbench-lm-eval-") as tmp:
         request = {
-            "checkpoint": str(checkpoint), "device": str(ctx.device), "tasks": spec.tasks,
-            "include_path": spec.include_path, "metadata": {**spec.metadata, **spec.paths},
-            "limit": spec.limit, "num_fewshot": spec.num_fewshot, "batch_size": spec.batch_size,
-            "bootstrap_iters": spec.bootstrap_iters, "offline": spec.offline, "hf_export": hf_export,
+            "checkpoint": str(checkpoint),
+            "device": str(ctx.device),
+            "tasks": spec.tasks,
+            "include_path": spec.include_path,
+            "metadata": {**spec.metadata, **spec.paths},
+            "limit": spec.limit,
+            "num_fewshot": spec.num_fewshot,
+            "batch_size": spec.batch_size,
+            "bootstrap_iters": spec.bootstrap_iters,
+            "offline": spec.offline,
+            "hf_export": hf_export,
             "output": str(Path(tmp) / "results.json"),
         }
         (Path(tmp) / "request.json").write_text(json.dumps(request))
         started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "attnbench.experiments.lm_eval.evaluate", str(Path(tmp) / "request.json")],
-                              capture_output=True, text=True, env=child_env(spec.offline))
+        proc = subprocess.run(
+            [sys.executable, "-m", "attnbench.experiments.lm_eval.evaluate", str(Path(tmp) / "request.json")],
+            capture_output=True,
+            text=True,
+            env=child_env(spec.offline),
+        )
         elapsed = time.perf_counter() - started
         if proc.returncode != 0:
             return CellOutcome("failed", error=_child_error(proc))
         results = json.loads(Path(request["output"]).read_text())
     rows = result_rows(results, train)
     summary = {
-        "train_run_id": train["id"], "train_cell_key": train["cell_key"], "checkpoint": str(checkpoint),
-        "tasks": spec.tasks, "limit": spec.limit, "eval_time_s": elapsed, "model": spec.model,
+        "train_run_id": train["id"],
+        "train_cell_key": train["cell_key"],
+        "checkpoint": str(checkpoint),
+        "tasks": spec.tasks,
+        "limit": spec.limit,
+        "eval_time_s": elapsed,
+        "model": spec.model,
         "hf_export": hf_export,
-        "lm_eval_version": _lm_eval_version(), "versions": results.get("versions", {}),
+        "lm_eval_version": _lm_eval_version(),
+        "versions": results.get("versions", {}),
         **{f"{r.tags['task']}/{r.name}": r.value for r in rows},
     }
     return CellOutcome("done", summary, results=rows)
 
 
-KIND = Kind("lm_eval", run_lm_eval_cell, code=(*COMMON_CODE, "attnbench.experiments.lm_eval", "attnbench.export"),
-            link=link_lm_eval_cells, on_driver=True)
+KIND = Kind(
+    "lm_eval",
+    run_lm_eval_cell,
+    code=(*COMMON_CODE, "attnbench.experiments.lm_eval", "attnbench.export"),
+    link=link_lm_eval_cells,
+    on_driver=True,
+)

@@ -39,10 +39,18 @@ def task_manager(include_path: list[str] | None, tasks: list[str], metadata: dic
 
 
 def evaluate_checkpoint(
-    checkpoint: str, tasks: list[str], *, include_path: list[str] | None = None,
-    metadata: dict[str, Any] | None = None, device: str | None = None, batch_size: int = 16,
-    limit: int | float | None = None, num_fewshot: int | None = None, bootstrap_iters: int = 1000,
-    lm: Any = None, hf_export: str | None = None,
+    checkpoint: str,
+    tasks: list[str],
+    *,
+    include_path: list[str] | None = None,
+    metadata: dict[str, Any] | None = None,
+    device: str | None = None,
+    batch_size: int = 16,
+    limit: int | float | None = None,
+    num_fewshot: int | None = None,
+    bootstrap_iters: int = 1000,
+    lm: Any = None,
+    hf_export: str | None = None,
 ) -> dict[str, Any]:
     """lm-eval's results for one checkpoint (or an ``AttnbenchLM`` given as ``lm``, or an
     exported folder ``hf_export`` scored by lm-eval's own ``hf`` model): the ``results``,
@@ -58,8 +66,15 @@ def evaluate_checkpoint(
     elif lm is None:
         lm = AttnbenchLM(checkpoint=checkpoint, device=device, batch_size=batch_size)
     manager = task_manager(include_path, tasks, dict(metadata or {}))
-    out = simple_evaluate(model=lm, tasks=list(tasks), task_manager=manager, limit=limit,
-                          num_fewshot=num_fewshot, bootstrap_iters=bootstrap_iters, log_samples=False)
+    out = simple_evaluate(
+        model=lm,
+        tasks=list(tasks),
+        task_manager=manager,
+        limit=limit,
+        num_fewshot=num_fewshot,
+        bootstrap_iters=bootstrap_iters,
+        log_samples=False,
+    )
     return {k: out[k] for k in _KEEP if k in out}
 
 
@@ -70,10 +85,15 @@ def child_main(argv: list[str]) -> int:
     offline_hint = OFFLINE_HINT if request.get("offline") else ""
     try:
         results = evaluate_checkpoint(
-            request["checkpoint"], request["tasks"], include_path=request.get("include_path"),
-            metadata=request.get("metadata"), device=request.get("device"),
-            batch_size=request.get("batch_size", 16), limit=request.get("limit"),
-            num_fewshot=request.get("num_fewshot"), bootstrap_iters=request.get("bootstrap_iters", 1000),
+            request["checkpoint"],
+            request["tasks"],
+            include_path=request.get("include_path"),
+            metadata=request.get("metadata"),
+            device=request.get("device"),
+            batch_size=request.get("batch_size", 16),
+            limit=request.get("limit"),
+            num_fewshot=request.get("num_fewshot"),
+            bootstrap_iters=request.get("bootstrap_iters", 1000),
             hf_export=request.get("hf_export"),
         )
     except AttnbenchError as exc:
@@ -82,8 +102,11 @@ def child_main(argv: list[str]) -> int:
     except Exception as exc:  # lm-eval and datasets raise many types; report what and why
         traceback.print_exc()
         first = (str(exc).strip().splitlines() or [""])[0]
-        print(f"attnbench: error: lm-eval failed on tasks {request['tasks']}: "
-              f"{type(exc).__name__}: {first}.{offline_hint}", file=sys.stderr)
+        print(
+            f"attnbench: error: lm-eval failed on tasks {request['tasks']}: "
+            f"{type(exc).__name__}: {first}.{offline_hint}",
+            file=sys.stderr,
+        )
         return 1
     Path(request["output"]).write_text(json.dumps(results, default=str))
     return 0

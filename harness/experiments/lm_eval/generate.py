@@ -9,8 +9,9 @@ instead; that slower path is logged once per model, never taken silently.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -30,7 +31,7 @@ class GenSettings:
     seed: int
 
     @classmethod
-    def from_kwargs(cls, kwargs: dict[str, Any] | None, default_max: int, context: int) -> "GenSettings":
+    def from_kwargs(cls, kwargs: dict[str, Any] | None, default_max: int, context: int) -> GenSettings:
         kwargs = dict(kwargs or {})
         until = kwargs.pop("until", None) or []
         if isinstance(until, str):
@@ -41,8 +42,12 @@ class GenSettings:
         if max_new < 1:
             raise ValueError(f"generate_until: max_gen_toks must be >= 1, got {max_new}")
         if max_new >= context:
-            log.warning("max_gen_toks %d leaves no room for a prompt in context %d; generating %d",
-                        max_new, context, context - 1)
+            log.warning(
+                "max_gen_toks %d leaves no room for a prompt in context %d; generating %d",
+                max_new,
+                context,
+                context - 1,
+            )
             max_new = context - 1
         do_sample = bool(kwargs.pop("do_sample", False))  # as in lm-eval's HF model: greedy unless asked
         temperature = float(kwargs.pop("temperature", 1.0))
@@ -52,8 +57,13 @@ class GenSettings:
         seed = int(kwargs.pop("seed", 1234))
         if kwargs:
             log.warning("generate_until: ignoring generation kwargs %s", sorted(kwargs))
-        return cls(tuple(u.encode("utf-8") for u in until if u), max_new,
-                   temperature if do_sample else 0.0, int(top_k) if top_k else None, seed)
+        return cls(
+            tuple(u.encode("utf-8") for u in until if u),
+            max_new,
+            temperature if do_sample else 0.0,
+            int(top_k) if top_k else None,
+            seed,
+        )
 
     def key(self) -> list[Any]:
         """Requests with equal settings are decoded together."""
@@ -80,7 +90,10 @@ def _pick(logits: torch.Tensor, s: GenSettings, gen: torch.Generator) -> torch.T
 
 @torch.no_grad()
 def generate_batch(
-    model: Any, device: torch.device, prompts: list[list[int]], s: GenSettings,
+    model: Any,
+    device: torch.device,
+    prompts: list[list[int]],
+    s: GenSettings,
     decode: Callable[[list[int]], str] | None = None,
 ) -> tuple[list[str], bool]:
     """Continuations of equal-length prompts, each cut before its first stop string, and

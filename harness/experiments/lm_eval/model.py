@@ -31,12 +31,12 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from attnbench.nn.checkpoint import CheckpointMeta, find_run, load_checkpoint, run_checkpoint
-from attnbench.errors import CheckpointError, ModelArgsError
-from attnbench.nn.model import LanguageModel
-from attnbench.store.database import Store
 from attnbench.data.tokenizers import ByteTokenizer, tokenizer_kind
+from attnbench.errors import CheckpointError, ModelArgsError
+from attnbench.nn.checkpoint import CheckpointMeta, find_run, load_checkpoint, run_checkpoint
+from attnbench.nn.model import LanguageModel
 from attnbench.nn.precision import autocast_for
+from attnbench.store.database import Store
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_GEN_TOKS = 256
@@ -71,8 +71,10 @@ def _reject_unknown(given: dict[str, Any]) -> None:
 
     unknown = sorted(set(given) - set(MODEL_ARGS))
     if unknown:
-        hints = [f"{u!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(u, list(MODEL_ARGS), 1))
-                 else repr(u) for u in unknown]
+        hints = [
+            f"{u!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(u, list(MODEL_ARGS), 1)) else repr(u)
+            for u in unknown
+        ]
         raise ModelArgsError(f"unknown attnbench model_args {', '.join(hints)}; accepted: {', '.join(MODEL_ARGS)}")
 
 
@@ -117,11 +119,19 @@ class AttnbenchLM(LM):
     """
 
     def __init__(
-        self, checkpoint: str | None = None, store: str | None = None, run: str | int | None = None,
-        device: str | None = None, batch_size: int | str = 16, max_batch_size: int | None = None,
-        prefix_token: int | str | None = None, max_gen_toks: int | str = DEFAULT_MAX_GEN_TOKS,
-        model: LanguageModel | None = None, info: dict[str, Any] | None = None,
-        tokenizer_json: str | None = None, **unknown: Any,
+        self,
+        checkpoint: str | None = None,
+        store: str | None = None,
+        run: str | int | None = None,
+        device: str | None = None,
+        batch_size: int | str = 16,
+        max_batch_size: int | None = None,
+        prefix_token: int | str | None = None,
+        max_gen_toks: int | str = DEFAULT_MAX_GEN_TOKS,
+        model: LanguageModel | None = None,
+        info: dict[str, Any] | None = None,
+        tokenizer_json: str | None = None,
+        **unknown: Any,
     ) -> None:
         super().__init__()
         _reject_unknown(unknown)
@@ -136,25 +146,32 @@ class AttnbenchLM(LM):
         self.batch_size = _batch_size(batch_size)
         self.prefix_token = _prefix(prefix_token, tokenizer_json, model.config.vocab_size)
         self.max_gen_toks = int(max_gen_toks)
-        self.info = {**(info or {}), "context": self.context, "device": str(self._device),
-                     "batch_size": self.batch_size, "prefix_token": self.prefix_token,
-                     "tokenizer": tokenizer_kind(tokenizer_json)}
+        self.info = {
+            **(info or {}),
+            "context": self.context,
+            "device": str(self._device),
+            "batch_size": self.batch_size,
+            "prefix_token": self.prefix_token,
+            "tokenizer": tokenizer_kind(tokenizer_json),
+        }
         self._warned_no_step = False
 
     @classmethod
-    def create_from_arg_string(cls, arg_string: str, additional_config: dict[str, Any] | None = None) -> "AttnbenchLM":
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict[str, Any] | None = None) -> AttnbenchLM:
         """model_args as text (``checkpoint=PATH,batch_size=8``); see ``_merged``."""
         from lm_eval.utils import simple_parse_args_string
 
         return cls(**_merged(simple_parse_args_string(arg_string or ""), additional_config))
 
     @classmethod
-    def create_from_arg_obj(cls, arg_dict: dict[str, Any], additional_config: dict[str, Any] | None = None) -> "AttnbenchLM":
+    def create_from_arg_obj(
+        cls, arg_dict: dict[str, Any], additional_config: dict[str, Any] | None = None
+    ) -> AttnbenchLM:
         """model_args as a dict (lm-eval's command line parses --model_args into one); see ``_merged``."""
         return cls(**_merged(dict(arg_dict or {}), additional_config))
 
     @classmethod
-    def from_model(cls, model: LanguageModel, **kwargs: Any) -> "AttnbenchLM":
+    def from_model(cls, model: LanguageModel, **kwargs: Any) -> AttnbenchLM:
         """Wrap a model already in memory (tests, notebooks) instead of a checkpoint."""
         return cls(model=model, **kwargs)
 
@@ -251,11 +268,14 @@ class AttnbenchLM(LM):
         for members in groups.values():
             for b in range(0, len(members), self.batch_size):
                 idx = members[b : b + self.batch_size]
-                texts, incremental = generate_batch(self.model, self._device, [prompts[i] for i in idx],
-                                                    settings[idx[0]], decode)
+                texts, incremental = generate_batch(
+                    self.model, self._device, [prompts[i] for i in idx], settings[idx[0]], decode
+                )
                 if not incremental and not self._warned_no_step:
-                    log.warning("this model has no incremental decoding: generate_until re-runs the "
-                                "whole prefix for every generated byte (quadratic in length)")
+                    log.warning(
+                        "this model has no incremental decoding: generate_until re-runs the "
+                        "whole prefix for every generated byte (quadratic in length)"
+                    )
                     self._warned_no_step = True
                 for i, text in zip(idx, texts):
                     out[i] = text
@@ -269,15 +289,19 @@ def _tokenizer(tokenizer_json: str | None, vocab_size: int) -> Any:
         if vocab_size != ByteTokenizer.vocab_size:
             raise CheckpointError(
                 f"the model embeds {vocab_size} tokens but its checkpoint keeps no tokenizer, so its text "
-                "encoding is unknown; re-train it with this version of attnbench (checkpoints now keep it)")
+                "encoding is unknown; re-train it with this version of attnbench (checkpoints now keep it)"
+            )
         return ByteTokenizer()
     from tokenizers import Tokenizer
 
     from attnbench.data.tokenizers import HFTokenizer, TokenIdsTokenizer, token_ids_vocab
 
     ids_vocab = token_ids_vocab(tokenizer_json)
-    tok = HFTokenizer(Tokenizer.from_str(tokenizer_json), "checkpoint") if ids_vocab is None \
-        else TokenIdsTokenizer(ids_vocab)  # text that is not ids is refused by name
+    tok = (
+        HFTokenizer(Tokenizer.from_str(tokenizer_json), "checkpoint")
+        if ids_vocab is None
+        else TokenIdsTokenizer(ids_vocab)
+    )  # text that is not ids is refused by name
     if tok.vocab_size > vocab_size:
         raise CheckpointError(f"the checkpoint's tokenizer has {tok.vocab_size} tokens, the model embeds {vocab_size}")
     return tok
@@ -315,6 +339,11 @@ def _load(checkpoint: str | None, store: str | None, run: str | int | None) -> t
 
 
 def _meta_info(meta: CheckpointMeta) -> dict[str, Any]:
-    return {"variant": meta.variant, "checkpoint": meta.path, "cell_key": meta.cell_key,
-            "step": meta.step, "model_kind": meta.model_kind, "n_params": meta.n_params}
-
+    return {
+        "variant": meta.variant,
+        "checkpoint": meta.path,
+        "cell_key": meta.cell_key,
+        "step": meta.step,
+        "model_kind": meta.model_kind,
+        "n_params": meta.n_params,
+    }

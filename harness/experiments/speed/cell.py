@@ -23,29 +23,30 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
-from attnbench.nn.backbone import Backbone
-from attnbench.plan.cells import Cell
+from attnbench.contract.variant import Variant
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext
 from attnbench.experiments.speed.fits import finalize_speed
 from attnbench.experiments.speed.memory import PeakMemory, measure_peak
-from attnbench.store.provenance import device_name
 from attnbench.experiments.speed.points import PointSpec, classify_message, for_child
 from attnbench.experiments.speed.timing import PointTiming, SweepTiming, TimingOptions, noise, time_sweep
+from attnbench.nn.backbone import Backbone
+from attnbench.plan.cells import Cell
 from attnbench.store.database import Result
-from attnbench.contract.variant import Variant
+from attnbench.store.provenance import device_name
 
 ISOLATED_TARGET = "attnbench.experiments.speed.points:isolated_point"
 DTYPE_LABELS = {"fp32": "fp32", "bf16": "bf16-autocast"}
 
 
 def resolve_dtype(requested: str, device: torch.device) -> str:
-    """"auto" is fp32 on CPU (bf16 matmuls are slow there) and bf16 autocast on CUDA."""
+    """ "auto" is fp32 on CPU (bf16 matmuls are slow there) and bf16 autocast on CUDA."""
     if requested == "auto":
         return "bf16" if device.type == "cuda" else "fp32"
     return requested
@@ -87,13 +88,20 @@ def _short(message: str | None) -> str | None:
     return lines[-1].strip() if lines else message
 
 
-def isolate(specs: list[PointSpec], time_limit_s: float, limit: int | None,
-            threads: int | None, progress=None) -> dict[int, PeakMemory]:
+def isolate(
+    specs: list[PointSpec], time_limit_s: float, limit: int | None, threads: int | None, progress=None
+) -> dict[int, PeakMemory]:
     """Pass 1: each point once in a fresh process, increasing T, up to the first failure."""
     out: dict[int, PeakMemory] = {}
     for i, spec in enumerate(specs):
-        peak = measure_peak(ISOLATED_TARGET, timeout=time_limit_s, spec=for_child(spec),
-                            device=spec.device, memory_limit_bytes=limit, threads=threads)
+        peak = measure_peak(
+            ISOLATED_TARGET,
+            timeout=time_limit_s,
+            spec=for_child(spec),
+            device=spec.device,
+            memory_limit_bytes=limit,
+            threads=threads,
+        )
         status, error = classify_message(peak.status, _short(peak.error) or "")
         out[spec.T] = replace(peak, status=status, error=error)
         if progress:
@@ -111,12 +119,27 @@ def _path_tags(extra: dict[str, Any]) -> dict[str, Any]:
     return {"backend": backend, "fallback": fallback, "path": path}
 
 
-def point_rows(mode: str, T: int, status: str, peak: PeakMemory | None, timing: PointTiming | None,
-               dtype: str, batch_size: int, decode_tokens: int, error: str | None = None) -> list[Result]:
+def point_rows(
+    mode: str,
+    T: int,
+    status: str,
+    peak: PeakMemory | None,
+    timing: PointTiming | None,
+    dtype: str,
+    batch_size: int,
+    decode_tokens: int,
+    error: str | None = None,
+) -> list[Result]:
     """The "time_s" and "peak_memory_bytes" rows of one point."""
     extra = timing.extra if timing is not None else {}
-    base: dict[str, Any] = {"mode": mode, "T": T, "dtype": DTYPE_LABELS.get(dtype, dtype),
-                            "batch_size": batch_size, "compile": extra.get("compile"), **_path_tags(extra)}
+    base: dict[str, Any] = {
+        "mode": mode,
+        "T": T,
+        "dtype": DTYPE_LABELS.get(dtype, dtype),
+        "batch_size": batch_size,
+        "compile": extra.get("compile"),
+        **_path_tags(extra),
+    }
     if mode == "decode":
         base.update(context=T, decode_tokens=decode_tokens, state_bytes=extra.get("state_bytes"))
     t_status = timing.status if timing is not None else status
@@ -126,24 +149,42 @@ def point_rows(mode: str, T: int, status: str, peak: PeakMemory | None, timing: 
         div = extra.get("per_call_divisor", 1)  # decode: seconds per generated token
         s = timing.stats
         time_value = s["median"] / div
-        t_tags.update(stddev_s=s["stddev"] / div, iqr_s=s["iqr"] / div, min_s=s["min"] / div,
-                      mean_s=s["mean"] / div, rounds=s["rounds"], iterations=s["iterations"],
-                      tokens_per_s=extra.get("tokens_per_call", 0) / s["median"],
-                      cv=s["stddev"] / s["mean"] if s["mean"] else None, attempts=extra.get("attempts", 1),
-                      noisy=bool(extra.get("noisy_reason")), noisy_reason=extra.get("noisy_reason"),
-                      load_before=extra.get("load_before"), load_after=extra.get("load_after"))
+        t_tags.update(
+            stddev_s=s["stddev"] / div,
+            iqr_s=s["iqr"] / div,
+            min_s=s["min"] / div,
+            mean_s=s["mean"] / div,
+            rounds=s["rounds"],
+            iterations=s["iterations"],
+            tokens_per_s=extra.get("tokens_per_call", 0) / s["median"],
+            cv=s["stddev"] / s["mean"] if s["mean"] else None,
+            attempts=extra.get("attempts", 1),
+            noisy=bool(extra.get("noisy_reason")),
+            noisy_reason=extra.get("noisy_reason"),
+            load_before=extra.get("load_before"),
+            load_after=extra.get("load_after"),
+        )
     else:
         t_tags["error"] = (timing.error if timing is not None else None) or error
     m_status = peak.status if peak is not None else status
     m_tags = {**base, "status": m_status, "memory_method": peak.method if peak is not None and peak.method else None}
     if m_status != "ok":
         m_tags["error"] = (peak.error if peak is not None else None) or error
-    return [Result("time_s", time_value, "s", t_tags),
-            Result("peak_memory_bytes", peak.bytes if m_status == "ok" else None, "B", m_tags)]
+    return [
+        Result("time_s", time_value, "s", t_tags),
+        Result("peak_memory_bytes", peak.bytes if m_status == "ok" else None, "B", m_tags),
+    ]
 
 
-def sweep_rows(mode: str, lengths: list[int], peaks: dict[int, PeakMemory], timing: SweepTiming | None,
-               dtype: str, batch_size: int, decode_tokens: int) -> tuple[list[Result], dict[str, Any] | None]:
+def sweep_rows(
+    mode: str,
+    lengths: list[int],
+    peaks: dict[int, PeakMemory],
+    timing: SweepTiming | None,
+    dtype: str,
+    batch_size: int,
+    decode_tokens: int,
+) -> tuple[list[Result], dict[str, Any] | None]:
     """Rows of one mode's sweep and its first failure; every point after the first
     failed one (isolated or timed) is "skipped"."""
     rows: list[Result] = []
@@ -177,8 +218,9 @@ def _cv(timed: PointTiming) -> float:
     return s["stddev"] / s["mean"] if s.get("mean") else float("inf")
 
 
-def timed_with_remeasure(specs: list[PointSpec], options: TimingOptions, workdir: Path,
-                         max_remeasure: int) -> SweepTiming | None:
+def timed_with_remeasure(
+    specs: list[PointSpec], options: TimingOptions, workdir: Path, max_remeasure: int
+) -> SweepTiming | None:
     """Time a sweep; each noisy point (spread or load, see ``timing.noise``) is timed again,
     at most ``max_remeasure`` times, keeping a clean attempt, else the least spread one.
     Points still noisy carry ``noisy_reason``; nothing is dropped."""
@@ -233,12 +275,32 @@ def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
                 done += len(lengths)
                 ctx.progress(done, total, None)
                 continue
-            specs = [PointSpec(cell.variant, mode, T, cell.model, spec.batch_size, str(device), dtype,
-                               cell.seed, spec.decode_tokens, spec.model_kind, compile=spec.compile, builder=builder)
-                     for T in lengths]
-            peaks = isolate(specs, spec.time_limit_s, limit, spec.threads,
-                            progress=lambda i, d=done, ls=lengths, m=mode: ctx.progress(
-                                d + i, total, None, label=f"{m} T={ls[i - 1]}"))
+            specs = [
+                PointSpec(
+                    cell.variant,
+                    mode,
+                    T,
+                    cell.model,
+                    spec.batch_size,
+                    str(device),
+                    dtype,
+                    cell.seed,
+                    spec.decode_tokens,
+                    spec.model_kind,
+                    compile=spec.compile,
+                    builder=builder,
+                )
+                for T in lengths
+            ]
+            peaks = isolate(
+                specs,
+                spec.time_limit_s,
+                limit,
+                spec.threads,
+                progress=lambda i, d=done, ls=lengths, m=mode: ctx.progress(
+                    d + i, total, None, label=f"{m} T={ls[i - 1]}"
+                ),
+            )
             ok = [s for s in specs if s.T in peaks and peaks[s.T].status == "ok"]
             timing = timed_with_remeasure(ok, options, Path(tmp) / mode, spec.max_remeasure)
             if timing is not None:
@@ -256,17 +318,30 @@ def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
         if r.name == "time_s":
             counts[r.tags["status"]] = counts.get(r.tags["status"], 0) + 1
     summary = {
-        "device": device_name(device), "dtype": DTYPE_LABELS.get(dtype, dtype), "threads": threads,
+        "device": device_name(device),
+        "dtype": DTYPE_LABELS.get(dtype, dtype),
+        "threads": threads,
         "compile": spec.compile,
-        "n_params": _n_params(variant, cell, spec.model_kind), "memory_limit_bytes": limit,
-        "lengths": {m: spec.sweep(m) for m in spec.modes}, "points": counts, "first_failure": failures,
-        "benchmark": {"tool": "pytest-benchmark", "version": version,
-                      "options": {"min_rounds": spec.min_rounds, "max_time": spec.max_time, "warmup": spec.warmup,
-                                  "max_remeasure": spec.max_remeasure}},
+        "n_params": _n_params(variant, cell, spec.model_kind),
+        "memory_limit_bytes": limit,
+        "lengths": {m: spec.sweep(m) for m in spec.modes},
+        "points": counts,
+        "first_failure": failures,
+        "benchmark": {
+            "tool": "pytest-benchmark",
+            "version": version,
+            "options": {
+                "min_rounds": spec.min_rounds,
+                "max_time": spec.max_time,
+                "warmup": spec.warmup,
+                "max_remeasure": spec.max_remeasure,
+            },
+        },
         "machine_info": machine_info,
     }
     return CellOutcome("done", summary, results=rows)
 
 
-KIND = Kind("speed", run_speed_cell, code=(*COMMON_CODE, "attnbench.experiments.speed"), finalize=finalize_speed,
-            timed=True)
+KIND = Kind(
+    "speed", run_speed_cell, code=(*COMMON_CODE, "attnbench.experiments.speed"), finalize=finalize_speed, timed=True
+)

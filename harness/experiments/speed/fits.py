@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
-from attnbench.plan.cells import Cell
 from attnbench.experiments.derived import save_derived
-from attnbench.registry.identity import code_hash
 from attnbench.fits import MIN_SLOPE_POINTS, crossover, loglog_slope, too_few_text
-from attnbench.store.provenance import device_name
+from attnbench.plan.cells import Cell
+from attnbench.registry.identity import code_hash
 from attnbench.store.database import Result, Store
+from attnbench.store.provenance import device_name
 
 BASELINE = "softmax"
 QUANTITIES = {"time_s": "time", "peak_memory_bytes": "memory"}
@@ -93,21 +93,60 @@ def _slope_row(mode: str, quantity: str, curve: Curve, fit_T_min: int, extra: di
             fit = alt
     tags: dict[str, Any] = {"mode": mode, "quantity": quantity, "fit_T_min": fit_T_min, **extra}
     if fit is None:
-        return Result("slope", None, "", {**tags, "T_min": None, "T_max": None, "stderr": None, "ci95": None,
-                                          "n_points": len(ok), "error": too_few_text(len(ok))})
+        return Result(
+            "slope",
+            None,
+            "",
+            {
+                **tags,
+                "T_min": None,
+                "T_max": None,
+                "stderr": None,
+                "ci95": None,
+                "n_points": len(ok),
+                "error": too_few_text(len(ok)),
+            },
+        )
     if fit.n_points < MIN_SLOPE_POINTS:  # stored as no fit: two points say nothing about the exponent's error
-        return Result("slope", None, "", {**tags, "T_min": fit.T_min, "T_max": fit.T_max, "stderr": None,
-                                          "ci95": None, "n_points": fit.n_points,
-                                          "error": too_few_text(fit.n_points)})
-    return Result("slope", fit.slope, "", {
-        **tags, "T_min": fit.T_min, "T_max": fit.T_max, "stderr": fit.stderr,
-        "ci95": list(fit.ci95) if fit.ci95 else None, "n_points": fit.n_points, "log_intercept": fit.intercept,
-    })
+        return Result(
+            "slope",
+            None,
+            "",
+            {
+                **tags,
+                "T_min": fit.T_min,
+                "T_max": fit.T_max,
+                "stderr": None,
+                "ci95": None,
+                "n_points": fit.n_points,
+                "error": too_few_text(fit.n_points),
+            },
+        )
+    return Result(
+        "slope",
+        fit.slope,
+        "",
+        {
+            **tags,
+            "T_min": fit.T_min,
+            "T_max": fit.T_max,
+            "stderr": fit.stderr,
+            "ci95": list(fit.ci95) if fit.ci95 else None,
+            "n_points": fit.n_points,
+            "log_intercept": fit.intercept,
+        },
+    )
 
 
-def fit_results(curves: Curves, baseline: Curves | None, fit_T_min: int, device: str,
-                extra: dict[str, Any] | None = None, with_crossover: bool = True,
-                noisy: dict[str, set[int]] | None = None) -> list[Result]:
+def fit_results(
+    curves: Curves,
+    baseline: Curves | None,
+    fit_T_min: int,
+    device: str,
+    extra: dict[str, Any] | None = None,
+    with_crossover: bool = True,
+    noisy: dict[str, set[int]] | None = None,
+) -> list[Result]:
     """Slope rows for every (mode, quantity), each with its ``flags`` (noisy time points,
     see ``noisy_lengths``, or a wide interval) and, when asked, a crossover row per mode
     (status "no-baseline" when ``baseline`` is None or lacks the mode)."""
@@ -120,10 +159,22 @@ def fit_results(curves: Curves, baseline: Curves | None, fit_T_min: int, device:
         return rows
     for mode in sorted({m for m, q in curves if q == "time"}):
         cx = crossover(curves[(mode, "time")], (baseline or {}).get((mode, "time"), {}))
-        rows.append(Result("crossover_T", cx.T, "", {
-            "mode": mode, "against": BASELINE, "status": cx.status, "device": device,
-            "T_interp": cx.T_interp, "compared_T": cx.compared, **extra,
-        }))
+        rows.append(
+            Result(
+                "crossover_T",
+                cx.T,
+                "",
+                {
+                    "mode": mode,
+                    "against": BASELINE,
+                    "status": cx.status,
+                    "device": device,
+                    "T_interp": cx.T_interp,
+                    "compared_T": cx.compared,
+                    **extra,
+                },
+            )
+        )
     return rows
 
 
@@ -144,8 +195,13 @@ def stored_baseline(store: Store, cells: list[Cell]) -> list[dict[str, Any]]:
     found: dict[tuple[Any, Any], dict[str, Any]] = {}
     for run in store.runs(suite=first.suite, kind="speed"):
         cfg = run["config"]
-        if (run["variant"] != BASELINE or run["experiment"] != first.experiment or run["status"] != "done"
-                or cfg.get("key_inputs", {}).get("device") != device or _canonical(cfg.get(first.kind)) != spec):
+        if (
+            run["variant"] != BASELINE
+            or run["experiment"] != first.experiment
+            or run["status"] != "done"
+            or cfg.get("key_inputs", {}).get("device") != device
+            or _canonical(cfg.get(first.kind)) != spec
+        ):
             continue
         model = int(run["coords"].get("model", 0))
         if dims.get(model) == _canonical(_dims(cfg.get("model", {}))):
@@ -159,8 +215,9 @@ def finalize_speed(cells: list[Cell], store: Store, device: torch.device) -> Non
         return
     first = cells[0]
     dev = device_name(device)
-    runs = {r["cell_key"]: r for r in store.runs(suite=first.suite, kind="speed")
-            if r["experiment"] == first.experiment}
+    runs = {
+        r["cell_key"]: r for r in store.runs(suite=first.suite, kind="speed") if r["experiment"] == first.experiment
+    }
     base_runs = [runs[c.key] for c in cells if c.variant == BASELINE and c.key in runs]
     base_runs = base_runs or stored_baseline(store, cells)
     base_curves = curves_by_model(store, base_runs)
@@ -172,15 +229,33 @@ def finalize_speed(cells: list[Cell], store: Store, device: torch.device) -> Non
             continue
         results: list[Result] = []
         for model, curves in sorted(curves_by_model(store, vruns).items()):
-            results += fit_results(curves, base_curves.get(model), fit_T_min, dev,
-                                   {"model": model, **dims.get(model, {})}, with_crossover=variant != BASELINE,
-                                   noisy=noisy_lengths(store, vruns))
+            results += fit_results(
+                curves,
+                base_curves.get(model),
+                fit_T_min,
+                dev,
+                {"model": model, **dims.get(model, {})},
+                with_crossover=variant != BASELINE,
+                noisy=noisy_lengths(store, vruns),
+            )
         inputs = {
-            "suite": first.suite, "experiment": first.experiment, "variant": variant, "device": dev,
-            "cells": sorted(r["cell_key"] for r in vruns), "fit_T_min": fit_T_min,
+            "suite": first.suite,
+            "experiment": first.experiment,
+            "variant": variant,
+            "device": dev,
+            "cells": sorted(r["cell_key"] for r in vruns),
+            "fit_T_min": fit_T_min,
             "baseline": [] if variant == BASELINE else sorted(r["cell_key"] for r in base_runs),
             "code": code_hash("attnbench.fits", "attnbench.experiments.speed.fits"),
         }
-        save_derived(store, kind="speed_fit", suite=first.suite, experiment=first.experiment, variant=variant,
-                     inputs=inputs, device=device, results=results,
-                     summary={"cells": len(vruns), "baseline_cells": len(inputs["baseline"]), "fit_T_min": fit_T_min})
+        save_derived(
+            store,
+            kind="speed_fit",
+            suite=first.suite,
+            experiment=first.experiment,
+            variant=variant,
+            inputs=inputs,
+            device=device,
+            results=results,
+            summary={"cells": len(vruns), "baseline_cells": len(inputs["baseline"]), "fit_T_min": fit_T_min},
+        )

@@ -108,5 +108,9 @@ def _died(exitcode: int | None) -> PeakMemory:
     other exit (a crash at import, say) is an error, never reported as memory."""
     if exitcode == -signal.SIGKILL:
         return PeakMemory(None, "", "oom", "process killed by SIGKILL (the OOM killer, most likely)")
-    return PeakMemory(None, "", "error", f"process died with exit code {exitcode} before reporting "
-                                         "(its stderr, above in the log, says why)")
+    return PeakMemory(
+        None,
+        "",
+        "error",
+        f"process died with exit code {exitcode} before reporting (its stderr, above in the log, says why)",
+    )

@@ -30,16 +30,17 @@ import gc
 import os
 import pickle
 import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
-from attnbench.nn.backbone import Backbone
 from attnbench.contract.config import ModelConfig
+from attnbench.contract.variant import state_tensors
+from attnbench.nn.backbone import Backbone
 from attnbench.nn.compile import maybe_compile
 from attnbench.nn.model import LanguageModel
-from attnbench.contract.variant import state_tensors
 
 MODES: tuple[str, ...] = ("forward", "train_step", "decode")
 PREFILL_CHUNK = 1024  # context tokens per prefill `step` call (bounds its transient memory)
@@ -206,8 +207,9 @@ def _limit_address_space(extra_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
-def isolated_point(spec: PointSpec, device: str, memory_limit_bytes: int | None = None,
-                   threads: int | None = None) -> Callable[[], None]:
+def isolated_point(
+    spec: PointSpec, device: str, memory_limit_bytes: int | None = None, threads: int | None = None
+) -> Callable[[], None]:
     """``measure_peak`` target: set the point up in a fresh process and return its call.
 
     ``device`` repeats ``spec.device`` because ``measure_peak`` reads it to choose the

@@ -28,18 +28,26 @@ import io
 import json
 import os
 import time
+from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import torch
 
 from attnbench.experiments.machine import machine_load, under_load
-from attnbench.experiments.speed.points import PointSpec, build_point, classify_failure, describe_path, release_memory, sdpa_backends
+from attnbench.experiments.speed.points import (
+    PointSpec,
+    build_point,
+    classify_failure,
+    describe_path,
+    release_memory,
+    sdpa_backends,
+)
 
-PLAN_KEY: pytest.StashKey["SweepPlan"] = pytest.StashKey()
+PLAN_KEY: pytest.StashKey[SweepPlan] = pytest.StashKey()
 NOISY_CV = 0.20  # a point whose rounds spread more than this (stddev / mean) is re-measured, then flagged
 BURN_IN_CALLS = 10  # at most this many untimed calls before a sweep's first point, until two agree
 
@@ -52,8 +60,10 @@ def noise(stats: dict[str, Any], extra: dict[str, Any]) -> str | None:
         why.append(f"coefficient of variation {cv:.0%} > {NOISY_CV:.0%}")
     before, after = extra.get("load_before") or {}, extra.get("load_after") or {}
     if before and under_load(before, after):
-        why.append(f"machine under load (load average {before.get('load1', 0):.2f} before, "
-                   f"{after.get('load1', 0):.2f} after, {before.get('cpus')} CPUs)")
+        why.append(
+            f"machine under load (load average {before.get('load1', 0):.2f} before, "
+            f"{after.get('load1', 0):.2f} after, {before.get('cpus')} CPUs)"
+        )
     return "; ".join(why) or None
 
 
@@ -65,9 +75,12 @@ class TimingOptions:
     disable_gc: bool = False  # --benchmark-disable-gc
 
     def args(self) -> list[str]:
-        out = [f"--benchmark-min-rounds={self.min_rounds}", f"--benchmark-max-time={self.max_time}",
-               f"--benchmark-warmup={'on' if self.warmup else 'off'}",
-               f"--benchmark-warmup-iterations={max(1, self.warmup)}"]
+        out = [
+            f"--benchmark-min-rounds={self.min_rounds}",
+            f"--benchmark-max-time={self.max_time}",
+            f"--benchmark-warmup={'on' if self.warmup else 'off'}",
+            f"--benchmark-warmup-iterations={max(1, self.warmup)}",
+        ]
         return out + (["--benchmark-disable-gc"] if self.disable_gc else [])
 
 
@@ -112,9 +125,13 @@ class SweepPlan:
                 burn_in(point.run)
                 self.burned_in = True
             backend = sdpa_backends(point.run)  # one profiled call (also a warm-up)
-            extra = {"backend": backend, "path": describe_path(point.model),
-                     "tokens_per_call": point.tokens_per_call,
-                     "per_call_divisor": point.per_call_divisor, **point.info}
+            extra = {
+                "backend": backend,
+                "path": describe_path(point.model),
+                "tokens_per_call": point.tokens_per_call,
+                "per_call_divisor": point.per_call_divisor,
+                **point.info,
+            }
             benchmark.extra_info.update(json.loads(json.dumps(extra, default=str)))
             benchmark.extra_info["load_before"] = machine_load()
             benchmark(point.run)
@@ -167,9 +184,23 @@ def time_sweep(specs: list[PointSpec], options: TimingOptions, workdir: Path) ->
     json_path.unlink(missing_ok=True)
     module = Path(__file__).with_name("bench.py").resolve()  # run by path: bench imports this module
     args = [
-        str(module), "-x", "-q", "--capture=no", "-p", "no:cacheprovider", "-p", "no:faulthandler",
-        "--import-mode=importlib", "-c", str(ini), "--rootdir", str(workdir),
-        "--confcutdir", str(module.parent), f"--benchmark-json={json_path}", *options.args(),
+        str(module),
+        "-x",
+        "-q",
+        "--capture=no",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:faulthandler",
+        "--import-mode=importlib",
+        "-c",
+        str(ini),
+        "--rootdir",
+        str(workdir),
+        "--confcutdir",
+        str(module.parent),
+        f"--benchmark-json={json_path}",
+        *options.args(),
     ]
     log = io.StringIO()
     with redirect_stdout(log), redirect_stderr(log), _not_an_xdist_worker():
@@ -190,8 +221,9 @@ def time_sweep(specs: list[PointSpec], options: TimingOptions, workdir: Path) ->
             points[T] = done[T]
         else:
             status, message = plan.failures.get(T) or (
-                "error", f"pytest-benchmark session ended ({code!r}) without timing it: "
-                         f"{log.getvalue()[-500:].strip()}")
+                "error",
+                f"pytest-benchmark session ended ({code!r}) without timing it: {log.getvalue()[-500:].strip()}",
+            )
             points[T] = PointTiming(status, error=message)
             failed = (T, status)
     return SweepTiming(points, data.get("machine_info"), data.get("version"), log.getvalue())

@@ -10,8 +10,9 @@ from attnbench.plan.cells import Cell
 
 
 def run_train_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
-    outcome = train_cell(cell, variant, load_corpus(cell.data, ctx.registry), ctx.device,
-                         ctx.progress, ctx.checkpoint_dir, ctx.live)
+    outcome = train_cell(
+        cell, variant, load_corpus(cell.data, ctx.registry), ctx.device, ctx.progress, ctx.checkpoint_dir, ctx.live
+    )
     if cell.protocol is not None:  # the choice rule and the splits, recorded with the result
         outcome.summary["protocol"] = {**cell.protocol, "splits": split_description(cell.data)}
     return outcome
@@ -20,9 +21,11 @@ def run_train_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
 def split_description(data) -> dict[str, str]:
     """Where each split came from, in words (recorded with every protocol result)."""
     if data.source == "task":
-        return {"train": f"{data.train_examples} examples (seed stream 0)",
-                "val": f"{data.val_examples} examples (seed stream 1000003)",
-                "test": f"{data.test_examples} fresh examples (seed stream 2000003)"}
+        return {
+            "train": f"{data.train_examples} examples (seed stream 0)",
+            "val": f"{data.val_examples} examples (seed stream 1000003)",
+            "test": f"{data.test_examples} fresh examples (seed stream 2000003)",
+        }
     if data.test_path:
         test = f"file(s) {data.test_path}"
     else:
@@ -34,5 +37,9 @@ def split_description(data) -> dict[str, str]:
     return {"train": "the head of the corpus", "val": val, "test": test}
 
 
-KIND = Kind("train", run_train_cell, code=(*COMMON_CODE, "attnbench.experiments.train", "attnbench.distributed"),
-            data_parallel=True)
+KIND = Kind(
+    "train",
+    run_train_cell,
+    code=(*COMMON_CODE, "attnbench.experiments.train", "attnbench.distributed"),
+    data_parallel=True,
+)

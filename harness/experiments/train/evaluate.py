@@ -15,8 +15,9 @@ from attnbench.store.database import Result
 
 
 @torch.no_grad()
-def evaluate(model: LanguageModel, data: Any, cell: Cell, device: torch.device,
-             splits: tuple[str, ...] = ("val",)) -> list[Result]:
+def evaluate(
+    model: LanguageModel, data: Any, cell: Cell, device: torch.device, splits: tuple[str, ...] = ("val",)
+) -> list[Result]:
     """Held-out rows per evaluation set of ``splits``: loss (nats/token), and bits per byte
     with perplexity for text, or accuracy on answer positions for tasks."""
     was_training = model.training
@@ -46,8 +47,11 @@ def evaluate(model: LanguageModel, data: Any, cell: Cell, device: torch.device,
     task = getattr(data, "task", None)
     if task is not None and task.evaluate is not None:
         for e in task.evaluate(model, data.options, device, cell.seed):
-            rows.append(Result(e.name, e.value, e.unit,
-                               {"split": "val", "task": task.name, **task.coords(data.options), **e.tags}))
+            rows.append(
+                Result(
+                    e.name, e.value, e.unit, {"split": "val", "task": task.name, **task.coords(data.options), **e.tags}
+                )
+            )
     model.train(was_training)
     return rows
 

@@ -14,9 +14,10 @@ import hashlib
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -79,8 +80,9 @@ class BatchStream:
 def _facts(variant: Variant, cell: Cell, n_params: int) -> dict[str, Any]:
     facts = model_facts(variant, cell.model, cell.spec.seq_len, n_params)
     if cell.spec.model_kind == "own":  # declared facts describe the shared-backbone mixer
-        facts.update(state_elements=None, mixer_flops_per_token=None, fwd_flops_per_token=None,
-                     train_flops_per_token=None)
+        facts.update(
+            state_elements=None, mixer_flops_per_token=None, fwd_flops_per_token=None, train_flops_per_token=None
+        )
     return facts
 
 
@@ -94,8 +96,16 @@ def _seed_ranks(cell: Cell, rank_rngs: list[torch.Tensor], step: int) -> None:
         torch.manual_seed(cell.seed + 1_000_003 * distributed.rank() + step)
 
 
-def _train_step(fwd: Any, model: torch.nn.Module, opt: torch.optim.Optimizer, data: Any,
-                cell: Cell, gen: torch.Generator, device: torch.device, lr: float) -> Any:
+def _train_step(
+    fwd: Any,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    data: Any,
+    cell: Cell,
+    gen: torch.Generator,
+    device: torch.device,
+    lr: float,
+) -> Any:
     t = cell.spec
     for group in opt.param_groups:
         group["lr"] = lr
@@ -119,13 +129,13 @@ def _log(p: train_state.TrainProgress, cell: Cell, out: Any, loss: float, lr: fl
         p.metrics.append(Metric(p.step, tokens, p.train_time, f"train/aux/{name}", distributed.global_mean(value)))
     limit = cell.spec.diverge_factor * math.log(cell.model.vocab_size)
     if not math.isfinite(loss) or loss > limit:
-        return (f"training loss {loss:.4g} at step {p.step} (limit {limit:.3g} = "
-                f"{cell.spec.diverge_factor} x ln(vocab))")
+        return f"training loss {loss:.4g} at step {p.step} (limit {limit:.3g} = {cell.spec.diverge_factor} x ln(vocab))"
     return None
 
 
-def _evaluate(p: train_state.TrainProgress, model: Any, data: Any, cell: Cell, device: torch.device,
-              final: bool) -> list[Result]:
+def _evaluate(
+    p: train_state.TrainProgress, model: Any, data: Any, cell: Cell, device: torch.device, final: bool
+) -> list[Result]:
     started = time.perf_counter()
     rows = evaluate(model, data, cell, device, ("val", "test") if final else ("val",))  # test: at the end only
     p.eval_time += time.perf_counter() - started
@@ -135,38 +145,66 @@ def _evaluate(p: train_state.TrainProgress, model: Any, data: Any, cell: Cell, d
     return rows
 
 
-def _summary(p: train_state.TrainProgress, cell: Cell, facts: dict[str, Any], device: torch.device,
-             status: str, checkpoint: Path | None, compile_info: dict[str, Any]) -> dict[str, Any]:
+def _summary(
+    p: train_state.TrainProgress,
+    cell: Cell,
+    facts: dict[str, Any],
+    device: torch.device,
+    status: str,
+    checkpoint: Path | None,
+    compile_info: dict[str, Any],
+) -> dict[str, Any]:
     tokens = p.step * cell.spec.batch_size * cell.spec.seq_len
     tfpt = facts["train_flops_per_token"]
     tokens_per_s = tokens / p.train_time if p.train_time > 0 else None
     return {
         **{f"val_{k}": v for k, v in p.headline.items()},
-        "budget": cell.spec.budget.model_dump(exclude_none=True), "steps": p.step, "tokens": tokens,
+        "budget": cell.spec.budget.model_dump(exclude_none=True),
+        "steps": p.step,
+        "tokens": tokens,
         "train_flops": tfpt * tokens if tfpt else None,
-        "train_time_s": p.train_time, "eval_time_s": p.eval_time,
-        "tokens_per_s": tokens_per_s, **mfu(tfpt, tokens_per_s, device, "bf16" if device.type == "cuda" else "fp32"),
-        "dtype": compute_dtype(device), "resumed_from_step": p.resumed_from, "resume_error": p.resume_error,
+        "train_time_s": p.train_time,
+        "eval_time_s": p.eval_time,
+        "tokens_per_s": tokens_per_s,
+        **mfu(tfpt, tokens_per_s, device, "bf16" if device.type == "cuda" else "fp32"),
+        "dtype": compute_dtype(device),
+        "resumed_from_step": p.resumed_from,
+        "resume_error": p.resume_error,
         "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "checkpoint": str(checkpoint) if checkpoint else None,
         "diverged_at_step": p.step if status == "diverged" else None,
-        "world_size": distributed.world_size(), "dist_backend": distributed.backend(),
-        **facts, **compile_info,
+        "world_size": distributed.world_size(),
+        "dist_backend": distributed.backend(),
+        **facts,
+        **compile_info,
     }
 
 
-def _measured(p: train_state.TrainProgress, rows: list[Result], stream: BatchStream,
-              load_before: dict[str, Any]) -> dict[str, Any]:
+def _measured(
+    p: train_state.TrainProgress, rows: list[Result], stream: BatchStream, load_before: dict[str, Any]
+) -> dict[str, Any]:
     """Test-split values, the batches drawn, and the machine's load around the training."""
     load_after = machine_load()
-    return {**{f"test_{k}": v for k, v in headline(rows, "test").items()},
-            "batch_stream": stream.record(p.resumed_from), "load_before": load_before, "load_after": load_after,
-            "throughput_under_load": under_load(load_before, load_after)}
+    return {
+        **{f"test_{k}": v for k, v in headline(rows, "test").items()},
+        "batch_stream": stream.record(p.resumed_from),
+        "load_before": load_before,
+        "load_after": load_after,
+        "throughput_under_load": under_load(load_before, load_after),
+    }
 
 
-def _timed_step(p: train_state.TrainProgress, budget: _Budget, fwd: Any, model: torch.nn.Module,
-                opt: torch.optim.Optimizer, stream: Any, cell: Cell, gen: torch.Generator,
-                device: torch.device) -> tuple[Any, float | None, float, bool]:
+def _timed_step(
+    p: train_state.TrainProgress,
+    budget: _Budget,
+    fwd: Any,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    stream: Any,
+    cell: Cell,
+    gen: torch.Generator,
+    device: torch.device,
+) -> tuple[Any, float | None, float, bool]:
     """One optimizer step, its time added to the progress: (output, loss when read, lr, log step)."""
     t = cell.spec
     started = time.perf_counter()
@@ -185,8 +223,12 @@ def _timed_step(p: train_state.TrainProgress, budget: _Budget, fwd: Any, model: 
 
 
 def train_cell(
-    cell: Cell, variant: Variant, data: Any, device: torch.device,
-    progress: Progress | None = None, checkpoint_dir: Path | None = None,
+    cell: Cell,
+    variant: Variant,
+    data: Any,
+    device: torch.device,
+    progress: Progress | None = None,
+    checkpoint_dir: Path | None = None,
     live: Callable[[list[Metric]], None] | None = None,
 ) -> CellOutcome:
     t = cell.spec
@@ -195,14 +237,16 @@ def train_cell(
     torch.manual_seed(cell.seed)
     model = build_model(variant, cell).to(device)
     facts = _facts(variant, cell, model.num_params())
-    budget = _Budget(planned_steps(cell, facts["train_flops_per_token"]), t.budget.seconds,
-                     collections.deque(maxlen=16))
+    budget = _Budget(
+        planned_steps(cell, facts["train_flops_per_token"]), t.budget.seconds, collections.deque(maxlen=16)
+    )
     opt = make_optimizer(model, cell)
     gen = torch.Generator().manual_seed(cell.seed)  # batch order: the seed alone, not the variant or init
     stream = BatchStream(data)
     path = train_state.state_path(cell, checkpoint_dir)
-    p, rank_rngs = (train_state.resume(path, cell, model, opt, gen, device) if path
-                    else (train_state.TrainProgress(), []))
+    p, rank_rngs = (
+        train_state.resume(path, cell, model, opt, gen, device) if path else (train_state.TrainProgress(), [])
+    )
     _seed_ranks(cell, rank_rngs, p.step)
     compiled, compile_info = maybe_compile(model, t.compile)
     fwd = distributed.wrap_model(compiled, device)  # DDP in a process group, else the model
@@ -233,10 +277,11 @@ def train_cell(
             distributed.barrier()  # the other ranks wait here, outside their timed steps
     checkpoint = None
     if checkpoint_dir is not None and t.checkpoint and status == "done" and main:
-        checkpoint = train_state.save_final(checkpoint_dir, cell, model, p.step,
-                                            getattr(data, "tokenizer_json", None))
+        checkpoint = train_state.save_final(checkpoint_dir, cell, model, p.step, getattr(data, "tokenizer_json", None))
     if path is not None and main:
         path.unlink(missing_ok=True)  # another driver that ran this cell may have removed it first
-    summary = {**_summary(p, cell, facts, device, status, checkpoint, compile_info),
-               **_measured(p, rows, stream, load_before)}
+    summary = {
+        **_summary(p, cell, facts, device, status, checkpoint, compile_info),
+        **_measured(p, rows, stream, load_before),
+    }
     return CellOutcome(status, summary, p.metrics, rows, error)

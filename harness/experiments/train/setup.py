@@ -53,5 +53,6 @@ def make_optimizer(model: torch.nn.Module, cell: Cell) -> torch.optim.Optimizer:
     t = cell.spec
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": t.weight_decay}, {"params": other, "weight_decay": 0.0}],
-        lr=t.lr, betas=(t.beta1, t.beta2),
+        lr=t.lr,
+        betas=(t.beta1, t.beta2),
     )

@@ -49,8 +49,9 @@ def _read(path: Path, cell: Cell, device: torch.device) -> tuple[dict[str, Any] 
         return None, f"training state {path} is unreadable ({type(exc).__name__}: {exc}); restarted from step 0"
 
 
-def resume(path: Path, cell: Cell, model: LanguageModel, opt: torch.optim.Optimizer,
-           gen: torch.Generator, device: torch.device) -> tuple[TrainProgress, list[torch.Tensor]]:
+def resume(
+    path: Path, cell: Cell, model: LanguageModel, opt: torch.optim.Optimizer, gen: torch.Generator, device: torch.device
+) -> tuple[TrainProgress, list[torch.Tensor]]:
     """Restore a saved state into model, optimizer and RNGs; rank 0 reads it and hands it
     to the other ranks. Returns the progress and the per-rank RNG states (may be empty)."""
     main = distributed.is_main()
@@ -64,32 +65,63 @@ def resume(path: Path, cell: Cell, model: LanguageModel, opt: torch.optim.Optimi
     opt.load_state_dict(state["optim"])
     torch.set_rng_state(state["torch_rng"].cpu())
     gen.set_state(state["gen"].cpu())
-    progress = TrainProgress(state["step"], state["train_time"], state["eval_time"],
-                        [Metric(*m) for m in state["metrics"]], state["headline"], state["step"], error)
+    progress = TrainProgress(
+        state["step"],
+        state["train_time"],
+        state["eval_time"],
+        [Metric(*m) for m in state["metrics"]],
+        state["headline"],
+        state["step"],
+        error,
+    )
     return progress, state.get("torch_rng_ranks") or []
 
 
-def save(path: Path, cell: Cell, model: LanguageModel, opt: torch.optim.Optimizer,
-         gen: torch.Generator, progress: TrainProgress) -> None:
+def save(
+    path: Path,
+    cell: Cell,
+    model: LanguageModel,
+    opt: torch.optim.Optimizer,
+    gen: torch.Generator,
+    progress: TrainProgress,
+) -> None:
     """Every rank contributes its RNG state; rank 0 writes the file."""
     rngs = distributed.all_gather(torch.get_rng_state()) if distributed.active() else None
     if not distributed.is_main():
         return
-    save_checkpoint(path, {
-        "model": model.state_dict(), "optim": opt.state_dict(), "step": progress.step,
-        "train_time": progress.train_time, "eval_time": progress.eval_time,
-        "torch_rng": torch.get_rng_state(), "gen": gen.get_state(),
-        "metrics": [tuple(m.__dict__.values()) for m in progress.metrics],
-        "headline": progress.headline, "cell_key": cell.key, **({"torch_rng_ranks": rngs} if rngs else {}),
-    })
+    save_checkpoint(
+        path,
+        {
+            "model": model.state_dict(),
+            "optim": opt.state_dict(),
+            "step": progress.step,
+            "train_time": progress.train_time,
+            "eval_time": progress.eval_time,
+            "torch_rng": torch.get_rng_state(),
+            "gen": gen.get_state(),
+            "metrics": [tuple(m.__dict__.values()) for m in progress.metrics],
+            "headline": progress.headline,
+            "cell_key": cell.key,
+            **({"torch_rng_ranks": rngs} if rngs else {}),
+        },
+    )
 
 
-def save_final(checkpoint_dir: Path, cell: Cell, model: LanguageModel, step: int,
-               tokenizer: str | None = None) -> Path:
+def save_final(checkpoint_dir: Path, cell: Cell, model: LanguageModel, step: int, tokenizer: str | None = None) -> Path:
     """The trained model, for lm-eval, export and fine-tuning; ``tokenizer`` is the
     tokenizer.json text of a non-byte tokenizer (what evaluation and export must encode with)."""
     path = checkpoint_dir / f"{cell.key}.pt"
     extra = {"tokenizer": tokenizer} if tokenizer else {}
-    save_checkpoint(path, {"model": model.state_dict(), "config": cell.model.to_dict(), "variant": cell.variant,
-                           "model_kind": cell.spec.model_kind, "cell_key": cell.key, "step": step, **extra})
+    save_checkpoint(
+        path,
+        {
+            "model": model.state_dict(),
+            "config": cell.model.to_dict(),
+            "variant": cell.variant,
+            "model_kind": cell.spec.model_kind,
+            "cell_key": cell.key,
+            "step": step,
+            **extra,
+        },
+    )
     return path

@@ -14,9 +14,13 @@ class AttnbenchConfig(PretrainedConfig):
     model_type = "attnbench"
 
     def __init__(
-        self, variant: str = "softmax", model_kind: str = "backbone",
-        attnbench_config: dict[str, Any] | None = None, plugin_distribution: str = "",
-        provenance: dict[str, Any] | None = None, **kwargs: Any,
+        self,
+        variant: str = "softmax",
+        model_kind: str = "backbone",
+        attnbench_config: dict[str, Any] | None = None,
+        plugin_distribution: str = "",
+        provenance: dict[str, Any] | None = None,
+        **kwargs: Any,
     ) -> None:
         self.variant = variant
         self.model_kind = model_kind

@@ -73,8 +73,10 @@ def _refuse_left_padding(attention_mask: torch.Tensor | None) -> None:
     if attention_mask is None or bool(attention_mask.all()):
         return
     if bool((attention_mask[:, 1:] > attention_mask[:, :-1]).any()):  # a 0 before a 1: left padding
-        raise ValueError("attnbench models take no attention mask: pass unpadded or right-padded "
-                         "input_ids (generate one prompt at a time, or prompts of equal length)")
+        raise ValueError(
+            "attnbench models take no attention mask: pass unpadded or right-padded "
+            "input_ids (generate one prompt at a time, or prompts of equal length)"
+        )
 
 
 class AttnbenchForCausalLM(PreTrainedModel, GenerationMixin):
@@ -97,9 +99,13 @@ class AttnbenchForCausalLM(PreTrainedModel, GenerationMixin):
         pass  # attnbench's builders initialise; from_pretrained then loads every weight
 
     def forward(
-        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
-        past_key_values: AttnbenchDecodeState | None = None, labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None, **kwargs: Any,
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: AttnbenchDecodeState | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Any,
     ) -> CausalLMOutputWithPast:
         """input_ids (B, T) -> logits (B, T, V); ``use_cache=True`` (as ``generate`` passes)
         returns the variant's decode state in ``past_key_values``."""
@@ -110,28 +116,44 @@ class AttnbenchForCausalLM(PreTrainedModel, GenerationMixin):
             raise ValueError(f"{seen + input_ids.size(1)} positions exceed the model context {context}")
         past = None
         if use_cache and self.incremental:
-            state = past_key_values.state if past_key_values is not None else \
-                self.model.init_state(input_ids.size(0), context, device=input_ids.device)
+            state = (
+                past_key_values.state
+                if past_key_values is not None
+                else self.model.init_state(input_ids.size(0), context, device=input_ids.device)
+            )
             logits, state = self.model.step(input_ids, state)  # (B, T, V)
             past = AttnbenchDecodeState(state, seen + input_ids.size(1))
         else:
             if use_cache and not self._warned_no_step:
-                log.warning("variant %r has no incremental decoding: generate re-runs the whole prefix "
-                            "for every new token", self.config.variant)
+                log.warning(
+                    "variant %r has no incremental decoding: generate re-runs the whole prefix for every new token",
+                    self.config.variant,
+                )
                 self._warned_no_step = True
             logits = self.model(input_ids).logits  # (B, T, V)
         loss = None
         if labels is not None:  # transformers' convention: labels are the inputs, shifted here
-            loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.size(-1)),  # () fp32 log-softmax
-                                   labels[:, 1:].reshape(-1), ignore_index=-100)
+            loss = F.cross_entropy(
+                logits[:, :-1].float().reshape(-1, logits.size(-1)),  # () fp32 log-softmax
+                labels[:, 1:].reshape(-1),
+                ignore_index=-100,
+            )
         return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past)
 
     def prepare_inputs_for_generation(
-        self, input_ids: torch.LongTensor, past_key_values: AttnbenchDecodeState | None = None,
-        attention_mask: torch.Tensor | None = None, use_cache: bool | None = True, **kwargs: Any,
+        self,
+        input_ids: torch.LongTensor,
+        past_key_values: AttnbenchDecodeState | None = None,
+        attention_mask: torch.Tensor | None = None,
+        use_cache: bool | None = True,
+        **kwargs: Any,
     ) -> dict[str, Any]:
         """Only the positions the state has not consumed yet (all of them without a state)."""
         if past_key_values is not None:
             input_ids = input_ids[:, past_key_values.seen :]  # (B, new)
-        return {"input_ids": input_ids, "past_key_values": past_key_values,
-                "attention_mask": attention_mask, "use_cache": use_cache}
+        return {
+            "input_ids": input_ids,
+            "past_key_values": past_key_values,
+            "attention_mask": attention_mask,
+            "use_cache": use_cache,
+        }
