@@ -95,3 +95,23 @@ def test_validate_and_run_take_set_and_record_it(tmp_path):
     for config, prov in rows:
         assert json.loads(config)["train"]["lr"] == 2e-3
         assert json.loads(prov)["overrides"] == ["defaults.train.lr=2e-3"]
+
+
+def test_run_experiments_runs_only_the_named_ones_and_names_the_choices(tmp_path):
+    path = write_suite(tmp_path / "s.yaml", SUITE)
+    store = tmp_path / "store.sqlite"
+    bad = run_cli("run", str(path), "--store", str(store), "--no-report", "--experiments", "other,nope")
+    assert bad.returncode == 2 and "nope not in" in bad.stderr and "its experiments are text, other" in bad.stderr
+    assert not store.exists()  # refused before the store was opened
+    run = run_cli(
+        "run",
+        str(path),
+        "--store",
+        str(store),
+        "--no-report",
+        "--experiments",
+        "other",
+        env={"ATTNBENCH_PLUGINS": "softmax"},
+    )
+    assert run.returncode == 0, run.stderr
+    assert sqlite3.connect(store).execute("SELECT experiment FROM runs").fetchall() == [("other",)]

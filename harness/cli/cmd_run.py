@@ -14,7 +14,7 @@ from pathlib import Path
 from attnbench import distributed
 from attnbench.cli.common import add_store_option, registry_with_warnings, split_names
 from attnbench.errors import DistributedError
-from attnbench.plan.suite import load_suite, with_compile
+from attnbench.plan.suite import load_suite, with_compile, with_only_experiments
 from attnbench.run.choose import make_executor
 from attnbench.run.executors import EXECUTORS
 from attnbench.run.pool import JOBS_ENV, default_jobs
@@ -39,6 +39,7 @@ def add_parser(sub) -> None:
     )
     add_store_option(p)
     p.add_argument("--variants", help="comma-separated variants to run (default: the suite's)")
+    p.add_argument("--experiments", help="comma-separated experiments to run (default: all of the suite's)")
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: the suite's, else auto)")
     p.add_argument(
         "--executor",
@@ -112,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite, args.overrides)
     if args.compile:
         suite = with_compile(suite)
+    if args.experiments is not None:
+        suite = with_only_experiments(suite, split_names(args.experiments, "--experiments") or [])
     registry = registry_with_warnings()
     if distributed.requested() and args.executor != "local":
         raise DistributedError(

@@ -363,6 +363,19 @@ def with_compile(suite: Suite) -> Suite:
     return out
 
 
+def with_only_experiments(suite: Suite, names: list[str]) -> Suite:
+    """The suite with only the named experiments (the CLI's ``--experiments``); a cell's key
+    does not depend on the experiments beside it, so the cells run are the ones a full run has."""
+    known = [exp.name for exp in suite.experiments]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        where = suite._path or suite.name
+        raise SuiteError(f"--experiments: {', '.join(unknown)} not in {where}; its experiments are {', '.join(known)}")
+    out = suite.model_copy(update={"experiments": [exp for exp in suite.experiments if exp.name in names]})
+    out._path, out._locate = suite._path, suite._locate
+    return out
+
+
 def suite_error_at(suite: Suite, loc: tuple[Any, ...], message: str) -> SuiteError:
     """A SuiteError naming file and line of ``loc`` in ``suite`` (after loading)."""
     locate = suite._locate
