@@ -222,7 +222,10 @@ def attnbench_register_variants(register) -> None:
         Variant(
             name="linear",
             build_mixer=LinearAttention,
-            description="Causal linear attention, phi = elu + 1 or another feature map (Katharopoulos 2020), chunkwise, recurrent decoding",
+            description=(
+                "Causal linear attention, phi = elu + 1 or another feature map (Katharopoulos 2020), "
+                "chunkwise, recurrent decoding"
+            ),
             options=LinearOptions,
             decode="recurrent",
             state_size=state_size,

@@ -145,7 +145,8 @@ SUITE = """
     experiments:
       - name: tiny
         kind: train
-        data: {{source: text, path: {train}, val_path: heldout_harness.txt, tokenizer: {tokenizer}, bpe_vocab_size: 320}}
+        data: {{source: text, path: {train}, val_path: heldout_harness.txt, tokenizer: {tokenizer},
+               bpe_vocab_size: 320}}
         train: {{budget: {{steps: 15}}, batch_size: 8, seq_len: 64, lr: 1.0e-2, warmup_steps: 2,
                 eval_interval: 1000, eval_tokens: 2048}}
       - name: native

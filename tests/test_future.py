@@ -266,7 +266,8 @@ SUITE = """
     defaults:
       data: {{source: builtin, max_bytes: 100000}}
       model: {{d_model: 32, n_layer: 2, n_head: 2}}
-      train: {{batch_size: 2, seq_len: 32, lr: 1.0e-2, warmup_steps: 1, eval_interval: 6, eval_tokens: 512, log_interval: 3}}
+      train: {{batch_size: 2, seq_len: 32, lr: 1.0e-2, warmup_steps: 1,
+              eval_interval: 6, eval_tokens: 512, log_interval: 3}}
     experiments:
       - name: pair
         kind: train

@@ -13,11 +13,31 @@ PINNED_SCHEMA = [
     "CREATE INDEX metrics_run ON metrics (run_id, name, step)",
     "CREATE INDEX results_run ON results (run_id, name)",
     "CREATE INDEX runs_suite ON runs (suite, experiment, variant)",
-    "CREATE TABLE attempts ( id INTEGER PRIMARY KEY, cell_key TEXT NOT NULL, reason TEXT NOT NULL, status TEXT NOT NULL, error TEXT, summary TEXT NOT NULL, provenance TEXT NOT NULL, started_at REAL NOT NULL, finished_at REAL NOT NULL, recorded_at REAL NOT NULL )",
-    "CREATE TABLE checks ( gate_key TEXT NOT NULL, variant TEXT NOT NULL, check_name TEXT NOT NULL, status TEXT NOT NULL, figure REAL, tolerance REAL, detail TEXT NOT NULL, provenance TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (gate_key, check_name) )",
-    "CREATE TABLE metrics ( run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, step INTEGER NOT NULL, tokens INTEGER NOT NULL, elapsed_s REAL NOT NULL, name TEXT NOT NULL, value REAL )",
-    "CREATE TABLE results ( run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, name TEXT NOT NULL, value REAL, unit TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '{}' )",
-    "CREATE TABLE runs ( id INTEGER PRIMARY KEY, cell_key TEXT NOT NULL UNIQUE, suite TEXT NOT NULL, experiment TEXT NOT NULL, kind TEXT NOT NULL, variant TEXT NOT NULL, status TEXT NOT NULL, seed INTEGER, coords TEXT NOT NULL, config TEXT NOT NULL, provenance TEXT NOT NULL, summary TEXT NOT NULL, error TEXT, started_at REAL NOT NULL, finished_at REAL NOT NULL )",
+    (
+        "CREATE TABLE attempts ( id INTEGER PRIMARY KEY, cell_key TEXT NOT NULL, reason TEXT NOT NULL, "
+        "status TEXT NOT NULL, error TEXT, summary TEXT NOT NULL, provenance TEXT NOT NULL, "
+        "started_at REAL NOT NULL, finished_at REAL NOT NULL, recorded_at REAL NOT NULL )"
+    ),
+    (
+        "CREATE TABLE checks ( gate_key TEXT NOT NULL, variant TEXT NOT NULL, check_name TEXT NOT NULL, "
+        "status TEXT NOT NULL, figure REAL, tolerance REAL, detail TEXT NOT NULL, provenance TEXT NOT NULL, "
+        "created_at REAL NOT NULL, PRIMARY KEY (gate_key, check_name) )"
+    ),
+    (
+        "CREATE TABLE metrics ( run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, "
+        "step INTEGER NOT NULL, tokens INTEGER NOT NULL, elapsed_s REAL NOT NULL, name TEXT NOT NULL, "
+        "value REAL )"
+    ),
+    (
+        "CREATE TABLE results ( run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, "
+        "name TEXT NOT NULL, value REAL, unit TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '{}' )"
+    ),
+    (
+        "CREATE TABLE runs ( id INTEGER PRIMARY KEY, cell_key TEXT NOT NULL UNIQUE, suite TEXT NOT NULL, "
+        "experiment TEXT NOT NULL, kind TEXT NOT NULL, variant TEXT NOT NULL, status TEXT NOT NULL, "
+        "seed INTEGER, coords TEXT NOT NULL, config TEXT NOT NULL, provenance TEXT NOT NULL, "
+        "summary TEXT NOT NULL, error TEXT, started_at REAL NOT NULL, finished_at REAL NOT NULL )"
+    ),
     "CREATE TABLE schema_migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, applied_at REAL NOT NULL)",
 ]
 

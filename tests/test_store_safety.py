@@ -32,7 +32,8 @@ SUITE = """
     defaults:
       data: {{source: builtin, max_bytes: 60000}}
       model: {{d_model: 16, n_layer: 1, n_head: 2}}
-      train: {{batch_size: 2, seq_len: 16, lr: 1.0e-2, warmup_steps: 1, eval_interval: 4, eval_tokens: 256, log_interval: 2}}
+      train: {{batch_size: 2, seq_len: 16, lr: 1.0e-2, warmup_steps: 1,
+              eval_interval: 4, eval_tokens: 256, log_interval: 2}}
     experiments:
       - name: cells
         kind: train

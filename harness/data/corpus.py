@@ -1,11 +1,11 @@
 """Training data for `train` experiments: text corpora and synthetic tasks.
 
-Text sources: corpora shipped in the package (``source: builtin``), the offline default (the running interpreter's standard-library sources,
-needs no download anywhere), local text / json / parquet files through HF ``datasets``,
-or a hub dataset by name when online. Tokens are bytes by default; a locally trained BPE
-or a named pretrained tokenizer are options, and held-out metrics are reported in bits
-per byte whatever the tokenizer. Synthetic tasks (``source: task``) live in
-``data/tasks.py``; ``data/loading.py`` picks between the two.
+Text sources: corpora shipped in the package (``source: builtin``), the offline default (the
+running interpreter's standard-library sources, needs no download anywhere), local text / json
+/ parquet files through HF ``datasets``, or a hub dataset by name when online. Tokens are bytes
+by default; a locally trained BPE or a named pretrained tokenizer are options, and held-out
+metrics are reported in bits per byte whatever the tokenizer. Synthetic tasks (``source:
+task``) live in ``data/tasks.py``; ``data/loading.py`` picks between the two.
 """
 
 from __future__ import annotations

@@ -213,7 +213,10 @@ def attnbench_register_variants(register) -> None:
             build_mixer=Mamba2,
             options=Mamba2Options,
             decode="recurrent",
-            description="Mamba2 (Dao & Gu 2024): SSD with a scalar decay per head, short convolution, gated RMSNorm; chunked, recurrent decoding",
+            description=(
+                "Mamba2 (Dao & Gu 2024): SSD with a scalar decay per head, short convolution, gated RMSNorm; "
+                "chunked, recurrent decoding"
+            ),
             state_size=state_size,
             flops_per_token=flops_per_token,
             version="1",
