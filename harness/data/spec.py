@@ -29,9 +29,8 @@ class DataSpec(BaseModel):
     max_bytes: int | None = Field(None, gt=0)  # cap on training bytes (head of the corpus)
     tokenizer: Literal["bytes", "bpe", "pretrained"] = "bytes"
     bpe_vocab_size: int = Field(4096, ge=260)
-    tokenizer_name: str | None = (
-        None  # tokenizer: pretrained; a hub name, or a tokenizer.json / folder relative to the suite file
-    )
+    # tokenizer: pretrained; a hub name, or a tokenizer.json / folder relative to the suite file
+    tokenizer_name: str | None = None
     # source: task
     task: str | None = None
     task_options: dict[str, Any] = {}
