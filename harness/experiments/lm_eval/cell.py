@@ -36,6 +36,7 @@ from attnbench.contract.variant import Variant
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext, trained_run
 from attnbench.plan.cells import Cell, trained_cells_for
 from attnbench.plan.halving import tuned_source_error
+from attnbench.plan.specs import LmEvalSpec
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.store.database import Result
 from attnbench.store.provenance import content_key
@@ -223,6 +224,26 @@ def _hf_export(ctx: RunContext, checkpoint: Path, train: dict[str, Any]) -> str:
     return str(out)
 
 
+def _request(
+    spec: LmEvalSpec, ctx: RunContext, checkpoint: Path, hf_export: str | None, output: Path
+) -> dict[str, Any]:
+    """What the lm-eval child process reads: the checkpoint (or export) and lm-eval's settings."""
+    return {
+        "checkpoint": str(checkpoint),
+        "device": str(ctx.device),
+        "tasks": spec.tasks,
+        "include_path": spec.include_path,
+        "metadata": {**spec.metadata, **spec.paths},
+        "limit": spec.limit,
+        "num_fewshot": spec.num_fewshot,
+        "batch_size": spec.batch_size,
+        "bootstrap_iters": spec.bootstrap_iters,
+        "offline": spec.offline,
+        "hf_export": hf_export,
+        "output": str(output),
+    }
+
+
 def run_lm_eval_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
     from attnbench.errors import AttnbenchError
     from attnbench.nn.checkpoint import run_checkpoint
@@ -243,20 +264,7 @@ def run_lm_eval_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutco
     except AttnbenchError as exc:
         return CellOutcome("failed", error=str(exc))
     with tempfile.TemporaryDirectory(prefix="attnbench-lm-eval-") as tmp:
-        request = {
-            "checkpoint": str(checkpoint),
-            "device": str(ctx.device),
-            "tasks": spec.tasks,
-            "include_path": spec.include_path,
-            "metadata": {**spec.metadata, **spec.paths},
-            "limit": spec.limit,
-            "num_fewshot": spec.num_fewshot,
-            "batch_size": spec.batch_size,
-            "bootstrap_iters": spec.bootstrap_iters,
-            "offline": spec.offline,
-            "hf_export": hf_export,
-            "output": str(Path(tmp) / "results.json"),
-        }
+        request = _request(spec, ctx, checkpoint, hf_export, Path(tmp) / "results.json")
         (Path(tmp) / "request.json").write_text(json.dumps(request))
         started = time.perf_counter()
         proc = subprocess.run(

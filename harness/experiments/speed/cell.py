@@ -21,6 +21,7 @@ SDPA kernel seen by the profiler, the dtype, the mixers' ``describe_path()`` (se
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import tempfile
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ from attnbench.experiments.speed.points import PointSpec, classify_message, for_
 from attnbench.experiments.speed.timing import PointTiming, SweepTiming, TimingOptions, noise, time_sweep
 from attnbench.nn.backbone import Backbone
 from attnbench.plan.cells import Cell
+from attnbench.plan.specs import SpeedSpec
 from attnbench.store.database import Result
 from attnbench.store.provenance import device_name
 
@@ -253,6 +255,30 @@ def _n_params(variant: Variant, cell: Cell, model_kind: str) -> int | None:
         return None
 
 
+def _point_spec(cell: Cell, mode: str, T: int, device: str, dtype: str, builder: Any) -> PointSpec:
+    spec = cell.spec
+    return PointSpec(
+        cell.variant,
+        mode,
+        T,
+        cell.model,
+        spec.batch_size,
+        device,
+        dtype,
+        cell.seed,
+        spec.decode_tokens,
+        spec.model_kind,
+        compile=spec.compile,
+        builder=builder,
+    )
+
+
+def _benchmark(spec: SpeedSpec, version: str | None) -> dict[str, Any]:
+    """The timing tool and the options it ran with."""
+    options = {k: getattr(spec, k) for k in ("min_rounds", "max_time", "warmup", "max_remeasure")}
+    return {"tool": "pytest-benchmark", "version": version, "options": options}
+
+
 def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
     spec = cell.spec
     device = ctx.device
@@ -275,23 +301,7 @@ def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
                 done += len(lengths)
                 ctx.progress(done, total, None)
                 continue
-            specs = [
-                PointSpec(
-                    cell.variant,
-                    mode,
-                    T,
-                    cell.model,
-                    spec.batch_size,
-                    str(device),
-                    dtype,
-                    cell.seed,
-                    spec.decode_tokens,
-                    spec.model_kind,
-                    compile=spec.compile,
-                    builder=builder,
-                )
-                for T in lengths
-            ]
+            specs = [_point_spec(cell, mode, T, str(device), dtype, builder) for T in lengths]
             peaks = isolate(
                 specs,
                 spec.time_limit_s,
@@ -313,10 +323,7 @@ def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
             done += len(lengths)
             ctx.progress(done, total, None)
         threads = torch.get_num_threads()
-    counts: dict[str, int] = {}
-    for r in rows:
-        if r.name == "time_s":
-            counts[r.tags["status"]] = counts.get(r.tags["status"], 0) + 1
+    counts = collections.Counter(r.tags["status"] for r in rows if r.name == "time_s")
     summary = {
         "device": device_name(device),
         "dtype": DTYPE_LABELS.get(dtype, dtype),
@@ -325,18 +332,9 @@ def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
         "n_params": _n_params(variant, cell, spec.model_kind),
         "memory_limit_bytes": limit,
         "lengths": {m: spec.sweep(m) for m in spec.modes},
-        "points": counts,
+        "points": dict(counts),
         "first_failure": failures,
-        "benchmark": {
-            "tool": "pytest-benchmark",
-            "version": version,
-            "options": {
-                "min_rounds": spec.min_rounds,
-                "max_time": spec.max_time,
-                "warmup": spec.warmup,
-                "max_remeasure": spec.max_remeasure,
-            },
-        },
+        "benchmark": _benchmark(spec, version),
         "machine_info": machine_info,
     }
     return CellOutcome("done", summary, results=rows)

@@ -237,16 +237,14 @@ def train_cell(
     torch.manual_seed(cell.seed)
     model = build_model(variant, cell).to(device)
     facts = _facts(variant, cell, model.num_params())
-    budget = _Budget(
-        planned_steps(cell, facts["train_flops_per_token"]), t.budget.seconds, collections.deque(maxlen=16)
-    )
+    steps = planned_steps(cell, facts["train_flops_per_token"])
+    budget = _Budget(steps, t.budget.seconds, collections.deque(maxlen=16))
     opt = make_optimizer(model, cell)
     gen = torch.Generator().manual_seed(cell.seed)  # batch order: the seed alone, not the variant or init
     stream = BatchStream(data)
     path = train_state.state_path(cell, checkpoint_dir)
-    p, rank_rngs = (
-        train_state.resume(path, cell, model, opt, gen, device) if path else (train_state.TrainProgress(), [])
-    )
+    fresh: tuple[train_state.TrainProgress, list] = (train_state.TrainProgress(), [])
+    p, rank_rngs = train_state.resume(path, cell, model, opt, gen, device) if path else fresh
     _seed_ranks(cell, rank_rngs, p.step)
     compiled, compile_info = maybe_compile(model, t.compile)
     fwd = distributed.wrap_model(compiled, device)  # DDP in a process group, else the model
@@ -280,8 +278,6 @@ def train_cell(
         checkpoint = train_state.save_final(checkpoint_dir, cell, model, p.step, getattr(data, "tokenizer_json", None))
     if path is not None and main:
         path.unlink(missing_ok=True)  # another driver that ran this cell may have removed it first
-    summary = {
-        **_summary(p, cell, facts, device, status, checkpoint, compile_info),
-        **_measured(p, rows, stream, load_before),
-    }
+    summary = _summary(p, cell, facts, device, status, checkpoint, compile_info)
+    summary.update(_measured(p, rows, stream, load_before))
     return CellOutcome(status, summary, p.metrics, rows, error)
