@@ -156,7 +156,7 @@ def train_scaling(L: int, Ts: list[int], reps: int) -> None:
     print("\n## 1. training step (forward + loss + backward) against T; CPU time (wall)")
     for name, label in (
         ("additive", "additive (all layers global)"),
-        ("windowed", f"windowed, rule 'seeds' {[4 * 2**l for l in range(L - 1)]} + global"),
+        ("windowed", f"windowed, rule 'seeds' {[4 * 2**i for i in range(L - 1)]} + global"),
     ):
         model = make_model(name, L, Ts[-1])
         times = [train_step_time(model, T, reps) for T in Ts]
@@ -209,8 +209,8 @@ def against_reference(T: int, reps: int) -> None:
             d64 = (ours - reference_forward(mixer, x, torch.float64)).abs().max().item()
             d32 = (ours - reference_forward(mixer, x)).abs().max().item()
         x.requires_grad_()
-        ours_t = median_time(lambda: mixer(x).square().mean().backward(), reps)
-        ref_t = median_time(lambda: reference_forward(mixer, x).square().mean().backward(), reps)
+        ours_t = median_time(lambda mixer=mixer, x=x: mixer(x).square().mean().backward(), reps)
+        ref_t = median_time(lambda mixer=mixer, x=x: reference_forward(mixer, x).square().mean().backward(), reps)
         mem = {
             impl: measure_peak("bench_additive:peak_setup", name=name, window=window, T=T, impl=impl)
             for impl in ("ours", "reference")

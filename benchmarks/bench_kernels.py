@@ -197,14 +197,14 @@ def fig_time(T: int, layers: int, repeats: int) -> None:
             "mixer ours": fwd_bwd(mixer(name, "ours", T), x),
             "mixer naive": fwd_bwd(mixer(name, "naive", T), x),
             "mixer softmax": fwd_bwd(soft_mixer, x),
-            f"backbone L={layers} ours": lambda: bb(idx, targets=idx).loss.backward(),
+            f"backbone L={layers} ours": lambda bb=bb: bb(idx, targets=idx).loss.backward(),
             f"backbone L={layers} softmax": lambda: soft_bb(idx, targets=idx).loss.backward(),
         }
         res = interleaved(fns, repeats)
         print(f"  {name}:")
         for key, (med, iqr) in res.items():
             print(f"    {key:24} {med:8.3f} [{iqr:.3f}]")
-        r = lambda a, b: res[b][0] / res[a][0]  # noqa: E731
+        r = lambda a, b, res=res: res[b][0] / res[a][0]  # noqa: E731
         print(
             f"    speedup: kernel vs naive {r('kernel ours', 'kernel naive'):.1f}x, mixer vs naive "
             f"{r('mixer ours', 'mixer naive'):.1f}x, mixer vs softmax {r('mixer ours', 'mixer softmax'):.2f}x, "
@@ -223,7 +223,7 @@ def fig_slope(Ts: list[int], layers: int, repeats: int) -> None:
         for T in Ts:
             idx = torch.randint(0, VOCAB, (1, T), generator=torch.Generator().manual_seed(T))
 
-            def step() -> None:
+            def step(model=model, opt=opt, idx=idx) -> None:
                 model(idx, targets=idx).loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)

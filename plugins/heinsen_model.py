@@ -69,9 +69,9 @@ class EmbedPosition(nn.Module):
     def forward(self, x: torch.Tensor, log_x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x (B, T, d), log_x0 (B, d) -> x + log x_t (B, T, d), last log x_t (B, d)."""
         dt = torch.float64 if x.dtype == torch.float64 else torch.float32
-        a, l = self.proj(x).to(dt).chunk(2, dim=-1)  # (B, T, d) each, fp32 (fp64) for the scan
+        a, log_b = self.proj(x).to(dt).chunk(2, dim=-1)  # (B, T, d) each, fp32 (fp64) for the scan
         with torch.autocast(x.device.type, enabled=False):  # fp32 in train and eval alike
-            log_x = log_linear_scan(F.logsigmoid(a), l, log_x0)  # (B, T, d)
+            log_x = log_linear_scan(F.logsigmoid(a), log_b, log_x0)  # (B, T, d)
         return x + log_x.to(x.dtype), log_x[:, -1].contiguous()
 
 

@@ -326,13 +326,13 @@ def test_position_recurrence_stays_accurate_at_long_T(registry):
     model, cfg = own_model(registry)
     embed_pos, T, d = model.embed_pos, 4096, cfg.d_model
     with torch.no_grad():
-        embed_pos.proj.weight.normal_(0.0, 0.5)  # a, l ~ N(0, 8): decays from ~0 to ~1
+        embed_pos.proj.weight.normal_(0.0, 0.5)  # a, log b ~ N(0, 8): decays from ~0 to ~1
         x = torch.randn(1, T, d, generator=torch.Generator().manual_seed(7))  # (1, T, d)
         out, last = embed_pos(x, torch.zeros(1, d))
-        a, l = embed_pos.proj(x).double().chunk(2, dim=-1)  # (1, T, d) each
+        a, log_b = embed_pos.proj(x).double().chunk(2, dim=-1)  # (1, T, d) each
         log_x, ref = torch.zeros(1, d, dtype=torch.float64), []
         for t in range(T):
-            log_x = torch.logaddexp(F.logsigmoid(a[:, t]) + log_x, l[:, t])  # (1, d)
+            log_x = torch.logaddexp(F.logsigmoid(a[:, t]) + log_x, log_b[:, t])  # (1, d)
             ref.append(log_x)
         ref = torch.stack(ref, dim=1)  # (1, T, d)
     assert (out.double() - x.double() - ref).abs().max() < 2e-5

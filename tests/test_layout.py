@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import attnbench
+from tests.helpers import REPO, python
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-from tests.helpers import REPO, python
 
 ROOTS = {"attnbench": REPO / "harness", "attnbench.plugins": REPO / "plugins", "attnbench.suites": REPO / "suites"}
 MAX_MODULE_LINES = 400

@@ -83,7 +83,7 @@ def test_failed_write_leaves_nothing(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         bad = _run("k1")
         bad.metrics.append(Metric(99, 0, 0.0, None, 1.0))  # NOT NULL violation mid-transaction
-        with pytest.raises(Exception):
+        with pytest.raises(StoreError):
             store.save_run(bad)
         assert store.runs() == [] and not store.has_run("k1")
 

@@ -79,7 +79,7 @@ def check_incremental(ctx: CheckContext) -> CheckResult:
             ref = logits_of(model(idx), (BATCH, T, V), f"{label} forward")  # (B, T, V)
             scale = ref.abs().max()
 
-            def fresh() -> Any:
+            def fresh(model: Any = model) -> Any:  # this iteration's model, bound now
                 return model.init_state(BATCH, T, device=ctx.device, dtype=torch.float32)
 
             try:

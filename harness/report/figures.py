@@ -152,7 +152,8 @@ def equal_budget(
         (("tokens", "training tokens"), ("flops", "training FLOPs"), ("elapsed_s", "training wall-clock time (s)")),
     ):
         for variant in sorted(held["variant"].unique()):
-            sub = held[held["variant"] == variant].assign(**{x: lambda f: pd.to_numeric(f[x], errors="coerce")})
+            sub = held[held["variant"] == variant]
+            sub = sub.assign(**{x: pd.to_numeric(sub[x], errors="coerce")})
             sub = sub.dropna(subset=[x])  # a variant that declares no FLOPs has no point on that axis
             if sub.empty:
                 continue

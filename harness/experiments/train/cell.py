@@ -26,10 +26,7 @@ def split_description(data) -> dict[str, str]:
             "val": f"{data.val_examples} examples (seed stream 1000003)",
             "test": f"{data.test_examples} fresh examples (seed stream 2000003)",
         }
-    if data.test_path:
-        test = f"file(s) {data.test_path}"
-    else:
-        test = f"the last {data.test_fraction:g} of the corpus"
+    test = f"file(s) {data.test_path}" if data.test_path else f"the last {data.test_fraction:g} of the corpus"
     if data.val_path:
         val = f"file(s) {data.val_path}"
     else:
