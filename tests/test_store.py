@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from attnbench.errors import StoreError
@@ -83,7 +85,7 @@ def test_failed_write_leaves_nothing(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         bad = _run("k1")
         bad.metrics.append(Metric(99, 0, 0.0, None, 1.0))  # NOT NULL violation mid-transaction
-        with pytest.raises(StoreError):
+        with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
             store.save_run(bad)
         assert store.runs() == [] and not store.has_run("k1")
 
