@@ -82,7 +82,7 @@ def train_step_time(model: Backbone, T: int, repeats: int) -> tuple[float, float
 def slope(Ts: list[int], times: list[float]) -> float:
     xs, ys = [math.log(t) for t in Ts], [math.log(s) for s in times]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
 
 
 @torch.no_grad()
@@ -161,7 +161,7 @@ def train_scaling(L: int, Ts: list[int], reps: int) -> None:
         model = make_model(name, L, Ts[-1])
         times = [train_step_time(model, T, reps) for T in Ts]
         print(f"{label}: slope {slope(Ts, [t[0] for t in times]):.3f} (wall {slope(Ts, [t[1] for t in times]):.3f})")
-        for T, t in zip(Ts, times):
+        for T, t in zip(Ts, times, strict=True):
             print(f"    T={T:6d} {fmt(t)}")
 
 

@@ -299,7 +299,7 @@ def fig_error(T: int, T_log: int) -> None:
         q, k, v = qkv(T_log, grad=False)
         y = ours("heinsen", scale * q, scale * k, v)
         err = (y.double() - log_quadratic64(scale * q, scale * k, v)).abs().max().item()
-        y_big = ours("heinsen", *(t * s for t, s in zip(qkv(T, grad=False), (scale, scale, 1.0))))
+        y_big = ours("heinsen", *(t * s for t, s in zip(qkv(T, grad=False), (scale, scale, 1.0), strict=True)))
         print(
             f"  heinsen  q, k x{scale:g}: finite at T={T}: {bool(torch.isfinite(y_big).all())}; "
             f"error vs float64 log-space quadratic at T={T_log}: {err:.2e}"

@@ -82,7 +82,7 @@ def loglog_slope(Ts: list[int], ys: list[float], T_from: int = 0) -> SlopeFit | 
     """Least-squares slope of log y against log T over the points with T >= T_from and
     y > 0 (a zero cannot be logged: e.g. memory below the measurement's resolution).
     None with fewer than two such points (or all at one T)."""
-    pts = sorted((int(T), float(y)) for T, y in zip(Ts, ys) if T_from <= T and y is not None and y > 0)
+    pts = sorted((int(T), float(y)) for T, y in zip(Ts, ys, strict=True) if T_from <= T and y is not None and y > 0)
     if len({T for T, _ in pts}) < 2:
         return None
     x = np.log([T for T, _ in pts])  # (n,)

@@ -170,7 +170,7 @@ class FastformerLM(LanguageModel):
     def step(self, idx: torch.Tensor, state: Any) -> tuple[torch.Tensor, FastformerState]:
         u = self._embed(idx, state.pos)  # (B, t, D)
         new_layers = []
-        for layer, layer_state in zip(self.layers, state.layers):
+        for layer, layer_state in zip(self.layers, state.layers, strict=True):
             u, layer_state = layer.step(u, layer_state)  # (B, t, D)
             new_layers.append(layer_state)
         logits = self.proj_logits(self.ln_f(u))  # (B, t, V)

@@ -138,7 +138,7 @@ class HeinsenLM(LanguageModel):
         """idx (B, t) -> logits (B, t, V) and a new state (the given one is not modified)."""
         x, log_x = self.embed_pos(self.embed(idx), state.log_x)  # (B, t, d), (B, d)
         layers = []
-        for layer, layer_state in zip(self.layers, state.layers):
+        for layer, layer_state in zip(self.layers, state.layers, strict=True):
             x, layer_state = layer(x, layer_state)  # (B, t, d)
             layers.append(layer_state)
         logits = F.linear(self.norm(x), self.embed.weight)  # (B, t, V) tied head, no bias

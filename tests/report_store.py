@@ -151,7 +151,7 @@ def _text_runs(baselines: list[str] | None) -> list[RunRecord]:
                         },
                     )
                 )
-        for seed, test in zip(SEEDS, TEXT_TEST[v]):
+        for seed, test in zip(SEEDS, TEXT_TEST[v], strict=True):
             out.append(
                 record(
                     f"text-{v}-final-{seed}",

@@ -185,7 +185,7 @@ def test_two_process_gloo_run_equals_single_process_run(tmp_path):
         d_loss, s_loss = (m.metrics(r["id"], "train/loss")[-1]["value"] for m, r in ((ddp, d), (single, s)))
         assert _rel(d_loss, s_loss) < DDP_RTOL, (d_loss, s_loss)
         assert _rel(d["summary"]["val_loss"], s["summary"]["val_loss"]) < DDP_RTOL
-        for a, b in zip(dm, sm):
+        for a, b in zip(dm, sm, strict=True):
             assert _rel(a["value"], b["value"]) < DDP_RTOL, (a, b)
     ckpts = sorted(p.name for p in (ddp_store.parent / "checkpoints").iterdir())
     assert ckpts == sorted(f"{r['cell_key']}.pt" for r in runs.values())  # final ones only, written once

@@ -80,7 +80,7 @@ def test_lean_equals_explicit_outputs_aux_and_gradients(loss_type, detach, T, fd
     y_ref, aux_ref, grads_ref = _fwd_bwd(lambda x: reference_forward(mixer, x), mixer, x)
     assert (y - y_ref).abs().max() <= 1e-5
     assert abs(aux - aux_ref) <= 1e-5 and aux > 0
-    for g, g_ref in zip(grads, grads_ref):
+    for g, g_ref in zip(grads, grads_ref, strict=True):
         assert (g - g_ref).abs().max() <= 1e-5
     # The target carries gradient exactly when it is not detached: the grads differ.
     mixer.opts = _variant().make_options(dict(future_dim=fd, loss_type=loss_type, detach_target=not detach))
@@ -157,7 +157,7 @@ def test_layer_range_and_aux_aggregation_through_the_model():
     ref = model(idx, idx)
     assert abs(ref.loss - out.loss) <= 1e-5
     ref.loss.backward()
-    for g, g_ref in zip(lean_grads, (p.grad for p in model.parameters())):
+    for g, g_ref in zip(lean_grads, (p.grad for p in model.parameters()), strict=True):
         assert (g - g_ref).abs().max() <= 1e-5
 
     model.eval()

@@ -379,5 +379,5 @@ def test_linear_hand_written_backward_matches_autograd_of_the_cumsum_form(regist
     y = mixer.c_proj((num / den).transpose(1, 2).reshape(2, 45, cfg.d_model))  # (B, T, D)
     (y * w).sum().backward()
     reference = [x.grad] + [p.grad for p in mixer.parameters()]
-    for a, b in zip(ours, reference):
+    for a, b in zip(ours, reference, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

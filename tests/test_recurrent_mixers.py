@@ -210,7 +210,7 @@ def test_decoding_from_a_prefix_and_its_state_equals_the_full_forward(name, regi
     torch.testing.assert_close(again, full[:, 19:20], rtol=1e-10, atol=1e-10)
     # the prefix's state was not modified by the steps that followed it
     replayed = state_tensors(_replay(mixer, x[:, :19]))
-    assert all(torch.equal(a, b) for a, b in zip(kept, replayed))
+    assert all(torch.equal(a, b) for a, b in zip(kept, replayed, strict=True))
     assert sum(t[0].numel() for t in state_tensors(state)) == variant.state_size(config, 0, 45)
 
 

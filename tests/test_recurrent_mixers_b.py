@@ -238,7 +238,7 @@ def test_decoding_from_a_prefix_and_its_state_equals_the_full_forward(name, regi
     torch.testing.assert_close(prefix, full[:, :19], **TIGHT)
     torch.testing.assert_close(torch.cat(rest, dim=1), full[:, 19:], **TIGHT)
     torch.testing.assert_close(again, full[:, 19:20], **TIGHT)
-    assert all(torch.equal(a, b) for a, b in zip(kept, state_tensors(_replay(mixer, x[:, :19]))))
+    assert all(torch.equal(a, b) for a, b in zip(kept, state_tensors(_replay(mixer, x[:, :19])), strict=True))
     for T_ in (3, 45):  # below and past the window: the state holds what state_size declares
         held = sum(t[0].numel() for t in state_tensors(_replay(mixer, x[:, :T_])))
         assert held == variant.state_size(config, 0, T_)

@@ -144,7 +144,7 @@ def test_real_report_files_tables_and_figures(real_store, real_report):
 
     points = _table(real_report, "sp-points")
     assert set(points["variant"]) == {"softmax", "linear"}
-    assert set(zip(points["mode"], points["T"])) == {
+    assert set(zip(points["mode"], points["T"], strict=True)) == {
         ("forward", 64),
         ("forward", 128),
         ("forward", 256),

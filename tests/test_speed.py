@@ -281,7 +281,7 @@ def test_rerun_reuses_unchanged_and_recomputes_after_variant_code_change(tmp_pat
 def test_loglog_slope_recovers_a_known_power_law_with_its_interval():
     Ts = [256, 512, 1024, 2048, 4096, 8192]
     noise = [1.03, 0.98, 1.01, 0.97, 1.02, 1.0]
-    ys = [2e-9 * T**2 * n for T, n in zip(Ts, noise)]  # quadratic with a few % noise
+    ys = [2e-9 * T**2 * n for T, n in zip(Ts, noise, strict=True)]  # quadratic with a few % noise
     fit = loglog_slope(Ts, ys)
     assert abs(fit.slope - 2.0) < 0.03 and fit.n_points == 6 and (fit.T_min, fit.T_max) == (256, 8192)
     assert fit.ci95[0] < 2.0 < fit.ci95[1] and fit.stderr > 0

@@ -126,7 +126,7 @@ def _fmt_bytes(b: float) -> str:
 
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
 def _points(store: Store, run_id: int) -> dict[tuple[str, str], dict[int, tuple[float | None, str]]]:

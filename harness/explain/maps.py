@@ -126,7 +126,7 @@ def inspect_checkpoint(
         for h in hooks:
             h.remove()
     layers = []
-    for i, (mixer, x) in enumerate(zip(mixers, inputs)):
+    for i, (mixer, x) in enumerate(zip(mixers, inputs, strict=True)):
         w = variant.attention_maps(mixer, x)[0].float()  # (H, T, T) or (H, T)
         T = idx.size(1)
         if w.shape not in ((config.n_head, T, T), (config.n_head, T)):

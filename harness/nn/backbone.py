@@ -154,7 +154,7 @@ class Backbone(LanguageModel):
     def step(self, idx: torch.Tensor, state: BackboneState) -> tuple[torch.Tensor, BackboneState]:
         x = self._embed(idx, state.pos)  # (B, t, D)
         new_layers = []
-        for block, layer_state in zip(self.blocks, state.layers):
+        for block, layer_state in zip(self.blocks, state.layers, strict=True):
             x, layer_state = block.step(x, layer_state)
             new_layers.append(layer_state)
         return self._head(x), BackboneState(state.pos + idx.size(1), tuple(new_layers))

@@ -64,7 +64,7 @@ def speed_rounds(data: StoreData, mode: str) -> dict[str, dict[int, tuple[float,
     speed = data.runs_of("speed").set_index("id")
     res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
     out: dict[str, dict[int, tuple[float, float, int]]] = {}
-    for run_id, tags in zip(res["run_id"], res["tags"]):
+    for run_id, tags in zip(res["run_id"], res["tags"], strict=True):
         if (
             tags.get("mode") == mode
             and tags.get("status") == "ok"

@@ -104,7 +104,9 @@ def loss_curves(curves: pd.DataFrame, palette: Palette, labels: dict[str, str], 
     if curves.empty:
         return None
     fig, axes = _new(2)
-    for ax, (x, xlabel) in zip(axes, (("tokens", "training tokens"), ("elapsed_s", "training wall-clock time (s)"))):
+    for ax, (x, xlabel) in zip(
+        axes, (("tokens", "training tokens"), ("elapsed_s", "training wall-clock time (s)")), strict=True
+    ):
         for variant in sorted(curves["variant"].unique()):
             sub = curves[curves["variant"] == variant]
             for split, style in (("train", "-"), ("held-out", "--")):
@@ -150,6 +152,7 @@ def equal_budget(
     for ax, (x, xlabel) in zip(
         axes,
         (("tokens", "training tokens"), ("flops", "training FLOPs"), ("elapsed_s", "training wall-clock time (s)")),
+        strict=True,
     ):
         for variant in sorted(held["variant"].unique()):
             sub = held[held["variant"] == variant]
@@ -226,7 +229,7 @@ def speed_mode(
     }
     scale = {"time": 1.0, "memory": 1.0 / 2**20}
     fig, axes = _new(2)
-    for ax, quantity in zip(axes, ("time", "memory")):
+    for ax, quantity in zip(axes, ("time", "memory"), strict=True):
         sub = points[points["quantity"] == quantity]
         ok = sub[(sub["status"] == "ok") & sub["value"].notna() & (sub["value"] > 0)]
         for variant in sorted(sub["variant"].unique()):
@@ -291,7 +294,7 @@ def scaling(points: pd.DataFrame, fits: pd.DataFrame, palette: Palette, title: s
     fig, axes = _new(len(xs))
     xlabels = {"params": "parameters N", "flops": "training compute C (FLOPs)"}
     symbols = {"params": "N", "flops": "C"}
-    for ax, x in zip(axes, xs):
+    for ax, x in zip(axes, xs, strict=True):
         pts = points[points["x"] == x]
         for variant in sorted(pts["variant"].unique()):
             rows = pts[pts["variant"] == variant]

@@ -144,7 +144,7 @@ def _load(data: StoreData) -> list[Problem]:
             "timed under load",
             f"{t.get('noisy_reason')} after {t.get('attempts')} measurement(s)",
         )
-        for run_id, t in zip(res["run_id"], res["tags"])
+        for run_id, t in zip(res["run_id"], res["tags"], strict=True)
         if t.get("noisy") and _loaded(t)
     ]
     for _, r in data.runs[data.runs["kind"] == "train"].iterrows():

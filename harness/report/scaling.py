@@ -47,7 +47,7 @@ def _points(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def _fits(data: StoreData, exp: str) -> pd.DataFrame:
     fits = data.runs_of("scaling_fit")
     fits = fits[fits["experiment"] == exp]
-    variants = dict(zip(fits["id"], fits["variant"]))
+    variants = dict(zip(fits["id"], fits["variant"], strict=True))
     res = data.results[
         data.results["run_id"].isin([int(i) for i in fits["id"]]) & (data.results["name"] == "power_law")
     ]

@@ -110,14 +110,16 @@ def select(runs: pd.DataFrame) -> list[Selection]:
     groups: dict[tuple[str, str, int, str], dict[str, list[int]]] = {}
     options: dict[str, dict[str, Any]] = {}
     tried: dict[tuple[str, str, int, str], set[str]] = {}  # every point tried, tuning rungs included
-    for exp, variant, coords, config in zip(runs["experiment"], runs["variant"], runs["coords"], runs["config"]):
+    for exp, variant, coords, config in zip(
+        runs["experiment"], runs["variant"], runs["coords"], runs["config"], strict=True
+    ):
         okey = key_of(fixed_options(str(variant), coords, config))
         tried.setdefault((str(exp), str(variant), int(coords.get("model", 0)), okey), set()).add(
             key_of(grid_point(coords))
         )
     runs = reported_runs(runs)
     for pos, (exp, variant, coords, config) in enumerate(
-        zip(runs["experiment"], runs["variant"], runs["coords"], runs["config"])
+        zip(runs["experiment"], runs["variant"], runs["coords"], runs["config"], strict=True)
     ):
         opts = fixed_options(str(variant), coords, config)
         okey = key_of(opts)
