@@ -7,8 +7,16 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import TypedDict
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+class Tolerance(TypedDict):
+    """``torch.testing.assert_close(a, b, **tol)``'s tolerances, typed for the checker."""
+
+    rtol: float
+    atol: float
 
 
 def write_suite(path: Path, body: str) -> Path:

@@ -20,6 +20,7 @@ from attnbench.gate.checks import run_checks
 from attnbench.plugins.recurrent.delta_kernel import delta_rule
 from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention
 from attnbench.plugins.recurrent.retnet import log_decay
+from tests.helpers import Tolerance
 
 VARIANTS = ("retnet", "gla", "deltanet", "gated_deltanet")
 F64 = torch.float64
@@ -111,7 +112,7 @@ fla_naive = pytest.mark.skipif(
 )
 # fla's naive references cast their inputs to fp32 (.float()) whatever they are given, so our
 # float64 kernels meet them at fp32 rounding; the float64 loop above is the tight check.
-FLA_TOL = dict(rtol=2e-5, atol=2e-5)
+FLA_TOL = Tolerance(rtol=2e-5, atol=2e-5)
 
 
 def _bthd(x: torch.Tensor) -> torch.Tensor:

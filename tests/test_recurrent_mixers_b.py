@@ -22,6 +22,7 @@ from attnbench.kernels.chunked import linear_attention, linear_init_state
 from attnbench.plugins.linear import taylor_features
 from attnbench.plugins.recurrent.ssd_kernel import ssd_scan
 from attnbench.plugins.recurrent.window_kernel import window_attention, window_init_cache
+from tests.helpers import Tolerance
 
 VARIANTS = ("mamba2", "swa", "based")
 F64 = torch.float64
@@ -32,8 +33,8 @@ fla_naive = pytest.mark.skipif(
 )
 # fla's naive_recurrent_simple_gla casts to fp32 whatever it is given: our float64 kernel meets
 # it at fp32 rounding; its other references keep float64 and are met at 1e-10.
-FLA_TOL = dict(rtol=2e-5, atol=2e-5)
-TIGHT = dict(rtol=1e-10, atol=1e-10)
+FLA_TOL = Tolerance(rtol=2e-5, atol=2e-5)
+TIGHT = Tolerance(rtol=1e-10, atol=1e-10)
 
 
 def _bthd(x: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch
 from torch import nn
@@ -29,11 +29,14 @@ from torch import nn
 from attnbench.contract.config import ModelConfig
 from attnbench.errors import quoted, shortened
 
+if TYPE_CHECKING:  # the contract names the model base for the checker only: nn depends on contract
+    from attnbench.nn.model import LanguageModel
+
 DecodeKind = Literal["kv_cache", "recurrent", "window", "none"]
 DECODE_KINDS: tuple[str, ...] = ("kv_cache", "recurrent", "window", "none")
 
 MixerBuilder = Callable[[ModelConfig, int], nn.Module]
-ModelBuilder = Callable[[ModelConfig], nn.Module]
+ModelBuilder = Callable[[ModelConfig], "LanguageModel"]
 # (config, layer_idx, T) -> number of state elements one sequence holds after T tokens.
 StateSize = Callable[[ModelConfig, int, int], int]
 # (config, layer_idx, T) -> forward FLOPs per token of this layer's mixer, averaged over

@@ -19,7 +19,7 @@ from attnbench.data.loading import vocab_size_for
 from attnbench.data.spec import DataSpec
 from attnbench.data.tasks import task_seq_len
 from attnbench.errors import DataError, UnknownVariantError, quoted, shortened
-from attnbench.plan.base import LayerPattern, ModelSpec, option_key, variant_point
+from attnbench.plan.base import LayerPattern, ModelSpec, SpecT, option_key, spec_as, variant_point
 from attnbench.plan.sizes import matched_config
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.registry.hybrid import is_hybrid_name, make_part
@@ -61,6 +61,16 @@ class Cell:
     key: str = ""
     key_inputs: dict[str, Any] = field(default_factory=dict, hash=False)
     protocol: dict[str, Any] | None = field(default=None, hash=False)  # recorded with results, not keyed
+
+    def spec_as(self, cls: type[SpecT]) -> SpecT:
+        """``spec``, typed as ``cls`` (``TrainSpec`` for train, scaling and finetune cells)."""
+        return spec_as(self.spec, cls, f"{self.kind} cell {self.experiment}/{self.variant}")
+
+    def data_spec(self) -> DataSpec:
+        """``data``, which every cell of a kind that trains (train, scaling, finetune) has."""
+        if self.data is None:
+            raise TypeError(f"{self.kind} cell {self.experiment}/{self.variant} has no data")
+        return self.data
 
     def config_dict(self) -> dict[str, Any]:
         return {
@@ -149,7 +159,8 @@ def expand(
                     f"grid key {quoted(key)} sweeps an option of {quoted(opt[0])}, which this experiment "
                     f"does not run; it runs: {', '.join(names)}",
                 )
-        data = exp.data.resolved(base) if getattr(exp, "data", None) else None
+        exp_data: DataSpec | None = getattr(exp, "data", None)  # speed and lm_eval experiments have none
+        data = exp_data.resolved(base) if exp_data else None
         vocab = _data_vocab(suite, ei, data, registry)
         try:
             data_hash = corpus_hash(data) if corpus_hash and data else ""
@@ -174,7 +185,7 @@ def expand(
             for mi in model_indices:
                 mspec = exp.models[mi]
                 for point in points:
-                    swept = {option_key(k)[1]: v for k, v in point.items() if option_key(k) is not None}
+                    swept = {opt[1]: v for k, v in point.items() if (opt := option_key(k)) is not None}
                     try:
                         options = variant.make_options({**exp.variant_options.get(name, {}), **swept})
                     except ValueError as exc:

@@ -147,9 +147,9 @@ def point_rows(
     t_status = timing.status if timing is not None else status
     t_tags = {**base, "status": t_status}
     time_value = None
-    if t_status == "ok":
+    s = timing.stats if timing is not None else None
+    if t_status == "ok" and s is not None:  # an ok timing carries pytest-benchmark's stats
         div = extra.get("per_call_divisor", 1)  # decode: seconds per generated token
-        s = timing.stats
         time_value = s["median"] / div
         t_tags.update(
             stddev_s=s["stddev"] / div,
@@ -174,7 +174,7 @@ def point_rows(
         m_tags["error"] = (peak.error if peak is not None else None) or error
     return [
         Result("time_s", time_value, "s", t_tags),
-        Result("peak_memory_bytes", peak.bytes if m_status == "ok" else None, "B", m_tags),
+        Result("peak_memory_bytes", peak.bytes if peak is not None and m_status == "ok" else None, "B", m_tags),
     ]
 
 
@@ -249,14 +249,15 @@ def timed_with_remeasure(
 def _n_params(variant: Variant, cell: Cell, model_kind: str) -> int | None:
     try:
         torch.manual_seed(cell.seed)
-        model = variant.build_model(cell.model) if model_kind == "own" else Backbone(cell.model, variant.build_mixer)
+        own = variant.build_model if model_kind == "own" else None
+        model = own(cell.model) if own is not None else Backbone(cell.model, variant.build_mixer)
         return model.num_params()
     except Exception:
         return None
 
 
 def _point_spec(cell: Cell, mode: str, T: int, device: str, dtype: str, builder: Any) -> PointSpec:
-    spec = cell.spec
+    spec = cell.spec_as(SpeedSpec)
     return PointSpec(
         cell.variant,
         mode,
@@ -280,7 +281,7 @@ def _benchmark(spec: SpeedSpec, version: str | None) -> dict[str, Any]:
 
 
 def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
-    spec = cell.spec
+    spec = cell.spec_as(SpeedSpec)
     device = ctx.device
     dtype = resolve_dtype(spec.dtype, device)
     limit = memory_limit_bytes(spec.memory_limit_gb, device)

@@ -11,7 +11,13 @@ from attnbench.plan.cells import Cell
 
 def run_train_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
     outcome = train_cell(
-        cell, variant, load_corpus(cell.data, ctx.registry), ctx.device, ctx.progress, ctx.checkpoint_dir, ctx.live
+        cell,
+        variant,
+        load_corpus(cell.data_spec(), ctx.registry),
+        ctx.device,
+        ctx.progress,
+        ctx.checkpoint_dir,
+        ctx.live,
     )
     if cell.protocol is not None:  # the choice rule and the splits, recorded with the result
         outcome.summary["protocol"] = {**cell.protocol, "splits": split_description(cell.data)}
