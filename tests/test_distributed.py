@@ -109,7 +109,7 @@ def test_global_batch_must_divide_and_torchrun_env_must_be_complete(monkeypatch)
     assert distributed.local_batch_size(8, 2) == 4 and distributed.local_batch_size(8) == 8
     with pytest.raises(DistributedError, match="batch_size 7 is the global batch .* multiple of 2"):
         distributed.local_batch_size(7, 2)
-    assert not distributed.active() and distributed.is_main() and distributed.from_main(3) == 3
+    assert not distributed.active() and distributed.is_main() and distributed.main_value(lambda: 3) == 3
     x = torch.arange(8).view(4, 2)
     assert distributed.shard(x)[0] is x  # one process: the whole global batch
     monkeypatch.setenv("WORLD_SIZE", "2")

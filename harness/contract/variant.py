@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -45,6 +45,24 @@ FlopsPerToken = Callable[[ModelConfig, int, int], float]
 # (mixer, x (B, T, D) the mixer's input) -> what each head attends to, no gradient:
 # pairwise weights (B, H, T, T), row i over keys j <= i, or per-token importances (B, H, T).
 AttentionMaps = Callable[[nn.Module, torch.Tensor], torch.Tensor]
+
+
+@runtime_checkable
+class DecodingMixer(Protocol):
+    """A mixer's optional incremental form (``init_state``/``step``, see the mixer contract)."""
+
+    def init_state(
+        self, batch_size: int, max_len: int, device: torch.device | None = None, dtype: torch.dtype | None = None
+    ) -> Any: ...
+
+    def step(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]: ...
+
+
+def decoding(mixer: nn.Module) -> DecodingMixer:
+    """``mixer`` as its incremental form; NotImplementedError (as a model without one) if it has none."""
+    if not isinstance(mixer, DecodingMixer):
+        raise NotImplementedError(f"{type(mixer).__name__} has no incremental decoding (init_state and step)")
+    return mixer
 
 
 class AuxLoss(NamedTuple):

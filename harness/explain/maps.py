@@ -64,7 +64,7 @@ def _encode(text: str | None, tokens: list[int] | None, config: ModelConfig) -> 
     ``tokens`` as given (any vocabulary, e.g. an MQAR task model), labelled by id."""
     if (text is None) == (tokens is None):
         raise InspectError("give either --text (bytes, for byte-level models) or --tokens (token ids)")
-    if tokens is None:
+    if text is not None:
         if config.vocab_size != ByteTokenizer.vocab_size:
             raise InspectError(
                 f"the checkpoint's vocabulary has {config.vocab_size} tokens; --text is read "
@@ -78,7 +78,7 @@ def _encode(text: str | None, tokens: list[int] | None, config: ModelConfig) -> 
             )
         ids = ByteTokenizer().encode(text).long()  # (T,)
         what, labels = f"--text is {len(ids)} bytes", token_labels(ids.tolist())
-    else:
+    elif tokens is not None:
         bad = [t for t in tokens if not 0 <= t < config.vocab_size]
         if bad:
             raise InspectError(

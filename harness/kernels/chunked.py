@@ -321,13 +321,13 @@ def log_attention(
             level_v = torch.div(run_v - base_v, LEVEL, rounding_mode="floor")  # (B, H, N, c, h_v+1)
         q_base = _cut_exp(qc + base_k - row, cut_row)  # (B, H, N, c, h_k) <= e^HEADROOM
         carried_log = log_before - base_k.transpose(-1, -2)  # (B, H, N, h_k, h_v+1) per key reference
-        num = None
+        num = torch.zeros(())  # replaced at level 0: every row's level is >= 0
         for lvl in range(int(level_v.max()) + 1):  # usually one; each row keeps its own level's result
             ref = base_v + lvl * LEVEL  # (B, H, N, 1, h_v+1)
             v_f = torch.exp((lvc - ref).clamp_max(LEVEL))  # (B, H, N, c, h_v+1) cap hits only j > i
             s_f = torch.exp(carried_log - ref)  # (B, H, N, h_k, h_v+1) <= T
             part = scores @ v_f + q_base @ s_f  # (B, H, N, c, h_v+1) x exp(HEADROOM - L_i - ref)
-            num = part if num is None else torch.where(level_v == lvl, part, num)
+            num = part if lvl == 0 else torch.where(level_v == lvl, part, num)
         log_num = _cut_log(num, cut_row, HEADROOM) + (base_v + level_v * LEVEL)  # (B, H, N, c, h_v+1) L_i cancels in o
         o = log_num[..., :hv] - log_num[..., hv:]  # (B, H, N, c, h_v) log numerator - log normaliser
         final = log_incl[:, :, -1]  # (B, H, h_k, h_v+1)

@@ -31,7 +31,12 @@ def make_palette(variants: Iterable[str]) -> Palette:
     """One colour per variant, fixed by the variant's rank among the sorted names."""
     names = sorted(set(variants))
     colours = sns.color_palette("colorblind" if len(names) <= 10 else "husl", max(1, len(names)))
-    return {name: tuple(colours[i]) for i, name in enumerate(names)}
+    return {name: _rgb(colours[i]) for i, name in enumerate(names)}
+
+
+def _rgb(colour: Iterable[float]) -> tuple[float, float, float]:
+    r, g, b = colour
+    return float(r), float(g), float(b)
 
 
 def row_palette(palette: Palette, rows: dict[str, str]) -> Palette:
@@ -44,7 +49,7 @@ def row_palette(palette: Palette, rows: dict[str, str]) -> Palette:
     for variant, labels in by_variant.items():
         for i, label in enumerate(sorted(labels)):
             shade = 0.3 + 0.4 * i / (len(labels) - 1) if len(labels) > 1 else None
-            out[label] = palette[variant] if shade is None else tuple(sns.set_hls_values(palette[variant], l=shade))
+            out[label] = palette[variant] if shade is None else _rgb(sns.set_hls_values(palette[variant], l=shade))
     return out
 
 
@@ -177,7 +182,9 @@ def equal_budget(
         ax.set(xlabel=xlabel, ylabel="held-out loss (nats/token)")
         _legend(ax)
     fig.suptitle(title)
-    missing = f" FLOPs not declared by: {', '.join(labels.get(v, v) for v in undeclared)}." if undeclared else ""
+    missing = (
+        f" FLOPs not declared by: {', '.join(labels.get(str(v), str(v)) for v in undeclared)}." if undeclared else ""
+    )
     return Figure(
         slug,
         title,

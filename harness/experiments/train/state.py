@@ -57,7 +57,7 @@ def resume(
     to the other ranks. Returns the progress and the per-rank RNG states (may be empty)."""
     main = distributed.is_main()
     load_on = device if not distributed.active() else torch.device("cpu")
-    state, error = distributed.from_main(_read(path, cell, load_on) if main else (None, None))  # rank 0's wins
+    state, error = distributed.main_value(lambda: _read(path, cell, load_on))
     if error and main:
         print(f"attnbench: warning: {error}", file=sys.stderr)
     if state is None:
