@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from attnbench import Backbone, ModelConfig
 from attnbench.experiments.speed.memory import measure_peak
@@ -135,9 +136,9 @@ def reference_forward(m, x: torch.Tensor, dtype: torch.dtype = torch.float32) ->
     return (gk * v).flatten(2)  # (B, T, D)
 
 
-def bare_mixer(name: str, window: int | None, T: int):
+def bare_mixer(name: str, window: int | None, T: int) -> nn.Module:
     options = None if window is None else {"windows": [window]}
-    return make_model(name, 1, T, options).blocks[0].mixer
+    return make_model(name, 1, T, options).get_submodule("blocks.0.mixer")
 
 
 def peak_setup(name: str, window: int | None, T: int, impl: str) -> Callable[[], None]:

@@ -235,7 +235,7 @@ def fig_accuracy(T: int = 1024) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     ap.add_argument("--T", type=int, default=8192)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", default="1,2,3")

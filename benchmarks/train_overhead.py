@@ -79,7 +79,7 @@ def main() -> None:
         registry = load_registry()
         suite = load_suite(suite_path)
         [cell] = expand_suite(suite, registry, corpus_hash=lambda s: load_corpus(s).sha256)
-        variant, corpus = registry.get("softmax"), load_corpus(cell.data)
+        variant, corpus = registry.get("softmax"), load_corpus(cell.data_spec())
         bare, full = [], []
         for _ in range(args.repeats):  # interleaved, so drift in machine load hits both
             bare.append(bare_loop(cell, variant, corpus, args.steps))

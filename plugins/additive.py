@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeGuard, TypeVar
 
 import torch
 
@@ -54,7 +55,7 @@ WINDOW_RULES: dict[str, Callable[[int, int], tuple[int, ...]]] = {
 }
 
 
-def _is_int(x: object) -> bool:
+def _is_int(x: object) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
@@ -138,7 +139,10 @@ class WindowedOptions:
         return self.windows
 
 
-def _options(config: ModelConfig, cls: type) -> AdditiveOptions | WindowedOptions:
+Opts = TypeVar("Opts", AdditiveOptions, WindowedOptions)
+
+
+def _options(config: ModelConfig, cls: type[Opts]) -> Opts:
     if config.options is None:
         return cls()
     if not isinstance(config.options, cls):

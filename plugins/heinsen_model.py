@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -131,7 +132,7 @@ class HeinsenLM(LanguageModel):
         dt = torch.float64 if dtype == torch.float64 else torch.float32
         return HeinsenLMState(
             torch.zeros(batch_size, self.config.d_model, device=device, dtype=dt),  # (B, d)
-            tuple(layer.init_state(batch_size, device, dt) for layer in self.layers),
+            tuple(cast(ResidualLayer, layer).init_state(batch_size, device, dt) for layer in self.layers),
         )
 
     def step(self, idx: torch.Tensor, state: HeinsenLMState) -> tuple[torch.Tensor, HeinsenLMState]:

@@ -121,6 +121,8 @@ def orthogonal_gaussian(m: int, h: int) -> torch.Tensor:
 
 
 class LinearAttention(nn.Module):
+    features: torch.Tensor  # performer's feature matrix (m, h), a buffer
+
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
         opts = _options(config)

@@ -342,7 +342,7 @@ def _coords(*names: str):
 
 @hookimpl
 def attnbench_register_tasks(register) -> None:
-    common = dict(vocab_size=_vocab, seq_len=_seq_len, version="1")
+    common: dict[str, Any] = {"vocab_size": _vocab, "seq_len": _seq_len, "version": "1"}
     register(
         Task(
             "mqar",

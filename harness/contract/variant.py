@@ -44,7 +44,8 @@ StateSize = Callable[[ModelConfig, int, int], int]
 FlopsPerToken = Callable[[ModelConfig, int, int], float]
 # (mixer, x (B, T, D) the mixer's input) -> what each head attends to, no gradient:
 # pairwise weights (B, H, T, T), row i over keys j <= i, or per-token importances (B, H, T).
-AttentionMaps = Callable[[nn.Module, torch.Tensor], torch.Tensor]
+# The mixer is one this variant's build_mixer made (its own class: Any here).
+AttentionMaps = Callable[[Any, torch.Tensor], torch.Tensor]
 
 
 @runtime_checkable
