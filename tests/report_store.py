@@ -5,6 +5,7 @@ and published expectations that agree, disagree and stay undetermined."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -250,7 +251,7 @@ def _speed_runs() -> list[RunRecord]:
     return out
 
 
-def write_store(path: Path, extra: list[RunRecord] = (), baselines: list[str] | None = None) -> Path:
+def write_store(path: Path, extra: Sequence[RunRecord] = (), baselines: list[str] | None = None) -> Path:
     """The synthetic store at ``path`` (every trust-gate check passed), with ``extra`` runs; its
     protocols compare with ``baselines`` (default: softmax alone, recorded as protocol.baseline)."""
     with Store(path) as store:

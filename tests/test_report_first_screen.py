@@ -177,7 +177,9 @@ def test_the_first_screen_at_1400_by_900_shows_every_sentence_and_the_picture(tm
     )
     dom = subprocess.run([*flags, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    layout = json.loads(re.search(r'data-layout="([^"]*)"', dom.stdout).group(1).replace("&quot;", '"'))
+    probed = re.search(r'data-layout="([^"]*)"', dom.stdout)
+    assert probed, dom.stdout[-2000:]
+    layout = json.loads(probed.group(1).replace("&quot;", '"'))
     # --dump-dom keeps room for the window's frame (innerHeight < 900); the layout depends on the
     # width only, so boxes measured from the top of the page are where a 1400 x 900 viewport shows them.
     assert layout["width"] == 1400

@@ -109,7 +109,7 @@ def test_scaling_spec_rules():
     with pytest.raises(ValueError):
         ScalingSpec(tokens_per_param=1, flops_per_param=1)
     with pytest.raises(ValueError):
-        ScalingSpec(tokens_per_param=1, budget={"steps": 10})
+        ScalingSpec.model_validate({"tokens_per_param": 1, "budget": {"steps": 10}})
 
 
 def test_scaling_suite_needs_three_sizes(tmp_path):

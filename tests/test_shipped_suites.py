@@ -49,7 +49,7 @@ def cli(monkeypatch, capsys):
         try:
             code = main(list(argv))
         except SystemExit as exc:  # argparse's own usage errors
-            code = int(exc.code)
+            code = exc.code if isinstance(exc.code, int) else 1
         out, err = capsys.readouterr()
         return code, out, err
 

@@ -72,7 +72,9 @@ def test_schema_is_pinned(tmp_path):
 def test_run_round_trip_and_duplicate_key_is_a_no_op(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         run_id = store.save_run(_run("k1"))
-        assert store.save_run(_run("k1")) is None  # a second writer of the same cell stores nothing
+        assert (
+            run_id is not None and store.save_run(_run("k1")) is None
+        )  # a second writer of the same cell stores nothing
         [row] = store.runs()
         assert row["id"] == run_id and row["coords"] == {"lr": 1e-3}
         assert row["provenance"]["git"]["commit"] == "abc"
@@ -84,7 +86,8 @@ def test_run_round_trip_and_duplicate_key_is_a_no_op(tmp_path):
 def test_failed_write_leaves_nothing(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         bad = _run("k1")
-        bad.metrics.append(Metric(99, 0, 0.0, None, 1.0))  # NOT NULL violation mid-transaction
+        # None where the schema says NOT NULL, on purpose: the write must fail mid-transaction
+        bad.metrics.append(Metric(99, 0, 0.0, None, 1.0))  # pyright: ignore[reportArgumentType]
         with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
             store.save_run(bad)
         assert store.runs() == [] and not store.has_run("k1")

@@ -200,7 +200,8 @@ def test_two_machines_stores_merge_into_the_report_of_one_store(tmp_path):
     # One store that ran both suites (single); machine A's store ran alpha only; machine B's
     # holds the very same beta rows as single (single without alpha), so the numbers agree.
     single, a, b = tmp_path / "single.sqlite", tmp_path / "a" / "store.sqlite", tmp_path / "b" / "store.sqlite"
-    a.parent.mkdir(), b.parent.mkdir()
+    a.parent.mkdir()
+    b.parent.mkdir()
     for name, seeds, store in (("alpha", "[0]", a), ("beta", "[1]", single)):
         if store == single:
             shutil.copy(a, single)

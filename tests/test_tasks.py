@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 
@@ -264,7 +265,8 @@ class _Oracle(LanguageModel):
         from sklearn.datasets import load_digits
 
         self.config = ModelConfig(vocab_size=18, context=64)
-        self.all = torch.from_numpy(load_digits().data).long()  # (1797, 64)
+        images, _ = load_digits(return_X_y=True)
+        self.all = torch.from_numpy(np.asarray(images)).long()  # (1797, 64)
         self.wrong = wrong
 
     def init_state(self, batch_size, max_len, device=None, dtype=None):
