@@ -109,8 +109,8 @@ GATE_CODE = ("attnbench.gate", "attnbench.contract", "attnbench.nn")
 
 def default_config(variant: Variant) -> ModelConfig:
     """The small model every check uses: 2 layers (a hybrid: one period of its pattern, so
-    every layer type is built), d_model 32, 2 heads (h = 16), bytes vocabulary, context 512 (> the 320-token incremental check), the variant's default options.
-    """
+    every layer type is built), d_model 32, 2 heads (h = 16), bytes vocabulary, context 512
+    (> the 320-token incremental check), the variant's default options."""
     return ModelConfig(
         vocab_size=256,
         d_model=32,

@@ -134,7 +134,7 @@ def _changed(kept: list[Any], state: Any) -> bool:
     now = _snapshot(state)
     if len(now) != len(kept):
         return True
-    for a, b in zip(kept, now):
+    for a, b in zip(kept, now, strict=True):
         if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
             return True
         if isinstance(a, torch.Tensor):

@@ -229,7 +229,10 @@ def check_incremental_at_scale(ctx: CheckContext) -> CheckResult:
                     "",
                 )
                 if overflow:
-                    detail = f"{overflow}, so step and forward cannot be compared: {_OVERFLOW_RULE}; {_magnitudes(SCALE_FACTORS, ctx)}"
+                    detail = (
+                        f"{overflow}, so step and forward cannot be compared: {_OVERFLOW_RULE}; "
+                        f"{_magnitudes(SCALE_FACTORS, ctx)}"
+                    )
                     return CheckResult(name, "fail", math.nan, SCALE_INCREMENTAL_TOL, detail)
                 dev = float((got - ref).abs().max()) / max(scale, 1e-30)
                 dev = dev if math.isfinite(float(got.abs().max())) else math.nan

@@ -49,7 +49,7 @@ class Selection:
         done = [
             (loss, seed, pos)
             for pos, (status, seed, summary) in enumerate(
-                zip(self.runs["status"], self.runs["seed"], self.runs["summary"])
+                zip(self.runs["status"], self.runs["seed"], self.runs["summary"], strict=True)
             )
             if status == "done" and (loss := _loss(summary)) is not None
         ]
@@ -59,7 +59,9 @@ class Selection:
 
     def keys(self) -> list[str]:
         """The cell keys of the chosen point's runs, by seed."""
-        return [str(k) for _, k in sorted(zip(self.runs["seed"], self.runs["cell_key"]), key=lambda sk: sk[0])]
+        return [
+            str(k) for _, k in sorted(zip(self.runs["seed"], self.runs["cell_key"], strict=True), key=lambda sk: sk[0])
+        ]
 
 
 def fixed_options(variant: str, coords: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
