@@ -232,6 +232,12 @@ class Protocol(BaseModel):
         """The baselines, the leading one first."""
         return list(self.baselines or [self.baseline])
 
+    def baseline_keys(self) -> list[tuple[str, str]]:
+        """(key, variant) of each baseline, as a suite writes it: protocol.baselines[i] or protocol.baseline."""
+        if self.baselines:
+            return [(f"protocol.baselines[{i}]", name) for i, name in enumerate(self.baselines)]
+        return [("protocol.baseline", self.baseline)]
+
 
 OPTION_PREFIX = "variant_options."  # grid keys variant_options.<variant>.<option> sweep a variant's own knob
 

@@ -93,7 +93,7 @@ class TrainExperiment(ExperimentBase):
             )
             raise ValueError(f"protocol reports on a test split, and this experiment's data has none; set {what}")
         if isinstance(self.variants, list):
-            for where, name in baseline_keys(p):
+            for where, name in p.baseline_keys():
                 if name not in self.variants:
                     raise ValueError(
                         f"{where} {quoted(name)} is not among this experiment's variants "
@@ -136,13 +136,6 @@ class TrainExperiment(ExperimentBase):
             )
         if not p.tune:
             raise ValueError("protocol.tuning searches the grid, and protocol.tune is false; remove one of them")
-
-
-def baseline_keys(p: Protocol) -> list[tuple[str, str]]:
-    """(key, variant) of each baseline, as a suite writes it: protocol.baselines[i] or protocol.baseline."""
-    if p.baselines:
-        return [(f"protocol.baselines[{i}]", name) for i, name in enumerate(p.baselines)]
-    return [("protocol.baseline", p.baseline)]
 
 
 SPEED_MODES = ("forward", "train_step", "decode")
