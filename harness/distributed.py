@@ -7,7 +7,7 @@ in a single process, so code that calls them runs unchanged without torchrun.
 
 The division of labour it supports: every rank trains (each on its shard of the global
 batch, gradients averaged by DDP); rank 0 alone reads and writes the store, evaluates
-and checkpoints, and decides what the others do (``from_main``).
+and checkpoints, and decides what the others do (``main_value``).
 """
 
 from __future__ import annotations

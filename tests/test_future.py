@@ -211,7 +211,9 @@ def test_attention_maps_use_the_forward_scores_with_future_key_biases(T):
     mixer = _mixer(config).eval()  # every parameter ~ N(0, 0.3^2), the biases too
     assert mixer.k_future_bias is not None and mixer.k_future_bias.abs().max() > 0.5
     x = torch.randn(2, T, config.d_model, generator=torch.Generator().manual_seed(7))  # (B, T, D)
-    w = _variant().attention_maps(mixer, x)  # (B, H, T, T)
+    maps = _variant().attention_maps
+    assert maps is not None
+    w = maps(mixer, x)  # (B, H, T, T)
     with torch.no_grad():
         q, k, v = mixer._heads(x)  # (B, H, T, h)
         y, out_future = reference_attention(

@@ -96,7 +96,8 @@ class Variant:
         ``variant_options`` that are validated into it and put on ``config.options``.
     build_model: optional ``(config) -> LanguageModel`` for the variant's own
         reference architecture (see ``attnbench.nn.model.LanguageModel``).
-    decode: kind of incremental decoding the mixer supports.
+    decode: kind of incremental decoding the mixer supports (a ``DecodeKind``; a hybrid's
+        joins its parts' kinds with "+", e.g. "kv_cache+recurrent").
     state_size: recurrent/cache state elements per sequence per layer after T tokens.
     flops_per_token: analytic forward FLOPs per token per layer at context T.
     causal: True when outputs at t never depend on inputs after t.
@@ -111,7 +112,7 @@ class Variant:
     description: str = ""
     options: type | None = None
     build_model: ModelBuilder | None = None
-    decode: DecodeKind = "none"
+    decode: DecodeKind | str = "none"  # str: a hybrid's joined kinds
     state_size: StateSize | None = None
     flops_per_token: FlopsPerToken | None = None
     causal: bool = True

@@ -19,7 +19,7 @@ from attnbench.data.loading import vocab_size_for
 from attnbench.data.spec import DataSpec
 from attnbench.data.tasks import task_seq_len
 from attnbench.errors import DataError, UnknownVariantError, quoted, shortened
-from attnbench.plan.base import LayerPattern, ModelSpec, SpecT, option_key, spec_as, variant_point
+from attnbench.plan.base import LayerPattern, ModelSpec, Protocol, SpecT, option_key, spec_as, variant_point
 from attnbench.plan.sizes import matched_config
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.registry.hybrid import is_hybrid_name, make_part
@@ -135,14 +135,9 @@ def expand(
                 registry.get(name)  # a registered variant, or a hybrid by its pattern name
             except UnknownVariantError as exc:
                 raise suite_error_at(suite, ("experiments", ei, "variants", vi), str(exc)) from None
-        protocol = getattr(exp, "protocol", None)
-        listed = protocol.compared_with() if protocol is not None else []
-        for bi, baseline in enumerate(listed):
-            if baseline not in names:
-                where = ("baselines", bi) if protocol.baselines else ("baseline",)
-                raise suite_error_at(
-                    suite, ("experiments", ei, "protocol", *where), unknown_variant_message(baseline, names)
-                )
+        protocol: Protocol | None = getattr(exp, "protocol", None)  # train experiments have one
+        if protocol is not None:
+            _check_baselines(suite, ei, protocol, names)
         for name in exp.variant_options:
             if name not in names:
                 raise suite_error_at(
@@ -291,12 +286,25 @@ def _hybrids(suite: Suite, ei: int, registry: Registry) -> dict[int, Variant]:
     return out
 
 
+def _check_baselines(suite: Suite, ei: int, protocol: Protocol, names: list[str]) -> None:
+    """Every variant the protocol compares with is one experiment ``ei`` runs."""
+    for bi, baseline in enumerate(protocol.compared_with()):
+        if baseline not in names:
+            where = ("baselines", bi) if protocol.baselines else ("baseline",)
+            raise suite_error_at(
+                suite, ("experiments", ei, "protocol", *where), unknown_variant_message(baseline, names)
+            )
+
+
 def _matched(
     suite: Suite, ei: int, mi: int, registry: Registry, variant: Variant, model: ModelConfig, spec: BaseModel
 ) -> ModelConfig:
     """``model`` with the MLP width that matches ``variant``'s parameters to ``match_params``."""
     exp, where = suite.experiments[ei], ("experiments", ei, "models", mi, "match_params")
     mspec = exp.models[mi]
+    name = mspec.match_params
+    if name is None:  # the caller matches only models that name a variant
+        return model
     if getattr(spec, "model_kind", "backbone") != "backbone":
         raise suite_error_at(
             suite,
@@ -304,8 +312,8 @@ def _matched(
             "match_params sets the shared backbone's MLP width; use model_kind: backbone or remove match_params",
         )
     try:
-        reference = registry.get(mspec.match_params)
-        options = reference.make_options(exp.variant_options.get(mspec.match_params))
+        reference = registry.get(name)
+        options = reference.make_options(exp.variant_options.get(name))
         return matched_config(variant, model, reference, options, mspec.params_within)
     except (UnknownVariantError, ValueError) as exc:
         raise suite_error_at(suite, where, str(exc)) from None
