@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from attnbench import Backbone, ModelConfig
 from attnbench.experiments.speed.memory import measure_peak
@@ -82,7 +83,7 @@ def train_step_time(model: Backbone, T: int, repeats: int) -> tuple[float, float
 def slope(Ts: list[int], times: list[float]) -> float:
     xs, ys = [math.log(t) for t in Ts], [math.log(s) for s in times]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
 
 
 @torch.no_grad()
@@ -135,9 +136,9 @@ def reference_forward(m, x: torch.Tensor, dtype: torch.dtype = torch.float32) ->
     return (gk * v).flatten(2)  # (B, T, D)
 
 
-def bare_mixer(name: str, window: int | None, T: int):
+def bare_mixer(name: str, window: int | None, T: int) -> nn.Module:
     options = None if window is None else {"windows": [window]}
-    return make_model(name, 1, T, options).blocks[0].mixer
+    return make_model(name, 1, T, options).get_submodule("blocks.0.mixer")
 
 
 def peak_setup(name: str, window: int | None, T: int, impl: str) -> Callable[[], None]:
@@ -156,12 +157,12 @@ def train_scaling(L: int, Ts: list[int], reps: int) -> None:
     print("\n## 1. training step (forward + loss + backward) against T; CPU time (wall)")
     for name, label in (
         ("additive", "additive (all layers global)"),
-        ("windowed", f"windowed, rule 'seeds' {[4 * 2**l for l in range(L - 1)]} + global"),
+        ("windowed", f"windowed, rule 'seeds' {[4 * 2**i for i in range(L - 1)]} + global"),
     ):
         model = make_model(name, L, Ts[-1])
         times = [train_step_time(model, T, reps) for T in Ts]
         print(f"{label}: slope {slope(Ts, [t[0] for t in times]):.3f} (wall {slope(Ts, [t[1] for t in times]):.3f})")
-        for T, t in zip(Ts, times):
+        for T, t in zip(Ts, times, strict=True):
             print(f"    T={T:6d} {fmt(t)}")
 
 
@@ -209,8 +210,8 @@ def against_reference(T: int, reps: int) -> None:
             d64 = (ours - reference_forward(mixer, x, torch.float64)).abs().max().item()
             d32 = (ours - reference_forward(mixer, x)).abs().max().item()
         x.requires_grad_()
-        ours_t = median_time(lambda: mixer(x).square().mean().backward(), reps)
-        ref_t = median_time(lambda: reference_forward(mixer, x).square().mean().backward(), reps)
+        ours_t = median_time(lambda mixer=mixer, x=x: mixer(x).square().mean().backward(), reps)
+        ref_t = median_time(lambda mixer=mixer, x=x: reference_forward(mixer, x).square().mean().backward(), reps)
         mem = {
             impl: measure_peak("bench_additive:peak_setup", name=name, window=window, T=T, impl=impl)
             for impl in ("ours", "reference")

@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -74,11 +75,11 @@ def time_calls(runs: dict, warmup: int, repeats: int) -> dict[str, list[float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--quick", action="store_true", help="T=512, fewer repeats")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
-    shape = dict(T=512 if args.quick else 2048, d=128, heads=4, fd=50, batch=1, threads=args.threads)
+    shape: dict[str, Any] = dict(T=512 if args.quick else 2048, d=128, heads=4, fd=50, batch=1, threads=args.threads)
     warmup, repeats = (1, 3) if args.quick else (2, 7)
     print(
         f"# future attention, one layer, training forward+backward, fp32 CPU, "
@@ -87,7 +88,7 @@ def main() -> None:
     print(
         f"# T={shape['T']} batch={shape['batch']} d={shape['d']} heads={shape['heads']} "
         f"future_dim={shape['fd']} context=T; lean blocks: causal "
-        f"{future.query_block_rows(shape['batch'], shape['heads'], shape['T'])} rows, "
+        f"{lse_merge.query_block_rows(shape['batch'], shape['heads'], shape['T'])} rows, "
         f"band {lse_merge.BAND_BLOCK} rows"
     )
     peaks = {impl: measure_peak("bench_future:setup", impl=impl, **shape) for impl in IMPLS}

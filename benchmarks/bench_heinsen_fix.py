@@ -72,7 +72,8 @@ def old_log_init_state(batch: int, n_head: int, h_k: int, h_v: int, device=None,
 def old_log_attention(
     q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor, state: OldLogState, chunk: int
 ) -> tuple[torch.Tensor, OldLogState]:
-    """BEFORE issue 17, verbatim (only renamed): Heinsen's causal log-space attention (arXiv 2404.05843, eq. 12-13), chunkwise:
+    """BEFORE issue 17, verbatim (only renamed): Heinsen's causal log-space attention
+    (arXiv 2404.05843, eq. 12-13), chunkwise:
 
         o_i = log sum_{j<=i} exp(LSE_d(q_id + k_jd) + log V_j) - log sum_{j<=i} exp(LSE_d(q_id + k_jd))
 
@@ -234,7 +235,7 @@ def fig_accuracy(T: int = 1024) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     ap.add_argument("--T", type=int, default=8192)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", default="1,2,3")

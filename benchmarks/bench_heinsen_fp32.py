@@ -64,17 +64,24 @@ def grad_errors(T: int, qk_std: float, v_std: float, chunk: int, seeds: int) -> 
         w = torch.randn(1, N_HEAD, T, H_DIM, generator=torch.Generator().manual_seed(100 + seed))  # (1, H, T, h)
         grads = {}
         for dt in (torch.float32, torch.float64):
-            inputs = [t.to(dt).requires_grad_() for t in draw(T, qk_std, v_std, seed)]  # (1, H, T, h) each
-            o = log_attention(*inputs, log_init_state(1, N_HEAD, H_DIM, H_DIM, dtype=dt), chunk)[0]
+            q, k, log_v = (t.to(dt).requires_grad_() for t in draw(T, qk_std, v_std, seed))  # (1, H, T, h) each
+            o = log_attention(q, k, log_v, log_init_state(1, N_HEAD, H_DIM, H_DIM, dtype=dt), chunk)[0]
             (o * w.to(dt)).sum().backward()
-            grads[dt] = [t.grad.double() for t in inputs]
-        for n, (g, g64) in enumerate(zip(grads[torch.float32], grads[torch.float64])):
+            grads[dt] = [_grad(t).double() for t in (q, k, log_v)]
+        for n, (g, g64) in enumerate(zip(grads[torch.float32], grads[torch.float64], strict=True)):
             worst[n] = max(worst[n], float((g - g64).abs().max() / g64.abs().max()))
     return worst
 
 
+def _grad(t: torch.Tensor) -> torch.Tensor:
+    """``t.grad``, which backward() has filled."""
+    if t.grad is None:
+        raise RuntimeError("no gradient: backward() did not reach this input")
+    return t.grad
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     ap.add_argument("--T", type=int, default=512)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--chunks", default="16,64")

@@ -61,7 +61,7 @@ def run_once(suite: Path, store: Path, jobs: str, threads: str) -> tuple[int, fl
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     ap.add_argument("--steps", type=int, default=400, help="training steps per cell")
     ap.add_argument("--seeds", type=int, default=6, help="seeds per variant (cells = 2 x seeds)")
     args = ap.parse_args()

@@ -25,7 +25,8 @@ import argparse
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -99,10 +100,12 @@ def mixer(name: str, impl: str, T: int) -> Callable[[torch.Tensor], torch.Tensor
         return m
     attend = kernel(name, "naive")
 
+    c_attn, c_proj = m.get_submodule("c_attn"), m.get_submodule("c_proj")
+
     def run(x: torch.Tensor) -> torch.Tensor:
         B, T_, D = x.shape
-        q, k, v = (t.view(B, T_, N_HEAD, -1).transpose(1, 2) for t in m.c_attn(x).split(D, dim=2))  # (B, H, T, h)
-        return m.c_proj(attend(q, k, v).transpose(1, 2).reshape(B, T_, D))  # (B, T, D)
+        q, k, v = (t.view(B, T_, N_HEAD, -1).transpose(1, 2) for t in c_attn(x).split(D, dim=2))  # (B, H, T, h)
+        return c_proj(attend(q, k, v).transpose(1, 2).reshape(B, T_, D))  # (B, T, D)
 
     return run
 
@@ -115,11 +118,14 @@ def backbone(name: str, layers: int, context: int) -> Backbone:
 # ---- measurement helpers ----------------------------------------------------------------
 
 
-def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[float, float]]:
+K = TypeVar("K", bound=Hashable)  # what names the timed callables
+
+
+def interleaved(fns: dict[K, Callable[[], object]], repeats: int) -> dict[K, tuple[float, float]]:
     """Median and IQR of each callable, run round-robin (shared machines drift)."""
     for fn in fns.values():
         fn()  # warm-up
-    times: dict[str, list[float]] = {key: [] for key in fns}
+    times: dict[K, list[float]] = {key: [] for key in fns}
     for _ in range(repeats):
         for key, fn in fns.items():
             t0 = time.perf_counter()
@@ -197,14 +203,14 @@ def fig_time(T: int, layers: int, repeats: int) -> None:
             "mixer ours": fwd_bwd(mixer(name, "ours", T), x),
             "mixer naive": fwd_bwd(mixer(name, "naive", T), x),
             "mixer softmax": fwd_bwd(soft_mixer, x),
-            f"backbone L={layers} ours": lambda: bb(idx, targets=idx).loss.backward(),
+            f"backbone L={layers} ours": lambda bb=bb: bb(idx, targets=idx).loss.backward(),
             f"backbone L={layers} softmax": lambda: soft_bb(idx, targets=idx).loss.backward(),
         }
         res = interleaved(fns, repeats)
         print(f"  {name}:")
         for key, (med, iqr) in res.items():
             print(f"    {key:24} {med:8.3f} [{iqr:.3f}]")
-        r = lambda a, b: res[b][0] / res[a][0]  # noqa: E731
+        r = lambda a, b, res=res: res[b][0] / res[a][0]  # noqa: E731
         print(
             f"    speedup: kernel vs naive {r('kernel ours', 'kernel naive'):.1f}x, mixer vs naive "
             f"{r('mixer ours', 'mixer naive'):.1f}x, mixer vs softmax {r('mixer ours', 'mixer softmax'):.2f}x, "
@@ -223,7 +229,7 @@ def fig_slope(Ts: list[int], layers: int, repeats: int) -> None:
         for T in Ts:
             idx = torch.randint(0, VOCAB, (1, T), generator=torch.Generator().manual_seed(T))
 
-            def step() -> None:
+            def step(model=model, opt=opt, idx=idx) -> None:
                 model(idx, targets=idx).loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
@@ -299,7 +305,8 @@ def fig_error(T: int, T_log: int) -> None:
         q, k, v = qkv(T_log, grad=False)
         y = ours("heinsen", scale * q, scale * k, v)
         err = (y.double() - log_quadratic64(scale * q, scale * k, v)).abs().max().item()
-        y_big = ours("heinsen", *(t * s for t, s in zip(qkv(T, grad=False), (scale, scale, 1.0))))
+        q_big, k_big, v_big = qkv(T, grad=False)
+        y_big = ours("heinsen", scale * q_big, scale * k_big, v_big)
         print(
             f"  heinsen  q, k x{scale:g}: finite at T={T}: {bool(torch.isfinite(y_big).all())}; "
             f"error vs float64 log-space quadratic at T={T_log}: {err:.2e}"
@@ -321,7 +328,7 @@ def fig_chunks(T: int, chunks: list[int], repeats: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     ap.add_argument("--quick", action="store_true", help="reduced sizes (T 2048, contexts 256/2048)")
     ap.add_argument("--layers", type=int, default=1, help="backbone layers (default 1)")
     ap.add_argument("--repeats", type=int, default=None)

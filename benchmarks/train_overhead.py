@@ -10,6 +10,7 @@ Prints per-step medians and the overhead in percent (target: < 3%).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -58,9 +59,9 @@ def bare_loop(cell, variant, corpus, steps: int) -> float:
 
 def harness_loop(suite_path: Path, steps: int) -> float:
     """Seconds per step of a whole `attnbench run` cell, minus its held-out evaluation."""
-    with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "s.sqlite") as store:
+    with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "s.sqlite") as store, open(os.devnull, "w") as null:
         t0 = time.perf_counter()
-        run_suite(load_suite(suite_path), store, load_registry(), device="cpu", out=open("/dev/null", "w"))
+        run_suite(load_suite(suite_path), store, load_registry(), device="cpu", out=null)
         wall = time.perf_counter() - t0
         [row] = store.runs()
         eval_s = row["summary"]["eval_time_s"]  # held-out evaluation is measured work, not overhead
@@ -78,7 +79,7 @@ def main() -> None:
         registry = load_registry()
         suite = load_suite(suite_path)
         [cell] = expand_suite(suite, registry, corpus_hash=lambda s: load_corpus(s).sha256)
-        variant, corpus = registry.get("softmax"), load_corpus(cell.data)
+        variant, corpus = registry.get("softmax"), load_corpus(cell.data_spec())
         bare, full = [], []
         for _ in range(args.repeats):  # interleaved, so drift in machine load hits both
             bare.append(bare_loop(cell, variant, corpus, args.steps))

@@ -7,7 +7,7 @@ in a single process, so code that calls them runs unchanged without torchrun.
 
 The division of labour it supports: every rank trains (each on its shard of the global
 batch, gradients averaged by DDP); rank 0 alone reads and writes the store, evaluates
-and checkpoints, and decides what the others do (``from_main``).
+and checkpoints, and decides what the others do (``main_value``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -133,11 +133,11 @@ def session(device: torch.device) -> Iterator[DistInfo | None]:
 # -- collectives (identity in a single process) ---------------------------------------
 
 
-def from_main(obj: T) -> T:
-    """Rank 0's ``obj`` on every rank (a decision rank 0 takes for all of them)."""
+def main_value(compute: Callable[[], T]) -> T:
+    """``compute()`` run on rank 0 alone, its value on every rank (what only rank 0 can read)."""
     if not active():
-        return obj
-    box = [obj]
+        return compute()
+    box: list[Any] = [compute() if is_main() else None]
     dist.broadcast_object_list(box, src=0)
     return box[0]
 

@@ -9,6 +9,7 @@ crossover lengths, and the saturating power law of loss against model size.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,7 +83,7 @@ def loglog_slope(Ts: list[int], ys: list[float], T_from: int = 0) -> SlopeFit | 
     """Least-squares slope of log y against log T over the points with T >= T_from and
     y > 0 (a zero cannot be logged: e.g. memory below the measurement's resolution).
     None with fewer than two such points (or all at one T)."""
-    pts = sorted((int(T), float(y)) for T, y in zip(Ts, ys) if T_from <= T and y is not None and y > 0)
+    pts = sorted((int(T), float(y)) for T, y in zip(Ts, ys, strict=True) if T_from <= T and y is not None and y > 0)
     if len({T for T, _ in pts}) < 2:
         return None
     x = np.log([T for T, _ in pts])  # (n,)
@@ -108,7 +109,7 @@ class Crossover:
     compared: list[int]
 
 
-def crossover(variant: dict[int, float | None], baseline: dict[int, float | None]) -> Crossover:
+def crossover(variant: Mapping[int, float | None], baseline: Mapping[int, float | None]) -> Crossover:
     """First length from which ``variant`` is faster than ``baseline`` at every longer
     compared length. Values are times (None: the point failed or was skipped); a length
     counts when at least one side has a time: a failed baseline with a timed variant is
@@ -134,7 +135,7 @@ def crossover(variant: dict[int, float | None], baseline: dict[int, float | None
     return Crossover("found", first, _interpolate(prev, first, variant, baseline), common)
 
 
-def _interpolate(lo: int, hi: int, variant: dict, baseline: dict) -> float | None:
+def _interpolate(lo: int, hi: int, variant: Mapping, baseline: Mapping) -> float | None:
     """Where log(variant / baseline) crosses zero on the log T axis between lo and hi."""
     if None in (variant[lo], baseline[lo], variant[hi], baseline[hi]):
         return None

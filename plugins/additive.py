@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeGuard, TypeVar
 
 import torch
 
@@ -29,19 +30,19 @@ from attnbench.plugins.kernels.additive import MAX_RESCALE, PoolSpec, normalise
 
 def _rule_seeds(n_layer: int, context: int) -> tuple[int, ...]:
     """b587c27's auto rule, the run behind 50.0: k_l = 4 * 2^l, only the last layer global."""
-    return tuple(4 * 2**l for l in range(n_layer - 1)) + (context,)
+    return tuple(4 * 2**layer for layer in range(n_layer - 1)) + (context,)
 
 
 def _rule_head(n_layer: int, context: int) -> tuple[int, ...]:
     """HEAD 77d1578's auto rule: k_l = 2 * 2^l, then the first and the last layer global."""
-    ks = [2 * 2**l for l in range(n_layer)]
+    ks = [2 * 2**layer for layer in range(n_layer)]
     ks[0] = ks[-1] = context
     return tuple(ks)
 
 
 def _rule_readme(n_layer: int, context: int) -> tuple[int, ...]:
     """The README's sentence: k_l = 4 * 2^l, then the first and the last layer global."""
-    ks = [4 * 2**l for l in range(n_layer)]
+    ks = [4 * 2**layer for layer in range(n_layer)]
     ks[0] = ks[-1] = context
     return tuple(ks)
 
@@ -54,7 +55,7 @@ WINDOW_RULES: dict[str, Callable[[int, int], tuple[int, ...]]] = {
 }
 
 
-def _is_int(x: object) -> bool:
+def _is_int(x: object) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
@@ -138,7 +139,10 @@ class WindowedOptions:
         return self.windows
 
 
-def _options(config: ModelConfig, cls: type) -> AdditiveOptions | WindowedOptions:
+Opts = TypeVar("Opts", AdditiveOptions, WindowedOptions)
+
+
+def _options(config: ModelConfig, cls: type[Opts]) -> Opts:
     if config.options is None:
         return cls()
     if not isinstance(config.options, cls):

@@ -8,7 +8,7 @@ applies LN1, so ``pre_norm=False`` there) and, with its own ``attn_norm``, insid
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -154,6 +154,9 @@ class FastformerLM(LanguageModel):
     def _embed(self, idx: torch.Tensor, start: int) -> torch.Tensor:
         return embed_with_positions(self, idx, start)  # (B, T, D)
 
+    def _blocks(self) -> list[FastformerBlock]:
+        return cast(list[FastformerBlock], list(self.layers))  # an nn.ModuleList is typed by Module
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> ModelOutput:
         u = self._embed(idx, 0)  # (B, T, D)
         for layer in self.layers:
@@ -164,13 +167,13 @@ class FastformerLM(LanguageModel):
         device = device or self.wte.weight.device
         dtype = dtype or self.wte.weight.dtype
         return FastformerState(
-            0, tuple(layer.attn.init_state(batch_size, max_len, device=device, dtype=dtype) for layer in self.layers)
+            0, tuple(layer.attn.init_state(batch_size, max_len, device=device, dtype=dtype) for layer in self._blocks())
         )
 
     def step(self, idx: torch.Tensor, state: Any) -> tuple[torch.Tensor, FastformerState]:
         u = self._embed(idx, state.pos)  # (B, t, D)
         new_layers = []
-        for layer, layer_state in zip(self.layers, state.layers):
+        for layer, layer_state in zip(self._blocks(), state.layers, strict=True):
             u, layer_state = layer.step(u, layer_state)  # (B, t, D)
             new_layers.append(layer_state)
         logits = self.proj_logits(self.ln_f(u))  # (B, t, V)

@@ -93,8 +93,8 @@ def _digits() -> tuple[torch.Tensor, torch.Tensor]:
     """All 1797 images (N, 64) int64 levels 0..16 and labels (N,) int64, read offline."""
     from sklearn.datasets import load_digits
 
-    d = load_digits()
-    return torch.from_numpy(d.data.astype(np.int64)), torch.from_numpy(d.target.astype(np.int64))
+    images, labels = load_digits(return_X_y=True)
+    return torch.from_numpy(np.asarray(images, dtype=np.int64)), torch.from_numpy(np.asarray(labels, dtype=np.int64))
 
 
 @functools.lru_cache(maxsize=8)

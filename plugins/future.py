@@ -98,6 +98,13 @@ class FutureOptions:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
+    @property
+    def fd(self) -> int:
+        """future_dim once resolved (``checked`` resolves it; the mixer holds checked options)."""
+        if self.future_dim is None:
+            raise ValueError("future_dim is not resolved yet: use FutureOptions.checked(config)")
+        return self.future_dim
+
     def checked(self, config: ModelConfig) -> FutureOptions:
         """These options validated against the model shape, future_dim resolved; raises
         ValueError."""
@@ -179,7 +186,7 @@ class FutureAttention(SoftmaxAttention):
             first_pos=1,
             offset=offset,
             last=self.context - 1,
-            fd=self.opts.future_dim,
+            fd=self.opts.fd,
         )  # s (B, H, nb, blk, W), vw (H, nb, W, h)
         out_f, lse_all = band_attend(s, vw, lse_c, q.size(2), dropout_p)  # (B, H, T, h), (B, H, T)
         if self.v_future_bias is not None:
@@ -191,7 +198,7 @@ class FutureAttention(SoftmaxAttention):
         """out* (B, H, T, h): true attention over j <= min(i+fd, T-1), band part only (6.4)."""
         T = q.size(2)
         s, vw = band_scores(
-            q, k.transpose(-1, -2), v.transpose(-1, -2), first_pos=0, offset=0, last=T - 1, fd=self.opts.future_dim
+            q, k.transpose(-1, -2), v.transpose(-1, -2), first_pos=0, offset=0, last=T - 1, fd=self.opts.fd
         )
         # s (B, H, nb, blk, W) true band scores, vw (B, H, nb, W, h) true band values
         return band_attend(s, vw, lse_c, T)[0]  # (B, H, T, h)
@@ -252,13 +259,13 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     opts = _options(config)
     if not opts.is_future_layer(layer_idx, config.n_layer):
         return base
-    fd, C = opts.future_dim, config.context
+    fd, C = opts.fd, config.context
     band = sum(max(0, min(fd, C - 1 - i)) for i in range(T)) / max(T, 1)  # mean band width
     return base + 2.0 * 2 * config.d_model * band  # band scores and band mixing (inference)
 
 
 @torch.no_grad()
-def attention_maps(mixer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def attention_maps(mixer: SoftmaxAttention, x: torch.Tensor) -> torch.Tensor:
     """The causal part of P (6.3): softmax over true keys j <= i and the learned band
     i < j <= min(i + fd, C - 1), columns j <= i kept (rows sum to 1 minus the band's
     share): (B, H, T, T). Softmax layers of the model give their plain weights."""
@@ -266,7 +273,7 @@ def attention_maps(mixer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     if not isinstance(mixer, FutureAttention):
         return causal
     q, k, _ = mixer._heads(x)  # (B, H, T, h)
-    T, C, fd = q.size(2), mixer.context, mixer.opts.future_dim
+    T, C, fd = q.size(2), mixer.context, mixer.opts.fd
     true = (q.float() @ k.float().transpose(-1, -2)) * q.size(-1) ** -0.5  # (B, H, T, T)
     q_f, k_f = mixer._future_keys(q)  # (B, H, T, h'), (H, h', C-1): the forward's band scores
     band = (q_f @ k_f) * q_f.size(-1) ** -0.5  # (B, H, T, C-1) column c: position c+1, b_k included

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -69,9 +70,9 @@ class EmbedPosition(nn.Module):
     def forward(self, x: torch.Tensor, log_x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x (B, T, d), log_x0 (B, d) -> x + log x_t (B, T, d), last log x_t (B, d)."""
         dt = torch.float64 if x.dtype == torch.float64 else torch.float32
-        a, l = self.proj(x).to(dt).chunk(2, dim=-1)  # (B, T, d) each, fp32 (fp64) for the scan
+        a, log_b = self.proj(x).to(dt).chunk(2, dim=-1)  # (B, T, d) each, fp32 (fp64) for the scan
         with torch.autocast(x.device.type, enabled=False):  # fp32 in train and eval alike
-            log_x = log_linear_scan(F.logsigmoid(a), l, log_x0)  # (B, T, d)
+            log_x = log_linear_scan(F.logsigmoid(a), log_b, log_x0)  # (B, T, d)
         return x + log_x.to(x.dtype), log_x[:, -1].contiguous()
 
 
@@ -131,14 +132,14 @@ class HeinsenLM(LanguageModel):
         dt = torch.float64 if dtype == torch.float64 else torch.float32
         return HeinsenLMState(
             torch.zeros(batch_size, self.config.d_model, device=device, dtype=dt),  # (B, d)
-            tuple(layer.init_state(batch_size, device, dt) for layer in self.layers),
+            tuple(cast(ResidualLayer, layer).init_state(batch_size, device, dt) for layer in self.layers),
         )
 
     def step(self, idx: torch.Tensor, state: HeinsenLMState) -> tuple[torch.Tensor, HeinsenLMState]:
         """idx (B, t) -> logits (B, t, V) and a new state (the given one is not modified)."""
         x, log_x = self.embed_pos(self.embed(idx), state.log_x)  # (B, t, d), (B, d)
         layers = []
-        for layer, layer_state in zip(self.layers, state.layers):
+        for layer, layer_state in zip(self.layers, state.layers, strict=True):
             x, layer_state = layer(x, layer_state)  # (B, t, d)
             layers.append(layer_state)
         logits = F.linear(self.norm(x), self.embed.weight)  # (B, t, V) tied head, no bias

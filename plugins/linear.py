@@ -121,6 +121,8 @@ def orthogonal_gaussian(m: int, h: int) -> torch.Tensor:
 
 
 class LinearAttention(nn.Module):
+    features: torch.Tensor  # performer's feature matrix (m, h), a buffer
+
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
         opts = _options(config)
@@ -222,7 +224,10 @@ def attnbench_register_variants(register) -> None:
         Variant(
             name="linear",
             build_mixer=LinearAttention,
-            description="Causal linear attention, phi = elu + 1 or another feature map (Katharopoulos 2020), chunkwise, recurrent decoding",
+            description=(
+                "Causal linear attention, phi = elu + 1 or another feature map (Katharopoulos 2020), "
+                "chunkwise, recurrent decoding"
+            ),
             options=LinearOptions,
             decode="recurrent",
             state_size=state_size,

@@ -163,10 +163,7 @@ def recall_batch(gen: torch.Generator, n: int, o: Any, keys: torch.Tensor, query
     values = distinct(gen, n, K, V // 2, V)  # (n, K)
     gaps = power_law_gaps(gen, n, K, (T - 2 * K) // 2, float(o.power_a))  # (n, K)
     qpos = 2 * K + 2 * gaps  # (n, K) query positions
-    if o.random_non_queries:
-        inputs = torch.randint(0, V, (n, T), generator=gen)  # (n, T)
-    else:
-        inputs = torch.zeros(n, T, dtype=torch.long)  # (n, T)
+    inputs = torch.randint(0, V, (n, T), generator=gen) if o.random_non_queries else torch.zeros(n, T, dtype=torch.long)
     inputs[:, 0 : 2 * K : 2] = keys  # (n, K) k1 . k2 . ...
     inputs[:, 1 : 2 * K : 2] = values  # (n, K) . v1 . v2 ...
     inputs.scatter_(1, qpos, query_keys)  # (n, T) queries
@@ -345,7 +342,7 @@ def _coords(*names: str):
 
 @hookimpl
 def attnbench_register_tasks(register) -> None:
-    common = dict(vocab_size=_vocab, seq_len=_seq_len, version="1")
+    common: dict[str, Any] = {"vocab_size": _vocab, "seq_len": _seq_len, "version": "1"}
     register(
         Task(
             "mqar",

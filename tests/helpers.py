@@ -7,8 +7,32 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench import LanguageModel
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def mixers(model: LanguageModel) -> list[Any]:
+    """Each layer's token mixer of a backbone (Any: tests read each variant's own attributes)."""
+    return [model.get_submodule(f"blocks.{i}.mixer") for i in range(model.config.n_layer)]
+
+
+def grad(t: torch.Tensor) -> torch.Tensor:
+    """``t.grad``, which a backward pass has filled."""
+    assert t.grad is not None, "no gradient: backward() has not reached this tensor"
+    return t.grad
+
+
+class Tolerance(TypedDict):
+    """``torch.testing.assert_close(a, b, **tol)``'s tolerances, typed for the checker."""
+
+    rtol: float
+    atol: float
 
 
 def write_suite(path: Path, body: str) -> Path:

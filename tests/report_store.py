@@ -5,6 +5,7 @@ and published expectations that agree, disagree and stay undetermined."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +152,7 @@ def _text_runs(baselines: list[str] | None) -> list[RunRecord]:
                         },
                     )
                 )
-        for seed, test in zip(SEEDS, TEXT_TEST[v]):
+        for seed, test in zip(SEEDS, TEXT_TEST[v], strict=True):
             out.append(
                 record(
                     f"text-{v}-final-{seed}",
@@ -250,7 +251,7 @@ def _speed_runs() -> list[RunRecord]:
     return out
 
 
-def write_store(path: Path, extra: list[RunRecord] = (), baselines: list[str] | None = None) -> Path:
+def write_store(path: Path, extra: Sequence[RunRecord] = (), baselines: list[str] | None = None) -> Path:
     """The synthetic store at ``path`` (every trust-gate check passed), with ``extra`` runs; its
     protocols compare with ``baselines`` (default: softmax alone, recorded as protocol.baseline)."""
     with Store(path) as store:

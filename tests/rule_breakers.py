@@ -4,14 +4,14 @@ tests/test_catalogue_gate.py) or in-process:
 
     get_plugin_manager(extra_plugins=[("rules", rule_breakers)], entry_points=False)
 
-variant              rule broken                                   the gate says
-mutates_state        step must not modify the state it was given   "step modified the state it was given"
-state_on_module      decoding state lives in the state object      "step's result depends on more than the state"
-overflows_at_scale   outputs stay finite at trained magnitudes     "non-finite output at weights x16"
-                     (exp without max-subtraction, 1/h scaling:
-                     finite at init with inputs x10)
-float32_inside       mixers accept float64 (q.float() @ k)         "mixers must accept float64 (a .float() cast at ...?)"
-returns_float32      mixers accept float64 (y.float() at the end)  "mixers must accept float64 (a .float() cast at ...?)"
+variant             rule broken                                   the gate says
+mutates_state       step must not modify the state it was given   "step modified the state it was given"
+state_on_module     decoding state lives in the state object      "step's result depends on more than the state"
+overflows_at_scale  outputs stay finite at trained magnitudes     "non-finite output at weights x16"
+                    (exp without max-subtraction, 1/h scaling:
+                    finite at init with inputs x10)
+float32_inside      mixers accept float64 (q.float() @ k)         "mixers must accept float64 (a .float() cast at ...?)"
+returns_float32     mixers accept float64 (y.float() at the end)  "mixers must accept float64 (a .float() cast at ...?)"
 """
 
 from __future__ import annotations

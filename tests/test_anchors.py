@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 
+from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import load_suite
 from attnbench.report.anchors import ANCHORS
 from tests.helpers import REPO, run_cli
@@ -31,6 +32,7 @@ def test_anchors_suite_runs_the_reference_configurations():
     nano, mqar = suite.experiments
     anchor = {a.experiment: a for a in ANCHORS}
     for exp in (nano, mqar):
+        assert isinstance(exp, TrainExperiment)
         config = {"model": exp.models[0].model_dump(), "train": exp.train.model_dump(), "data": exp.data.model_dump()}
         config["model"]["context"] = exp.train.seq_len
         for dotted, want in anchor[exp.name].requires.items():

@@ -95,7 +95,8 @@ RESUME = """
 
 
 def test_killed_run_resumes_to_the_same_final_loss(tmp_path):
-    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
     suite = write_suite(tmp_path / "resume.yaml", RESUME)
     assert run_cli("run", str(suite), "--store", str(tmp_path / "a" / "s.sqlite")).returncode == 0
     _kill_when_state_exists(suite, tmp_path / "b" / "s.sqlite")
@@ -169,9 +170,9 @@ def test_bpe_tokenizer_trains_locally_and_reports_bits_per_byte(tmp_path, monkey
     path = write_suite(tmp_path / "s.yaml", BASE.format(data=data, variants="[softmax]", train="{budget: {steps: 10}}"))
     suite = load_suite(path)
     [cell] = expand_suite(suite, load_registry(), corpus_hash=lambda s: load_corpus(s).sha256)
-    corpus = load_corpus(cell.data)
+    corpus = load_corpus(cell.data_spec())
     assert cell.model.vocab_size == 400 == corpus.vocab_size
-    assert 1.5 < corpus.bytes_per_token < 4.0
+    assert corpus.bytes_per_token is not None and 1.5 < corpus.bytes_per_token < 4.0
     assert list((tmp_path / "cache" / "tokenizers").glob("bpe-400-*.json"))  # cached by corpus hash
     with Store(tmp_path / "s.sqlite") as store:
         run_suite(suite, store, load_registry(), device="cpu", out=io.StringIO())

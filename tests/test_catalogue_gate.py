@@ -21,7 +21,7 @@ def _main(argv: list[str]) -> int:
     try:
         return main(argv)
     except SystemExit as exc:  # argparse's own usage errors
-        return int(exc.code)
+        return exc.code if isinstance(exc.code, int) else 1
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 from attnbench.cli import main
+from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import load_suite
 from attnbench.report.build import build_report
 from attnbench.report.load import load_store
@@ -88,7 +89,7 @@ def _oracle(store: Path) -> dict[str, dict]:
 def _listed(out: str) -> list[dict[str, str]]:
     lines = out.strip().splitlines()
     header = re.split(r"\s{2,}", lines[0])
-    return [dict(zip(header, re.split(r"\s{2,}", line))) for line in lines[1:]]
+    return [dict(zip(header, re.split(r"\s{2,}", line), strict=True)) for line in lines[1:]]
 
 
 def test_checkpoints_lists_every_run_with_its_file_and_filters(trained, capsys):
@@ -172,7 +173,8 @@ def test_export_best_says_when_the_chosen_run_kept_no_checkpoint(trained, tmp_pa
 
 def test_the_first_table_and_csv_carry_a_difference_per_baseline(trained):
     summary = pd.read_csv(trained.parent / "reports" / "ckpt" / "tables" / "summary.csv").set_index("variant")
-    softmax, linear = summary.loc["softmax"], summary.loc["linear"]
+    rows = summary.to_dict("index")  # variant -> {column: value}
+    softmax, linear = rows["softmax"], rows["linear"]
     assert softmax["decision"] == "baseline" and linear["vs_linear_decision"] == "baseline"
     # the same seeds paired both ways: linear - softmax, and softmax - linear
     assert linear["n"] == softmax["vs_linear_n"] == 2
@@ -188,16 +190,19 @@ def test_task_accuracy_is_decided_against_each_baseline_per_setting(tmp_path):
     data = load_store(write_store(tmp_path / "s.sqlite", baselines=["softmax", "linear"]), SYNTHETIC)
     report = build_report(data)
     table = report.sections[0].tables[0]
-    rows = table.data.set_index(["experiment", "variant", "setting"])
-    window = rows.loc[("recall", "window", "num_kv_pairs=32")]
-    expected = statistics.fmean(a - b for a, b in zip(RECALL_TEST["window"][32], RECALL_TEST["linear"][32]))
+    rows = table.data.set_index(["experiment", "variant", "setting"]).to_dict("index")
+    window = rows[("recall", "window", "num_kv_pairs=32")]
+    window_acc = RECALL_TEST["window"][32]
+    expected = statistics.fmean(a - b for a, b in zip(window_acc, RECALL_TEST["linear"][32], strict=True))
     assert window["metric"] == "accuracy" and window["vs_linear_diff_mean"] == pytest.approx(expected)
     assert window["diff_mean"] == pytest.approx(
-        statistics.fmean(a - b for a, b in zip(RECALL_TEST["window"][32], RECALL_TEST["softmax"][32]))
+        statistics.fmean(a - b for a, b in zip(window_acc, RECALL_TEST["softmax"][32], strict=True))
     )
     assert {DELTA_SOFTMAX, DELTA_LINEAR} <= set(table.view.columns)
-    sentence = next(s for s in report.headline.notes if s.startswith("window:"))
-    assert "; vs linear " in sentence and "then vs linear" in report.headline.intro
+    headline = report.headline
+    assert headline is not None
+    sentence = next(s for s in headline.notes if s.startswith("window:"))
+    assert "; vs linear " in sentence and "then vs linear" in headline.intro
 
 
 BAD_BASELINES = """
@@ -253,14 +258,18 @@ def test_a_task_is_decided_on_accuracy_unless_the_suite_says_otherwise(tmp_path)
         .replace("PROTOCOL", "{baseline: softmax}")
         .replace("{source: builtin, test_fraction: 0.05}", task),
     )
-    assert load_suite(suite).experiments[0].protocol.metric == "accuracy"
+    exp = load_suite(suite).experiments[0]
+    assert isinstance(exp, TrainExperiment) and exp.protocol is not None and exp.protocol.metric == "accuracy"
     text = write_suite(
         tmp_path / "x.yaml",
         BAD_BASELINES.replace("VARIANTS", "[softmax, linear]").replace("PROTOCOL", "{baselines: [softmax, linear]}"),
     )
-    protocol = load_suite(text).experiments[0].protocol
+    exp = load_suite(text).experiments[0]
+    assert isinstance(exp, TrainExperiment)
+    protocol = exp.protocol
     assert (
-        protocol.metric == "loss"
+        protocol is not None
+        and protocol.metric == "loss"
         and protocol.baseline == "softmax"
         and protocol.compared_with() == ["softmax", "linear"]
     )

@@ -91,7 +91,9 @@ def test_broken_variant_is_caught_by_exactly_the_right_check(broken_results, nam
 
 def test_failure_details_say_where(broken_results):
     drift = _by_check(broken_results["drifty"])["incremental_equals_parallel"]
-    first = int(re.search(r"first over tolerance at position (\d+)", drift.detail).group(1))
+    found = re.search(r"first over tolerance at position (\d+)", drift.detail)
+    assert found, drift.detail
+    first = int(found.group(1))
     assert 256 <= first < 280, drift.detail  # bf16 counts exactly only up to 256
     leak = _by_check(broken_results["leaky"])["no_future_leak_forward"]
     assert leak.figure > 1e-3 and "worst at backbone" in leak.detail

@@ -109,7 +109,7 @@ def test_global_batch_must_divide_and_torchrun_env_must_be_complete(monkeypatch)
     assert distributed.local_batch_size(8, 2) == 4 and distributed.local_batch_size(8) == 8
     with pytest.raises(DistributedError, match="batch_size 7 is the global batch .* multiple of 2"):
         distributed.local_batch_size(7, 2)
-    assert not distributed.active() and distributed.is_main() and distributed.from_main(3) == 3
+    assert not distributed.active() and distributed.is_main() and distributed.main_value(lambda: 3) == 3
     x = torch.arange(8).view(4, 2)
     assert distributed.shard(x)[0] is x  # one process: the whole global batch
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -185,7 +185,7 @@ def test_two_process_gloo_run_equals_single_process_run(tmp_path):
         d_loss, s_loss = (m.metrics(r["id"], "train/loss")[-1]["value"] for m, r in ((ddp, d), (single, s)))
         assert _rel(d_loss, s_loss) < DDP_RTOL, (d_loss, s_loss)
         assert _rel(d["summary"]["val_loss"], s["summary"]["val_loss"]) < DDP_RTOL
-        for a, b in zip(dm, sm):
+        for a, b in zip(dm, sm, strict=True):
             assert _rel(a["value"], b["value"]) < DDP_RTOL, (a, b)
     ckpts = sorted(p.name for p in (ddp_store.parent / "checkpoints").iterdir())
     assert ckpts == sorted(f"{r['cell_key']}.pt" for r in runs.values())  # final ones only, written once

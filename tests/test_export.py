@@ -79,7 +79,8 @@ def test_exported_model_matches_attnbench_logits_and_greedy_generation(registry,
     expected = generate(ours, prompt, 16)  # (1, 36) attnbench's greedy decoding
     steps, step = [], hf.model.step
     hf.model.step = lambda idx, state: steps.append(idx.size(1)) or step(idx, state)
-    got = hf.generate(prompt, max_new_tokens=16, do_sample=False)
+    # transformers annotates from_pretrained(...).eval() as a base class without generate()
+    got = hf.generate(prompt, max_new_tokens=16, do_sample=False)  # pyright: ignore[reportAttributeAccessIssue]
     assert torch.equal(got, expected)
     assert steps == [20] + [1] * 15  # the prompt in one step, then one token per step: the variant's state
 
@@ -145,7 +146,8 @@ SUITE = """
     experiments:
       - name: tiny
         kind: train
-        data: {{source: text, path: {train}, val_path: heldout_harness.txt, tokenizer: {tokenizer}, bpe_vocab_size: 320}}
+        data: {{source: text, path: {train}, val_path: heldout_harness.txt, tokenizer: {tokenizer},
+               bpe_vocab_size: 320}}
         train: {{budget: {{steps: 15}}, batch_size: 8, seq_len: 64, lr: 1.0e-2, warmup_steps: 2,
                 eval_interval: 1000, eval_tokens: 2048}}
       - name: native

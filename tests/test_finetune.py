@@ -27,7 +27,8 @@ def _suite(tmp_path, lora: str = "ranks: [1, 2]", pretrain: str = "", extra: str
           - name: pre
             kind: train
             data: {{source: builtin}}
-            train: {{budget: {{steps: 4}}, batch_size: 2, seq_len: 32, eval_tokens: 256, checkpoint_interval: 0{pretrain}}}
+            train: {{budget: {{steps: 4}}, batch_size: 2, seq_len: 32, eval_tokens: 256,
+                    checkpoint_interval: 0{pretrain}}}
           - name: lora
             kind: finetune
             data: {RECALL}

@@ -17,7 +17,7 @@ from attnbench.plugins.kernels.lse_merge import causal_attention_lse
 from attnbench.plugins.softmax import SoftmaxAttention
 from attnbench.registry.loader import load_registry
 from attnbench.store.database import Store
-from tests.helpers import run_cli, write_suite
+from tests.helpers import grad, mixers, run_cli, write_suite
 from tests.references.future_reference import reference_attention, reference_forward
 
 
@@ -66,7 +66,7 @@ def _fwd_bwd(fn, mixer, x):
     assert isinstance(out, MixerOutput) and [a.name for a in out.aux] == ["future_attn"]
     aux = out.aux[0].value
     (out.y.square().mean() + 2.0 * aux).backward()
-    grads = [x.grad] + [p.grad for p in mixer.parameters()]
+    grads = [grad(x)] + [grad(p) for p in mixer.parameters()]
     return out.y.detach(), aux.detach(), grads
 
 
@@ -80,7 +80,7 @@ def test_lean_equals_explicit_outputs_aux_and_gradients(loss_type, detach, T, fd
     y_ref, aux_ref, grads_ref = _fwd_bwd(lambda x: reference_forward(mixer, x), mixer, x)
     assert (y - y_ref).abs().max() <= 1e-5
     assert abs(aux - aux_ref) <= 1e-5 and aux > 0
-    for g, g_ref in zip(grads, grads_ref):
+    for g, g_ref in zip(grads, grads_ref, strict=True):
         assert (g - g_ref).abs().max() <= 1e-5
     # The target carries gradient exactly when it is not detached: the grads differ.
     mixer.opts = _variant().make_options(dict(future_dim=fd, loss_type=loss_type, detach_target=not detach))
@@ -127,49 +127,48 @@ def _model(n_layer=4, context=40, **options) -> Backbone:
 
 def test_layer_range_and_aux_aggregation_through_the_model():
     model = _model(start_layer=2, end_layer=3, future_dim=6, loss_coeff=0.5).train()
-    kinds = [type(b.mixer) for b in model.blocks]
-    assert kinds == [SoftmaxAttention, FutureAttention, FutureAttention, SoftmaxAttention]
+    layers = mixers(model)
+    assert [type(m) for m in layers] == [SoftmaxAttention, FutureAttention, FutureAttention, SoftmaxAttention]
     C, H, h = 40, 4, 8
-    assert model.blocks[1].mixer.k_future.shape == (H, h, C - 1)
-    assert model.blocks[1].mixer.v_future.shape == (H, C - 1, h)
+    assert layers[1].k_future.shape == (H, h, C - 1)
+    assert layers[1].v_future.shape == (H, C - 1, h)
     plain = Backbone(_config(context=40, n_layer=4), SoftmaxAttention)
     bias = H * (C - 1) + H * h  # future K/V biases (bias on, as the reference)
     assert model.num_params() - plain.num_params() == 2 * (2 * 32 * (C - 1) + bias)
 
     per_layer = []
-    hooks = [
-        b.mixer.register_forward_hook(lambda m, i, o: per_layer.append(o.aux[0].value.detach()))
-        for b in model.blocks[1:3]
-    ]
+    hooks = [m.register_forward_hook(lambda m, i, o: per_layer.append(o.aux[0].value.detach())) for m in layers[1:3]]
     idx = torch.randint(0, 64, (2, 33))  # T < C
     out = model(idx, idx)
     for hook in hooks:
         hook.remove()
     mean = torch.stack(per_layer).mean()
+    assert out.loss is not None and out.ce is not None
     assert set(out.aux) == {"future_attn"} and torch.allclose(out.aux["future_attn"], mean)
     assert torch.allclose(out.loss - out.ce, 0.5 * mean, rtol=0, atol=1e-6)  # fp32 loss ~ 3.8
     out.loss.backward()
-    lean_grads = [p.grad.clone() for p in model.parameters()]
+    lean_grads = [grad(p).clone() for p in model.parameters()]
 
     model.zero_grad()
-    for b in model.blocks[1:3]:  # the same model through the explicit formulation
-        b.mixer.forward = (lambda m: lambda x: reference_forward(m, x))(b.mixer)
+    for m in layers[1:3]:  # the same model through the explicit formulation
+        m.forward = functools.partial(reference_forward, m)
     ref = model(idx, idx)
-    assert abs(ref.loss - out.loss) <= 1e-5
+    assert ref.loss is not None and abs(ref.loss - out.loss) <= 1e-5
     ref.loss.backward()
-    for g, g_ref in zip(lean_grads, (p.grad for p in model.parameters())):
+    for g, g_ref in zip(lean_grads, (grad(p) for p in model.parameters()), strict=True):
         assert (g - g_ref).abs().max() <= 1e-5
 
     model.eval()
     evaluated = model(idx, idx)
-    assert evaluated.aux == {} and torch.equal(evaluated.loss, evaluated.ce)
+    assert evaluated.aux == {} and evaluated.loss is not None and evaluated.ce is not None
+    assert torch.equal(evaluated.loss, evaluated.ce)
 
 
 def test_loss_switch_off_and_option_validation():
     model = _model(n_layer=2, context=30, use_future_attn_loss=False).train()
-    assert model.blocks[0].mixer.opts.future_dim == 29  # default: min(50, context - 1)
+    assert mixers(model)[0].opts.future_dim == 29  # default: min(50, context - 1)
     out = model(torch.randint(0, 64, (1, 20)), torch.randint(0, 64, (1, 20)))
-    assert out.aux == {} and torch.equal(out.loss, out.ce)
+    assert out.aux == {} and out.loss is not None and out.ce is not None and torch.equal(out.loss, out.ce)
     bad = [
         {"future_dim": 0},
         {"loss_type": "l1"},
@@ -200,7 +199,8 @@ def test_incremental_decoding_equals_parallel_form_up_to_context(chunk, blocks):
     assert (torch.cat(outs, 1) - full).abs().max() <= 1e-5
     for i in range(2):
         assert state_numel(state.layers[i]) == 2 * 64 * 32 * 2  # batch 2
-        assert _variant().state_size(model.config, i, 64) == 2 * 64 * 32
+        state_size = _variant().state_size
+        assert state_size is not None and state_size(model.config, i, 64) == 2 * 64 * 32
 
 
 @pytest.mark.parametrize("T", [20, 30])  # band inside the context; band cut at C - 1
@@ -211,7 +211,9 @@ def test_attention_maps_use_the_forward_scores_with_future_key_biases(T):
     mixer = _mixer(config).eval()  # every parameter ~ N(0, 0.3^2), the biases too
     assert mixer.k_future_bias is not None and mixer.k_future_bias.abs().max() > 0.5
     x = torch.randn(2, T, config.d_model, generator=torch.Generator().manual_seed(7))  # (B, T, D)
-    w = _variant().attention_maps(mixer, x)  # (B, H, T, T)
+    maps = _variant().attention_maps
+    assert maps is not None
+    w = maps(mixer, x)  # (B, H, T, T)
     with torch.no_grad():
         q, k, v = mixer._heads(x)  # (B, H, T, h)
         y, out_future = reference_attention(
@@ -239,7 +241,7 @@ def test_no_future_leak_in_outputs(training):
     out = mixer(x)
     y = out.y if training else out
     y[:, t].sum().backward()
-    assert torch.all(x.grad[:, t + 1 :] == 0) and x.grad[:, : t + 1].abs().sum() > 0
+    assert torch.all(grad(x)[:, t + 1 :] == 0) and grad(x)[:, : t + 1].abs().sum() > 0
     x2 = x.detach().clone()
     x2[:, t + 1 :] += 10 * torch.randn(2, T - t - 1, 32)
     out2 = mixer(x2)
@@ -251,8 +253,9 @@ def test_training_shorter_than_context_and_autocast_smoke():
     model = _model(n_layer=2, context=64, future_dim=50).train()
     idx = torch.randint(0, 64, (2, 10))  # T + fd > C is fine too; the reference crashes at T < C
     out = model(idx, idx)
+    assert out.loss is not None
     out.loss.backward()
-    k_grad = model.blocks[0].mixer.k_future.grad
+    k_grad = grad(mixers(model)[0].k_future)
     assert torch.isfinite(out.loss) and torch.isfinite(k_grad).all() and k_grad[:, :, :59].abs().sum() > 0
     assert torch.all(k_grad[:, :, 59:] == 0)  # positions >= T + fd are beyond every band
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -266,7 +269,8 @@ SUITE = """
     defaults:
       data: {{source: builtin, max_bytes: 100000}}
       model: {{d_model: 32, n_layer: 2, n_head: 2}}
-      train: {{batch_size: 2, seq_len: 32, lr: 1.0e-2, warmup_steps: 1, eval_interval: 6, eval_tokens: 512, log_interval: 3}}
+      train: {{batch_size: 2, seq_len: 32, lr: 1.0e-2, warmup_steps: 1,
+              eval_interval: 6, eval_tokens: 512, log_interval: 3}}
     experiments:
       - name: pair
         kind: train

@@ -11,6 +11,7 @@ import torch
 
 from attnbench.kernels.chunked import log_attention, log_init_state
 from attnbench.registry.loader import load_registry
+from tests.helpers import grad
 
 H_DIM, N_HEAD, T = 32, 2, 192  # three default chunks
 BOUND = 1e-4  # max |o - o64| / max(|o64|, 1), as log_attention's docstring
@@ -69,8 +70,8 @@ def test_fp32_gradients_follow_float64(qk_std):
     w = torch.randn(1, N_HEAD, T, H_DIM, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
     grads = {}
     for dtype in (torch.float32, torch.float64):
-        inputs = [t.requires_grad_() for t in draw(qk_std, 30.0, seed=0, dtype=dtype)]
-        (kernel(*inputs, chunk) * w.to(dtype)).sum().backward()
-        grads[dtype] = [t.grad.double() for t in inputs]
-    for name, got, ref in zip(["q", "k", "logV"], grads[torch.float32], grads[torch.float64]):
+        q, k, log_v = (t.requires_grad_() for t in draw(qk_std, 30.0, seed=0, dtype=dtype))
+        (kernel(q, k, log_v, chunk) * w.to(dtype)).sum().backward()
+        grads[dtype] = [grad(t).double() for t in (q, k, log_v)]
+    for name, got, ref in zip(["q", "k", "logV"], grads[torch.float32], grads[torch.float64], strict=True):
         assert (got - ref).abs().max() <= 1e-4 * ref.abs().max(), name

@@ -20,6 +20,7 @@ from attnbench.nn.backbone import Backbone
 from attnbench.nn.checkpoint import load_checkpoint
 from attnbench.plugins import softmax
 from attnbench.plugins.recurrent import gla
+from attnbench.registry.hybrid import HybridVariant
 from attnbench.registry.identity import variant_identity
 from attnbench.store.database import Store
 from tests import broken_variants
@@ -36,7 +37,10 @@ experiments:
     variants: [softmax]
     models:
       - {d_model: 16, n_layer: 4, n_head: 2}
-      - {d_model: 16, n_layer: 4, n_head: 2, layers: {pattern: [gated_deltanet, gated_deltanet, gated_deltanet, softmax]}}
+      - d_model: 16
+        n_layer: 4
+        n_head: 2
+        layers: {pattern: [gated_deltanet, gated_deltanet, gated_deltanet, softmax]}
       - {d_model: 16, n_head: 2, layers: [softmax, gla, {variant: gla, options: {chunk_size: 8}}]}
     data: {source: builtin, max_bytes: 20000}
     train: {budget: {steps: 2}, batch_size: 2, seq_len: 32, eval_interval: 2, eval_tokens: 256, log_interval: 1}
@@ -119,7 +123,9 @@ def test_hybrids_train_pair_with_their_size_and_the_report_names_the_pattern(tra
     cfg = ModelConfig(**{**runs[PATTERN]["config"]["model"], "options": None})
     hybrid = load_registry().get(PATTERN)
     cfg = cfg.replace(options=hybrid.make_options(None))
-    declared = sum(hybrid.state_size(cfg, i, 32) for i in range(4))
+    state_size = hybrid.state_size
+    assert state_size is not None  # every part declares one
+    declared = sum(state_size(cfg, i, 32) for i in range(4))
     assert runs[PATTERN]["summary"]["state_elements"] == declared
     report = (root / "reports" / "hybrids" / "report.md").read_text()
     assert PATTERN.replace("_", "\\_") in report and "softmax + gla + gla(chunk\\_size=8)" in report
@@ -146,6 +152,7 @@ def test_gate_fails_a_hybrid_whose_second_layer_type_leaks_at_scale():
 
 def test_each_layer_decodes_with_its_own_state_and_step_equals_forward():
     hybrid = load_registry().get(PATTERN)
+    assert isinstance(hybrid, HybridVariant)
     config = ModelConfig(d_model=16, n_layer=4, n_head=2, context=96, options=hybrid.make_options(None))
     torch.manual_seed(0)
     model = Backbone(config, hybrid.build_mixer).eval()

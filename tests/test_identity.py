@@ -30,9 +30,9 @@ assert attnbench.__file__.startswith(sys.argv[2]), attnbench.__file__  # the cop
 registry = load_registry()
 cells = expand_suite(load_suite(sys.argv[1]), registry, device="cpu", corpus_hash=lambda spec: "corpus")
 out = {"cells": {f"{c.experiment}/{c.variant}": c.key for c in cells},
-       "gate": {n: content_key(gate_key_inputs(registry.get(n), "cpu")) for n in %r}}
+       "gate": {n: content_key(gate_key_inputs(registry.get(n), "cpu")) for n in NAMES}}
 print(json.dumps(out))
-""" % (BUILTINS,)
+""".replace("NAMES", repr(BUILTINS))
 
 _SUITE = """
 version: 1
@@ -42,14 +42,14 @@ defaults:
 experiments:
   - name: t
     kind: train
-    variants: [%s]
+    variants: [NAMES]
     data: {source: stdlib, max_bytes: 100000}
     train: {batch_size: 2, seq_len: 32, budget: {steps: 2}}
   - name: s
     kind: speed
-    variants: [%s]
+    variants: [NAMES]
     speed: {T_min: 64, T_max: 128, modes: [forward]}
-""" % (", ".join(BUILTINS), ", ".join(BUILTINS))
+""".replace("NAMES", ", ".join(BUILTINS))
 
 
 def _copy_tree(dest: Path) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import torch
@@ -77,8 +78,9 @@ def test_pairwise_maps_reproduce_the_mixer_output(variant):
     registry = load_registry()
     v = registry.get(variant)
     torch.manual_seed(1)
-    mixer = v.build_mixer(ModelConfig(vocab_size=256, d_model=32, n_layer=1, n_head=2, context=64), 0).eval()
+    mixer: Any = v.build_mixer(ModelConfig(vocab_size=256, d_model=32, n_layer=1, n_head=2, context=64), 0).eval()
     x = torch.randn(2, 20, 32)  # (B, T, D)
+    assert v.attention_maps is not None
     w = v.attention_maps(mixer, x)  # (B, H, T, T)
     values = split_heads(mixer.c_attn(x), 2)[2]  # (B, H, T, h)
     with torch.no_grad():
@@ -93,8 +95,9 @@ def test_additive_importance_is_the_query_pooling_weight():
     registry = load_registry()
     v = registry.get("additive")
     torch.manual_seed(2)
-    mixer = v.build_mixer(ModelConfig(vocab_size=256, d_model=32, n_layer=1, n_head=2, context=64), 0).eval()
+    mixer: Any = v.build_mixer(ModelConfig(vocab_size=256, d_model=32, n_layer=1, n_head=2, context=64), 0).eval()
     x = torch.randn(1, 16, 32)  # (B, T, D)
+    assert v.attention_maps is not None
     alpha = v.attention_maps(mixer, x)  # (B, H, T)
     q = mixer.qkv(x)[..., :32].view(1, 16, 2, 16)  # (B, T, H, h)
     with torch.no_grad():

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from attnbench import Backbone, ModelConfig
 from attnbench.registry.loader import load_registry
+from tests.helpers import grad
 
 VARIANTS = ("linear", "heinsen")
 
@@ -193,8 +194,8 @@ def test_heinsen_causal_and_finite_with_logits_scaled_100x(registry):
     x = torch.randn(1, T, cfg.d_model, generator=torch.Generator().manual_seed(3)).requires_grad_()
     y = mixer(x)  # (1, T, D)
     y.square().sum().backward()
-    assert torch.isfinite(y).all() and torch.isfinite(x.grad).all()
-    assert all(torch.isfinite(p.grad).all() for p in mixer.parameters())
+    assert torch.isfinite(y).all() and torch.isfinite(grad(x)).all()
+    assert all(torch.isfinite(grad(p)).all() for p in mixer.parameters())
     with torch.no_grad():
         x2 = x.detach().clone()
         x2[:, 70:] += 3.0 * torch.randn(1, T - 70, cfg.d_model)  # (1, T, D) later positions differ
@@ -326,13 +327,13 @@ def test_position_recurrence_stays_accurate_at_long_T(registry):
     model, cfg = own_model(registry)
     embed_pos, T, d = model.embed_pos, 4096, cfg.d_model
     with torch.no_grad():
-        embed_pos.proj.weight.normal_(0.0, 0.5)  # a, l ~ N(0, 8): decays from ~0 to ~1
+        embed_pos.proj.weight.normal_(0.0, 0.5)  # a, log b ~ N(0, 8): decays from ~0 to ~1
         x = torch.randn(1, T, d, generator=torch.Generator().manual_seed(7))  # (1, T, d)
         out, last = embed_pos(x, torch.zeros(1, d))
-        a, l = embed_pos.proj(x).double().chunk(2, dim=-1)  # (1, T, d) each
+        a, log_b = embed_pos.proj(x).double().chunk(2, dim=-1)  # (1, T, d) each
         log_x, ref = torch.zeros(1, d, dtype=torch.float64), []
         for t in range(T):
-            log_x = torch.logaddexp(F.logsigmoid(a[:, t]) + log_x, l[:, t])  # (1, d)
+            log_x = torch.logaddexp(F.logsigmoid(a[:, t]) + log_x, log_b[:, t])  # (1, d)
             ref.append(log_x)
         ref = torch.stack(ref, dim=1)  # (1, T, d)
     assert (out.double() - x.double() - ref).abs().max() < 2e-5
@@ -368,7 +369,7 @@ def test_linear_hand_written_backward_matches_autograd_of_the_cumsum_form(regist
     x = torch.randn(2, 45, cfg.d_model, generator=torch.Generator().manual_seed(5)).requires_grad_()
     w = torch.randn(2, 45, cfg.d_model, generator=torch.Generator().manual_seed(6))
     (mixer(x) * w).sum().backward()
-    ours = [x.grad.clone()] + [p.grad.clone() for p in mixer.parameters()]
+    ours = [grad(x).clone()] + [grad(p).clone() for p in mixer.parameters()]
     x.grad = None
     mixer.zero_grad()
     q, k, v = heads(mixer, x, cfg.n_head)
@@ -379,5 +380,5 @@ def test_linear_hand_written_backward_matches_autograd_of_the_cumsum_form(regist
     y = mixer.c_proj((num / den).transpose(1, 2).reshape(2, 45, cfg.d_model))  # (B, T, D)
     (y * w).sum().backward()
     reference = [x.grad] + [p.grad for p in mixer.parameters()]
-    for a, b in zip(ours, reference):
+    for a, b in zip(ours, reference, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

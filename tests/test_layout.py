@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import attnbench
+from tests.helpers import REPO, python
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-from tests.helpers import REPO, python
 
 ROOTS = {"attnbench": REPO / "harness", "attnbench.plugins": REPO / "plugins", "attnbench.suites": REPO / "suites"}
 MAX_MODULE_LINES = 400
@@ -129,7 +129,7 @@ def test_modules_and_functions_stay_small():
         if not module.startswith(("attnbench.experiments", "attnbench.run")):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
                 n = node.end_lineno - node.lineno + 1
                 if n > MAX_FUNCTION_LINES:
                     long_functions.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({n} lines)")

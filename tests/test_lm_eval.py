@@ -22,6 +22,7 @@ from attnbench.experiments.lm_eval.model import AttnbenchLM
 from attnbench.experiments.registry import expand_suite
 from attnbench.nn.checkpoint import load_checkpoint, save_checkpoint
 from attnbench.nn.generate import generate
+from attnbench.plan.specs import LmEvalSpec
 from attnbench.plan.suite import load_suite
 from attnbench.registry.loader import load_registry
 from attnbench.store.database import Store
@@ -251,8 +252,9 @@ def test_lm_eval_cells_are_keyed_by_their_trained_cells(tmp_path):
     assert [c.kind for c in first] == ["train", "lm_eval", "lm_eval"] and len(train) == 1
     for c in lm:
         assert c.key_inputs["train_cell_key"] == train[0].key and c.model == train[0].model
-        assert all(p.startswith("/") for p in c.spec.include_path)
-    assert lm[0].spec.paths["text_path"] == str(tmp_path / "heldout_lm.txt")
+        include = c.spec_as(LmEvalSpec).include_path
+        assert isinstance(include, list) and all(p.startswith("/") for p in include)
+    assert lm[0].spec_as(LmEvalSpec).paths["text_path"] == str(tmp_path / "heldout_lm.txt")
     second = cells(31)  # a different training budget: new trained cell, so new lm_eval keys
     assert {c.key for c in second if c.kind == "lm_eval"}.isdisjoint(c.key for c in lm)
     mismatched = load_suite(_suite(tmp_path, 30, text_seeds="[5]"))

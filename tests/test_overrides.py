@@ -8,6 +8,7 @@ import sqlite3
 import pytest
 
 from attnbench.errors import SuiteError
+from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import load_suite
 from tests.helpers import run_cli, write_suite
 
@@ -36,11 +37,13 @@ def test_overrides_set_defaults_and_one_experiment_by_name(tmp_path):
     path = write_suite(tmp_path / "s.yaml", SUITE)
     suite = load_suite(path, ["defaults.train.lr=1e-3", "experiments.text.seeds=[0,1]", "defaults.model.d_model=64"])
     text, other = suite.experiments
+    assert isinstance(text, TrainExperiment) and isinstance(other, TrainExperiment)
     assert text.train.lr == other.train.lr == 1e-3  # a command-line default beats the file's own value
     assert text.seeds == [0, 1] and other.seeds == [0]
     assert text.models[0].d_model == other.models[0].d_model == 64
     assert suite.overrides == ("defaults.train.lr=1e-3", "experiments.text.seeds=[0,1]", "defaults.model.d_model=64")
-    assert load_suite(path).experiments[1].train.lr == 1e-2  # the file itself is untouched
+    unchanged = load_suite(path).experiments[1]
+    assert isinstance(unchanged, TrainExperiment) and unchanged.train.lr == 1e-2  # the file itself is untouched
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from attnbench.data.builtin import builtin_text
 from attnbench.errors import SuiteError
 from attnbench.plan.suite import load_suite
 from attnbench.report.build import build_report
+from attnbench.report.document import Report
 from attnbench.report.load import load_store
 from attnbench.report.selection import select
 from attnbench.run.runner import run_suite
@@ -45,7 +46,7 @@ def _write_splits(folder: Path, test_text: str) -> None:
     (folder / "test.txt").write_text(test_text)
 
 
-def _run(folder: Path, registry, store_path: Path) -> tuple[dict, dict, object]:
+def _run(folder: Path, registry, store_path: Path) -> tuple[dict, dict, Report]:
     suite = load_suite(write_suite(folder / "suite.yaml", PROTOCOL_SUITE.replace("SUITE_NAME", folder.name)))
     with Store(store_path) as store:  # one store: the trust gate's verdicts are reused
         run_suite(suite, store, registry, device="cpu", out=io.StringIO())
@@ -59,7 +60,8 @@ def _run(folder: Path, registry, store_path: Path) -> tuple[dict, dict, object]:
 def test_choice_reads_validation_only_and_the_report_opens_with_the_test_comparison(tmp_path, registry):
     text = builtin_text("tinyshakespeare")
     clean, corrupt = tmp_path / "clean", tmp_path / "corrupt"
-    clean.mkdir(), corrupt.mkdir()
+    clean.mkdir()
+    corrupt.mkdir()
     _write_splits(clean, text[80_000:90_000])
     _write_splits(corrupt, "".join(chr(33 + (i * 7919) % 90) for i in range(10_000)))  # noise, not text
     cells_a, chosen_a, report_a = _run(clean, registry, tmp_path / "s.sqlite")
@@ -187,11 +189,11 @@ def test_successive_halving_keeps_the_best_points_on_validation_then_runs_the_su
                 rungs.setdefault(r["coords"]["rung"], {})[r["coords"]["lr"]] = r["summary"]["val_loss"]
         # 4 points at 2 steps -> best 2 at 4 steps -> best 1 (8 < 16 steps would be a rung of one: final)
         assert [len(rungs[k]) for k in sorted(rungs)] == [4, 2]
-        best0 = sorted(rungs[0], key=rungs[0].get)[:2]
+        best0 = sorted(rungs[0], key=lambda lr: rungs[0][lr])[:2]
         assert sorted(rungs[1]) == sorted(best0)
         final = [r for r in mine if r["coords"]["stage"] == "final"]
         assert sorted(r["seed"] for r in final) == [0, 1]
-        assert {r["coords"]["lr"] for r in final} == {min(rungs[1], key=rungs[1].get)}
+        assert {r["coords"]["lr"] for r in final} == {min(rungs[1], key=lambda lr: rungs[1][lr])}
         assert all(r["config"]["train"]["budget"]["steps"] == 16 and "rung" not in r["coords"] for r in final)
 
 

@@ -32,7 +32,7 @@ def phi64(name: str, x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
         return x.clamp_min(0)
     if name == "softmax":  # normalised over the head dimension
         return torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)
-    if name == "performer":  # FAVOR+ positive features of exp(q.k / sqrt(h)), no stabiliser
+    if name == "performer" and w is not None:  # FAVOR+ positive features of exp(q.k / sqrt(h)), no stabiliser
         xs = x / h**0.25
         return torch.exp(xs @ w.T - (xs * xs).sum(-1, keepdim=True) / 2) / math.sqrt(w.shape[0])
     raise ValueError(name)

@@ -35,7 +35,7 @@ def report(tmp_path_factory):
 def test_every_comparison_row_ends_in_a_decision_on_the_final_runs(report):
     rows = _table(report, "summary").set_index(["experiment", "variant", "setting"])
     text = rows.loc[("text", "linear", "all test sets")]
-    diffs = [a - b for a, b in zip(TEXT_TEST["linear"], TEXT_TEST["softmax"])]
+    diffs = [a - b for a, b in zip(TEXT_TEST["linear"], TEXT_TEST["softmax"], strict=True)]
     assert text["decision"] == "worse" and text["n"] == 3
     assert text["diff_mean"] == pytest.approx(statistics.fmean(diffs))
     assert text["grid_points"] == 4 and text["margin"] == 0.05  # 4 points tuned; the survivor's final runs report
@@ -52,7 +52,7 @@ def test_every_comparison_row_ends_in_a_decision_on_the_final_runs(report):
     assert rows.loc[("recall", "window", "num_kv_pairs=32"), "decision"] == "undetermined"
     linear32 = rows.loc[("recall", "linear", "num_kv_pairs=32")]
     assert linear32["diff_mean"] == pytest.approx(
-        statistics.fmean(a - b for a, b in zip(RECALL_TEST["linear"][32], RECALL_TEST["softmax"][32]))
+        statistics.fmean(a - b for a, b in zip(RECALL_TEST["linear"][32], RECALL_TEST["softmax"][32], strict=True))
     )
     assert rows.loc[("recall", "linear", "all test sets"), "chosen_point"] == "lr=0.001"  # chosen on validation
 
@@ -177,7 +177,9 @@ def test_the_first_screen_at_1400_by_900_shows_every_sentence_and_the_picture(tm
     )
     dom = subprocess.run([*flags, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    layout = json.loads(re.search(r'data-layout="([^"]*)"', dom.stdout).group(1).replace("&quot;", '"'))
+    probed = re.search(r'data-layout="([^"]*)"', dom.stdout)
+    assert probed, dom.stdout[-2000:]
+    layout = json.loads(probed.group(1).replace("&quot;", '"'))
     # --dump-dom keeps room for the window's frame (innerHeight < 900); the layout depends on the
     # width only, so boxes measured from the top of the page are where a 1400 x 900 viewport shows them.
     assert layout["width"] == 1400

@@ -90,7 +90,7 @@ def test_power_law_fit_recovers_known_parameters():
     assert math.isclose(fit.b, 0.3, rel_tol=1e-4) and math.isclose(fit.c, 1.5, rel_tol=1e-4)
     assert math.isclose(fit.a, 5.0, rel_tol=1e-3) and fit.rmse < 1e-6 and fit.n_points == 6
     noisy = fit_power_law(
-        N, [(5.0 * n**-0.3 + 1.5) * (1 + e) for n, e in zip(N, (0.002, -0.003, 0.001, 0.002, -0.001, 0.0))]
+        N, [(5.0 * n**-0.3 + 1.5) * (1 + e) for n, e in zip(N, (0.002, -0.003, 0.001, 0.002, -0.001, 0.0), strict=True)]
     )
     assert abs(noisy.b - 0.3) < 0.1 and abs(noisy.c - 1.5) < 0.2
     flat = fit_power_law([1e3, 1e4, 1e5], [2.0, 2.0, 2.0])  # no size effect: b or a ~ 0
@@ -109,7 +109,7 @@ def test_scaling_spec_rules():
     with pytest.raises(ValueError):
         ScalingSpec(tokens_per_param=1, flops_per_param=1)
     with pytest.raises(ValueError):
-        ScalingSpec(tokens_per_param=1, budget={"steps": 10})
+        ScalingSpec.model_validate({"tokens_per_param": 1, "budget": {"steps": 10}})
 
 
 def test_scaling_suite_needs_three_sizes(tmp_path):

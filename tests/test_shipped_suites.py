@@ -49,7 +49,7 @@ def cli(monkeypatch, capsys):
         try:
             code = main(list(argv))
         except SystemExit as exc:  # argparse's own usage errors
-            code = int(exc.code)
+            code = exc.code if isinstance(exc.code, int) else 1
         out, err = capsys.readouterr()
         return code, out, err
 
@@ -108,7 +108,7 @@ def test_suites_lists_every_shipped_suite_with_its_description(tmp_path, cli):
     assert _columns(lines[0]) == ["suite", "wall time", "description"]
     rows = [_columns(line) for line in lines[1 : len(SHIPPED) + 1]]
     assert [(name, desc) for name, _, desc in rows] == [(s["name"], s["description"]) for s in listed]
-    for (_, wall, _), item in zip(rows, listed):
+    for (_, wall, _), item in zip(rows, listed, strict=True):
         assert wall == "not measured" if item["wall_time_s"] is None else re.fullmatch(r"(\d+:)?\d+:\d\d", wall)
     assert f"files: {REPO / 'suites'} (lm-eval tasks: {REPO / 'suites' / 'lm_eval_tasks'})" in out
 

@@ -22,7 +22,7 @@ from attnbench import Variant, hookimpl
 from attnbench.errors import SuiteError
 from attnbench.experiments.registry import expand_suite
 from attnbench.fits import crossover, loglog_slope, t_quantile_975
-from attnbench.plan.specs import SpeedSpec
+from attnbench.plan.specs import SpeedExperiment, SpeedSpec
 from attnbench.plan.suite import load_suite
 from attnbench.registry.loader import get_plugin_manager, load_registry
 from attnbench.run.runner import run_suite
@@ -281,17 +281,20 @@ def test_rerun_reuses_unchanged_and_recomputes_after_variant_code_change(tmp_pat
 def test_loglog_slope_recovers_a_known_power_law_with_its_interval():
     Ts = [256, 512, 1024, 2048, 4096, 8192]
     noise = [1.03, 0.98, 1.01, 0.97, 1.02, 1.0]
-    ys = [2e-9 * T**2 * n for T, n in zip(Ts, noise)]  # quadratic with a few % noise
+    ys = [2e-9 * T**2 * n for T, n in zip(Ts, noise, strict=True)]  # quadratic with a few % noise
     fit = loglog_slope(Ts, ys)
+    assert fit is not None and fit.ci95 is not None and fit.stderr is not None
     assert abs(fit.slope - 2.0) < 0.03 and fit.n_points == 6 and (fit.T_min, fit.T_max) == (256, 8192)
     assert fit.ci95[0] < 2.0 < fit.ci95[1] and fit.stderr > 0
     # the interval is slope +- t(0.975, n-2) * stderr
     assert math.isclose(fit.ci95[1] - fit.slope, t_quantile_975(4) * fit.stderr)
     overhead = [1e-5 + 1e-7 * T for T in Ts]  # linear, with a constant that matters at short T
-    linear_tail = loglog_slope(Ts, overhead, T_from=2048)
+    linear_tail, whole = loglog_slope(Ts, overhead, T_from=2048), loglog_slope(Ts, overhead)
+    assert linear_tail is not None and whole is not None
     assert linear_tail.n_points == 3 and 0.9 < linear_tail.slope < 1.0
-    assert loglog_slope(Ts, overhead).slope < linear_tail.slope
+    assert whole.slope < linear_tail.slope
     exact = loglog_slope([1024, 2048], [1.0, 2.0])
+    assert exact is not None
     assert math.isclose(exact.slope, 1.0) and exact.stderr is None and exact.ci95 is None
     assert loglog_slope([1024], [1.0]) is None and loglog_slope([1024, 2048], [0.0, 1.0]) is None
 
@@ -301,7 +304,7 @@ def test_crossover_on_synthetic_curves():
     softmax = {T: 1e-8 * T**2 for T in Ts}  # quadratic
     linear = {T: 1e-5 * T for T in Ts}  # linear: equal at T = 1000
     cx = crossover(linear, softmax)
-    assert cx.status == "found" and cx.T == 1024 and abs(cx.T_interp - 1000) < 1
+    assert cx.status == "found" and cx.T == 1024 and cx.T_interp is not None and abs(cx.T_interp - 1000) < 1
     assert crossover({T: 0.5 * v for T, v in softmax.items()}, softmax).status == "always"
     assert crossover({T: 2 * v for T, v in softmax.items()}, softmax).status == "never"
     # the baseline running out of memory at 4096 counts as the variant being faster there
@@ -325,7 +328,7 @@ def test_speed_spec_lengths_and_validation():
         {"modes": ["backward"]},
     ):
         with pytest.raises(ValueError):
-            SpeedSpec(**bad)
+            SpeedSpec.model_validate(bad)
 
 
 def test_suite_errors_name_the_speed_key(tmp_path):
@@ -346,7 +349,9 @@ def test_suite_errors_name_the_speed_key(tmp_path):
 
 def test_shipped_speed_suite_validates():
     suite = load_suite(REPO / "suites" / "speed.yaml")
-    spec = suite.experiments[0].speed
+    exp = suite.experiments[0]
+    assert isinstance(exp, SpeedExperiment)
+    spec = exp.speed
     assert spec.sweep("train_step")[-1] == 16384 and suite.experiments[0].variants == "all"
     assert expand_suite(suite, load_registry())  # every registered variant, context covers 16384
 

@@ -65,8 +65,10 @@ def test_every_builtin_that_decodes_declares_the_state_it_holds():
         config = ModelConfig(d_model=16, n_layer=1, n_head=2, context=80, options=variant.make_options(None))
         torch.manual_seed(0)
         mixer = variant.build_mixer(config, 0).eval()
+        state_size = variant.state_size
+        assert state_size is not None  # the filter above
         for T in (13, 70):
-            held, declared = _held(mixer, config, T), variant.state_size(config, 0, T)
+            held, declared = _held(mixer, config, T), state_size(config, 0, T)
             assert held == declared, f"{variant.name} at T={T}: holds {held}, declares {declared}"
 
 
@@ -81,7 +83,9 @@ def test_a_hybrids_state_is_the_tuple_of_its_layers_states_and_sums_to_its_facts
         _, state = model.step(torch.randint(0, 256, (1, T)), state)
     assert len(state.layers) == 8
     held = [state_numel(s) for s in state.layers]
-    assert held == [hybrid.state_size(config, i, T) for i in range(8)]
+    state_size = hybrid.state_size
+    assert state_size is not None  # every part declares one
+    assert held == [state_size(config, i, T) for i in range(8)]
     assert held[3] == held[7] == 2 * T * 16  # softmax layers: a K/V cache that grows with T
     assert held[0] == held[1] == held[2] != held[3]  # gated deltanet layers: a fixed recurrent state
     assert model_facts(hybrid, config, T)["state_elements"] == sum(held)

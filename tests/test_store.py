@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from attnbench.errors import StoreError
@@ -13,11 +15,31 @@ PINNED_SCHEMA = [
     "CREATE INDEX metrics_run ON metrics (run_id, name, step)",
     "CREATE INDEX results_run ON results (run_id, name)",
     "CREATE INDEX runs_suite ON runs (suite, experiment, variant)",
-    "CREATE TABLE attempts ( id INTEGER PRIMARY KEY, cell_key TEXT NOT NULL, reason TEXT NOT NULL, status TEXT NOT NULL, error TEXT, summary TEXT NOT NULL, provenance TEXT NOT NULL, started_at REAL NOT NULL, finished_at REAL NOT NULL, recorded_at REAL NOT NULL )",
-    "CREATE TABLE checks ( gate_key TEXT NOT NULL, variant TEXT NOT NULL, check_name TEXT NOT NULL, status TEXT NOT NULL, figure REAL, tolerance REAL, detail TEXT NOT NULL, provenance TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (gate_key, check_name) )",
-    "CREATE TABLE metrics ( run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, step INTEGER NOT NULL, tokens INTEGER NOT NULL, elapsed_s REAL NOT NULL, name TEXT NOT NULL, value REAL )",
-    "CREATE TABLE results ( run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, name TEXT NOT NULL, value REAL, unit TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '{}' )",
-    "CREATE TABLE runs ( id INTEGER PRIMARY KEY, cell_key TEXT NOT NULL UNIQUE, suite TEXT NOT NULL, experiment TEXT NOT NULL, kind TEXT NOT NULL, variant TEXT NOT NULL, status TEXT NOT NULL, seed INTEGER, coords TEXT NOT NULL, config TEXT NOT NULL, provenance TEXT NOT NULL, summary TEXT NOT NULL, error TEXT, started_at REAL NOT NULL, finished_at REAL NOT NULL )",
+    (
+        "CREATE TABLE attempts ( id INTEGER PRIMARY KEY, cell_key TEXT NOT NULL, reason TEXT NOT NULL, "
+        "status TEXT NOT NULL, error TEXT, summary TEXT NOT NULL, provenance TEXT NOT NULL, "
+        "started_at REAL NOT NULL, finished_at REAL NOT NULL, recorded_at REAL NOT NULL )"
+    ),
+    (
+        "CREATE TABLE checks ( gate_key TEXT NOT NULL, variant TEXT NOT NULL, check_name TEXT NOT NULL, "
+        "status TEXT NOT NULL, figure REAL, tolerance REAL, detail TEXT NOT NULL, provenance TEXT NOT NULL, "
+        "created_at REAL NOT NULL, PRIMARY KEY (gate_key, check_name) )"
+    ),
+    (
+        "CREATE TABLE metrics ( run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, "
+        "step INTEGER NOT NULL, tokens INTEGER NOT NULL, elapsed_s REAL NOT NULL, name TEXT NOT NULL, "
+        "value REAL )"
+    ),
+    (
+        "CREATE TABLE results ( run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, "
+        "name TEXT NOT NULL, value REAL, unit TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '{}' )"
+    ),
+    (
+        "CREATE TABLE runs ( id INTEGER PRIMARY KEY, cell_key TEXT NOT NULL UNIQUE, suite TEXT NOT NULL, "
+        "experiment TEXT NOT NULL, kind TEXT NOT NULL, variant TEXT NOT NULL, status TEXT NOT NULL, "
+        "seed INTEGER, coords TEXT NOT NULL, config TEXT NOT NULL, provenance TEXT NOT NULL, "
+        "summary TEXT NOT NULL, error TEXT, started_at REAL NOT NULL, finished_at REAL NOT NULL )"
+    ),
     "CREATE TABLE schema_migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, applied_at REAL NOT NULL)",
 ]
 
@@ -50,7 +72,9 @@ def test_schema_is_pinned(tmp_path):
 def test_run_round_trip_and_duplicate_key_is_a_no_op(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         run_id = store.save_run(_run("k1"))
-        assert store.save_run(_run("k1")) is None  # a second writer of the same cell stores nothing
+        assert (
+            run_id is not None and store.save_run(_run("k1")) is None
+        )  # a second writer of the same cell stores nothing
         [row] = store.runs()
         assert row["id"] == run_id and row["coords"] == {"lr": 1e-3}
         assert row["provenance"]["git"]["commit"] == "abc"
@@ -62,8 +86,9 @@ def test_run_round_trip_and_duplicate_key_is_a_no_op(tmp_path):
 def test_failed_write_leaves_nothing(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         bad = _run("k1")
-        bad.metrics.append(Metric(99, 0, 0.0, None, 1.0))  # NOT NULL violation mid-transaction
-        with pytest.raises(Exception):
+        # None where the schema says NOT NULL, on purpose: the write must fail mid-transaction
+        bad.metrics.append(Metric(99, 0, 0.0, None, 1.0))  # pyright: ignore[reportArgumentType]
+        with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
             store.save_run(bad)
         assert store.runs() == [] and not store.has_run("k1")
 

@@ -32,7 +32,8 @@ SUITE = """
     defaults:
       data: {{source: builtin, max_bytes: 60000}}
       model: {{d_model: 16, n_layer: 1, n_head: 2}}
-      train: {{batch_size: 2, seq_len: 16, lr: 1.0e-2, warmup_steps: 1, eval_interval: 4, eval_tokens: 256, log_interval: 2}}
+      train: {{batch_size: 2, seq_len: 16, lr: 1.0e-2, warmup_steps: 1,
+              eval_interval: 4, eval_tokens: 256, log_interval: 2}}
     experiments:
       - name: cells
         kind: train
@@ -199,7 +200,8 @@ def test_two_machines_stores_merge_into_the_report_of_one_store(tmp_path):
     # One store that ran both suites (single); machine A's store ran alpha only; machine B's
     # holds the very same beta rows as single (single without alpha), so the numbers agree.
     single, a, b = tmp_path / "single.sqlite", tmp_path / "a" / "store.sqlite", tmp_path / "b" / "store.sqlite"
-    a.parent.mkdir(), b.parent.mkdir()
+    a.parent.mkdir()
+    b.parent.mkdir()
     for name, seeds, store in (("alpha", "[0]", a), ("beta", "[1]", single)):
         if store == single:
             shutil.copy(a, single)

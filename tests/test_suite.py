@@ -6,6 +6,8 @@ import pytest
 
 from attnbench.errors import SuiteError, UnknownVariantError
 from attnbench.experiments.registry import expand_suite
+from attnbench.plan.base import TrainSpec
+from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import load_suite
 from attnbench.plugins import softmax
 from attnbench.registry.loader import get_plugin_manager, load_registry
@@ -43,7 +45,7 @@ def test_good_suite_expands_to_grid_times_seeds(tmp_path, registry):
     suite = load_suite(write_suite(tmp_path / "suite.yaml", GOOD))
     cells = expand_suite(suite, registry)
     assert len(cells) == 4
-    assert {(c.spec.lr, c.seed) for c in cells} == {(1e-3, 0), (1e-3, 1), (3e-3, 0), (3e-3, 1)}
+    assert {(c.spec_as(TrainSpec).lr, c.seed) for c in cells} == {(1e-3, 0), (1e-3, 1), (3e-3, 0), (3e-3, 1)}
     assert all(c.model.d_model == 32 and c.model.context == 32 for c in cells)  # defaults merged
 
 
@@ -152,10 +154,11 @@ def test_long_linear_sweep_differs_from_the_anchor_sweep_only_in_budget():
     it must stay the same experiment at twice the steps."""
     sweep = next(e for e in load_suite(REPO / "suites" / "mqar-anchor.yaml").experiments if e.name == "kv-sweep")
     (long,) = load_suite(REPO / "suites" / "mqar-linear-long.yaml").experiments
+    assert isinstance(long, TrainExperiment) and isinstance(sweep, TrainExperiment)
     assert long.variants == ["linear"] and "linear" in sweep.variants
     assert long.model_dump(exclude={"variants", "train"}) == sweep.model_dump(exclude={"variants", "train"})
     assert long.train.model_dump(exclude={"budget"}) == sweep.train.model_dump(exclude={"budget"})
-    assert long.train.budget.steps == 2 * sweep.train.budget.steps
+    assert sweep.train.budget.steps is not None and long.train.budget.steps == 2 * sweep.train.budget.steps
 
 
 def test_seeds_suite_is_the_published_configuration(tmp_path, shared_data):
@@ -177,7 +180,9 @@ def test_seeds_suite_is_the_published_configuration(tmp_path, shared_data):
     for cell in cells.values():
         m = cell.model
         assert (m.d_model, m.n_layer, m.n_head, m.context, m.dropout) == (128, 6, 4, 2048, 0.1)
-        assert (cell.spec.batch_size, cell.spec.seq_len, cell.spec.lr, cell.spec.weight_decay) == (2, 2048, 5e-4, 0.0)
-    assert cells["additive"].model.options.rescale == 15.0 and cells["additive"].spec.model_kind == "own"
+        t = cell.spec_as(TrainSpec)
+        assert (t.batch_size, t.seq_len, t.lr, t.weight_decay) == (2, 2048, 5e-4, 0.0)
+    additive = cells["additive"]
+    assert additive.model.options.rescale == 15.0 and additive.spec_as(TrainSpec).model_kind == "own"
     windowed = cells["windowed"].model.options
     assert windowed.windows == (4, 8, 16, 32, 64, 2048) and windowed.rescale == 10.0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 
@@ -72,7 +73,7 @@ def test_mqar_targets_are_the_values_bound_to_the_queried_keys(registry, random_
     task, opts = _make(registry, "mqar", random_non_queries=random_fill)
     V, T, K = opts.vocab_size, opts.seq_len, opts.num_kv_pairs
     batch = task.generate(opts, 200, 0)
-    for x, y in zip(batch.inputs, batch.targets):
+    for x, y in zip(batch.inputs, batch.targets, strict=True):
         keys, values = x[0 : 2 * K : 2], x[1 : 2 * K : 2]
         assert len(set(keys.tolist())) == K and len(set(values.tolist())) == K
         assert keys.min() >= 1 and keys.max() < V // 2 and values.min() >= V // 2
@@ -115,7 +116,7 @@ def test_noisy_recall_queries_are_neighbours_of_their_keys(registry):
     m, K = opts.neighbours, opts.num_kv_pairs
     batch = task.generate(opts, 400, 1)
     changed = total = 0
-    for x, y in zip(batch.inputs, batch.targets):
+    for x, y in zip(batch.inputs, batch.targets, strict=True):
         keys = x[0 : 2 * K : 2]
         blocks = ((keys - 1) // m).tolist()
         assert len(set(blocks)) == K and keys.min() >= 1 and keys.max() < 1 + m * ((opts.vocab_size // 2 - 1) // m)
@@ -138,7 +139,7 @@ def test_selective_copy_targets_are_the_data_tokens_in_order(registry):
     T, n = opts.seq_len, opts.num_tokens
     R = T - n
     batch = task.generate(opts, 300, 2)
-    for x, y in zip(batch.inputs, batch.targets):
+    for x, y in zip(batch.inputs, batch.targets, strict=True):
         region = x[:R]
         data = region[region != 0]
         assert len(data) == n and data.min() >= 2  # n data tokens among blanks
@@ -152,7 +153,7 @@ def test_induction_targets_are_the_tokens_after_the_first_occurrence(registry):
     task, opts = _make(registry, "induction")
     T, G = opts.seq_len, opts.num_triggers
     batch = task.generate(opts, 300, 4)
-    for x, y in zip(batch.inputs, batch.targets):
+    for x, y in zip(batch.inputs, batch.targets, strict=True):
         pos = (y != IGNORE).nonzero().flatten().tolist()
         assert len(pos) == G and all(p >= T // 2 for p in pos)
         assert len({int(x[p]) for p in pos}) == G
@@ -264,7 +265,8 @@ class _Oracle(LanguageModel):
         from sklearn.datasets import load_digits
 
         self.config = ModelConfig(vocab_size=18, context=64)
-        self.all = torch.from_numpy(load_digits().data).long()  # (1797, 64)
+        images, _ = load_digits(return_X_y=True)
+        self.all = torch.from_numpy(np.asarray(images)).long()  # (1797, 64)
         self.wrong = wrong
 
     def init_state(self, batch_size, max_len, device=None, dtype=None):

@@ -22,7 +22,8 @@ SUITE = """
     defaults:
       data: {{source: builtin, max_bytes: 200000}}
       model: {{d_model: 32, n_layer: 1, n_head: 2}}
-      train: {{batch_size: 4, seq_len: 32, lr: 1.0e-2, warmup_steps: 2, eval_interval: 10, eval_tokens: 2048, log_interval: 5}}
+      train: {{batch_size: 4, seq_len: 32, lr: 1.0e-2, warmup_steps: 2,
+              eval_interval: 10, eval_tokens: 2048, log_interval: 5}}
     experiments:
       - name: pair
         kind: train

@@ -9,6 +9,7 @@ length against softmax.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,6 +19,7 @@ from attnbench.errors import SuiteError
 from attnbench.experiments.registry import expand_suite
 from attnbench.experiments.speed.fits import BASELINE, curves_by_model, fit_results, stored_baseline
 from attnbench.plan.cells import Cell
+from attnbench.plan.specs import SpeedSpec
 from attnbench.plan.suite import Suite
 from attnbench.run.runner import run_suite
 from attnbench.store.database import Store
@@ -126,7 +128,7 @@ def _fmt_bytes(b: float) -> str:
 
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
 def _points(store: Store, run_id: int) -> dict[tuple[str, str], dict[int, tuple[float | None, str]]]:
@@ -137,6 +139,14 @@ def _points(store: Store, run_id: int) -> dict[tuple[str, str], dict[int, tuple[
     return out
 
 
+def _point_text(point: tuple[float | None, str] | None, fmt: Callable[[float], str]) -> str:
+    """A table entry: the value of an ok point, else its status mark; blank where none was stored."""
+    if point is None:
+        return ""
+    value, status = point
+    return fmt(value) if status == "ok" and value is not None else STATUS_MARK.get(status, "?")
+
+
 def render(store: Store, cells: list[Cell], device: str) -> str:
     """Time and memory tables with slopes and crossovers, from the stored cells."""
     runs = {r["cell_key"]: r for r in store.runs(suite=cells[0].suite, kind="speed")}
@@ -145,7 +155,7 @@ def render(store: Store, cells: list[Cell], device: str) -> str:
         return "no stored speed runs for these settings"
     base = [r for c, r in mine if c.variant == BASELINE] or stored_baseline(store, cells)
     base_curves = curves_by_model(store, base).get(0)
-    spec = cells[0].spec
+    spec = cells[0].spec_as(SpeedSpec)
     lengths = sorted({T for m in spec.modes for T in spec.sweep(m)})
     out = []
     for name, label, fmt, quantity in (
@@ -162,14 +172,7 @@ def render(store: Store, cells: list[Cell], device: str) -> str:
             fits = fit_results(curves, base_curves, spec.fit_T_min, device, with_crossover=cell.variant != BASELINE)
             for mode in spec.modes:
                 pts = points.get((mode, name), {})
-                cols = [
-                    fmt(pts[T][0])
-                    if T in pts and pts[T][1] == "ok"
-                    else STATUS_MARK.get(pts[T][1], "?")
-                    if T in pts
-                    else ""
-                    for T in lengths
-                ]
+                cols = [_point_text(pts.get(T), fmt) for T in lengths]
                 slope = next(
                     r for r in fits if r.name == "slope" and r.tags["mode"] == mode and r.tags["quantity"] == quantity
                 )

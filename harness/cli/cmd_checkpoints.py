@@ -58,7 +58,9 @@ def _cells(row: CheckpointRow) -> tuple[str, ...]:
 def _table(rows: list[CheckpointRow]) -> str:
     lines = [COLUMNS, *(_cells(r) for r in rows)]
     widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS) - 1)]
-    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(line, widths)), line[-1]]) for line in lines)
+    return "\n".join(
+        "  ".join([*(c.ljust(w) for c, w in zip(line[:-1], widths, strict=True)), line[-1]]) for line in lines
+    )
 
 
 def run(args: argparse.Namespace) -> int:

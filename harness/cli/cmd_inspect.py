@@ -35,7 +35,9 @@ def _ids(value: str) -> list[int]:
     try:
         return [int(v) for v in value.replace(",", " ").split()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--tokens takes integer ids, e.g. --tokens '5 4099 12', not {value!r}")
+        raise argparse.ArgumentTypeError(
+            f"--tokens takes integer ids, e.g. --tokens '5 4099 12', not {value!r}"
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:

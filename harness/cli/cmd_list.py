@@ -132,4 +132,4 @@ def _print_table(rows: list[tuple[str, ...]]) -> None:
     n = len(rows[0]) - 1
     widths = [max(len(r[i]) for r in rows) for i in range(n)]
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r[:n], widths)) + "  " + r[n])
+        print("  ".join(c.ljust(w) for c, w in zip(r[:n], widths, strict=True)) + "  " + r[n])

@@ -61,7 +61,7 @@ class ModelConfig:
         if self.mlp_hidden is None:  # likewise
             del out["mlp_hidden"]
         opts = self.options
-        if dataclasses.is_dataclass(opts):
+        if dataclasses.is_dataclass(opts) and not isinstance(opts, type):
             opts = dataclasses.asdict(opts)
         out["options"] = opts
         return out

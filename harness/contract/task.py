@@ -35,7 +35,7 @@ class TaskEval:
 
 
 def _asdict(options: Any) -> dict[str, Any]:
-    return dataclasses.asdict(options) if dataclasses.is_dataclass(options) else {}
+    return dataclasses.asdict(options) if dataclasses.is_dataclass(options) and not isinstance(options, type) else {}
 
 
 @dataclass(frozen=True)

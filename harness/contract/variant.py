@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -29,11 +29,14 @@ from torch import nn
 from attnbench.contract.config import ModelConfig
 from attnbench.errors import quoted, shortened
 
+if TYPE_CHECKING:  # the contract names the model base for the checker only: nn depends on contract
+    from attnbench.nn.model import LanguageModel
+
 DecodeKind = Literal["kv_cache", "recurrent", "window", "none"]
 DECODE_KINDS: tuple[str, ...] = ("kv_cache", "recurrent", "window", "none")
 
 MixerBuilder = Callable[[ModelConfig, int], nn.Module]
-ModelBuilder = Callable[[ModelConfig], nn.Module]
+ModelBuilder = Callable[[ModelConfig], "LanguageModel"]
 # (config, layer_idx, T) -> number of state elements one sequence holds after T tokens.
 StateSize = Callable[[ModelConfig, int, int], int]
 # (config, layer_idx, T) -> forward FLOPs per token of this layer's mixer, averaged over
@@ -41,7 +44,26 @@ StateSize = Callable[[ModelConfig, int, int], int]
 FlopsPerToken = Callable[[ModelConfig, int, int], float]
 # (mixer, x (B, T, D) the mixer's input) -> what each head attends to, no gradient:
 # pairwise weights (B, H, T, T), row i over keys j <= i, or per-token importances (B, H, T).
-AttentionMaps = Callable[[nn.Module, torch.Tensor], torch.Tensor]
+# The mixer is one this variant's build_mixer made (its own class: Any here).
+AttentionMaps = Callable[[Any, torch.Tensor], torch.Tensor]
+
+
+@runtime_checkable
+class DecodingMixer(Protocol):
+    """A mixer's optional incremental form (``init_state``/``step``, see the mixer contract)."""
+
+    def init_state(
+        self, batch_size: int, max_len: int, device: torch.device | None = None, dtype: torch.dtype | None = None
+    ) -> Any: ...
+
+    def step(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]: ...
+
+
+def decoding(mixer: nn.Module) -> DecodingMixer:
+    """``mixer`` as its incremental form; NotImplementedError (as a model without one) if it has none."""
+    if not isinstance(mixer, DecodingMixer):
+        raise NotImplementedError(f"{type(mixer).__name__} has no incremental decoding (init_state and step)")
+    return mixer
 
 
 class AuxLoss(NamedTuple):
@@ -74,7 +96,8 @@ class Variant:
         ``variant_options`` that are validated into it and put on ``config.options``.
     build_model: optional ``(config) -> LanguageModel`` for the variant's own
         reference architecture (see ``attnbench.nn.model.LanguageModel``).
-    decode: kind of incremental decoding the mixer supports.
+    decode: kind of incremental decoding the mixer supports (a ``DecodeKind``; a hybrid's
+        joins its parts' kinds with "+", e.g. "kv_cache+recurrent").
     state_size: recurrent/cache state elements per sequence per layer after T tokens.
     flops_per_token: analytic forward FLOPs per token per layer at context T.
     causal: True when outputs at t never depend on inputs after t.
@@ -89,7 +112,7 @@ class Variant:
     description: str = ""
     options: type | None = None
     build_model: ModelBuilder | None = None
-    decode: DecodeKind = "none"
+    decode: DecodeKind | str = "none"  # str: a hybrid's joined kinds
     state_size: StateSize | None = None
     flops_per_token: FlopsPerToken | None = None
     causal: bool = True

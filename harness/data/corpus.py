@@ -1,11 +1,11 @@
 """Training data for `train` experiments: text corpora and synthetic tasks.
 
-Text sources: corpora shipped in the package (``source: builtin``), the offline default (the running interpreter's standard-library sources,
-needs no download anywhere), local text / json / parquet files through HF ``datasets``,
-or a hub dataset by name when online. Tokens are bytes by default; a locally trained BPE
-or a named pretrained tokenizer are options, and held-out metrics are reported in bits
-per byte whatever the tokenizer. Synthetic tasks (``source: task``) live in
-``data/tasks.py``; ``data/loading.py`` picks between the two.
+Text sources: corpora shipped in the package (``source: builtin``), the offline default (the
+running interpreter's standard-library sources, needs no download anywhere), local text / json
+/ parquet files through HF ``datasets``, or a hub dataset by name when online. Tokens are bytes
+by default; a locally trained BPE or a named pretrained tokenizer are options, and held-out
+metrics are reported in bits per byte whatever the tokenizer. Synthetic tasks (``source:
+task``) live in ``data/tasks.py``; ``data/loading.py`` picks between the two.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 
 from attnbench.data.builtin import DEFAULT_BUILTIN, builtin_text
 from attnbench.data.spec import DataSpec, EvalSet
-from attnbench.data.tokenizers import ByteTokenizer, pretrained, train_bpe
+from attnbench.data.tokenizers import ByteTokenizer, HFTokenizer, pretrained, pretrained_name, train_bpe
 from attnbench.errors import DataError
 
 _STDLIB_SKIP = {"test", "tests", "idlelib", "site-packages", "lib2to3", "turtledemo"}
@@ -102,6 +102,8 @@ def _load_local(source: str, files: list[str], text_field: str) -> str:
 def _load_hub(spec: DataSpec, split: str) -> str:
     import datasets
 
+    if spec.name is None:
+        raise DataError("data source 'hf' needs 'name' (a hub dataset)")
     try:
         ds = datasets.load_dataset(spec.name, spec.config, split=split)
     except Exception as exc:
@@ -128,6 +130,8 @@ def _texts(spec: DataSpec) -> tuple[str, str | None]:
     if spec.source == "hf":
         val = _load_hub(spec, spec.val_split) if spec.val_split else None
         return _load_hub(spec, spec.split), val
+    if spec.path is None:
+        raise DataError(f"data source {spec.source!r} needs 'path' (a local file or a list of files)")
     train = _load_local(spec.source, _files(spec.path), spec.text_field)
     val = _load_local(spec.source, _files(spec.val_path), spec.text_field) if spec.val_path else None
     return train, val
@@ -158,7 +162,7 @@ def make_tokenizer(spec: DataSpec, train_text: str):
     if spec.tokenizer == "bpe":
         return train_bpe(train_text, spec.bpe_vocab_size)
     if spec.tokenizer == "pretrained":
-        return pretrained(spec.tokenizer_name)
+        return pretrained(pretrained_name(spec))
     return ByteTokenizer()
 
 
@@ -196,7 +200,7 @@ def _load_cached(spec_json: str) -> Corpus:
         bytes_per_token,
         digest,
         f"{desc} [{tok.name}]",
-        tokenizer_json=tok.to_json() if hasattr(tok, "to_json") else None,
+        tokenizer_json=tok.to_json() if isinstance(tok, HFTokenizer) else None,
         test=test,
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from attnbench.data.corpus import Corpus, load_text_corpus
 from attnbench.data.spec import DataSpec
 from attnbench.data.tasks import TaskData, load_task_data, task_vocab
-from attnbench.data.tokenizers import ByteTokenizer, pretrained
+from attnbench.data.tokenizers import ByteTokenizer, pretrained, pretrained_name
 
 
 def load_corpus(spec: DataSpec, registry=None) -> Corpus | TaskData:
@@ -23,5 +23,5 @@ def vocab_size_for(spec: DataSpec, registry=None) -> int:
     if spec.tokenizer == "bpe":
         return spec.bpe_vocab_size
     if spec.tokenizer == "pretrained":
-        return pretrained(spec.tokenizer_name).vocab_size
+        return pretrained(pretrained_name(spec)).vocab_size
     return ByteTokenizer.vocab_size

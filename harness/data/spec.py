@@ -19,25 +19,24 @@ class DataSpec(BaseModel):
     path: str | list[str] | None = None  # local file(s), relative to the suite file
     val_path: str | list[str] | None = None  # held-out file(s); else the tail of `path`
     test_path: str | list[str] | None = None  # test file(s) for the protocol's reported numbers
-    test_fraction: float | None = Field(None, gt=0.0, lt=1.0)  # else a test slice cut before the val tail
+    test_fraction: float | None = Field(default=None, gt=0.0, lt=1.0)  # else a test slice cut before the val tail
     name: str | None = None  # hub dataset name (source: hf); shipped corpus (source: builtin, default tinyshakespeare)
     config: str | None = None  # hub dataset config (source: hf)
     split: str = "train"
     val_split: str | None = None
     text_field: str = "text"
-    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-    max_bytes: int | None = Field(None, gt=0)  # cap on training bytes (head of the corpus)
+    val_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
+    max_bytes: int | None = Field(default=None, gt=0)  # cap on training bytes (head of the corpus)
     tokenizer: Literal["bytes", "bpe", "pretrained"] = "bytes"
-    bpe_vocab_size: int = Field(4096, ge=260)
-    tokenizer_name: str | None = (
-        None  # tokenizer: pretrained; a hub name, or a tokenizer.json / folder relative to the suite file
-    )
+    bpe_vocab_size: int = Field(default=4096, ge=260)
+    # tokenizer: pretrained; a hub name, or a tokenizer.json / folder relative to the suite file
+    tokenizer_name: str | None = None
     # source: task
     task: str | None = None
     task_options: dict[str, Any] = {}
-    train_examples: int = Field(20000, gt=0)
-    val_examples: int = Field(1000, gt=0)
-    test_examples: int | None = Field(None, gt=0)  # task test examples, generated under their own seed
+    train_examples: int = Field(default=20000, gt=0)
+    val_examples: int = Field(default=1000, gt=0)
+    test_examples: int | None = Field(default=None, gt=0)  # task test examples, generated under their own seed
     train_settings: list[dict[str, Any]] = []  # option overrides mixed in equal parts for training
     eval_settings: list[dict[str, Any]] = []  # option overrides, each evaluated separately
 

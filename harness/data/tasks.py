@@ -61,6 +61,8 @@ def _task(spec: DataSpec, registry) -> Task:
         from attnbench.registry.loader import load_registry
 
         registry = load_registry()
+    if spec.task is None:
+        raise DataError("data source 'task' needs 'task' (a registered task name; see `attnbench list`)")
     return registry.get_task(spec.task)
 
 

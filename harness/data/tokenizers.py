@@ -7,10 +7,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from attnbench.errors import DataError
+
+if TYPE_CHECKING:
+    from attnbench.data.spec import DataSpec
 
 
 class ByteTokenizer:
@@ -127,6 +131,13 @@ def train_bpe(text: str, vocab_size: int) -> HFTokenizer:
     tok.save(str(tmp))
     os.replace(tmp, path)
     return HFTokenizer(tok, f"bpe-{vocab_size}")
+
+
+def pretrained_name(spec: DataSpec) -> str:
+    """``tokenizer_name`` of a ``tokenizer: pretrained`` data spec (its validator requires one)."""
+    if spec.tokenizer_name is None:
+        raise DataError("tokenizer 'pretrained' needs 'tokenizer_name' (a hub name or a tokenizer.json)")
+    return spec.tokenizer_name
 
 
 def pretrained(name: str) -> HFTokenizer:

@@ -79,14 +79,14 @@ COMMON_CODE = (
 )
 
 
-def trained_run(ctx: RunContext, cell: Any, purpose: str) -> tuple[dict[str, Any] | None, CellOutcome | None]:
+def trained_run(ctx: RunContext, cell: Any, purpose: str) -> dict[str, Any] | CellOutcome:
     """The stored training run a linked cell reads (lm_eval, finetune), or the outcome that
     says why there is nothing to ``purpose`` (not stored, or not finished)."""
     key = cell.key_inputs.get("train_cell_key")
     run = next((r for r in ctx.store.runs(suite=cell.suite) if r["cell_key"] == key), None)
     if run is not None and run["status"] == "done":
-        return run, None
+        return run
     why = "was not stored" if run is None else f"ended with status {run['status']!r}"
-    return None, CellOutcome(
+    return CellOutcome(
         "skipped", error=f"its training cell in {cell.spec.from_experiment!r} {why}; nothing to {purpose}"
     )

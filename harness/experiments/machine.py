@@ -4,6 +4,7 @@ silently reported."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -20,10 +21,8 @@ def machine_load() -> dict[str, Any]:
     except (OSError, ValueError, IndexError):
         pass
     if torch.cuda.is_available():
-        try:
+        with contextlib.suppress(Exception):  # needs pynvml; absent is recorded as absent
             out["gpu_util"] = torch.cuda.utilization()
-        except Exception:  # needs pynvml; absent is recorded as absent
-            pass
     return out
 
 

@@ -28,6 +28,7 @@ from attnbench.experiments.train.setup import build_model
 from attnbench.fits import fit_power_law
 from attnbench.nn.flops import model_facts
 from attnbench.plan.cells import Cell
+from attnbench.plan.specs import ScalingSpec
 from attnbench.registry.identity import code_hash
 from attnbench.store.database import Result, Store
 from attnbench.store.provenance import device_name
@@ -37,14 +38,14 @@ XS = (("params", "n_params"), ("flops", "train_flops"))  # fit against: (tag, su
 
 def run_scaling_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
 
-    spec = cell.spec
+    spec = cell.spec_as(ScalingSpec)
     torch.manual_seed(cell.seed)
     n_params = build_model(variant, replace(cell, spec=spec.train_spec(1))).num_params()
     train_spec = spec.train_spec(n_params)
     outcome = train_cell(
         replace(cell, spec=train_spec),
         variant,
-        load_corpus(cell.data, ctx.registry),
+        load_corpus(cell.data_spec(), ctx.registry),
         ctx.device,
         ctx.progress,
         ctx.checkpoint_dir,

@@ -64,7 +64,7 @@ def _encode(text: str | None, tokens: list[int] | None, config: ModelConfig) -> 
     ``tokens`` as given (any vocabulary, e.g. an MQAR task model), labelled by id."""
     if (text is None) == (tokens is None):
         raise InspectError("give either --text (bytes, for byte-level models) or --tokens (token ids)")
-    if tokens is None:
+    if text is not None:
         if config.vocab_size != ByteTokenizer.vocab_size:
             raise InspectError(
                 f"the checkpoint's vocabulary has {config.vocab_size} tokens; --text is read "
@@ -78,7 +78,7 @@ def _encode(text: str | None, tokens: list[int] | None, config: ModelConfig) -> 
             )
         ids = ByteTokenizer().encode(text).long()  # (T,)
         what, labels = f"--text is {len(ids)} bytes", token_labels(ids.tolist())
-    else:
+    elif tokens is not None:
         bad = [t for t in tokens if not 0 <= t < config.vocab_size]
         if bad:
             raise InspectError(
@@ -126,7 +126,7 @@ def inspect_checkpoint(
         for h in hooks:
             h.remove()
     layers = []
-    for i, (mixer, x) in enumerate(zip(mixers, inputs)):
+    for i, (mixer, x) in enumerate(zip(mixers, inputs, strict=True)):
         w = variant.attention_maps(mixer, x)[0].float()  # (H, T, T) or (H, T)
         T = idx.size(1)
         if w.shape not in ((config.n_head, T, T), (config.n_head, T)):

@@ -95,7 +95,7 @@ def write_html(ins: Inspection, pngs: list[Path], out: Path) -> Path:
         "<p>Pairwise maps: row = query position, column = key position, each row's weights "
         "over keys j &le; i. Importance maps: one weight per token and head.</p>",
     ]
-    for m, png in zip(ins.layers, pngs):
+    for m, png in zip(ins.layers, pngs, strict=True):
         parts.append(
             f"<h2>Layer {m.layer} ({m.kind}, {m.weights.shape[0]} heads)</h2>"
             f'<img src="{png.name}" style="max-width:100%">'

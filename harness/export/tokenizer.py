@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypedDict
 
 from attnbench.data.tokenizers import token_ids_vocab, tokenizer_kind
 
@@ -64,7 +65,14 @@ def prefix_token_id(tokenizer_json: str | None) -> int:
     return ids[0]
 
 
-def write_tokenizer(out_dir: Path, tokenizer_json: str | None, context: int) -> dict[str, str]:
+class UsedTokenizer(TypedDict):
+    """What ``write_tokenizer`` wrote: the tokenizer's kind and the token lm-eval prefixes."""
+
+    kind: str
+    prefix_token: str | None  # None: a model of token ids, with no newline
+
+
+def write_tokenizer(out_dir: Path, tokenizer_json: str | None, context: int) -> UsedTokenizer:
     """Write tokenizer.json and tokenizer_config.json into ``out_dir``; returns what it used."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast

@@ -12,6 +12,7 @@ no half-written model, and an existing non-empty OUT_DIR is never overwritten si
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata as md
 import shutil
 import tempfile
@@ -54,10 +55,8 @@ def _hf_modules() -> tuple[Any, Any]:
 def _versions(distribution: str) -> dict[str, str]:
     out = {"attnbench": attnbench.__version__}
     for name in ("torch", "transformers", distribution):
-        try:
+        with contextlib.suppress(md.PackageNotFoundError, ValueError):
             out[name] = md.version(name) if name else ""
-        except (md.PackageNotFoundError, ValueError):
-            pass
     return out
 
 

@@ -109,8 +109,8 @@ GATE_CODE = ("attnbench.gate", "attnbench.contract", "attnbench.nn")
 
 def default_config(variant: Variant) -> ModelConfig:
     """The small model every check uses: 2 layers (a hybrid: one period of its pattern, so
-    every layer type is built), d_model 32, 2 heads (h = 16), bytes vocabulary, context 512 (> the 320-token incremental check), the variant's default options.
-    """
+    every layer type is built), d_model 32, 2 heads (h = 16), bytes vocabulary, context 512
+    (> the 320-token incremental check), the variant's default options."""
     return ModelConfig(
         vocab_size=256,
         d_model=32,
@@ -257,7 +257,7 @@ def format_table(results: dict[str, list[CheckResult]], *, verbose: bool = False
         [name, *(_cell(next((r for r in rs if r.check == c), None)) for c in CHECKS)] for name, rs in results.items()
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
     lines.append(
         f"figures: leak-fwd max|d logits|/max|logits| (tol {LEAK_FORWARD_TOL:g}); leak-bwd "
         f"max|d y_t/d x_>t| (tol {LEAK_BACKWARD_TOL:g}); incremental max|d logits|/max|logits| "

@@ -16,6 +16,7 @@ from torch import nn
 from attnbench.contract.config import ModelConfig
 from attnbench.contract.variant import MixerBuilder, MixerOutput, Variant
 from attnbench.nn.backbone import Backbone
+from attnbench.nn.model import LanguageModel
 
 # Tolerances (fp32). Same-shape perturbations are bitwise equal for every correct mixer we
 # know; 1e-5 leaves room for kernels whose blocking depends on T (the truncation test) and
@@ -135,15 +136,17 @@ def build_mixer(ctx: CheckContext, layer_idx: int, config: ModelConfig | None = 
     return guarded(ctx.variant.build_mixer)(config or ctx.config, layer_idx).to(ctx.device)
 
 
-def models(ctx: CheckContext, config: ModelConfig | None = None) -> list[tuple[str, nn.Module]]:
+def models(ctx: CheckContext, config: ModelConfig | None = None) -> list[tuple[str, LanguageModel]]:
     """The shared backbone with the variant's mixers and, if declared, its own model."""
     config = config or ctx.config
     torch.manual_seed(ctx.seed)
-    out: list[tuple[str, nn.Module]] = [("backbone", Backbone(config, guarded(ctx.variant.build_mixer)).to(ctx.device))]
+    out: list[tuple[str, LanguageModel]] = [
+        ("backbone", Backbone(config, guarded(ctx.variant.build_mixer)).to(ctx.device))
+    ]
     if ctx.variant.build_model is not None:
         torch.manual_seed(ctx.seed)
         own = ctx.variant.build_model(config)
-        if not isinstance(own, nn.Module):
+        if not isinstance(own, LanguageModel):
             raise ContractError(f"build_model(config) returned {type(own).__name__}; expected a LanguageModel")
         out.append(("own model", own.to(ctx.device)))
     return out

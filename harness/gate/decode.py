@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnbench.contract.variant import MixerOutput, state_numel
+from attnbench.contract.variant import MixerOutput, decoding, state_numel
 from attnbench.gate.common import (
     CHUNK_SIZES,
     FACTS_TOL,
@@ -33,12 +33,13 @@ from attnbench.gate.common import (
     verdict,
 )
 from attnbench.nn.backbone import Backbone
+from attnbench.nn.model import LanguageModel
 
 BATCH = 2
 
 
 def _step_through(
-    model: nn.Module, idx: torch.Tensor, sizes: tuple[int, ...], state: Any, label: str, V: int
+    model: LanguageModel, idx: torch.Tensor, sizes: tuple[int, ...], state: Any, label: str, V: int
 ) -> tuple[torch.Tensor, Any]:
     """Feed idx (B, T) through ``model.step`` in chunks cycling through ``sizes``."""
     B, T = idx.shape
@@ -69,7 +70,7 @@ def check_incremental(ctx: CheckContext) -> CheckResult:
             name, "skip", None, INCREMENTAL_TOL, "variant declares decode='none' (no incremental decoding)"
         )
     T, V = min(INCREMENTAL_T, ctx.config.context), ctx.config.vocab_size
-    schedules = [(f"chunks of {n}", (n,)) for n in CHUNK_SIZES]
+    schedules: list[tuple[str, tuple[int, ...]]] = [(f"chunks of {n}", (n,)) for n in CHUNK_SIZES]
     schedules.append(("mixed chunks " + "/".join(map(str, MIXED_SCHEDULE)), MIXED_SCHEDULE))
     worst, where, notes, rules = 0.0, "", [], []
     for label, model in models(ctx):
@@ -79,7 +80,7 @@ def check_incremental(ctx: CheckContext) -> CheckResult:
             ref = logits_of(model(idx), (BATCH, T, V), f"{label} forward")  # (B, T, V)
             scale = ref.abs().max()
 
-            def fresh() -> Any:
+            def fresh(model: Any = model) -> Any:  # this iteration's model, bound now
                 return model.init_state(BATCH, T, device=ctx.device, dtype=torch.float32)
 
             try:
@@ -133,7 +134,7 @@ def _changed(kept: list[Any], state: Any) -> bool:
     now = _snapshot(state)
     if len(now) != len(kept):
         return True
-    for a, b in zip(kept, now):
+    for a, b in zip(kept, now, strict=True):
         if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
             return True
         if isinstance(a, torch.Tensor):
@@ -223,13 +224,13 @@ def _state_facts(ctx: CheckContext, fails: list[str], notes: list[str]) -> float
     for layer in range(cfg.n_layer):
         mixer = build_mixer(ctx, layer).eval()
         for T in (min(T, cfg.context) for T in STATE_LENGTHS):
-            state = mixer.init_state(1, T, device=ctx.device, dtype=torch.float32)
+            state = decoding(mixer).init_state(1, T, device=ctx.device, dtype=torch.float32)
             x = normal(ctx, 1, T, cfg.d_model)  # (1, T, D)
             pos, i = 0, 0
             with torch.no_grad():
                 while pos < T:
                     n = min((1, 7, 64)[i % 3], T - pos)
-                    y, state = mixer.step(x[:, pos : pos + n], state)  # (1, n, D)
+                    y, state = decoding(mixer).step(x[:, pos : pos + n], state)  # (1, n, D)
                     if not isinstance(y, torch.Tensor) or y.shape != (1, n, cfg.d_model):
                         raise ContractError(
                             f"mixer step returned {getattr(y, 'shape', type(y))} for input (1, {n}, {cfg.d_model})"

@@ -113,7 +113,7 @@ def check_deterministic(ctx: CheckContext) -> CheckResult:
     worst, where, n = 0.0, "", 0
     for train in (False, True):
         mode = "train (dropout 0.1)" if train else "eval"
-        for (label, a), (_, b) in zip(_run_once(ctx, train), _run_once(ctx, train)):
+        for (label, a), (_, b) in zip(_run_once(ctx, train), _run_once(ctx, train), strict=True):
             for key in a:
                 n += 1
                 if key not in b or a[key].shape != b[key].shape:

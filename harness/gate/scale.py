@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnbench.contract.variant import decoding
 from attnbench.gate.common import (
     CheckContext,
     CheckResult,
@@ -190,10 +191,11 @@ def check_leak_at_scale(ctx: CheckContext) -> CheckResult:
 
 def _step_all(mixer: nn.Module, x: torch.Tensor, size: int, dtype: torch.dtype) -> torch.Tensor:
     B, T, _ = x.shape
-    state: Any = mixer.init_state(B, T, device=x.device, dtype=dtype)
+    steps = decoding(mixer)
+    state: Any = steps.init_state(B, T, device=x.device, dtype=dtype)
     outs = []
     for pos in range(0, T, size):
-        y, state = mixer.step(x[:, pos : pos + size], state)  # (B, n, D)
+        y, state = steps.step(x[:, pos : pos + size], state)  # (B, n, D)
         outs.append(mixer_y(y))
     return torch.cat(outs, dim=1)  # (B, T, D)
 
@@ -227,7 +229,10 @@ def check_incremental_at_scale(ctx: CheckContext) -> CheckResult:
                     "",
                 )
                 if overflow:
-                    detail = f"{overflow}, so step and forward cannot be compared: {_OVERFLOW_RULE}; {_magnitudes(SCALE_FACTORS, ctx)}"
+                    detail = (
+                        f"{overflow}, so step and forward cannot be compared: {_OVERFLOW_RULE}; "
+                        f"{_magnitudes(SCALE_FACTORS, ctx)}"
+                    )
                     return CheckResult(name, "fail", math.nan, SCALE_INCREMENTAL_TOL, detail)
                 dev = float((got - ref).abs().max()) / max(scale, 1e-30)
                 dev = dev if math.isfinite(float(got.abs().max())) else math.nan

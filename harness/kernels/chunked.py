@@ -245,14 +245,17 @@ def _intra_scores(qc: torch.Tensor, kc: torch.Tensor, mk: torch.Tensor, row: tor
         base = mk[:, :1]  # (BHN, 1, h_k) m at each chunk's first row
         level = torch.div(mk - base, LEVEL_K, rounding_mode="floor")  # (BHN, c, h_k) growth since, in levels
         top = level.amax(dim=(1, 2))  # (BHN,) highest level per chunk
-    scores = None
-    for lvl in range(int(top.max()) + 1):
-        at = slice(None) if lvl == 0 else (top >= lvl).nonzero().squeeze(1)  # (M,) chunks with a row at lvl
+
+    def level_part(lvl: int, at: slice | torch.Tensor) -> torch.Tensor:
         ref = base[at] + lvl * LEVEL_K  # (M, 1, h_k)
         q_log = torch.where(level[at] == lvl, qc[at] + ref - row[at], float("-inf"))  # (M, c, h_k)
         k_f = torch.exp((kc[at] - ref).clamp_max(LEVEL_K))  # (M, c, h_k) cap hits only j > i
-        part = _cut_exp(q_log, cut) @ k_f.transpose(-1, -2)  # (M, c, c)
-        scores = part if scores is None else scores.index_add_(0, at, part)  # (BHN, c, c) in place: no copy
+        return _cut_exp(q_log, cut) @ k_f.transpose(-1, -2)  # (M, c, c)
+
+    scores = level_part(0, slice(None))  # (BHN, c, c) every chunk has rows at level 0
+    for lvl in range(1, int(top.max()) + 1):
+        at = (top >= lvl).nonzero().squeeze(1)  # (M,) chunks with a row at lvl
+        scores = scores.index_add_(0, at, level_part(lvl, at))  # (BHN, c, c) in place: no copy
     return scores.view(B, H, N, c, c)
 
 
@@ -321,13 +324,13 @@ def log_attention(
             level_v = torch.div(run_v - base_v, LEVEL, rounding_mode="floor")  # (B, H, N, c, h_v+1)
         q_base = _cut_exp(qc + base_k - row, cut_row)  # (B, H, N, c, h_k) <= e^HEADROOM
         carried_log = log_before - base_k.transpose(-1, -2)  # (B, H, N, h_k, h_v+1) per key reference
-        num = None
+        num = torch.zeros(())  # replaced at level 0: every row's level is >= 0
         for lvl in range(int(level_v.max()) + 1):  # usually one; each row keeps its own level's result
             ref = base_v + lvl * LEVEL  # (B, H, N, 1, h_v+1)
             v_f = torch.exp((lvc - ref).clamp_max(LEVEL))  # (B, H, N, c, h_v+1) cap hits only j > i
             s_f = torch.exp(carried_log - ref)  # (B, H, N, h_k, h_v+1) <= T
             part = scores @ v_f + q_base @ s_f  # (B, H, N, c, h_v+1) x exp(HEADROOM - L_i - ref)
-            num = part if num is None else torch.where(level_v == lvl, part, num)
+            num = part if lvl == 0 else torch.where(level_v == lvl, part, num)
         log_num = _cut_log(num, cut_row, HEADROOM) + (base_v + level_v * LEVEL)  # (B, H, N, c, h_v+1) L_i cancels in o
         o = log_num[..., :hv] - log_num[..., hv:]  # (B, H, N, c, h_v) log numerator - log normaliser
         final = log_incl[:, :, -1]  # (B, H, h_k, h_v+1)

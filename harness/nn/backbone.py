@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from attnbench.contract.config import ModelConfig
-from attnbench.contract.variant import AuxLoss, MixerBuilder, MixerOutput
+from attnbench.contract.variant import AuxLoss, MixerBuilder, MixerOutput, decoding
 from attnbench.nn.model import IGNORE_INDEX, LanguageModel, ModelOutput, lm_loss
 
 RESIDUAL_ATTR = "attnbench_residual_projection"
@@ -32,7 +32,8 @@ def split_heads(qkv: torch.Tensor, n_head: int) -> tuple[torch.Tensor, torch.Ten
     """A fused projection's output (B, T, 3D) as three (B, H, T, D/H) head tensors."""
     B, T, D3 = qkv.shape
     shape = (B, T, n_head, D3 // 3 // n_head)
-    return tuple(t.view(shape).transpose(1, 2) for t in qkv.chunk(3, dim=2))  # 3 x (B, H, T, h)
+    q, k, v = (t.view(shape).transpose(1, 2) for t in qkv.chunk(3, dim=2))  # 3 x (B, H, T, h)
+    return q, k, v
 
 
 def merge_heads(y: torch.Tensor) -> torch.Tensor:
@@ -74,7 +75,7 @@ class Block(nn.Module):
         return self._mlp(x), aux
 
     def step(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
-        y, state = self.mixer.step(self.ln_1(x), state)  # (B, t, D)
+        y, state = decoding(self.mixer).step(self.ln_1(x), state)  # (B, t, D)
         return self._mlp(x + self.drop(y)), state
 
 
@@ -84,7 +85,16 @@ class BackboneState:
     layers: tuple[Any, ...]  # one mixer state per layer
 
 
-def embed_with_positions(model: nn.Module, idx: torch.Tensor, start: int) -> torch.Tensor:
+class Embeddings(Protocol):
+    """What ``embed_with_positions`` reads from a model."""
+
+    config: ModelConfig
+    wte: nn.Embedding
+    wpe: nn.Embedding
+    drop: nn.Dropout
+
+
+def embed_with_positions(model: Embeddings, idx: torch.Tensor, start: int) -> torch.Tensor:
     """Token plus learned absolute position embeddings of positions start.., then dropout:
     idx (B, T) -> (B, T, D). ``model`` holds ``wte``, ``wpe``, ``drop`` and ``config``."""
     T = idx.size(1)
@@ -108,11 +118,15 @@ class Backbone(LanguageModel):
         self.apply(self._init_weights)
         resid_std = 0.02 / math.sqrt(2 * config.n_layer)
         for module in self.modules():
-            if getattr(module, RESIDUAL_ATTR, False):
+            if isinstance(module, nn.Linear) and getattr(module, RESIDUAL_ATTR, False):
                 nn.init.normal_(module.weight, mean=0.0, std=resid_std)
-        for block in self.blocks:  # a mixer may override the generic init afterwards
-            if hasattr(block.mixer, "init_weights"):
-                block.mixer.init_weights()
+        for block in self._blocks():  # a mixer may override the generic init afterwards
+            init_weights = getattr(block.mixer, "init_weights", None)
+            if callable(init_weights):
+                init_weights()
+
+    def _blocks(self) -> list[Block]:
+        return cast(list[Block], list(self.blocks))  # an nn.ModuleList is typed by Module; these are Blocks
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -148,13 +162,15 @@ class Backbone(LanguageModel):
     def init_state(self, batch_size, max_len, device=None, dtype=None) -> BackboneState:
         device = device or self.wte.weight.device
         dtype = dtype or self.wte.weight.dtype
-        layers = tuple(b.mixer.init_state(batch_size, max_len, device=device, dtype=dtype) for b in self.blocks)
+        layers = tuple(
+            decoding(b.mixer).init_state(batch_size, max_len, device=device, dtype=dtype) for b in self._blocks()
+        )
         return BackboneState(0, layers)
 
     def step(self, idx: torch.Tensor, state: BackboneState) -> tuple[torch.Tensor, BackboneState]:
         x = self._embed(idx, state.pos)  # (B, t, D)
         new_layers = []
-        for block, layer_state in zip(self.blocks, state.layers):
+        for block, layer_state in zip(self._blocks(), state.layers, strict=True):
             x, layer_state = block.step(x, layer_state)
             new_layers.append(layer_state)
         return self._head(x), BackboneState(state.pos + idx.size(1), tuple(new_layers))

@@ -3,7 +3,7 @@ model sizes, the common experiment fields, the comparison protocol and grids."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -13,10 +13,12 @@ class Budget(BaseModel):
     to every variant of an experiment; what each actually consumed is recorded."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    steps: int | None = Field(None, gt=0)  # optimizer steps
-    tokens: int | None = Field(None, gt=0)  # training tokens (batch x seq_len per step)
-    seconds: float | None = Field(None, gt=0, allow_inf_nan=False)  # wall-clock training time (evaluation excluded)
-    flops: float | None = Field(None, gt=0, allow_inf_nan=False)  # training FLOPs, from the analytic FLOPs per token
+    steps: int | None = Field(default=None, gt=0)  # optimizer steps
+    tokens: int | None = Field(default=None, gt=0)  # training tokens (batch x seq_len per step)
+    # wall-clock training time (evaluation excluded)
+    seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    # training FLOPs, from the analytic FLOPs per token
+    flops: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Budget:
@@ -32,22 +34,22 @@ class Budget(BaseModel):
 class TrainSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     budget: Budget
-    batch_size: int = Field(8, gt=0)
-    seq_len: int = Field(128, gt=0)
-    lr: float = Field(1e-3, gt=0)
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    warmup_steps: int = Field(20, ge=0)
-    weight_decay: float = Field(0.1, ge=0)
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.95, ge=0, lt=1)
-    grad_clip: float = Field(1.0, gt=0)
-    eval_interval: int = Field(50, gt=0)
-    eval_tokens: int = Field(16384, gt=0)
-    log_interval: int = Field(10, gt=0)
+    batch_size: int = Field(default=8, gt=0)
+    seq_len: int = Field(default=128, gt=0)
+    lr: float = Field(default=1e-3, gt=0)
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
+    warmup_steps: int = Field(default=20, ge=0)
+    weight_decay: float = Field(default=0.1, ge=0)
+    beta1: float = Field(default=0.9, ge=0, lt=1)
+    beta2: float = Field(default=0.95, ge=0, lt=1)
+    grad_clip: float = Field(default=1.0, gt=0)
+    eval_interval: int = Field(default=50, gt=0)
+    eval_tokens: int = Field(default=16384, gt=0)
+    log_interval: int = Field(default=10, gt=0)
     model_kind: Literal["backbone", "own"] = "backbone"
     checkpoint: bool = True  # keep the final model (for lm-eval and inspection)
-    checkpoint_interval: int = Field(100, ge=0)  # steps between resumable training states; 0 = off
-    diverge_factor: float = Field(3.0, gt=1)  # loss above factor * ln(vocab) counts as diverged
+    checkpoint_interval: int = Field(default=100, ge=0)  # steps between resumable training states; 0 = off
+    diverge_factor: float = Field(default=3.0, gt=1)  # loss above factor * ln(vocab) counts as diverged
     compile: bool = False  # torch.compile the model for training (opt-in; recorded with the result)
 
 
@@ -75,19 +77,19 @@ class ModelSpec(BaseModel):
     model is a hybrid: each layer's mixer is the variant its entry names."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    d_model: int = Field(64, gt=0)
-    n_layer: int = Field(2, gt=0)
-    n_head: int = Field(2, gt=0)
-    context: int | None = Field(None, gt=0)
-    mlp_ratio: int = Field(4, gt=0)
-    dropout: float = Field(0.0, ge=0, lt=1)
+    d_model: int = Field(default=64, gt=0)
+    n_layer: int = Field(default=2, gt=0)
+    n_head: int = Field(default=2, gt=0)
+    context: int | None = Field(default=None, gt=0)
+    mlp_ratio: int = Field(default=4, gt=0)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
     bias: bool = True
     activation: Literal["gelu", "gelu_tanh"] = "gelu"  # backbone MLP; gelu_tanh = HF GPT-2's gelu_new
     # A hybrid: {pattern: [...]} repeated to n_layer, or one entry per layer (a variant name or
     # {variant, options}); this model then runs the hybrid instead of the experiment's variants.
     layers: LayerPattern | list[str | LayerEntry] | None = None
     match_params: str | None = None  # a variant: every other's MLP width is set so its parameters match that one's
-    params_within: float = Field(0.02, gt=0, lt=1)  # relative tolerance of match_params
+    params_within: float = Field(default=0.02, gt=0, lt=1)  # relative tolerance of match_params
 
     @model_validator(mode="before")
     @classmethod
@@ -124,6 +126,16 @@ class ModelSpec(BaseModel):
         return [_entry(item) for item in items]
 
 
+SpecT = TypeVar("SpecT", bound=BaseModel)
+
+
+def spec_as(spec: BaseModel, cls: type[SpecT], owner: str) -> SpecT:
+    """``spec`` as the kind's own mapping type: each kind's code reads only its own kind's mapping."""
+    if not isinstance(spec, cls):
+        raise TypeError(f"{owner}: expected a {cls.__name__} mapping, got a {type(spec).__name__}")
+    return spec
+
+
 class ExperimentBase(BaseModel):
     """Fields every experiment kind has: which variants, at which sizes, which seeds."""
 
@@ -136,7 +148,7 @@ class ExperimentBase(BaseModel):
 
     def spec(self) -> BaseModel:
         """The kind-specific mapping (e.g. ``train:`` of a train experiment)."""
-        return getattr(self, self.kind)
+        raise NotImplementedError
 
     def points(self) -> list[dict[str, Any]]:
         """Hyper-parameter points; kinds without a grid have one empty point."""
@@ -157,7 +169,7 @@ class Tuning(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)  # seeds of the tuning runs
     budget: Budget  # the first rung's budget (same kind as the experiment's, and smaller)
-    eta: int = Field(3, ge=2)  # keep the best 1/eta of the points per rung; budget grows eta-fold
+    eta: int = Field(default=3, ge=2)  # keep the best 1/eta of the points per rung; budget grows eta-fold
 
 
 class Expectation(BaseModel):
@@ -184,13 +196,14 @@ class Protocol(BaseModel):
     tune: bool = True  # search the grid per variant (needs >= 2 grid points)
     baseline: str = "softmax"  # the variant every other is compared with, seed by seed (with baselines: their first)
     # several baselines, e.g. [softmax, linear]: one difference, interval and decision per baseline (the first leads)
-    baselines: list[str] | None = Field(None, min_length=1)
+    baselines: list[str] | None = Field(default=None, min_length=1)
     interval: bool = True  # a paired 95% interval against the baseline (needs >= 2 seeds)
     choose_on: Literal["val"] = "val"  # the split the choice reads (never the test split)
     report_on: Literal["test"] = "test"  # the split the headline numbers come from
     # the test metric decisions read; default: accuracy (the task's answers) for task data, loss for text
     metric: Literal["loss", "accuracy"] | None = None
-    margin: float | None = Field(None, gt=0)  # equivalence margin in the metric's units (TOST); None: no equivalence
+    # equivalence margin in the metric's units (TOST); None: no equivalence
+    margin: float | None = Field(default=None, gt=0)
     tuning: Tuning | None = None  # successive halving on few seeds and a short budget before the reported runs
     expectations: list[Expectation] = []  # published findings this run checks, shown with what it found
 
@@ -219,6 +232,12 @@ class Protocol(BaseModel):
         """The baselines, the leading one first."""
         return list(self.baselines or [self.baseline])
 
+    def baseline_keys(self) -> list[tuple[str, str]]:
+        """(key, variant) of each baseline, as a suite writes it: protocol.baselines[i] or protocol.baseline."""
+        if self.baselines:
+            return [(f"protocol.baselines[{i}]", name) for i, name in enumerate(self.baselines)]
+        return [("protocol.baseline", self.baseline)]
+
 
 OPTION_PREFIX = "variant_options."  # grid keys variant_options.<variant>.<option> sweep a variant's own knob
 
@@ -233,7 +252,7 @@ def option_key(key: str) -> tuple[str, str] | None:
 
 def variant_point(point: dict[str, Any], variant: str) -> dict[str, Any]:
     """The part of a grid point that applies to ``variant``: train settings and its own options."""
-    return {k: v for k, v in point.items() if option_key(k) is None or option_key(k)[0] == variant}
+    return {k: v for k, v in point.items() if (opt := option_key(k)) is None or opt[0] == variant}
 
 
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from attnbench.data.loading import vocab_size_for
 from attnbench.data.spec import DataSpec
 from attnbench.data.tasks import task_seq_len
 from attnbench.errors import DataError, UnknownVariantError, quoted, shortened
-from attnbench.plan.base import LayerPattern, ModelSpec, option_key, variant_point
+from attnbench.plan.base import LayerPattern, ModelSpec, Protocol, SpecT, option_key, spec_as, variant_point
 from attnbench.plan.sizes import matched_config
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.registry.hybrid import is_hybrid_name, make_part
@@ -61,6 +61,16 @@ class Cell:
     key: str = ""
     key_inputs: dict[str, Any] = field(default_factory=dict, hash=False)
     protocol: dict[str, Any] | None = field(default=None, hash=False)  # recorded with results, not keyed
+
+    def spec_as(self, cls: type[SpecT]) -> SpecT:
+        """``spec``, typed as ``cls`` (``TrainSpec`` for train, scaling and finetune cells)."""
+        return spec_as(self.spec, cls, f"{self.kind} cell {self.experiment}/{self.variant}")
+
+    def data_spec(self) -> DataSpec:
+        """``data``, which every cell of a kind that trains (train, scaling, finetune) has."""
+        if self.data is None:
+            raise TypeError(f"{self.kind} cell {self.experiment}/{self.variant} has no data")
+        return self.data
 
     def config_dict(self) -> dict[str, Any]:
         return {
@@ -125,14 +135,9 @@ def expand(
                 registry.get(name)  # a registered variant, or a hybrid by its pattern name
             except UnknownVariantError as exc:
                 raise suite_error_at(suite, ("experiments", ei, "variants", vi), str(exc)) from None
-        protocol = getattr(exp, "protocol", None)
-        listed = protocol.compared_with() if protocol is not None else []
-        for bi, baseline in enumerate(listed):
-            if baseline not in names:
-                where = ("baselines", bi) if protocol.baselines else ("baseline",)
-                raise suite_error_at(
-                    suite, ("experiments", ei, "protocol", *where), unknown_variant_message(baseline, names)
-                )
+        protocol: Protocol | None = getattr(exp, "protocol", None)  # train experiments have one
+        if protocol is not None:
+            _check_baselines(suite, ei, protocol, names)
         for name in exp.variant_options:
             if name not in names:
                 raise suite_error_at(
@@ -149,7 +154,8 @@ def expand(
                     f"grid key {quoted(key)} sweeps an option of {quoted(opt[0])}, which this experiment "
                     f"does not run; it runs: {', '.join(names)}",
                 )
-        data = exp.data.resolved(base) if getattr(exp, "data", None) else None
+        exp_data: DataSpec | None = getattr(exp, "data", None)  # speed and lm_eval experiments have none
+        data = exp_data.resolved(base) if exp_data else None
         vocab = _data_vocab(suite, ei, data, registry)
         try:
             data_hash = corpus_hash(data) if corpus_hash and data else ""
@@ -174,7 +180,7 @@ def expand(
             for mi in model_indices:
                 mspec = exp.models[mi]
                 for point in points:
-                    swept = {option_key(k)[1]: v for k, v in point.items() if option_key(k) is not None}
+                    swept = {opt[1]: v for k, v in point.items() if (opt := option_key(k)) is not None}
                     try:
                         options = variant.make_options({**exp.variant_options.get(name, {}), **swept})
                     except ValueError as exc:
@@ -280,12 +286,25 @@ def _hybrids(suite: Suite, ei: int, registry: Registry) -> dict[int, Variant]:
     return out
 
 
+def _check_baselines(suite: Suite, ei: int, protocol: Protocol, names: list[str]) -> None:
+    """Every variant the protocol compares with is one experiment ``ei`` runs."""
+    for bi, baseline in enumerate(protocol.compared_with()):
+        if baseline not in names:
+            where = ("baselines", bi) if protocol.baselines else ("baseline",)
+            raise suite_error_at(
+                suite, ("experiments", ei, "protocol", *where), unknown_variant_message(baseline, names)
+            )
+
+
 def _matched(
     suite: Suite, ei: int, mi: int, registry: Registry, variant: Variant, model: ModelConfig, spec: BaseModel
 ) -> ModelConfig:
     """``model`` with the MLP width that matches ``variant``'s parameters to ``match_params``."""
     exp, where = suite.experiments[ei], ("experiments", ei, "models", mi, "match_params")
     mspec = exp.models[mi]
+    name = mspec.match_params
+    if name is None:  # the caller matches only models that name a variant
+        return model
     if getattr(spec, "model_kind", "backbone") != "backbone":
         raise suite_error_at(
             suite,
@@ -293,8 +312,8 @@ def _matched(
             "match_params sets the shared backbone's MLP width; use model_kind: backbone or remove match_params",
         )
     try:
-        reference = registry.get(mspec.match_params)
-        options = reference.make_options(exp.variant_options.get(mspec.match_params))
+        reference = registry.get(name)
+        options = reference.make_options(exp.variant_options.get(name))
         return matched_config(variant, model, reference, options, mspec.params_within)
     except (UnknownVariantError, ValueError) as exc:
         raise suite_error_at(suite, where, str(exc)) from None

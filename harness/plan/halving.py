@@ -13,8 +13,9 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from attnbench.plan.base import Budget
+from attnbench.plan.base import Budget, TrainSpec, Tuning
 from attnbench.plan.cells import Cell, rekey
+from attnbench.plan.specs import AnyExperiment, TrainExperiment
 from attnbench.plan.suite import Suite
 
 # key -> (status, summary) of a stored cell, or None while it is not stored
@@ -59,7 +60,7 @@ def _advance_group(cells: list[Cell], full: Budget, seeds: list[int], eta: int, 
         by_point.setdefault(_point(c), []).append(c)
     ranked = sorted(by_point, key=lambda p: statistics.fmean(_val_loss(outcomes[c.key]) for c in by_point[p]))
     keep = max(1, math.ceil(len(ranked) / eta))
-    budget = _scaled(current[0].spec.budget, eta)
+    budget = _scaled(current[0].spec_as(TrainSpec).budget, eta)
     kind = full.kind()
     if keep > 1 and getattr(budget, kind) < getattr(full, kind):
         return [
@@ -73,6 +74,13 @@ def _advance_group(cells: list[Cell], full: Budget, seeds: list[int], eta: int, 
     return [rekey(template, spec=spec, seed=s, coords={**coords, "seed": s, "stage": "final"}) for s in seeds]
 
 
+def _tuned(exp: AnyExperiment) -> tuple[TrainExperiment, Tuning]:
+    """A train experiment with protocol.tuning: the only kind that plans tuning cells."""
+    if not isinstance(exp, TrainExperiment) or exp.protocol is None or exp.protocol.tuning is None:
+        raise TypeError(f"experiment {exp.name!r} has tuning cells but does not tune")
+    return exp, exp.protocol.tuning
+
+
 def next_cells(suite: Suite, cells: list[Cell], lookup: Lookup) -> list[Cell]:
     """The cells that become runnable now that ``lookup`` knows the outcomes of ``cells``:
     the next rung of each tuned group whose current rung is stored, or its final runs."""
@@ -83,8 +91,7 @@ def next_cells(suite: Suite, cells: list[Cell], lookup: Lookup) -> list[Cell]:
         if c.coords.get("stage") in ("tune", "final"):
             groups.setdefault(_group_key(c), []).append(c)
     for (exp_name, *_), group in groups.items():
-        exp = experiments[exp_name]
-        tuning = exp.protocol.tuning
+        exp, tuning = _tuned(experiments[exp_name])
         out += _advance_group(group, exp.train.budget, exp.seeds, tuning.eta, lookup)
     return out
 
@@ -112,8 +119,7 @@ def planned_total(suite: Suite, cells: list[Cell]) -> int:
         elif c.coords.get("stage") is None:
             total += 1
     for (exp_name, *_), group in groups.items():
-        exp = experiments[exp_name]
-        t = exp.protocol.tuning
+        exp, t = _tuned(experiments[exp_name])
         kind = exp.train.budget.kind()
         points, budget = len({_point(c) for c in group}), getattr(t.budget, kind)
         total += points * len(t.seeds)

@@ -108,10 +108,15 @@ SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
 # Meanings of keys whose model line carries no comment.
 MEANINGS = {
     "version": "suite format version; this attnbench reads 1",
-    "name": "suite: defaults to the file name; experiment: unique within the suite (addressed by `--set experiments.NAME...`)",
+    "name": (
+        "suite: defaults to the file name; experiment: unique within the suite "
+        "(addressed by `--set experiments.NAME...`)"
+    ),
     "description": "one line shown in the report",
     "include": "other suite files (relative to this one): their mappings merged under this file, experiments appended",
-    "allow_failed_checks": "record numbers of variants that failed the trust gate (marked as failing) instead of refusing them",
+    "allow_failed_checks": (
+        "record numbers of variants that failed the trust gate (marked as failing) instead of refusing them"
+    ),
     "device": "cpu, cuda, cuda:1 ... or auto (CUDA when available); `--device` overrides",
     "cpus_per_cell": "CPUs each cell's Ray task reserves (`--executor ray`)",
     "defaults": "settings merged into every experiment: see `defaults` above",
@@ -141,7 +146,10 @@ MEANINGS = {
     "mlp_ratio": "MLP width / d_model",
     "dropout": "dropout probability",
     "bias": "biases in linear layers and norms",
-    "source": "builtin (shipped Tiny Shakespeare), stdlib (this Python's standard library), local text/json/parquet files, hf (hub), task (synthetic)",
+    "source": (
+        "builtin (shipped Tiny Shakespeare), stdlib (this Python's standard library), "
+        "local text/json/parquet files, hf (hub), task (synthetic)"
+    ),
     "split": "hub split for training (source: hf)",
     "val_split": "hub split held out (source: hf)",
     "text_field": "column holding the text (json, parquet, hf)",
@@ -169,8 +177,11 @@ MEANINGS = {
     "metadata": "passed to lm-eval's task manager as task metadata (e.g. max_seq_lengths)",
     "paths": "named local files a task YAML reads (relative to the suite file), passed in metadata as absolute paths",
     "method": "lora: low-rank adapters on `target`, the rest frozen; full: every weight trains (the reference row)",
-    "target": "what LoRA adapts: mixer (every token mixer's Linear layers), linear (every Linear), or module-name suffixes",
-    "from_scratch": "start from initialisation instead of the trained checkpoint (targeted matrices frozen at init plus their adapter)",
+    "target": (
+        "what LoRA adapts: mixer (every token mixer's Linear layers), linear (every Linear), or module-name suffixes"
+    ),
+    "from_scratch": "start from initialisation instead of the trained checkpoint "
+    "(targeted matrices frozen at init plus their adapter)",
     "protocol": "the fair-comparison protocol: choice on validation, decisions on test (see Protocol below)",
     "finetune": "fine-tuning settings (see Fine-tuning settings below)",
     "data": "the training data (see Data below)",

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from attnbench.data.spec import DataSpec
 from attnbench.errors import quoted
-from attnbench.plan.base import Budget, ExperimentBase, Protocol, TrainSpec, grid_points, option_key
+from attnbench.plan.base import Budget, ExperimentBase, Protocol, TrainSpec, Tuning, grid_points, option_key, spec_as
 
 
 class TrainExperiment(ExperimentBase):
@@ -27,8 +27,11 @@ class TrainExperiment(ExperimentBase):
     def points(self) -> list[dict[str, Any]]:
         return grid_points(self.grid)
 
-    def context(self, spec: TrainSpec) -> int:
-        return spec.seq_len
+    def spec(self) -> TrainSpec:
+        return self.train
+
+    def context(self, spec: BaseModel) -> int:
+        return spec_as(spec, TrainSpec, self.name).seq_len
 
     @field_validator("grid")
     @classmethod
@@ -90,7 +93,7 @@ class TrainExperiment(ExperimentBase):
             )
             raise ValueError(f"protocol reports on a test split, and this experiment's data has none; set {what}")
         if isinstance(self.variants, list):
-            for where, name in baseline_keys(p):
+            for where, name in p.baseline_keys():
                 if name not in self.variants:
                     raise ValueError(
                         f"{where} {quoted(name)} is not among this experiment's variants "
@@ -104,7 +107,7 @@ class TrainExperiment(ExperimentBase):
                 f"{self.data.source!r} text; use metric: loss or a task source"
             )
         if p.tuning is not None:
-            self._tuning_possible(p)
+            self._tuning_possible(p, p.tuning)
         for i, e in enumerate(p.expectations):
             for role, name in (("variant", e.variant), ("versus", e.versus)):
                 if name is not None and isinstance(self.variants, list) and name not in self.variants:
@@ -119,8 +122,8 @@ class TrainExperiment(ExperimentBase):
                 )
         return self
 
-    def _tuning_possible(self, p: Protocol) -> None:
-        t, full = p.tuning, self.train.budget
+    def _tuning_possible(self, p: Protocol, t: Tuning) -> None:
+        full = self.train.budget
         if t.budget.kind() != full.kind():
             raise ValueError(
                 f"protocol.tuning.budget is in {t.budget.kind()} and train.budget in {full.kind()}; "
@@ -133,13 +136,6 @@ class TrainExperiment(ExperimentBase):
             )
         if not p.tune:
             raise ValueError("protocol.tuning searches the grid, and protocol.tune is false; remove one of them")
-
-
-def baseline_keys(p: Protocol) -> list[tuple[str, str]]:
-    """(key, variant) of each baseline, as a suite writes it: protocol.baselines[i] or protocol.baseline."""
-    if p.baselines:
-        return [(f"protocol.baselines[{i}]", name) for i, name in enumerate(p.baselines)]
-    return [("protocol.baseline", p.baseline)]
 
 
 SPEED_MODES = ("forward", "train_step", "decode")
@@ -155,23 +151,24 @@ class SpeedSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     lengths: list[int] | None = None  # explicit sequence lengths
-    T_min: int = Field(256, gt=0)
-    T_max: int = Field(4096, gt=0)
+    T_min: int = Field(default=256, gt=0)
+    T_max: int = Field(default=4096, gt=0)
     modes: list[Literal["forward", "train_step", "decode"]] = Field(
         default_factory=lambda: list(SPEED_MODES), min_length=1
     )
-    batch_size: int = Field(1, gt=0)
+    batch_size: int = Field(default=1, gt=0)
     decode_contexts: list[int] | None = None  # context lengths for decode (default: the lengths)
-    decode_tokens: int = Field(8, gt=0)  # single-token steps per timed call (time is per token)
-    min_rounds: int = Field(3, gt=0)  # pytest-benchmark: rounds at least
-    max_time: float = Field(1.0, gt=0)  # pytest-benchmark: seconds of rounds when calls are fast
-    warmup: int = Field(1, ge=0)  # pytest-benchmark warm-up iterations; 0 = off
-    max_remeasure: int = Field(2, ge=0)  # times a noisy point (spread > 20% or load) is timed again
-    time_limit_s: float = Field(120.0, gt=0)  # per point: its isolated run (start, setup, one call)
-    memory_limit_gb: float | None = Field(None, gt=0)  # CPU cap per isolated point; default half the free memory
+    decode_tokens: int = Field(default=8, gt=0)  # single-token steps per timed call (time is per token)
+    min_rounds: int = Field(default=3, gt=0)  # pytest-benchmark: rounds at least
+    max_time: float = Field(default=1.0, gt=0)  # pytest-benchmark: seconds of rounds when calls are fast
+    warmup: int = Field(default=1, ge=0)  # pytest-benchmark warm-up iterations; 0 = off
+    max_remeasure: int = Field(default=2, ge=0)  # times a noisy point (spread > 20% or load) is timed again
+    time_limit_s: float = Field(default=120.0, gt=0)  # per point: its isolated run (start, setup, one call)
+    # CPU cap per isolated point; default half the free memory
+    memory_limit_gb: float | None = Field(default=None, gt=0)
     dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: fp32 on CPU, bf16 autocast on CUDA
-    threads: int | None = Field(None, gt=0)  # CPU threads (torch.set_num_threads); default torch's
-    fit_T_min: int = Field(0, ge=0)  # slopes fit the ok points with T >= this
+    threads: int | None = Field(default=None, gt=0)  # CPU threads (torch.set_num_threads); default torch's
+    fit_T_min: int = Field(default=0, ge=0)  # slopes fit the ok points with T >= this
     model_kind: Literal["backbone", "own"] = "backbone"
     compile: bool = False  # torch.compile forward and train_step points (decode runs eagerly; recorded)
 
@@ -217,8 +214,11 @@ class SpeedExperiment(ExperimentBase):
     kind: Literal["speed"]
     speed: SpeedSpec = SpeedSpec()
 
-    def context(self, spec: SpeedSpec) -> int:
-        return spec.context_needed()
+    def spec(self) -> SpeedSpec:
+        return self.speed
+
+    def context(self, spec: BaseModel) -> int:
+        return spec_as(spec, SpeedSpec, self.name).context_needed()
 
 
 class ScalingSpec(TrainSpec):
@@ -227,8 +227,8 @@ class ScalingSpec(TrainSpec):
     ``tokens_per_param`` (tokens = k N) or ``flops_per_param`` (training FLOPs = k N)."""
 
     budget: Budget | None = None  # set per size from the rule; do not give it
-    tokens_per_param: float | None = Field(None, gt=0)
-    flops_per_param: float | None = Field(None, gt=0)
+    tokens_per_param: float | None = Field(default=None, gt=0)
+    flops_per_param: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _one_rule(self) -> ScalingSpec:
@@ -250,8 +250,10 @@ class ScalingSpec(TrainSpec):
         fields = self.model_dump(exclude={"budget", "tokens_per_param", "flops_per_param"})
         if self.tokens_per_param is not None:
             budget = {"tokens": max(1, math.ceil(self.tokens_per_param * n_params))}
-        else:
+        elif self.flops_per_param is not None:
             budget = {"flops": self.flops_per_param * n_params}
+        else:  # the validator asks for exactly one of the two
+            raise ValueError("scaling needs tokens_per_param or flops_per_param")
         return TrainSpec.model_validate({**fields, "budget": budget})
 
 
@@ -260,8 +262,11 @@ class ScalingExperiment(ExperimentBase):
     data: DataSpec = DataSpec()
     scaling: ScalingSpec
 
-    def context(self, spec: ScalingSpec) -> int:
-        return spec.seq_len
+    def spec(self) -> ScalingSpec:
+        return self.scaling
+
+    def context(self, spec: BaseModel) -> int:
+        return spec_as(spec, ScalingSpec, self.name).seq_len
 
     @model_validator(mode="after")
     def _three_sizes(self) -> ScalingExperiment:
@@ -283,10 +288,10 @@ class LmEvalSpec(BaseModel):
     tasks: list[str] = Field(min_length=1)  # lm-eval task, group or tag names
     from_experiment: str = Field(min_length=1)  # experiment of this suite whose checkpoints are evaluated
     include_path: str | list[str] | None = None  # folders of task YAML files
-    limit: int | float | None = Field(None, gt=0)  # documents per task (< 1: a fraction)
-    num_fewshot: int | None = Field(None, ge=0)
-    batch_size: int = Field(16, gt=0)
-    bootstrap_iters: int = Field(1000, ge=0)  # lm-eval's stderr resampling; 0 = no stderr
+    limit: int | float | None = Field(default=None, gt=0)  # documents per task (< 1: a fraction)
+    num_fewshot: int | None = Field(default=None, ge=0)
+    batch_size: int = Field(default=16, gt=0)
+    bootstrap_iters: int = Field(default=1000, ge=0)  # lm-eval's stderr resampling; 0 = no stderr
     offline: bool = True  # switch the Hugging Face hub off: unreachable data fails at once
     metadata: dict[str, Any] = {}
     paths: dict[str, str] = {}
@@ -314,7 +319,10 @@ class LmEvalExperiment(ExperimentBase):
     kind: Literal["lm_eval"]
     lm_eval: LmEvalSpec
 
-    def context(self, spec: LmEvalSpec) -> int:
+    def spec(self) -> LmEvalSpec:
+        return self.lm_eval
+
+    def context(self, spec: BaseModel) -> int:
         return 1  # nothing is trained here: the evaluated model keeps its trained context
 
 
@@ -335,10 +343,10 @@ class FinetuneSpec(TrainSpec):
     ranks: list[int] = Field(default_factory=lambda: [1, 4, 16])  # lora only
     rank: int | None = None  # set per cell from ``ranks``; do not give it
     target: Literal["mixer", "linear"] | list[str] = "mixer"
-    lora_alpha: float | None = Field(None, gt=0)  # LoRA scale alpha / r; default alpha = 2r (PEFT's guidance)
+    lora_alpha: float | None = Field(default=None, gt=0)  # LoRA scale alpha / r; default alpha = 2r (PEFT's guidance)
     from_scratch: bool = False
     checkpoint: bool = False  # keep the tuned model (method: full only), e.g. for `attnbench inspect`
-    warmup_steps: int = Field(10, ge=0)
+    warmup_steps: int = Field(default=10, ge=0)
 
     @field_validator("ranks")
     @classmethod
@@ -375,8 +383,11 @@ class FinetuneExperiment(ExperimentBase):
     def points(self) -> list[dict[str, Any]]:
         return [{"rank": r} for r in self.finetune.ranks] if self.finetune.method == "lora" else [{}]
 
-    def context(self, spec: FinetuneSpec) -> int:
-        return spec.seq_len
+    def spec(self) -> FinetuneSpec:
+        return self.finetune
+
+    def context(self, spec: BaseModel) -> int:
+        return spec_as(spec, FinetuneSpec, self.name).seq_len
 
 
 # The union every suite experiment is validated against; new kinds are added here.

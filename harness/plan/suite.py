@@ -21,6 +21,7 @@ Every error names the file, the line, the key and what to do.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -54,12 +55,12 @@ class Suite(BaseModel):
     include: list[str] = []
     allow_failed_checks: bool = False
     # Wall-clock budget of the trust gate's checks per variant (a hang is a failed check).
-    check_time_limit_s: float = Field(300.0, gt=0, allow_inf_nan=False)
+    check_time_limit_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
     device: str = "auto"
     # Fan-out executors (attnbench run --executor ray): times a cell whose task failed in
     # the executor (a worker died) is run again, and the CPUs each cell's task reserves.
-    retries: int = Field(0, ge=0, le=10)
-    cpus_per_cell: int = Field(1, ge=1)
+    retries: int = Field(default=0, ge=0, le=10)
+    cpus_per_cell: int = Field(default=1, ge=1)
     # Experiment trackers every cell is mirrored to (tensorboard, wandb, mlflow, a plugin's); `--track` adds.
     track: list[str] = []
 
@@ -275,7 +276,7 @@ def _fix_hint(err: dict[str, Any]) -> str:
     return "correct the value"
 
 
-def _normalise(err: dict[str, Any]) -> dict[str, Any]:
+def _normalise(err: Mapping[str, Any]) -> dict[str, Any]:
     """Drop the union tag pydantic puts in experiment locations; name a missing kind."""
     loc = tuple(err["loc"])
     if len(loc) >= 3 and loc[0] == "experiments" and isinstance(loc[1], int) and loc[2] in KINDS:
@@ -312,7 +313,7 @@ def load_suite(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
     raw.setdefault("name", path.stem)
     raw = ov_.force_defaults(_apply_defaults(raw), sets)
 
-    def locate(loc: tuple[Any, ...]) -> tuple[_Source, int | None]:
+    def locate(loc: tuple[Any, ...]) -> tuple[_Source | ov_.CommandLine, int | None]:
         """File and line for an error at ``loc`` of the merged suite (or the override)."""
         ov = ov_.matching(sets, raw, loc)
         if ov is not None:

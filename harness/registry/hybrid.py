@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from torch import nn
 
@@ -25,11 +25,12 @@ from attnbench.errors import UnknownVariantError
 
 SEP = " + "  # between runs of layers in a hybrid's name
 PART_ATTR = "attnbench_hybrid_part"  # set on each built mixer: the index of the part that built it
+R = TypeVar("R")
 _RUN_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_\-]*)(?:\((?P<opts>.*)\))?(?: x(?P<n>[1-9][0-9]*))?$")
 
 
 def _plain(options: Any) -> dict[str, Any]:
-    return dataclasses.asdict(options) if dataclasses.is_dataclass(options) else {}
+    return dataclasses.asdict(options) if dataclasses.is_dataclass(options) and not isinstance(options, type) else {}
 
 
 @dataclass(frozen=True)
@@ -86,16 +87,23 @@ class _BuildMixer(_PerLayer):
         return mixer
 
 
+def _declared(part: Part, fn: Callable[..., R] | None, what: str) -> Callable[..., R]:
+    """A part's declared per-layer callable (the hybrid declares one only when every part does)."""
+    if fn is None:
+        raise NotImplementedError(f"hybrid part {part.label} declares no {what}")
+    return fn
+
+
 class _StateSize(_PerLayer):
     def __call__(self, config: ModelConfig, layer_idx: int, T: int) -> int:
         _, part, cfg = self.at(config, layer_idx)
-        return part.variant.state_size(cfg, layer_idx, T)
+        return _declared(part, part.variant.state_size, "state_size")(cfg, layer_idx, T)
 
 
 class _FlopsPerToken(_PerLayer):
     def __call__(self, config: ModelConfig, layer_idx: int, T: int) -> float:
         _, part, cfg = self.at(config, layer_idx)
-        return part.variant.flops_per_token(cfg, layer_idx, T)
+        return _declared(part, part.variant.flops_per_token, "flops_per_token")(cfg, layer_idx, T)
 
 
 class _AttentionMaps(_PerLayer):
@@ -176,14 +184,17 @@ def compose(parts: list[Part]) -> HybridVariant:
         )
     kinds = [p.variant.decode for p in parts]
     per = tuple(parts)
-    all_have = lambda attr: all(getattr(p.variant, attr) is not None for p in parts)
+
+    def all_have(attr: str) -> bool:
+        return all(getattr(p.variant, attr) is not None for p in parts)
+
     return HybridVariant(
         name=hybrid_name(parts),
         build_mixer=_BuildMixer(per),
         description="hybrid: "
         + ", ".join(f"layer {i}: {p.label}" for i, p in enumerate(parts))
         + f" (repeated to n_layer; {len(parts)} layers a period)",
-        decode="none" if "none" in kinds else _join(kinds),  # type: ignore[arg-type]
+        decode="none" if "none" in kinds else _join(kinds),
         state_size=_StateSize(per) if all_have("state_size") else None,
         flops_per_token=_FlopsPerToken(per) if all_have("flops_per_token") else None,
         causal=all(p.variant.causal for p in parts),

@@ -92,7 +92,7 @@ def _selection(data: StoreData, variant: str, experiment: str | None) -> Selecti
             f"{', '.join(data.suites) or 'none'})"
         )
     if experiment is None:
-        having = list(dict.fromkeys(train.loc[train["variant"] == variant, "experiment"]))
+        having: list[str] = list(dict.fromkeys(train.loc[train["variant"] == variant, "experiment"]))
         if len(having) > 1:
             raise CheckpointError(
                 f"variant {variant!r} trained in several experiments of {where} "

@@ -50,11 +50,12 @@ def speed_times(data: StoreData, mode: str) -> dict[str, dict[int, float]]:
     """Median time per (variant, T) of the ok points of one mode, over the suite's speed runs."""
     speed = data.runs_of("speed").set_index("id")
     res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
+    variant_of = dict(zip(speed.index, speed["variant"], strict=True))
     found: dict[str, dict[int, list[float]]] = {}
     for _, r in res.iterrows():
         t = r["tags"]
         if t.get("mode") == mode and t.get("status") == "ok" and is_number(r["value"]):
-            found.setdefault(speed.loc[r["run_id"], "variant"], {}).setdefault(int(t["T"]), []).append(r["value"])
+            found.setdefault(variant_of[r["run_id"]], {}).setdefault(int(t["T"]), []).append(r["value"])
     return {v: {T: statistics.median(xs) for T, xs in Ts.items()} for v, Ts in found.items()}
 
 
@@ -63,8 +64,9 @@ def speed_rounds(data: StoreData, mode: str) -> dict[str, dict[int, tuple[float,
     one mode: the ok point with the most rounds."""
     speed = data.runs_of("speed").set_index("id")
     res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
+    variant_of = dict(zip(speed.index, speed["variant"], strict=True))
     out: dict[str, dict[int, tuple[float, float, int]]] = {}
-    for run_id, tags in zip(res["run_id"], res["tags"]):
+    for run_id, tags in zip(res["run_id"], res["tags"], strict=True):
         if (
             tags.get("mode") == mode
             and tags.get("status") == "ok"
@@ -73,7 +75,7 @@ def speed_rounds(data: StoreData, mode: str) -> dict[str, dict[int, tuple[float,
             and int(tags.get("rounds") or 0) >= 2
         ):
             point = (float(tags["mean_s"]), float(tags["stddev_s"]), int(tags["rounds"]))
-            have = out.setdefault(speed.loc[run_id, "variant"], {})
+            have = out.setdefault(variant_of[run_id], {})
             if int(tags["T"]) not in have or have[int(tags["T"])][2] < point[2]:
                 have[int(tags["T"])] = point
     return out
@@ -103,10 +105,11 @@ def noisy_counts(data: StoreData) -> dict[str, int]:
     """Speed points stored as noisy, per variant."""
     speed = data.runs_of("speed").set_index("id")
     res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
+    variant_of = dict(zip(speed.index, speed["variant"], strict=True))
     out: dict[str, int] = {}
     for _, r in res.iterrows():
         if r["tags"].get("noisy"):
-            v = speed.loc[r["run_id"], "variant"]
+            v = variant_of[r["run_id"]]
             out[v] = out.get(v, 0) + 1
     return out
 

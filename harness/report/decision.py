@@ -55,7 +55,7 @@ def _interval(diffs: Sequence[float], level: float) -> tuple[float, float] | tup
     if n < 2:
         return None, None
     mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
-    half = stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
     return mean - half, mean + half
 
 

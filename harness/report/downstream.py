@@ -67,13 +67,13 @@ def lm_eval_sections(data: StoreData) -> list[Section]:
                 "metric": frame["metric"],
                 "variant": frame["variant"],
                 "seed": frame["seed"],
-                "value": [f"{num(v)} {u}".strip() for v, u in zip(frame["value"], frame["unit"])],
+                "value": [f"{num(v)} {u}".strip() for v, u in zip(frame["value"], frame["unit"], strict=True)],
                 "stderr": [num(v, 2) for v in frame["stderr"]],
                 "better": frame["higher_is_better"].map({True: "higher", False: "lower"}).fillna(MISSING),
                 "samples": [num(v) for v in frame["n_samples"]],
                 "trained in": [
                     f"{e} (run {num(i)})" if e else MISSING
-                    for e, i in zip(frame["train_experiment"], frame["train_run_id"])
+                    for e, i in zip(frame["train_experiment"], frame["train_run_id"], strict=True)
                 ],
             }
         )

@@ -31,7 +31,12 @@ def make_palette(variants: Iterable[str]) -> Palette:
     """One colour per variant, fixed by the variant's rank among the sorted names."""
     names = sorted(set(variants))
     colours = sns.color_palette("colorblind" if len(names) <= 10 else "husl", max(1, len(names)))
-    return {name: tuple(colours[i]) for i, name in enumerate(names)}
+    return {name: _rgb(colours[i]) for i, name in enumerate(names)}
+
+
+def _rgb(colour: Iterable[float]) -> tuple[float, float, float]:
+    r, g, b = colour
+    return float(r), float(g), float(b)
 
 
 def row_palette(palette: Palette, rows: dict[str, str]) -> Palette:
@@ -44,7 +49,7 @@ def row_palette(palette: Palette, rows: dict[str, str]) -> Palette:
     for variant, labels in by_variant.items():
         for i, label in enumerate(sorted(labels)):
             shade = 0.3 + 0.4 * i / (len(labels) - 1) if len(labels) > 1 else None
-            out[label] = palette[variant] if shade is None else tuple(sns.set_hls_values(palette[variant], l=shade))
+            out[label] = palette[variant] if shade is None else _rgb(sns.set_hls_values(palette[variant], l=shade))
     return out
 
 
@@ -104,7 +109,9 @@ def loss_curves(curves: pd.DataFrame, palette: Palette, labels: dict[str, str], 
     if curves.empty:
         return None
     fig, axes = _new(2)
-    for ax, (x, xlabel) in zip(axes, (("tokens", "training tokens"), ("elapsed_s", "training wall-clock time (s)"))):
+    for ax, (x, xlabel) in zip(
+        axes, (("tokens", "training tokens"), ("elapsed_s", "training wall-clock time (s)")), strict=True
+    ):
         for variant in sorted(curves["variant"].unique()):
             sub = curves[curves["variant"] == variant]
             for split, style in (("train", "-"), ("held-out", "--")):
@@ -150,9 +157,11 @@ def equal_budget(
     for ax, (x, xlabel) in zip(
         axes,
         (("tokens", "training tokens"), ("flops", "training FLOPs"), ("elapsed_s", "training wall-clock time (s)")),
+        strict=True,
     ):
         for variant in sorted(held["variant"].unique()):
-            sub = held[held["variant"] == variant].assign(**{x: lambda f: pd.to_numeric(f[x], errors="coerce")})
+            sub = held[held["variant"] == variant]
+            sub = sub.assign(**{x: pd.to_numeric(sub[x], errors="coerce")})
             sub = sub.dropna(subset=[x])  # a variant that declares no FLOPs has no point on that axis
             if sub.empty:
                 continue
@@ -173,7 +182,9 @@ def equal_budget(
         ax.set(xlabel=xlabel, ylabel="held-out loss (nats/token)")
         _legend(ax)
     fig.suptitle(title)
-    missing = f" FLOPs not declared by: {', '.join(labels.get(v, v) for v in undeclared)}." if undeclared else ""
+    missing = (
+        f" FLOPs not declared by: {', '.join(labels.get(str(v), str(v)) for v in undeclared)}." if undeclared else ""
+    )
     return Figure(
         slug,
         title,
@@ -225,7 +236,7 @@ def speed_mode(
     }
     scale = {"time": 1.0, "memory": 1.0 / 2**20}
     fig, axes = _new(2)
-    for ax, quantity in zip(axes, ("time", "memory")):
+    for ax, quantity in zip(axes, ("time", "memory"), strict=True):
         sub = points[points["quantity"] == quantity]
         ok = sub[(sub["status"] == "ok") & sub["value"].notna() & (sub["value"] > 0)]
         for variant in sorted(sub["variant"].unique()):
@@ -290,7 +301,7 @@ def scaling(points: pd.DataFrame, fits: pd.DataFrame, palette: Palette, title: s
     fig, axes = _new(len(xs))
     xlabels = {"params": "parameters N", "flops": "training compute C (FLOPs)"}
     symbols = {"params": "N", "flops": "C"}
-    for ax, x in zip(axes, xs):
+    for ax, x in zip(axes, xs, strict=True):
         pts = points[points["x"] == x]
         for variant in sorted(pts["variant"].unique()):
             rows = pts[pts["variant"] == variant]

@@ -55,7 +55,7 @@ def _by_setting(rows: pd.DataFrame) -> str:
     keys, labels = short_labels([json.loads(o) for o in rows["setting_options"]])
     found = [
         f"{d:+.2f} {_outcome(r)}" if is_number(d) else _outcome(r)
-        for d, (_, r) in zip(rows["diff_mean"], rows.iterrows())
+        for d, (_, r) in zip(rows["diff_mean"], rows.iterrows(), strict=True)
     ]
     return f"; by {keys} {' / '.join(labels)}: {' / '.join(found)}"
 
@@ -139,7 +139,7 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
     shared = set.intersection(*timed) if timed else set()
     T = max(shared) if shared else None
     state: dict[str, float] = {}  # at the first experiment's training length
-    for v, e in zip(rows["variant"], rows["state_elements"]):
+    for v, e in zip(rows["variant"], rows["state_elements"], strict=True):
         if is_number(e):
             state.setdefault(v, 4.0 * float(e))
     baselines = list(dict.fromkeys(rows["baseline"]))
@@ -156,7 +156,7 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
     figure = tradeoff_figure(overall, palette, T)
     margins = ", ".join(
         f"{e} {m} ±{g:g}" if is_number(g) else f"{e} {m}: none stated"
-        for e, m, g in dict.fromkeys(zip(overall["experiment"], overall["metric"], overall["margin"]))
+        for e, m, g in dict.fromkeys(zip(overall["experiment"], overall["metric"], overall["margin"], strict=True))
     )
     also = "".join(f"; then vs {b}" for b in further)
     return Section(

@@ -93,7 +93,8 @@ def _frame(db: sqlite3.Connection, sql: str, args: tuple[Any, ...] = ()) -> pd.D
 
 def _decode(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
     for col in columns:
-        frame[col] = [jsonsafe.loads(v) if isinstance(v, str) else {} for v in frame[col]]
+        decoded = [jsonsafe.loads(v) if isinstance(v, str) else {} for v in frame[col]]
+        frame[col] = pd.Series(decoded, index=frame.index, dtype=object)
     return frame
 
 

@@ -50,11 +50,15 @@ def seed_values(
     done = sel.runs[sel.runs["status"] == "done"]
     if setting is None:
         key = f"test_{metric}"
-        return {int(seed): float(s[key]) for seed, s in zip(done["seed"], done["summary"]) if is_number(s.get(key))}
-    seeds = dict(zip(done["id"], done["seed"]))
+        return {
+            int(seed): float(s[key])
+            for seed, s in zip(done["seed"], done["summary"], strict=True)
+            if is_number(s.get(key))
+        }
+    seeds = dict(zip(done["id"], done["seed"], strict=True))
     res = data.results[data.results["run_id"].isin(seeds) & (data.results["name"] == metric)]
     out: dict[int, float] = {}
-    for run_id, value, tags in zip(res["run_id"], res["value"], res["tags"]):
+    for run_id, value, tags in zip(res["run_id"], res["value"], res["tags"], strict=True):
         if tags.get("split") == "test" and all(tags.get(k) == v for k, v in setting.items()) and is_number(value):
             out[int(seeds[run_id])] = float(value)
     return out

@@ -63,7 +63,7 @@ def _points(data: StoreData) -> list[Problem]:
                 "speed point",
                 run["variant"],
                 f"{run['experiment']} {t.get('mode')} T={t.get('T')}",
-                {"oom": "out of memory", "timeout": "timed out"}.get(t["status"], t["status"]),
+                {"oom": "out of memory", "timeout": "timed out"}.get(str(t["status"]), str(t["status"])),
                 t.get("error") or "",
             )
         )
@@ -139,12 +139,12 @@ def _load(data: StoreData) -> list[Problem]:
     out = [
         Problem(
             "speed point under load",
-            speed.loc[run_id, "variant"],
-            f"{speed.loc[run_id, 'experiment']} {t.get('mode')} T={t.get('T')}",
+            str(speed.at[run_id, "variant"]),
+            f"{speed.at[run_id, 'experiment']} {t.get('mode')} T={t.get('T')}",
             "timed under load",
             f"{t.get('noisy_reason')} after {t.get('attempts')} measurement(s)",
         )
-        for run_id, t in zip(res["run_id"], res["tags"])
+        for run_id, t in zip(res["run_id"], res["tags"], strict=True)
         if t.get("noisy") and _loaded(t)
     ]
     for _, r in data.runs[data.runs["kind"] == "train"].iterrows():

@@ -52,7 +52,7 @@ def provenance_rows(data: StoreData) -> list[dict[str, Any]]:
             )
     for item, values in sorted(variants.items()):
         add(item, values)
-    add("runs (kind, status)", [f"{k}, {s}" for k, s in zip(data.runs["kind"], data.runs["status"])])
+    add("runs (kind, status)", [f"{k}, {s}" for k, s in zip(data.runs["kind"], data.runs["status"], strict=True)])
     return rows
 
 

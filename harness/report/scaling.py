@@ -18,7 +18,7 @@ _X = {"params": ("n_params", "parameters"), "flops": ("train_flops", "training F
 def _points(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(table rows per variant x model size, figure points per variant x axis x size)."""
     rows, pts = [], []
-    sizes_of = runs["coords"].map(lambda c: int(c.get("model", 0)))
+    sizes_of = pd.Series([int(c.get("model", 0)) for c in runs["coords"]], index=runs.index)
     for (variant, _model), g in runs.groupby(["variant", sizes_of], sort=True):
         done = g[g["status"] == "done"]
         loss = mean_ci(s.get("val_loss") for s in done["summary"])
@@ -47,7 +47,7 @@ def _points(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def _fits(data: StoreData, exp: str) -> pd.DataFrame:
     fits = data.runs_of("scaling_fit")
     fits = fits[fits["experiment"] == exp]
-    variants = dict(zip(fits["id"], fits["variant"]))
+    variants = dict(zip(fits["id"], fits["variant"], strict=True))
     res = data.results[
         data.results["run_id"].isin([int(i) for i in fits["id"]]) & (data.results["name"] == "power_law")
     ]
@@ -108,7 +108,7 @@ def scaling_sections(data: StoreData, palette: figures.Palette) -> list[Section]
             fv = pd.DataFrame(
                 {
                     "variant": fits["variant"],
-                    "against": fits["x"].map(lambda x: _X.get(x, (x, x))[1]),
+                    "against": [_X.get(x, (x, x))[1] for x in fits["x"]],
                     "a": [num(v) for v in fits["a"]],
                     "b": [num(v) for v in fits["b"]],
                     "c": [num(v) for v in fits["c"]],

@@ -49,7 +49,7 @@ class Selection:
         done = [
             (loss, seed, pos)
             for pos, (status, seed, summary) in enumerate(
-                zip(self.runs["status"], self.runs["seed"], self.runs["summary"])
+                zip(self.runs["status"], self.runs["seed"], self.runs["summary"], strict=True)
             )
             if status == "done" and (loss := _loss(summary)) is not None
         ]
@@ -59,7 +59,9 @@ class Selection:
 
     def keys(self) -> list[str]:
         """The cell keys of the chosen point's runs, by seed."""
-        return [str(k) for _, k in sorted(zip(self.runs["seed"], self.runs["cell_key"]), key=lambda sk: sk[0])]
+        return [
+            str(k) for _, k in sorted(zip(self.runs["seed"], self.runs["cell_key"], strict=True), key=lambda sk: sk[0])
+        ]
 
 
 def fixed_options(variant: str, coords: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
@@ -110,14 +112,16 @@ def select(runs: pd.DataFrame) -> list[Selection]:
     groups: dict[tuple[str, str, int, str], dict[str, list[int]]] = {}
     options: dict[str, dict[str, Any]] = {}
     tried: dict[tuple[str, str, int, str], set[str]] = {}  # every point tried, tuning rungs included
-    for exp, variant, coords, config in zip(runs["experiment"], runs["variant"], runs["coords"], runs["config"]):
+    for exp, variant, coords, config in zip(
+        runs["experiment"], runs["variant"], runs["coords"], runs["config"], strict=True
+    ):
         okey = key_of(fixed_options(str(variant), coords, config))
         tried.setdefault((str(exp), str(variant), int(coords.get("model", 0)), okey), set()).add(
             key_of(grid_point(coords))
         )
     runs = reported_runs(runs)
     for pos, (exp, variant, coords, config) in enumerate(
-        zip(runs["experiment"], runs["variant"], runs["coords"], runs["config"])
+        zip(runs["experiment"], runs["variant"], runs["coords"], runs["config"], strict=True)
     ):
         opts = fixed_options(str(variant), coords, config)
         okey = key_of(opts)

@@ -84,7 +84,7 @@ def _points_table(exp: str, pts: pd.DataFrame) -> Table:
             status = mrow["status"]
         wide.append(
             {
-                **dict(zip(keys, key)),
+                **dict(zip(keys, key, strict=True)),
                 "time_s": trow["value"] if trow is not None else None,
                 "time_stddev_s": trow["stddev_s"] if trow is not None else None,
                 "rounds": trow["rounds"] if trow is not None else None,
@@ -117,7 +117,9 @@ def _points_table(exp: str, pts: pd.DataFrame) -> Table:
             "time (median ± sd)": data.apply(time_text, axis=1),
             "peak memory": [bytes_text(v) if is_number(v) else MISSING for v in data["peak_memory_bytes"]],
             "status": data["status"],
-            "path": [path_text(b, p, f) for b, p, f in zip(data["backend"], data["path"], data["fallback"])],
+            "path": [
+                path_text(b, p, f) for b, p, f in zip(data["backend"], data["path"], data["fallback"], strict=True)
+            ],
             "error": [e or "" for e in data["error"]],
         }
     )
@@ -135,7 +137,7 @@ def _fit_rows(data: StoreData, exp: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     fits = data.runs_of("speed_fit")
     fits = fits[fits["experiment"] == exp]
     res = data.results[data.results["run_id"].isin([int(i) for i in fits["id"]])]
-    variants = dict(zip(fits["id"], fits["variant"]))
+    variants = dict(zip(fits["id"], fits["variant"], strict=True))
     slopes, cross = [], []
     for _, r in res.iterrows():
         t = r["tags"]
@@ -230,7 +232,7 @@ def speed_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
             sections.append(section)
             continue
         section.tables.append(_points_table(exp, pts))
-        labels = dict(zip(pts["model"], pts["model_label"]))
+        labels = dict(zip(pts["model"], pts["model_label"], strict=True))
         slopes, cross = _fit_rows(data, exp)
         if slopes.empty:
             section.notes.append("No slope fits stored for this experiment (its finalizer has not run).")
@@ -241,7 +243,8 @@ def speed_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
             sv["points"] = [num(n) for n in slopes["n_points"]]
             sv["flags"] = [f or "none" for f in slopes["flags"]]
             sv["T range"] = [
-                f"{num(a)}–{num(b)}" if is_number(a) else MISSING for a, b in zip(slopes["T_min"], slopes["T_max"])
+                f"{num(a)}–{num(b)}" if is_number(a) else MISSING
+                for a, b in zip(slopes["T_min"], slopes["T_max"], strict=True)
             ]
             section.tables.append(Table(f"{exp}-slopes", f"{exp}: fitted slopes", slopes, sv))
         if not cross.empty:

@@ -36,7 +36,9 @@ def _panel(ax, sub: pd.DataFrame, cost: str, palette: Palette) -> None:
     metric = sub["metric"].iloc[0]
     pts = [
         (float(x), float(y), v, lo, hi)
-        for x, y, v, lo, hi in zip(sub[cost], sub["value_mean"], sub["variant"], sub["value_lo"], sub["value_hi"])
+        for x, y, v, lo, hi in zip(
+            sub[cost], sub["value_mean"], sub["variant"], sub["value_lo"], sub["value_hi"], strict=True
+        )
         if is_number(x) and x > 0 and is_number(y)
     ]
     front = pareto_front([(p[0], p[1]) for p in pts], metric == "accuracy")

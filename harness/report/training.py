@@ -200,7 +200,7 @@ def _grid_table(exp: str, sels: list[Selection]) -> Table | None:
             "model": data["model"],
             "grid point": data["grid_point"],
             "held-out loss (mean over finished seeds)": [num(v) for v in data["mean_loss"]],
-            "seeds finished": [f"{d}/{t}" for d, t in zip(data["seeds_done"], data["seeds"])],
+            "seeds finished": [f"{d}/{t}" for d, t in zip(data["seeds_done"], data["seeds"], strict=True)],
             "chosen": ["chosen" if c else "" for c in data["chosen"]],
         }
     )
@@ -211,7 +211,7 @@ def _curves(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
     frames = []
     for s in sels:
         ids = [int(i) for i in s.runs["id"]]
-        seeds = dict(zip(s.runs["id"], s.runs["seed"]))
+        seeds = dict(zip(s.runs["id"], s.runs["seed"], strict=True))
         per_token = mean_ci(r.get("train_flops_per_token") for r in s.runs["summary"]).mean
         m = data.metrics[data.metrics["run_id"].isin(ids) & data.metrics["name"].isin(["train/loss", "val/loss"])]
         if m.empty:
@@ -239,7 +239,7 @@ def _task_rows(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
     for s in sels:
         done = s.runs[s.runs["status"] == "done"]
         res = data.results[data.results["run_id"].isin([int(i) for i in done["id"]])]
-        seeds = dict(zip(done["id"], done["seed"]))
+        seeds = dict(zip(done["id"], done["seed"], strict=True))
         for _, r in res.iterrows():
             tags = r["tags"]
             if "task" not in tags or r["name"] in _NOT_TASK_METRICS:
@@ -264,7 +264,9 @@ def _task_section(exp: str, rows: pd.DataFrame, palette: figures.Palette) -> tup
     out = []
     for key, g in rows.groupby(keys, dropna=False, sort=True):
         m = mean_ci(g["value"])
-        out.append({**dict(zip(keys, key)), "mean": m.mean, "ci95_lo": m.lo, "ci95_hi": m.hi, "seeds": m.n})
+        out.append(
+            {**dict(zip(keys, key, strict=True)), "mean": m.mean, "ci95_lo": m.lo, "ci95_hi": m.hi, "seeds": m.n}
+        )
     data = pd.DataFrame(out)
     view = data[keys].copy()
     view["value, mean ± 95% CI"] = [ci_text(mean_ci_row) for mean_ci_row in _cis(data)]

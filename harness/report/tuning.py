@@ -30,7 +30,7 @@ def tuning_section(data: StoreData) -> list[Section]:
             at = tune[[int(c["rung"]) == rung for c in tune["coords"]]]
             later = {point_text(grid_point(c)) for c in tune["coords"] if int(c["rung"]) > rung} or final
             points: dict[str, list[float]] = {}
-            for coords, summary in zip(at["coords"], at["summary"]):
+            for coords, summary in zip(at["coords"], at["summary"], strict=True):
                 loss = summary.get("val_loss")
                 points.setdefault(point_text(grid_point(coords)), []).append(loss if is_number(loss) else float("inf"))
             for point, losses in sorted(points.items(), key=lambda kv: statistics.fmean(kv[1])):

@@ -113,9 +113,9 @@ def _write_into(report: Report, out_dir: Path) -> None:
     for sub in _OWNED:
         (out_dir / sub).mkdir(parents=True)
     tables, figs = report.tables(), report.figures()
-    table_names = dict(zip(map(id, tables), _unique([t.slug for t in tables])))
-    fig_names = dict(zip([f.slug for f in figs], _unique([f.slug for f in figs])))
-    for f, name in zip(figs, _unique([f.slug for f in figs])):
+    table_names = dict(zip(map(id, tables), _unique([t.slug for t in tables]), strict=True))
+    fig_names = dict(zip([f.slug for f in figs], _unique([f.slug for f in figs]), strict=True))
+    for f, name in zip(figs, _unique([f.slug for f in figs]), strict=True):
         (out_dir / "figures" / f"{name}.png").write_bytes(f.png)
 
     def links(table: Table) -> dict[str, str]:

@@ -9,6 +9,7 @@ whichever executor ran the cells. Ray is imported only when asked for.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -77,8 +78,9 @@ class Executor(ABC):
         """Wait for every task in flight; return them."""
         return []
 
+    @abstractmethod
     def close(self) -> None:
-        """Release what the executor started (a no-op for the in-process executor)."""
+        """Release what the executor started (worker processes, a Ray instance, tasks in flight)."""
 
     def __enter__(self) -> Executor:
         return self
@@ -94,6 +96,9 @@ class InProcessExecutor(Executor):
 
     def submit(self, task: Task) -> list[Finished]:
         return [run_here(task)]
+
+    def close(self) -> None:
+        """Nothing to release: every task ran to completion in this process."""
 
 
 def _ray_call(fn: Callable[..., Any], args: tuple[Any, ...], num_cpus: float) -> tuple[Any, dict[str, Any]]:
@@ -205,10 +210,8 @@ class RayExecutor(Executor):
 
     def close(self) -> None:
         for ref in list(self._pending):  # interrupted: stop what still runs
-            try:
+            with contextlib.suppress(Exception):  # it may have finished meanwhile; nothing to stop
                 self._ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - it may have finished meanwhile; nothing to stop
-                pass
         self._pending.clear()
         if self._owned and self._ray.is_initialized():
             self._ray.shutdown()

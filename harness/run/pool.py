@@ -296,7 +296,8 @@ class ProcessPoolCellExecutor(Executor):
             manager.join(timeout=10)
             if manager.is_alive():  # seen once: stuck reading a message a killed worker left half-written
                 with contextlib.suppress(Exception):
-                    pool._result_queue._writer.close()  # our copy of the write end: the read ends
+                    # our copy of the write end: the read ends (a private attribute of CPython's SimpleQueue)
+                    pool._result_queue._writer.close()  # pyright: ignore[reportAttributeAccessIssue]
                 manager.join(timeout=10)
 
     def close(self) -> None:

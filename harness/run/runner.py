@@ -10,6 +10,7 @@ import io
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -108,13 +109,14 @@ def run_cell(
 ) -> RunRecord | None:
     """Run one cell where this is called (the driver, a Ray worker, each torchrun rank) and
     return its record; None on torchrun ranks other than 0, which store nothing."""
-    cell, dev, out = job.cell, torch.device(job.device), out or sys.stderr
+    cell, dev = job.cell, torch.device(job.device)
+    stream: TextIO = out if out is not None else sys.stderr
     parallel = distributed.active() and get_kind(cell.kind).data_parallel
     if distributed.active() and not parallel and not distributed.is_main():
         return None  # rank 0 runs it alone
     started = time.time()
     ctx = RunContext(
-        dev, (progress or ProgressLine(out)).cell(*job.index, cell), job.checkpoint_dir, store, job.registry, live
+        dev, (progress or ProgressLine(stream)).cell(*job.index, cell), job.checkpoint_dir, store, job.registry, live
     )
     try:
         outcome = get_kind(cell.kind).run(cell, job.variant, ctx)
@@ -122,7 +124,7 @@ def run_cell(
         outcome = CellOutcome("oom", error=f"out of memory: {str(exc).splitlines()[0]}")
     except Exception as exc:  # a broken plugin fails its cell, not the suite
         outcome = CellOutcome("failed", error="".join(traceback.format_exception_only(exc)).strip())
-        traceback.print_exc(file=out)
+        traceback.print_exc(file=stream)
     if parallel:
         outcome = _agree(outcome)
     return cell_record(job, outcome, started, time.time()) if distributed.is_main() else None
@@ -137,9 +139,10 @@ def _plan(suite: Suite, registry: Registry, dev: torch.device, only_variants: li
         corpus_hash=lambda spec: load_corpus(spec, registry).sha256,
     )
     for cell in cells:  # under torchrun: a global batch that does not split is refused up front
-        if get_kind(cell.kind).data_parallel and hasattr(cell.spec, "batch_size"):
+        batch_size = getattr(cell.spec, "batch_size", None)  # the kinds that train have one
+        if get_kind(cell.kind).data_parallel and batch_size is not None:
             try:
-                distributed.local_batch_size(cell.spec.batch_size)
+                distributed.local_batch_size(batch_size)
             except DistributedError as exc:
                 raise DistributedError(f"experiment {cell.experiment!r}: {exc}") from None
     return cells
@@ -157,7 +160,7 @@ class _SuiteRun:
         cells: list[Cell],
         out: TextIO,
         executor: Executor,
-        trackers: list[Tracker] = (),
+        trackers: Sequence[Tracker] = (),
         retry_failed: bool | None = None,
     ) -> None:
         self.suite, self.store, self.registry, self.dev, self.cells = suite, store, registry, dev, list(cells)
@@ -165,7 +168,7 @@ class _SuiteRun:
         self.report = RunReport(cells=len(cells))
         self.total = planned_total(suite, cells)  # every rung of a tuned protocol included
         self.progress = ProgressLine(out if self.main else io.StringIO())
-        self.checkpoint_dir = distributed.from_main(store.path.parent / "checkpoints" if self.main else None)
+        self.checkpoint_dir = distributed.main_value(lambda: self._main_store().path.parent / "checkpoints")
         # A Ray worker sees the GPU Ray gave it as cuda:0.
         self.job_device = "cuda" if executor.remote and dev.type == "cuda" else str(dev)
         self.context = {"argv": sys.argv, "executor": executor.name, "overrides": list(suite.overrides)}
@@ -175,22 +178,26 @@ class _SuiteRun:
         self.live: dict[str, LiveCell | None] = {}  # cell key -> its live curve sink, while it runs here
         self.retry_failed = suite.retry_failed if retry_failed is None else retry_failed
 
+    def _main_store(self) -> Store:
+        """The store, which rank 0 alone opens (the other ranks get its answers)."""
+        if self.store is None:
+            raise DistributedError("only the main process reads and writes the store")
+        return self.store
+
     def verdict(self, cell: Cell, variant: Variant) -> Verdict:
         """The trust gate runs (on the driver) before a variant's first cell, per options."""
         gate_id = (cell.variant, repr(cell.model.options))
         if gate_id not in self.verdicts:
             if self.main:
                 print(f"checking {cell.variant} (trust gate) ...", file=self.out, flush=True)
-            self.verdicts[gate_id] = distributed.from_main(
-                gate_variant(
+            self.verdicts[gate_id] = distributed.main_value(
+                lambda: gate_variant(
                     variant,
                     self.store,
                     self.dev,
                     options=cell.model.options,
                     time_limit_s=self.suite.check_time_limit_s,
                 )
-                if self.main
-                else None
             )
             verdict = self.verdicts[gate_id]
             if self.main:
@@ -210,7 +217,7 @@ class _SuiteRun:
         )
         if done.worker:  # the process and torch threads that ran it
             rec.provenance["worker"] = done.worker
-        self.store.save_run_or_set_aside(rec)
+        self._main_store().save_run_or_set_aside(rec)
         self.report.ran += 1
         track_record(self.trackers, rec, self.live.pop(job.cell.key, None))
         if rec.status != "done":
@@ -222,7 +229,7 @@ class _SuiteRun:
             )  # which, with several in flight
 
     def submit(self, i: int, cell: Cell) -> None:
-        if distributed.from_main(self.store.settled(cell.key, self.retry_failed) if self.main else None):
+        if distributed.main_value(lambda: self._main_store().settled(cell.key, self.retry_failed)):
             self.report.skipped += 1
             return
         variant = self.registry.get(cell.variant)
@@ -269,7 +276,7 @@ class _SuiteRun:
             return []
         for done in self.executor.drain():
             self.record(done)
-        wave = distributed.from_main(next_cells(self.suite, self.cells, self.store.outcome) if self.main else None)
+        wave = distributed.main_value(lambda: next_cells(self.suite, self.cells, self._main_store().outcome))
         self.cells += wave
         self.report.cells = len(self.cells)
         self.total = max(self.total, len(self.cells))
@@ -296,7 +303,7 @@ def run_suite(
     only_variants: list[str] | None = None,
     out: TextIO = sys.stderr,
     executor: Executor | None = None,
-    trackers: list[Tracker] = (),
+    trackers: Sequence[Tracker] = (),
     retry_failed: bool | None = None,
 ) -> RunReport:
     """Run every cell of ``suite`` not already in ``store`` and store each as it finishes.

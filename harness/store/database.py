@@ -279,6 +279,8 @@ def _insert_run(db: sqlite3.Connection, run: RunRecord) -> int:
         ),
     )
     run_id = cur.lastrowid
+    if run_id is None:  # an INSERT always sets it
+        raise sqlite3.DatabaseError("the runs row was not inserted")
     db.executemany(
         "INSERT INTO metrics (run_id, step, tokens, elapsed_s, name, value) VALUES (?, ?, ?, ?, ?, ?)",
         [(run_id, m.step, m.tokens, m.elapsed_s, m.name, m.value) for m in run.metrics],

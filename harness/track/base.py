@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 class Tracker(Protocol):
@@ -23,6 +23,12 @@ class Tracker(Protocol):
 
     def close(self) -> None:
         """Flush and release; called once at the end of the suite."""
+
+
+@runtime_checkable
+class LiveTracker(Tracker, Protocol):
+    def log_points(self, cell: dict[str, Any], metrics: list[Any]) -> None:
+        """Curve points of a running cell, as the training loop logs them."""
 
 
 @dataclass(frozen=True)
@@ -53,13 +59,13 @@ def cell_fields(cell: Any, status: str = "running") -> dict[str, Any]:
 class LiveCell:
     """One running cell's curve points, sent to the trackers that take them live."""
 
-    trackers: list[Tracker]
+    trackers: list[LiveTracker]
     cell: dict[str, Any]
     sent: set[tuple[str, int]] = field(default_factory=set)  # (name, step) of every point sent
 
     @classmethod
     def for_cell(cls, trackers: list[Tracker], cell: Any) -> LiveCell | None:
-        live = [t for t in trackers if callable(getattr(t, "log_points", None))]
+        live = [t for t in trackers if isinstance(t, LiveTracker)]
         return cls(live, cell_fields(cell)) if live else None
 
     def __call__(self, metrics: list[Any]) -> None:
@@ -73,6 +79,6 @@ def track_record(trackers: list[Tracker], record: Any, live: LiveCell | None = N
     curve live gets only the points it missed (e.g. those restored from a training state)."""
     cell = cell_fields(record)
     for tracker in trackers:
-        streamed = live is not None and any(tracker is t for t in live.trackers)
-        metrics = [m for m in record.metrics if (m.name, m.step) not in live.sent] if streamed else record.metrics
+        sent = live.sent if live is not None and any(tracker is t for t in live.trackers) else None
+        metrics = [m for m in record.metrics if (m.name, m.step) not in sent] if sent is not None else record.metrics
         tracker.log_cell(cell, metrics, record.results)

@@ -195,7 +195,10 @@ def attnbench_register_variants(register) -> None:
             build_mixer=Based,
             options=BasedOptions,
             decode="recurrent",
-            description="Based (Arora et al. 2024): Taylor linear attention plus a small softmax window; chunked, recurrent decoding",
+            description=(
+                "Based (Arora et al. 2024): Taylor linear attention plus a small softmax window; "
+                "chunked, recurrent decoding"
+            ),
             state_size=state_size,
             flops_per_token=flops_per_token,
             version="1",

@@ -152,7 +152,9 @@ def attnbench_register_variants(register) -> None:
             build_mixer=DeltaNet,
             options=DeltaOptions,
             decode="recurrent",
-            description="DeltaNet (delta rule; Yang et al. 2024): chunked in the WY form, short convolution, recurrent decoding",
+            description=(
+                "DeltaNet (delta rule; Yang et al. 2024): chunked in the WY form, short convolution, recurrent decoding"
+            ),
             state_size=state_size,
             flops_per_token=flops_per_token,
             version="1",

@@ -58,7 +58,9 @@ def attnbench_register_variants(register) -> None:
             build_mixer=GatedDeltaNet,
             options=DeltaOptions,
             decode="recurrent",
-            description="Gated DeltaNet (Yang et al. 2025): delta rule with a decay per head, WY-chunked, recurrent decoding",
+            description=(
+                "Gated DeltaNet (Yang et al. 2025): delta rule with a decay per head, WY-chunked, recurrent decoding"
+            ),
             state_size=deltanet.state_size,
             flops_per_token=flops_per_token,
             version="1",

@@ -158,7 +158,10 @@ def attnbench_register_variants(register) -> None:
             build_mixer=GatedLinearAttention,
             options=GLAOptions,
             decode="recurrent",
-            description="Gated linear attention (Yang et al. 2024): data-dependent decay per key channel, chunked, recurrent decoding",
+            description=(
+                "Gated linear attention (Yang et al. 2024): data-dependent decay per key channel, "
+                "chunked, recurrent decoding"
+            ),
             state_size=state_size,
             flops_per_token=flops_per_token,
             version="1",

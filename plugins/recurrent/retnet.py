@@ -126,7 +126,9 @@ def attnbench_register_variants(register) -> None:
             build_mixer=Retention,
             options=RetNetOptions,
             decode="recurrent",
-            description="RetNet multi-scale retention (Sun et al. 2023): a fixed decay per head, chunked, recurrent decoding",
+            description=(
+                "RetNet multi-scale retention (Sun et al. 2023): a fixed decay per head, chunked, recurrent decoding"
+            ),
             state_size=state_size,
             flops_per_token=flops_per_token,
             version="1",

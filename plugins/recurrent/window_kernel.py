@@ -39,7 +39,7 @@ def window_attention(
 ) -> tuple[torch.Tensor, WindowCache]:
     """q, k, v (B, H, t, h) the next t positions after ``cache``. Returns o (B, H, t, h) in
     v's dtype and the new cache (new tensors)."""
-    out_dtype, (B, H, t, h), P, w = v.dtype, q.shape, cache.k.shape[2], window
+    out_dtype, (t, h), P, w = v.dtype, q.shape[2:], cache.k.shape[2], window  # q (B, H, t, h)
     dt = torch.float64 if q.dtype == torch.float64 else torch.float32
     keys = torch.cat([cache.k.to(v.dtype), k], dim=2)  # (B, H, P+t, h)
     values = torch.cat([cache.v.to(v.dtype), v], dim=2)  # (B, H, P+t, h)

@@ -46,8 +46,8 @@ def reference_attention(
     band = (j > i) & (j <= i + fd)  # (T, T_w)
     A_pad = F.pad(A, (0, T_w - T))  # (B, H, T, T_w)
     F_pad = F.pad(Fs, (1, 0))  # (B, H, T, T_w) column j holds F[:, j-1]
-    O = torch.where(causal, A_pad, torch.where(band, F_pad, float("-inf")))  # (B, H, T, T_w)
-    P = torch.softmax(O, dim=-1)  # (B, H, T, T_w)
+    S = torch.where(causal, A_pad, torch.where(band, F_pad, float("-inf")))  # (B, H, T, T_w) scores
+    P = torch.softmax(S, dim=-1)  # (B, H, T, T_w)
     P = F.dropout(P, dropout_p) if dropout_p > 0 else P  # (B, H, T, T_w)
     y_causal = (P * causal)[..., :T] @ v  # (B, H, T, h)
     out_future = (P * band)[..., 1:] @ v_future[:, : T_w - 1]  # (B, H, T, h)

@@ -8,7 +8,7 @@ the tuned model begins exactly at the checkpoint.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from torch import nn
 
@@ -38,9 +38,9 @@ def target_names(model: nn.Module, target: str | list[str]) -> list[str]:
 
 
 def check_rank(model: nn.Module, names: list[str], rank: int) -> None:
-    modules = dict(model.named_modules())
+    linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
     for name in names:
-        m = modules[name]
+        m = linears[name]  # target_names picks Linear layers only
         if rank > min(m.in_features, m.out_features):
             raise FinetuneError(
                 f"rank {rank} exceeds the dimensions of {name} ({m.out_features} x {m.in_features}): a "
@@ -58,7 +58,10 @@ def _import_peft() -> Any:
     return peft
 
 
-def add_lora(model: nn.Module, names: list[str], rank: int, alpha: float | None, from_scratch: bool) -> nn.Module:
+M = TypeVar("M", bound=nn.Module)
+
+
+def add_lora(model: M, names: list[str], rank: int, alpha: float | None, from_scratch: bool) -> M:
     """LoRA adapters of rank ``rank`` on ``names``; only they train (from scratch: the
     targeted matrices stay frozen at their initial values and every other weight trains)."""
     check_rank(model, names, rank)
@@ -66,7 +69,7 @@ def add_lora(model: nn.Module, names: list[str], rank: int, alpha: float | None,
     config = peft.LoraConfig(
         r=rank, lora_alpha=alpha if alpha is not None else 2 * rank, target_modules=names, lora_dropout=0.0, bias="none"
     )
-    model = peft.inject_adapter_in_model(config, model)
+    peft.inject_adapter_in_model(config, model)  # in place: LoRA layers replace the targeted Linear layers
     frozen = {f"{n}.base_layer.{p}" for n in names for p in ("weight", "bias")}
     for name, p in model.named_parameters():
         p.requires_grad = "lora_" in name or (from_scratch and name not in frozen)

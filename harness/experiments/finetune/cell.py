@@ -27,14 +27,16 @@ from attnbench.experiments.train.setup import lr_at, make_optimizer, planned_ste
 from attnbench.experiments.train.state import save_final
 from attnbench.nn.backbone import Backbone
 from attnbench.nn.checkpoint import load_checkpoint, run_checkpoint
+from attnbench.nn.model import LanguageModel
 from attnbench.nn.precision import autocast_for, compute_dtype
 from attnbench.plan.cells import Cell
+from attnbench.plan.specs import FinetuneSpec
 from attnbench.store.database import Metric, Result
 
 
-def _base_model(cell: Cell, variant: Variant, ctx: RunContext, train: dict[str, Any]) -> torch.nn.Module:
+def _base_model(cell: Cell, variant: Variant, ctx: RunContext, train: dict[str, Any]) -> LanguageModel:
     """The checkpoint's model, or (from_scratch) a fresh one of the same config and seed."""
-    if cell.spec.from_scratch:
+    if cell.spec_as(FinetuneSpec).from_scratch:
         torch.manual_seed(cell.seed)
         return Backbone(cell.model, variant.build_mixer)
     model, meta = load_checkpoint(run_checkpoint(ctx.store, train), ctx.registry)
@@ -47,12 +49,14 @@ def _base_model(cell: Cell, variant: Variant, ctx: RunContext, train: dict[str, 
     return model
 
 
-def _prepare(cell: Cell, model: torch.nn.Module) -> tuple[torch.nn.Module, list[str]]:
-    spec = cell.spec
+def _prepare(cell: Cell, model: LanguageModel) -> tuple[LanguageModel, list[str]]:
+    spec = cell.spec_as(FinetuneSpec)
     if spec.method == "full":
         for p in model.parameters():
             p.requires_grad = True
         return model, []
+    if spec.rank is None:
+        raise FinetuneError(f"finetune cell {cell.experiment}/{cell.variant}: method lora needs a rank")
     names = target_names(model, spec.target)
     return add_lora(model, names, spec.rank, spec.lora_alpha, spec.from_scratch), names
 
@@ -62,16 +66,17 @@ def _train(
 ) -> tuple[list[Metric], int, float, str | None]:
     """AdamW on the trainable weights, warmup + cosine, clipping; (curve, steps, seconds,
     why it diverged or None): a logged loss above diverge_factor x ln(vocab) stops it."""
-    t, device = cell.spec, ctx.device
+    t, device = cell.spec_as(FinetuneSpec), ctx.device
     steps = planned_steps(cell, None)
+    seconds = t.budget.seconds or math.inf  # a steps, tokens or FLOPs budget sets steps
     opt = make_optimizer(model, cell)
     gen = torch.Generator().manual_seed(cell.seed)
     trainable = [p for p in model.parameters() if p.requires_grad]
     metrics, step, spent = [], 0, 0.0
     model.train()
-    while (step < steps) if steps is not None else (spent < t.budget.seconds):
+    while (step < steps) if steps is not None else (spent < seconds):
         started = time.perf_counter()
-        lr = lr_at(step, step / steps if steps else spent / t.budget.seconds, t.lr, t.warmup_steps, t.min_lr_ratio)
+        lr = lr_at(step, step / steps if steps else spent / seconds, t.lr, t.warmup_steps, t.min_lr_ratio)
         for group in opt.param_groups:
             group["lr"] = lr
         x, y = (v.to(device) for v in data.train_batch(t.batch_size, t.seq_len, gen))  # (B, T) each
@@ -96,17 +101,17 @@ def _train(
 
 
 def run_finetune_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
-    spec = cell.spec
-    train, skipped = trained_run(ctx, cell, "tune")
-    if skipped is not None:
-        return skipped
+    spec = cell.spec_as(FinetuneSpec)
+    train = trained_run(ctx, cell, "tune")
+    if isinstance(train, CellOutcome):
+        return train
     try:
         model, names = _prepare(cell, _base_model(cell, variant, ctx, train))
     except (FinetuneError, CheckpointError) as exc:
         return CellOutcome("failed", error=str(exc))
     model = model.to(ctx.device)
     n_train, n_total = trainable_params(model), sum(p.numel() for p in model.parameters())
-    data = load_corpus(cell.data, ctx.registry)
+    data = load_corpus(cell.data_spec(), ctx.registry)
     unseen = (
         []
         if spec.from_scratch

@@ -14,6 +14,7 @@ import importlib.metadata as md
 
 from attnbench.plan.cells import Cell, trained_cells_for
 from attnbench.plan.halving import tuned_source_error
+from attnbench.plan.specs import FinetuneSpec, TrainExperiment
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.store.provenance import content_key
 
@@ -31,9 +32,10 @@ def _source_error(suite: Suite, src: str) -> str | None:
     exps = {e.name: e for e in suite.experiments}
     if src not in exps:
         return f"no experiment named {src!r} in this suite; experiments: {sorted(exps)}"
-    if exps[src].kind != "train" or not exps[src].spec().checkpoint:
+    source = exps[src]
+    if not isinstance(source, TrainExperiment) or not source.train.checkpoint:
         return (
-            f"experiment {src!r} (kind {exps[src].kind}) keeps no checkpoints; name a train "
+            f"experiment {src!r} (kind {source.kind}) keeps no checkpoints; name a train "
             "experiment whose train.checkpoint is true"
         )
     return None
@@ -41,7 +43,7 @@ def _source_error(suite: Suite, src: str) -> str | None:
 
 def _fit_error(cell: Cell, trained: Cell) -> tuple[tuple, str] | None:
     """(where, message) when the trained model cannot take this cell's data or rank."""
-    spec, m = cell.spec, trained.model
+    spec, m = cell.spec_as(FinetuneSpec), trained.model
     if cell.model.vocab_size != m.vocab_size:
         return ("data",), (
             f"this data has a vocabulary of {cell.model.vocab_size} tokens but the models of "
@@ -68,7 +70,12 @@ def _link(cell: Cell, trained: Cell) -> Cell:
         model=trained.model,
         key="",
         key_inputs={},
-        coords={**cell.coords, **trained.coords, "rank": cell.spec.rank, "from_experiment": trained.experiment},
+        coords={
+            **cell.coords,
+            **trained.coords,
+            "rank": cell.spec_as(FinetuneSpec).rank,
+            "from_experiment": trained.experiment,
+        },
     )
     if not cell.key:  # keys are not computed (``attnbench validate``)
         return linked
@@ -89,7 +96,7 @@ def link_finetune_cells(suite: Suite, cells: list[Cell]) -> list[Cell]:
         if "from_experiment" in cell.coords:
             out.append(cell)
             continue
-        ei, src = index[cell.experiment], cell.spec.from_experiment
+        ei, src = index[cell.experiment], cell.spec_as(FinetuneSpec).from_experiment
         problem = _source_error(suite, src)
         if problem:
             raise suite_error_at(suite, ("experiments", ei, "finetune", "from_experiment"), problem)

@@ -36,6 +36,7 @@ from attnbench.contract.variant import Variant
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext, trained_run
 from attnbench.plan.cells import Cell, trained_cells_for
 from attnbench.plan.halving import tuned_source_error
+from attnbench.plan.specs import LmEvalSpec
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.store.database import Result
 from attnbench.store.provenance import content_key
@@ -51,7 +52,7 @@ def _lm_eval_version() -> str:
         return "not installed"
 
 
-def _inputs_hash(folders: list[str] | None, paths: dict[str, str]) -> str:
+def _inputs_hash(folders: str | list[str] | None, paths: dict[str, str]) -> str:
     """sha256 over what the tasks read: task definitions (YAML and Python files) under the
     include folders, files named in ``paths``, (the harness code lm-eval runs is
     in the cell key through the kind's ``code``)."""
@@ -59,7 +60,7 @@ def _inputs_hash(folders: list[str] | None, paths: dict[str, str]) -> str:
     for name, value in sorted(paths.items()):
         if Path(value).is_file():
             h.update(name.encode() + b"\0" + Path(value).read_bytes())
-    for folder in folders or []:
+    for folder in [folders] if isinstance(folders, str) else folders or []:
         root = Path(folder)
         for path in sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml", ".py") and p.is_file()):
             h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
@@ -117,12 +118,12 @@ def link_lm_eval_cells(suite: Suite, cells: list[Cell]) -> list[Cell]:
         if "from_experiment" in cell.coords:
             out.append(cell)
             continue
-        ei, src = index[cell.experiment], cell.spec.from_experiment
+        ei, src = index[cell.experiment], cell.spec_as(LmEvalSpec).from_experiment
         where = ("experiments", ei, "lm_eval", "from_experiment")
         problem = _source_error(suite, ei, src)
         if problem:
             raise suite_error_at(suite, where, problem)
-        spec = cell.spec.resolved(base)
+        spec = cell.spec_as(LmEvalSpec).resolved(base)
         for folder in spec.include_path or []:
             if not Path(folder).is_dir():
                 raise suite_error_at(
@@ -223,6 +224,26 @@ def _hf_export(ctx: RunContext, checkpoint: Path, train: dict[str, Any]) -> str:
     return str(out)
 
 
+def _request(
+    spec: LmEvalSpec, ctx: RunContext, checkpoint: Path, hf_export: str | None, output: Path
+) -> dict[str, Any]:
+    """What the lm-eval child process reads: the checkpoint (or export) and lm-eval's settings."""
+    return {
+        "checkpoint": str(checkpoint),
+        "device": str(ctx.device),
+        "tasks": spec.tasks,
+        "include_path": spec.include_path,
+        "metadata": {**spec.metadata, **spec.paths},
+        "limit": spec.limit,
+        "num_fewshot": spec.num_fewshot,
+        "batch_size": spec.batch_size,
+        "bootstrap_iters": spec.bootstrap_iters,
+        "offline": spec.offline,
+        "hf_export": hf_export,
+        "output": str(output),
+    }
+
+
 def run_lm_eval_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
     from attnbench.errors import AttnbenchError
     from attnbench.nn.checkpoint import run_checkpoint
@@ -233,30 +254,17 @@ def run_lm_eval_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutco
             error="lm_eval cell is not linked to a trained cell: "
             "expand_suite must pass its cells through link_lm_eval_cells",
         )
-    spec = cell.spec
-    train, skipped = trained_run(ctx, cell, "evaluate")
-    if skipped is not None:
-        return skipped
+    spec = cell.spec_as(LmEvalSpec)
+    train = trained_run(ctx, cell, "evaluate")
+    if isinstance(train, CellOutcome):
+        return train
     try:
         checkpoint = run_checkpoint(ctx.store, train)
         hf_export = _hf_export(ctx, checkpoint, train) if spec.model == "hf" else None
     except AttnbenchError as exc:
         return CellOutcome("failed", error=str(exc))
     with tempfile.TemporaryDirectory(prefix="attnbench-lm-eval-") as tmp:
-        request = {
-            "checkpoint": str(checkpoint),
-            "device": str(ctx.device),
-            "tasks": spec.tasks,
-            "include_path": spec.include_path,
-            "metadata": {**spec.metadata, **spec.paths},
-            "limit": spec.limit,
-            "num_fewshot": spec.num_fewshot,
-            "batch_size": spec.batch_size,
-            "bootstrap_iters": spec.bootstrap_iters,
-            "offline": spec.offline,
-            "hf_export": hf_export,
-            "output": str(Path(tmp) / "results.json"),
-        }
+        request = _request(spec, ctx, checkpoint, hf_export, Path(tmp) / "results.json")
         (Path(tmp) / "request.json").write_text(json.dumps(request))
         started = time.perf_counter()
         proc = subprocess.run(

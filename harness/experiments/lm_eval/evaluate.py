@@ -29,13 +29,14 @@ def task_manager(include_path: list[str] | None, tasks: list[str], metadata: dic
     """A TaskManager that knows the requested tasks, indexing built-in tasks only if needed."""
     from lm_eval.tasks import TaskManager
 
-    if include_path:
-        local = TaskManager(include_path=include_path, include_defaults=False, metadata=metadata)
+    paths: list[str | Path] | None = list(include_path) if include_path else None
+    if paths:
+        local = TaskManager(include_path=paths, include_defaults=False, metadata=metadata)
         missing = [t for t in tasks if t not in local.all_tasks]
         if not missing:
             return local
         log.info("tasks %s are not in %s; indexing lm-eval's built-in tasks", missing, include_path)
-    return TaskManager(include_path=include_path or None, include_defaults=True, metadata=metadata)
+    return TaskManager(include_path=paths, include_defaults=True, metadata=metadata)
 
 
 def evaluate_checkpoint(
@@ -55,14 +56,21 @@ def evaluate_checkpoint(
     """lm-eval's results for one checkpoint (or an ``AttnbenchLM`` given as ``lm``, or an
     exported folder ``hf_export`` scored by lm-eval's own ``hf`` model): the ``results``,
     ``versions``, ``n-samples``, ``higher_is_better`` and ``config`` entries."""
-    from lm_eval import simple_evaluate
+    from lm_eval.evaluator import simple_evaluate
 
     from attnbench.experiments.lm_eval.model import AttnbenchLM
 
     if lm is None and hf_export:
         from lm_eval.models.huggingface import HFLM
 
-        lm = HFLM(pretrained=hf_export, trust_remote_code=True, device=device or "cpu", batch_size=batch_size)
+        # lm-eval's untyped register_model decorator hides HFLM's own signature from the checker.
+        hf_args = {
+            "pretrained": hf_export,
+            "trust_remote_code": True,
+            "device": device or "cpu",
+            "batch_size": batch_size,
+        }
+        lm = HFLM(**hf_args)
     elif lm is None:
         lm = AttnbenchLM(checkpoint=checkpoint, device=device, batch_size=batch_size)
     manager = task_manager(include_path, tasks, dict(metadata or {}))
@@ -75,7 +83,10 @@ def evaluate_checkpoint(
         bootstrap_iters=bootstrap_iters,
         log_samples=False,
     )
-    return {k: out[k] for k in _KEEP if k in out}
+    if out is None:  # lm-eval returns results on the main process only; this is the main process
+        raise RuntimeError("lm-eval returned no results")
+    results = dict(out)
+    return {k: results[k] for k in _KEEP if k in results}
 
 
 def child_main(argv: list[str]) -> int:

@@ -21,6 +21,7 @@ SDPA kernel seen by the profiler, the dtype, the mixers' ``describe_path()`` (se
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import tempfile
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ from attnbench.experiments.speed.points import PointSpec, classify_message, for_
 from attnbench.experiments.speed.timing import PointTiming, SweepTiming, TimingOptions, noise, time_sweep
 from attnbench.nn.backbone import Backbone
 from attnbench.plan.cells import Cell
+from attnbench.plan.specs import SpeedSpec
 from attnbench.store.database import Result
 from attnbench.store.provenance import device_name
 
@@ -145,9 +147,9 @@ def point_rows(
     t_status = timing.status if timing is not None else status
     t_tags = {**base, "status": t_status}
     time_value = None
-    if t_status == "ok":
+    s = timing.stats if timing is not None else None
+    if t_status == "ok" and s is not None:  # an ok timing carries pytest-benchmark's stats
         div = extra.get("per_call_divisor", 1)  # decode: seconds per generated token
-        s = timing.stats
         time_value = s["median"] / div
         t_tags.update(
             stddev_s=s["stddev"] / div,
@@ -172,7 +174,7 @@ def point_rows(
         m_tags["error"] = (peak.error if peak is not None else None) or error
     return [
         Result("time_s", time_value, "s", t_tags),
-        Result("peak_memory_bytes", peak.bytes if m_status == "ok" else None, "B", m_tags),
+        Result("peak_memory_bytes", peak.bytes if peak is not None and m_status == "ok" else None, "B", m_tags),
     ]
 
 
@@ -247,14 +249,39 @@ def timed_with_remeasure(
 def _n_params(variant: Variant, cell: Cell, model_kind: str) -> int | None:
     try:
         torch.manual_seed(cell.seed)
-        model = variant.build_model(cell.model) if model_kind == "own" else Backbone(cell.model, variant.build_mixer)
+        own = variant.build_model if model_kind == "own" else None
+        model = own(cell.model) if own is not None else Backbone(cell.model, variant.build_mixer)
         return model.num_params()
     except Exception:
         return None
 
 
+def _point_spec(cell: Cell, mode: str, T: int, device: str, dtype: str, builder: Any) -> PointSpec:
+    spec = cell.spec_as(SpeedSpec)
+    return PointSpec(
+        cell.variant,
+        mode,
+        T,
+        cell.model,
+        spec.batch_size,
+        device,
+        dtype,
+        cell.seed,
+        spec.decode_tokens,
+        spec.model_kind,
+        compile=spec.compile,
+        builder=builder,
+    )
+
+
+def _benchmark(spec: SpeedSpec, version: str | None) -> dict[str, Any]:
+    """The timing tool and the options it ran with."""
+    options = {k: getattr(spec, k) for k in ("min_rounds", "max_time", "warmup", "max_remeasure")}
+    return {"tool": "pytest-benchmark", "version": version, "options": options}
+
+
 def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
-    spec = cell.spec
+    spec = cell.spec_as(SpeedSpec)
     device = ctx.device
     dtype = resolve_dtype(spec.dtype, device)
     limit = memory_limit_bytes(spec.memory_limit_gb, device)
@@ -275,23 +302,7 @@ def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
                 done += len(lengths)
                 ctx.progress(done, total, None)
                 continue
-            specs = [
-                PointSpec(
-                    cell.variant,
-                    mode,
-                    T,
-                    cell.model,
-                    spec.batch_size,
-                    str(device),
-                    dtype,
-                    cell.seed,
-                    spec.decode_tokens,
-                    spec.model_kind,
-                    compile=spec.compile,
-                    builder=builder,
-                )
-                for T in lengths
-            ]
+            specs = [_point_spec(cell, mode, T, str(device), dtype, builder) for T in lengths]
             peaks = isolate(
                 specs,
                 spec.time_limit_s,
@@ -313,10 +324,7 @@ def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
             done += len(lengths)
             ctx.progress(done, total, None)
         threads = torch.get_num_threads()
-    counts: dict[str, int] = {}
-    for r in rows:
-        if r.name == "time_s":
-            counts[r.tags["status"]] = counts.get(r.tags["status"], 0) + 1
+    counts = collections.Counter(r.tags["status"] for r in rows if r.name == "time_s")
     summary = {
         "device": device_name(device),
         "dtype": DTYPE_LABELS.get(dtype, dtype),
@@ -325,18 +333,9 @@ def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
         "n_params": _n_params(variant, cell, spec.model_kind),
         "memory_limit_bytes": limit,
         "lengths": {m: spec.sweep(m) for m in spec.modes},
-        "points": counts,
+        "points": dict(counts),
         "first_failure": failures,
-        "benchmark": {
-            "tool": "pytest-benchmark",
-            "version": version,
-            "options": {
-                "min_rounds": spec.min_rounds,
-                "max_time": spec.max_time,
-                "warmup": spec.warmup,
-                "max_remeasure": spec.max_remeasure,
-            },
-        },
+        "benchmark": _benchmark(spec, version),
         "machine_info": machine_info,
     }
     return CellOutcome("done", summary, results=rows)

@@ -19,6 +19,7 @@ import torch
 from attnbench.experiments.derived import save_derived
 from attnbench.fits import MIN_SLOPE_POINTS, crossover, loglog_slope, too_few_text
 from attnbench.plan.cells import Cell
+from attnbench.plan.specs import SpeedSpec
 from attnbench.registry.identity import code_hash
 from attnbench.store.database import Result, Store
 from attnbench.store.provenance import device_name
@@ -38,9 +39,11 @@ def run_curves(store: Store, run_id: int) -> Curves:
         quantity = QUANTITIES.get(r["name"])
         if quantity is None:
             continue
-        tags = r["tags"]
-        ok = tags.get("status") == "ok" and r["value"] is not None
-        curves.setdefault((tags["mode"], quantity), {})[int(tags["T"])] = float(r["value"]) if ok else None
+        tags, value = r["tags"], r["value"]
+        ok = tags.get("status") == "ok"
+        curves.setdefault((tags["mode"], quantity), {})[int(tags["T"])] = (
+            float(value) if ok and value is not None else None
+        )
     return curves
 
 
@@ -58,7 +61,7 @@ def fit_flags(tags: dict[str, Any], noisy_Ts: set[int]) -> list[str]:
     """Why a fitted slope should not be trusted: noisy points in its range, or a wide interval."""
     flags = []
     lo, hi = tags.get("T_min"), tags.get("T_max")
-    used = sorted(T for T in noisy_Ts if lo is not None and lo <= T <= hi)
+    used = sorted(T for T in noisy_Ts if lo is not None and hi is not None and lo <= T <= hi)
     if used:
         flags.append(f"rests on noisy point(s) at T={used}")
     ci = tags.get("ci95")
@@ -77,7 +80,7 @@ def curves_by_model(store: Store, runs: list[dict[str, Any]]) -> dict[int, Curve
         merged: Curves = {}
         for key in {k for s in sets for k in s}:
             Ts = sorted({T for s in sets for T in s.get(key, {})})
-            vals = {T: [s[key][T] for s in sets if s.get(key, {}).get(T) is not None] for T in Ts}
+            vals = {T: [v for s in sets if (v := s.get(key, {}).get(T)) is not None] for T in Ts}
             merged[key] = {T: (statistics.median(v) if v else None) for T, v in vals.items()}
         out[model] = merged
     return out
@@ -222,7 +225,7 @@ def finalize_speed(cells: list[Cell], store: Store, device: torch.device) -> Non
     base_runs = base_runs or stored_baseline(store, cells)
     base_curves = curves_by_model(store, base_runs)
     dims = {int(c.coords["model"]): {"d_model": c.model.d_model, "n_layer": c.model.n_layer} for c in cells}
-    fit_T_min = first.spec.fit_T_min
+    fit_T_min = first.spec_as(SpeedSpec).fit_T_min
     for variant in dict.fromkeys(c.variant for c in cells):
         vruns = [runs[c.key] for c in cells if c.variant == variant and c.key in runs]
         if not vruns:

@@ -99,17 +99,16 @@ def _sync(device: torch.device) -> None:
 
 
 def _build_model(spec: PointSpec) -> LanguageModel:
-    builder = spec.builder
-    if builder is None:  # resolve by name, as in a fresh process
-        from attnbench.registry.loader import load_registry
+    if spec.builder is not None:  # build_model (own) or build_mixer (backbone)
+        return spec.builder(spec.config) if spec.model_kind == "own" else Backbone(spec.config, spec.builder)
+    from attnbench.registry.loader import load_registry  # resolve by name, as in a fresh process
 
-        variant = load_registry().get(spec.variant)
-        builder = variant.build_model if spec.model_kind == "own" else variant.build_mixer
-        if builder is None:
-            raise ValueError(f"variant {spec.variant!r} has no model of its own")
-    if spec.model_kind == "own":
-        return builder(spec.config)
-    return Backbone(spec.config, builder)
+    variant = load_registry().get(spec.variant)
+    if spec.model_kind != "own":
+        return Backbone(spec.config, variant.build_mixer)
+    if variant.build_model is None:
+        raise ValueError(f"variant {spec.variant!r} has no model of its own")
+    return variant.build_model(spec.config)
 
 
 def build_point(spec: PointSpec) -> Point:
@@ -260,7 +259,7 @@ def sdpa_backends(run: Callable[[], None]) -> str:
 
     with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
         run()
-    names = {e.name.removesuffix("_backward") for e in prof.events()}
+    names = {e.name.removesuffix("_backward") for e in prof.events() or []}
     found = sorted({_SDPA_OPS[n] for n in names if n in _SDPA_OPS})
     if found:
         return "+".join(found)
@@ -276,7 +275,8 @@ def describe_path(model: torch.nn.Module) -> dict[str, Any]:
         if not callable(method):
             continue
         try:
-            paths.append(dict(method()))
+            described: Any = method()
+            paths.append(dict(described))
         except Exception as exc:
             paths.append({"error": f"describe_path raised {type(exc).__name__}: {exc}"})
     if not paths:

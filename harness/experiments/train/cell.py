@@ -11,7 +11,13 @@ from attnbench.plan.cells import Cell
 
 def run_train_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
     outcome = train_cell(
-        cell, variant, load_corpus(cell.data, ctx.registry), ctx.device, ctx.progress, ctx.checkpoint_dir, ctx.live
+        cell,
+        variant,
+        load_corpus(cell.data_spec(), ctx.registry),
+        ctx.device,
+        ctx.progress,
+        ctx.checkpoint_dir,
+        ctx.live,
     )
     if cell.protocol is not None:  # the choice rule and the splits, recorded with the result
         outcome.summary["protocol"] = {**cell.protocol, "splits": split_description(cell.data)}
@@ -26,10 +32,7 @@ def split_description(data) -> dict[str, str]:
             "val": f"{data.val_examples} examples (seed stream 1000003)",
             "test": f"{data.test_examples} fresh examples (seed stream 2000003)",
         }
-    if data.test_path:
-        test = f"file(s) {data.test_path}"
-    else:
-        test = f"the last {data.test_fraction:g} of the corpus"
+    test = f"file(s) {data.test_path}" if data.test_path else f"the last {data.test_fraction:g} of the corpus"
     if data.val_path:
         val = f"file(s) {data.val_path}"
     else:

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from attnbench.nn.model import LanguageModel
 from attnbench.nn.precision import autocast_for
+from attnbench.plan.base import TrainSpec
 from attnbench.plan.cells import Cell
 from attnbench.store.database import Result
 
@@ -23,7 +24,7 @@ def evaluate(
     was_training = model.training
     model.eval()
     rows: list[Result] = []
-    t = cell.spec
+    t = cell.spec_as(TrainSpec)
     for es in data.eval_sets(t.batch_size, t.seq_len, t.eval_tokens):
         if es.tags.get("split", "val") not in splits:
             continue

@@ -32,6 +32,7 @@ from attnbench.nn.compile import maybe_compile
 from attnbench.nn.flops import model_facts
 from attnbench.nn.peak import mfu
 from attnbench.nn.precision import autocast_for, compute_dtype
+from attnbench.plan.base import TrainSpec
 from attnbench.plan.cells import Cell
 from attnbench.store.database import Metric, Result
 
@@ -53,10 +54,15 @@ class _Budget:
         # not end the run), so every variant's training time is within half a step of it.
         if self.steps is not None:
             return step >= self.steps
-        return train_time + 0.5 * self.typical_step() >= self.seconds
+        return train_time + 0.5 * self.typical_step() >= self._seconds()
 
     def fraction(self, step: int, train_time: float) -> float:
-        return step / self.steps if self.steps is not None else train_time / self.seconds
+        return step / self.steps if self.steps is not None else train_time / self._seconds()
+
+    def _seconds(self) -> float:
+        if self.seconds is None:  # planned_steps gives steps for every budget but a seconds one
+            raise TypeError("a training budget needs steps or seconds")
+        return self.seconds
 
 
 class BatchStream:
@@ -78,8 +84,9 @@ class BatchStream:
 
 
 def _facts(variant: Variant, cell: Cell, n_params: int) -> dict[str, Any]:
-    facts = model_facts(variant, cell.model, cell.spec.seq_len, n_params)
-    if cell.spec.model_kind == "own":  # declared facts describe the shared-backbone mixer
+    t = cell.spec_as(TrainSpec)
+    facts = model_facts(variant, cell.model, t.seq_len, n_params)
+    if t.model_kind == "own":  # declared facts describe the shared-backbone mixer
         facts.update(
             state_elements=None, mixer_flops_per_token=None, fwd_flops_per_token=None, train_flops_per_token=None
         )
@@ -106,7 +113,7 @@ def _train_step(
     device: torch.device,
     lr: float,
 ) -> Any:
-    t = cell.spec
+    t = cell.spec_as(TrainSpec)
     for group in opt.param_groups:
         group["lr"] = lr
     x, y = distributed.shard(*data.train_batch(t.batch_size, t.seq_len, gen))  # this rank's rows (B, T)
@@ -122,14 +129,15 @@ def _train_step(
 
 def _log(p: train_state.TrainProgress, cell: Cell, out: Any, loss: float, lr: float) -> str | None:
     """Curve points of a log step; the divergence message when the loss ran away."""
-    tokens = p.step * cell.spec.batch_size * cell.spec.seq_len
+    t = cell.spec_as(TrainSpec)
+    tokens = p.step * t.batch_size * t.seq_len
     p.metrics.append(Metric(p.step, tokens, p.train_time, "train/loss", loss))
     p.metrics.append(Metric(p.step, tokens, p.train_time, "train/lr", lr))
     for name, value in out.aux.items():
         p.metrics.append(Metric(p.step, tokens, p.train_time, f"train/aux/{name}", distributed.global_mean(value)))
-    limit = cell.spec.diverge_factor * math.log(cell.model.vocab_size)
+    limit = t.diverge_factor * math.log(cell.model.vocab_size)
     if not math.isfinite(loss) or loss > limit:
-        return f"training loss {loss:.4g} at step {p.step} (limit {limit:.3g} = {cell.spec.diverge_factor} x ln(vocab))"
+        return f"training loss {loss:.4g} at step {p.step} (limit {limit:.3g} = {t.diverge_factor} x ln(vocab))"
     return None
 
 
@@ -140,7 +148,8 @@ def _evaluate(
     rows = evaluate(model, data, cell, device, ("val", "test") if final else ("val",))  # test: at the end only
     p.eval_time += time.perf_counter() - started
     p.headline = headline(rows)
-    tokens = p.step * cell.spec.batch_size * cell.spec.seq_len
+    t = cell.spec_as(TrainSpec)
+    tokens = p.step * t.batch_size * t.seq_len
     p.metrics.extend(Metric(p.step, tokens, p.train_time, f"val/{k}", v) for k, v in p.headline.items())
     return rows
 
@@ -154,12 +163,13 @@ def _summary(
     checkpoint: Path | None,
     compile_info: dict[str, Any],
 ) -> dict[str, Any]:
-    tokens = p.step * cell.spec.batch_size * cell.spec.seq_len
+    t = cell.spec_as(TrainSpec)
+    tokens = p.step * t.batch_size * t.seq_len
     tfpt = facts["train_flops_per_token"]
     tokens_per_s = tokens / p.train_time if p.train_time > 0 else None
     return {
         **{f"val_{k}": v for k, v in p.headline.items()},
-        "budget": cell.spec.budget.model_dump(exclude_none=True),
+        "budget": t.budget.model_dump(exclude_none=True),
         "steps": p.step,
         "tokens": tokens,
         "train_flops": tfpt * tokens if tfpt else None,
@@ -206,7 +216,7 @@ def _timed_step(
     device: torch.device,
 ) -> tuple[Any, float | None, float, bool]:
     """One optimizer step, its time added to the progress: (output, loss when read, lr, log step)."""
-    t = cell.spec
+    t = cell.spec_as(TrainSpec)
     started = time.perf_counter()
     lr = lr_at(p.step, budget.fraction(p.step, p.train_time), t.lr, t.warmup_steps, t.min_lr_ratio)
     out = _train_step(fwd, model, opt, stream, cell, gen, device, lr)
@@ -231,22 +241,20 @@ def train_cell(
     checkpoint_dir: Path | None = None,
     live: Callable[[list[Metric]], None] | None = None,
 ) -> CellOutcome:
-    t = cell.spec
+    t = cell.spec_as(TrainSpec)
     distributed.local_batch_size(t.batch_size)  # the global batch must split evenly over ranks
     main = distributed.is_main()
     torch.manual_seed(cell.seed)
     model = build_model(variant, cell).to(device)
     facts = _facts(variant, cell, model.num_params())
-    budget = _Budget(
-        planned_steps(cell, facts["train_flops_per_token"]), t.budget.seconds, collections.deque(maxlen=16)
-    )
+    steps = planned_steps(cell, facts["train_flops_per_token"])
+    budget = _Budget(steps, t.budget.seconds, collections.deque(maxlen=16))
     opt = make_optimizer(model, cell)
     gen = torch.Generator().manual_seed(cell.seed)  # batch order: the seed alone, not the variant or init
     stream = BatchStream(data)
     path = train_state.state_path(cell, checkpoint_dir)
-    p, rank_rngs = (
-        train_state.resume(path, cell, model, opt, gen, device) if path else (train_state.TrainProgress(), [])
-    )
+    fresh: tuple[train_state.TrainProgress, list] = (train_state.TrainProgress(), [])
+    p, rank_rngs = train_state.resume(path, cell, model, opt, gen, device) if path else fresh
     _seed_ranks(cell, rank_rngs, p.step)
     compiled, compile_info = maybe_compile(model, t.compile)
     fwd = distributed.wrap_model(compiled, device)  # DDP in a process group, else the model
@@ -258,7 +266,7 @@ def train_cell(
     while not budget.done(p.step, p.train_time):
         out, loss, lr, log_now = _timed_step(p, budget, fwd, model, opt, stream, cell, gen, device)
         done = budget.done(p.step, p.train_time)
-        if log_now or done:
+        if (log_now or done) and loss is not None:  # a log step (the last one is) reads the loss
             error = _log(p, cell, out, loss, lr)
             if error:
                 status = "diverged"
@@ -271,7 +279,7 @@ def train_cell(
             live(p.metrics[sent:])
             sent = len(p.metrics)
         saving = path is not None and p.step % t.checkpoint_interval == 0
-        if saving and not done:
+        if path is not None and saving and not done:
             train_state.save(path, cell, model, opt, gen, p)
         if p.step % t.eval_interval == 0 or done or saving:
             distributed.barrier()  # the other ranks wait here, outside their timed steps
@@ -280,8 +288,6 @@ def train_cell(
         checkpoint = train_state.save_final(checkpoint_dir, cell, model, p.step, getattr(data, "tokenizer_json", None))
     if path is not None and main:
         path.unlink(missing_ok=True)  # another driver that ran this cell may have removed it first
-    summary = {
-        **_summary(p, cell, facts, device, status, checkpoint, compile_info),
-        **_measured(p, rows, stream, load_before),
-    }
+    summary = _summary(p, cell, facts, device, status, checkpoint, compile_info)
+    summary.update(_measured(p, rows, stream, load_before))
     return CellOutcome(status, summary, p.metrics, rows, error)

@@ -11,18 +11,22 @@ from attnbench.contract.variant import Variant
 from attnbench.errors import TrainingError
 from attnbench.nn.backbone import Backbone
 from attnbench.nn.model import LanguageModel
+from attnbench.plan.base import TrainSpec
 from attnbench.plan.cells import Cell
 
 
 def build_model(variant: Variant, cell: Cell) -> LanguageModel:
-    if cell.spec.model_kind == "own":
+    if cell.spec_as(TrainSpec).model_kind == "own":
+        if variant.build_model is None:  # the suite is validated against this
+            raise TrainingError(f"variant {variant.name!r} has no model of its own; use model_kind: backbone")
         return variant.build_model(cell.model)
     return Backbone(cell.model, variant.build_mixer)
 
 
 def planned_steps(cell: Cell, train_flops_per_token: float | None) -> int | None:
     """Optimizer steps the budget allows; None for a wall-clock budget."""
-    budget, per_step = cell.spec.budget, cell.spec.batch_size * cell.spec.seq_len
+    t = cell.spec_as(TrainSpec)
+    budget, per_step = t.budget, t.batch_size * t.seq_len
     if budget.steps is not None:
         return budget.steps
     if budget.tokens is not None:
@@ -50,7 +54,7 @@ def make_optimizer(model: torch.nn.Module, cell: Cell) -> torch.optim.Optimizer:
     """AdamW with weight decay on matrices only (not on biases, norms or gains)."""
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     other = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    t = cell.spec
+    t = cell.spec_as(TrainSpec)
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": t.weight_decay}, {"params": other, "weight_decay": 0.0}],
         lr=t.lr,

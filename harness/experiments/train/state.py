@@ -13,6 +13,7 @@ import torch
 from attnbench import distributed
 from attnbench.nn.checkpoint import save_checkpoint
 from attnbench.nn.model import LanguageModel
+from attnbench.plan.base import TrainSpec
 from attnbench.plan.cells import Cell
 from attnbench.store.database import Metric
 
@@ -31,7 +32,7 @@ class TrainProgress:
 
 
 def state_path(cell: Cell, checkpoint_dir: Path | None) -> Path | None:
-    if checkpoint_dir is None or not cell.spec.checkpoint_interval:
+    if checkpoint_dir is None or not cell.spec_as(TrainSpec).checkpoint_interval:
         return None
     return checkpoint_dir / f"{cell.key}.state.pt"
 
@@ -56,7 +57,7 @@ def resume(
     to the other ranks. Returns the progress and the per-rank RNG states (may be empty)."""
     main = distributed.is_main()
     load_on = device if not distributed.active() else torch.device("cpu")
-    state, error = distributed.from_main(_read(path, cell, load_on) if main else None)
+    state, error = distributed.main_value(lambda: _read(path, cell, load_on))
     if error and main:
         print(f"attnbench: warning: {error}", file=sys.stderr)
     if state is None:
@@ -118,7 +119,7 @@ def save_final(checkpoint_dir: Path, cell: Cell, model: LanguageModel, step: int
             "model": model.state_dict(),
             "config": cell.model.to_dict(),
             "variant": cell.variant,
-            "model_kind": cell.spec.model_kind,
+            "model_kind": cell.spec_as(TrainSpec).model_kind,
             "cell_key": cell.key,
             "step": step,
             **extra,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,9 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_attnbench import AttnbenchConfig
+
+if TYPE_CHECKING:  # imported when the model is built: this file travels with the exported folder
+    from attnbench.nn.model import LanguageModel
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ def _plugin_missing(config: AttnbenchConfig, why: str) -> ImportError:
     )
 
 
-def build_attnbench_model(config: AttnbenchConfig) -> tuple[torch.nn.Module, bool]:
+def build_attnbench_model(config: AttnbenchConfig) -> tuple[LanguageModel, bool]:
     """The attnbench model of ``config.variant``, built by its installed plugin, and whether
     the variant decodes incrementally."""
     try:
@@ -138,11 +141,12 @@ class AttnbenchForCausalLM(PreTrainedModel, GenerationMixin):
                 labels[:, 1:].reshape(-1),
                 ignore_index=-100,
             )
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past)
+        # transformers annotates past_key_values as its Cache; generate() carries any object, here the variant's state.
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past)  # pyright: ignore[reportArgumentType]
 
     def prepare_inputs_for_generation(
         self,
-        input_ids: torch.LongTensor,
+        input_ids: torch.Tensor,
         past_key_values: AttnbenchDecodeState | None = None,
         attention_mask: torch.Tensor | None = None,
         use_cache: bool | None = True,
