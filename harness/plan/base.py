@@ -83,6 +83,9 @@ class ModelSpec(BaseModel):
     dropout: float = Field(0.0, ge=0, lt=1)
     bias: bool = True
     activation: Literal["gelu", "gelu_tanh"] = "gelu"  # backbone MLP; gelu_tanh = HF GPT-2's gelu_new
+    # Backbone positions: learned absolute embeddings (cannot run past `context`), or none
+    # (NoPE: order comes from the causal mixer alone; lets eval_lengths go past the trained length).
+    positions: Literal["learned", "none"] = "learned"
     # A hybrid: {pattern: [...]} repeated to n_layer, or one entry per layer (a variant name or
     # {variant, options}); this model then runs the hybrid instead of the experiment's variants.
     layers: LayerPattern | list[str | LayerEntry] | None = None
