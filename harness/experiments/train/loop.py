@@ -27,6 +27,7 @@ from attnbench.experiments.base import CellOutcome, Progress
 from attnbench.experiments.machine import machine_load, under_load
 from attnbench.experiments.train import state as train_state
 from attnbench.experiments.train.evaluate import evaluate, headline
+from attnbench.experiments.train.lengths import evaluate_lengths
 from attnbench.experiments.train.setup import build_model, lr_at, make_optimizer, planned_steps
 from attnbench.nn.compile import maybe_compile
 from attnbench.nn.flops import model_facts
@@ -284,4 +285,7 @@ def train_cell(
         **_summary(p, cell, facts, device, status, checkpoint, compile_info),
         **_measured(p, rows, stream, load_before),
     }
+    if t.eval_lengths and status == "done" and main:  # after training: the loop's rows are final
+        length_rows, summary["eval_lengths"] = evaluate_lengths(model, data, cell, device)
+        rows = [*rows, *length_rows]
     return CellOutcome(status, summary, p.metrics, rows, error)
