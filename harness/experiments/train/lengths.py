@@ -28,7 +28,8 @@ Batches = list[tuple[torch.Tensor, torch.Tensor]]
 
 
 def _status_row(length: int, status: str, reason: str = "") -> Result:
-    return Result("length_status", None, "", {"split": "val", "eval_length": length, "status": status, "reason": reason})
+    tags = {"split": "val", "eval_length": length, "status": status, "reason": reason}
+    return Result("length_status", None, "", tags)
 
 
 def _logits(model: LanguageModel, x: torch.Tensor, device: torch.device) -> torch.Tensor:
