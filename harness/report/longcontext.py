@@ -36,15 +36,23 @@ def _rows(data: StoreData, exp: str) -> pd.DataFrame:
     """Length rows of the chosen runs of ``exp``: label, seed, name, value and tags flattened."""
     runs = data.runs_of("train")
     out: list[dict[str, Any]] = []
-    for s in select(runs[runs["experiment"] == exp]):
+    sels = select(runs[runs["experiment"] == exp])
+    positions = [_positions(s.runs) for s in sels]
+    mixed = len(set(positions)) > 1  # models that differ in positions alone: say which row is which
+    for s, pos in zip(sels, positions, strict=True):
+        label = f"{s.label} ({pos} positions)" if mixed else s.label
         done = s.runs[s.runs["status"] == "done"]
         seeds = dict(zip(done["id"], done["seed"], strict=True))
         res = data.results[data.results["run_id"].isin([int(i) for i in done["id"]])]
         for _, r in res[res["name"].isin(LENGTH_METRICS)].iterrows():
             out.append(
-                {"variant": s.label, "seed": seeds[r["run_id"]], "name": r["name"], "value": r["value"], **r["tags"]}
+                {"variant": label, "seed": seeds[r["run_id"]], "name": r["name"], "value": r["value"], **r["tags"]}
             )
     return pd.DataFrame(out)
+
+
+def _positions(runs: pd.DataFrame) -> str:
+    return "/".join(sorted({c.get("model", {}).get("positions", "learned") for c in runs["config"]}))
 
 
 def _status_table(exp: str, rows: pd.DataFrame) -> Table:
