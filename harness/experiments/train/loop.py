@@ -223,6 +223,14 @@ def _timed_step(
     return out, loss, lr, log_now
 
 
+def _lengths(model: Any, data: Any, cell: Cell, device: torch.device, rows: list[Result], summary: dict) -> list:
+    """The rows with those of ``train.eval_lengths`` added (after training), the lengths' status in the summary."""
+    if not cell.spec.eval_lengths:
+        return rows
+    length_rows, summary["eval_lengths"] = evaluate_lengths(model, data, cell, device)
+    return [*rows, *length_rows]
+
+
 def train_cell(
     cell: Cell,
     variant: Variant,
@@ -285,7 +293,5 @@ def train_cell(
         **_summary(p, cell, facts, device, status, checkpoint, compile_info),
         **_measured(p, rows, stream, load_before),
     }
-    if t.eval_lengths and status == "done" and main:  # after training: the loop's rows are final
-        length_rows, summary["eval_lengths"] = evaluate_lengths(model, data, cell, device)
-        rows = [*rows, *length_rows]
+    rows = _lengths(model, data, cell, device, rows, summary) if status == "done" and main else rows
     return CellOutcome(status, summary, p.metrics, rows, error)
