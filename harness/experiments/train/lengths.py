@@ -20,11 +20,28 @@ from attnbench.contract.task import IGNORE
 from attnbench.errors import DataError
 from attnbench.nn.model import LanguageModel
 from attnbench.nn.precision import autocast_for
+from attnbench.plan.base import TrainSpec
 from attnbench.plan.cells import Cell
 from attnbench.store.records import Result
 
 VAL_SEED_OFFSET = 1_000_003  # the validation set's seed stream (attnbench.data.tasks)
 Batches = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+class LengthSkipped(Exception):
+    """A length that is recorded with its reason instead of evaluated."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def _train_spec(cell: Cell) -> TrainSpec:
+    if not isinstance(cell.spec, TrainSpec):
+        raise TypeError(
+            f"eval_lengths runs in train-like cells, and {cell.key or cell.experiment} is a {cell.kind} cell"
+        )
+    return cell.spec
 
 
 def _status_row(length: int, status: str, reason: str = "") -> Result:
@@ -38,7 +55,7 @@ def _logits(model: LanguageModel, x: torch.Tensor, device: torch.device) -> torc
 
 
 def _text_rows(model: LanguageModel, data: Any, cell: Cell, length: int, device: torch.device) -> list[Result]:
-    t = cell.spec
+    t = _train_spec(cell)
     (val,) = [es for es in data.eval_sets(t.batch_size, length, t.eval_tokens) if es.tags.get("split") == "val"]
     nats = torch.zeros(length, dtype=torch.float64)  # (L,) summed loss per position
     windows = 0
@@ -61,7 +78,7 @@ def _text_rows(model: LanguageModel, data: Any, cell: Cell, length: int, device:
 def _scored(model: LanguageModel, inputs: torch.Tensor, targets: torch.Tensor, cell: Cell, device) -> tuple:
     """(answer tokens right, answer tokens, examples with every answer token right, examples)."""
     right = total = exact = 0
-    bs = cell.spec.batch_size
+    bs = _train_spec(cell).batch_size
     for i in range(0, len(inputs), bs):
         x, y = inputs[i : i + bs], targets[i : i + bs].to(device)  # (B, L), (B, L)
         scored = y != IGNORE  # (B, L)
@@ -74,8 +91,10 @@ def _scored(model: LanguageModel, inputs: torch.Tensor, targets: torch.Tensor, c
 
 def _task_rows(model: LanguageModel, data: Any, cell: Cell, length: int, device: torch.device) -> list[Result]:
     task, spec = data.task, cell.data
+    if spec is None:
+        raise LengthSkipped("cannot evaluate", "the cell has no data specification")
     has_seq_len = "seq_len" in {f.name for f in dataclasses.fields(task.options)}
-    if length != cell.spec.seq_len and not has_seq_len:
+    if length != _train_spec(cell).seq_len and not has_seq_len:
         raise LengthSkipped("cannot evaluate", f"task {task.name!r} has no seq_len option to set")
     rows = []
     for j, setting in enumerate(spec.eval_settings or [{}]):
@@ -92,20 +111,12 @@ def _task_rows(model: LanguageModel, data: Any, cell: Cell, length: int, device:
     return rows
 
 
-class LengthSkipped(Exception):
-    """A length that is recorded with its reason instead of evaluated."""
-
-    def __init__(self, status: str, reason: str) -> None:
-        super().__init__(reason)
-        self.status, self.reason = status, reason
-
-
 @torch.no_grad()
 def evaluate_lengths(
     model: LanguageModel, data: Any, cell: Cell, device: torch.device
 ) -> tuple[list[Result], dict[str, str]]:
     """Rows of every length in ``cell.spec.eval_lengths`` and a summary: length -> "ok" or why not."""
-    lengths = sorted(cell.spec.eval_lengths or [])
+    lengths = sorted(_train_spec(cell).eval_lengths or [])
     was_training = model.training
     model.eval()
     limit = model.length_limit()

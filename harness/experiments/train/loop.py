@@ -225,7 +225,7 @@ def _timed_step(
 
 def _lengths(model: Any, data: Any, cell: Cell, device: torch.device, rows: list[Result], summary: dict) -> list:
     """The rows with those of ``train.eval_lengths`` added (after training), the lengths' status in the summary."""
-    if not cell.spec.eval_lengths:
+    if not getattr(cell.spec, "eval_lengths", None):
         return rows
     length_rows, summary["eval_lengths"] = evaluate_lengths(model, data, cell, device)
     return [*rows, *length_rows]
