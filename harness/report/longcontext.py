@@ -86,11 +86,16 @@ def _exact(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def _needle_table(exp: str, rows: pd.DataFrame) -> Table:
     keys = ["variant", "task", "eval_length", "depth"]
     g = _exact(rows, keys)
+    acc = rows[rows["name"] == "length_accuracy"].assign(hits=lambda d: d["value"] * d["n"])
+    per_byte = acc.groupby(keys, sort=True).agg(byte_hits=("hits", "sum"), bytes=("n", "sum")).reset_index()
+    g = g.merge(per_byte, on=keys, how="left")
+    g["answer_bytes_right"] = g["byte_hits"] / g["bytes"]
     view = g[keys].copy()
     view["exact match [95% Wilson]"] = [
         f"{e:.3f} [{lo:.3f}, {hi:.3f}] (n={int(n)})"
         for e, lo, hi, n in zip(g["exact"], g["ci95_lo"], g["ci95_hi"], g["n"], strict=True)
     ]
+    view["answer bytes right"] = [f"{a:.3f}" for a in g["answer_bytes_right"]]
     return Table(f"{exp}-needle", f"{exp}: retrieval by length and needle depth", g, view)
 
 
