@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from attnbench import IGNORE, NEEDLE_KINDS, Task, TaskBatch, hookimpl, layout_chars, needle_example
+from attnbench import IGNORE, NEEDLE_DEFAULTS, NEEDLE_KINDS, Task, TaskBatch, hookimpl, layout_chars, needle_example
 
 BYTE_VOCAB = 256
 HAYSTACKS = ("repeat", "corpus")
@@ -52,8 +52,8 @@ class NeedleOptions:
     seq_len: int = 128
     depth: Any = 0.5
     n_keys: int = 1
-    value_len: int = 5
-    haystack: str = "repeat"
+    value_len: int = NEEDLE_DEFAULTS["passkey"][0]
+    haystack: str = NEEDLE_DEFAULTS["passkey"][1]
 
     def __post_init__(self) -> None:
         _check_int("seq_len", self.seq_len, 8)
@@ -73,15 +73,15 @@ class NeedleOptions:
 @dataclass(frozen=True)
 class NumberOptions(NeedleOptions):
     KIND: ClassVar[str] = "number"
-    value_len: int = 7
-    haystack: str = "corpus"
+    value_len: int = NEEDLE_DEFAULTS["number"][0]
+    haystack: str = NEEDLE_DEFAULTS["number"][1]
 
 
 @dataclass(frozen=True)
 class UuidOptions(NeedleOptions):
     KIND: ClassVar[str] = "uuid"
-    value_len: int = 8
-    haystack: str = "corpus"
+    value_len: int = NEEDLE_DEFAULTS["uuid"][0]
+    haystack: str = NEEDLE_DEFAULTS["uuid"][1]
 
 
 def generate(options: NeedleOptions, n: int, seed: int) -> TaskBatch:
