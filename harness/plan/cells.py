@@ -83,6 +83,7 @@ def _model_config(spec: ModelSpec, context: int, options: Any, vocab: int) -> Mo
         bias=spec.bias,
         options=options,
         activation=spec.activation,
+        positions=spec.positions,
     )
 
 

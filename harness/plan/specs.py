@@ -340,6 +340,13 @@ class FinetuneSpec(TrainSpec):
     checkpoint: bool = False  # keep the tuned model (method: full only), e.g. for `attnbench inspect`
     warmup_steps: int = Field(10, ge=0)
 
+    @field_validator("eval_lengths")
+    @classmethod
+    def _no_lengths(cls, v: list[int] | None) -> None:
+        if v is not None:
+            raise ValueError("eval_lengths applies to train and scaling experiments; remove it from this finetune")
+        return None
+
     @field_validator("ranks")
     @classmethod
     def _ranks(cls, v: list[int]) -> list[int]:

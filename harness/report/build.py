@@ -17,6 +17,7 @@ from attnbench.report.finetune import finetune_sections
 from attnbench.report.gate import gate_section
 from attnbench.report.headline import headline_section
 from attnbench.report.load import StoreData
+from attnbench.report.longcontext import longcontext_sections
 from attnbench.report.problems import find_notes, find_problems
 from attnbench.report.provenance import provenance_section
 from attnbench.report.scaling import scaling_sections
@@ -63,6 +64,7 @@ def build_report(data: StoreData) -> Report:
         *expectations_section(data),
         *anchor_section(data),
         *train_sections(data, palette),
+        *longcontext_sections(data, palette),
         *tuning_section(data),
         *speed_sections(data, palette),
         *scaling_sections(data, palette),

@@ -16,6 +16,12 @@ from attnbench.plan.cells import Cell
 
 def build_model(variant: Variant, cell: Cell) -> LanguageModel:
     if cell.spec.model_kind == "own":
+        if cell.model.positions != "learned":
+            raise TrainingError(
+                f"model positions: {cell.model.positions} applies to the shared backbone, and variant "
+                f"{cell.variant!r} runs its own model (model_kind: own), which keeps its own positions; "
+                "remove 'positions' from this model or use model_kind: backbone"
+            )
         return variant.build_model(cell.model)
     return Backbone(cell.model, variant.build_mixer)
 
