@@ -204,15 +204,15 @@ def test_score_is_the_mean_of_best_over_grid_accuracies_chosen_on_validation(tmp
     path = tmp_path / "store.sqlite"
     _write(path, "battery", "cpu", ACC)
     scores, text = _scores(tmp_path, path, "battery")
-    got = scores.set_index("variant")
+    got = {str(k): v for k, v in scores.set_index("variant").to_dict("index").items()}
     # good: recall's best validation point is lr 1e-3 (0.9 > 0.5), reported on test (0.88, not
     # the higher 0.95 test of the point it did not choose); copy has one point. Seeds 0 and 1 average.
-    assert got.loc["good", "score"] == pytest.approx(((0.88 + 0.87) / 2 + (0.62 + 0.61) / 2) / 2)
-    assert got.loc["bad", "score"] == pytest.approx(((0.31 + 0.30) / 2 + (0.41 + 0.40) / 2) / 2)
-    assert (got["settings"] == 2).all() and (got["tasks"] == 2).all() and (got["split"] == "test").all()
+    assert got["good"]["score"] == pytest.approx(((0.88 + 0.87) / 2 + (0.62 + 0.61) / 2) / 2)
+    assert got["bad"]["score"] == pytest.approx(((0.31 + 0.30) / 2 + (0.41 + 0.40) / 2) / 2)
     for v in ACC:
-        assert got.loc[v, "ci_low"] < got.loc[v, "score"] < got.loc[v, "ci_high"]
-        assert got.loc[v, "ci_high"] - got.loc[v, "ci_low"] < 0.1
+        row = got[v]
+        assert row["settings"] == 2 and row["tasks"] == 2 and row["split"] == "test"
+        assert row["ci_low"] < row["score"] < row["ci_high"] and row["ci_high"] - row["ci_low"] < 0.1
     assert "Capability battery" in text and "Only one tier (cpu)" in text
 
 
@@ -250,9 +250,9 @@ def test_a_tiny_battery_runs_end_to_end_through_the_cli(tmp_path):
     store = tmp_path / "store.sqlite"
     assert main(["run", str(suite), "--store", str(store), "--no-report"]) == 0
     scores, text = _scores(tmp_path, store, "tiny")
-    row = scores.set_index("variant").loc["softmax"]
+    row = scores.set_index("variant").to_dict("index")["softmax"]
     assert row["tier"] == "cpu" and row["settings"] == 2 and row["split"] == "test"
     assert 0.0 <= row["score"] <= 1.0 and not math.isnan(row["ci_low"])
     settings = pd.read_csv(tmp_path / "report-tiny" / "tables" / "battery-settings.csv")
-    assert sorted(settings["setting"]) == ["memorize", "recall"] and (settings["points"] == 2).all()
+    assert sorted(settings["setting"]) == ["memorize", "recall"] and set(settings["points"]) == {2}
     assert "Capability profile" in text

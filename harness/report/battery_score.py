@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -45,33 +46,35 @@ def _split_value(results: pd.DataFrame, name: str, split: str) -> float | None:
 def battery_cells(data: StoreData) -> pd.DataFrame:
     """One row per finished battery run: its tier, variant, task, setting (the experiment),
     grid point, seed, validation and test accuracy, and the answers the accuracy counts."""
-    runs = data.runs_of("train")
-    tagged = pd.Series([bool(c.get("battery")) for c in runs["coords"]], index=runs.index, dtype=bool)
-    runs = runs[tagged & (runs["status"] == "done")]
+    results: dict[int, pd.DataFrame] = {}
+    if not data.results.empty:
+        for run_id in set(data.results["run_id"]):
+            results[int(run_id)] = data.results[data.results["run_id"] == run_id]
     rows = []
-    by_run = dict(tuple(data.results.groupby("run_id"))) if not data.results.empty else {}
-    for run in runs.itertuples():
-        results = by_run.get(run.id)
-        if results is None:
+    for run in data.runs_of("train").to_dict("records"):
+        coords: dict[str, Any] = run["coords"]
+        if not coords.get("battery") or run["status"] != "done" or int(run["id"]) not in results:
             continue
-        task = (run.config.get("data") or {}).get("task") or ""
-        options = (run.config.get("data") or {}).get("task_options") or {}
-        test = _split_value(results, "accuracy", "test")
-        rows.append(
-            {
-                "tier": run.coords["battery"],
-                "variant": run.variant,
-                "task": task,
-                "setting": run.experiment,
-                "options": ", ".join(f"{k}={v}" for k, v in sorted(options.items())),
-                "point": point_text(grid_point(run.coords)),
-                "seed": run.seed,
-                "val": _split_value(results, "accuracy", "val"),
-                "test": test,
-                "answers": _split_value(results, "answers", "test" if test is not None else "val"),
-            }
-        )
+        rows.append(_cell_row(run, coords, results[int(run["id"])]))
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
+
+
+def _cell_row(run: dict[Any, Any], coords: dict[str, Any], results: pd.DataFrame) -> dict[str, Any]:
+    data = run["config"].get("data") or {}
+    options = data.get("task_options") or {}
+    test = _split_value(results, "accuracy", "test")
+    return {
+        "tier": coords["battery"],
+        "variant": run["variant"],
+        "task": data.get("task") or "",
+        "setting": run["experiment"],
+        "options": ", ".join(f"{k}={v}" for k, v in sorted(options.items())),
+        "point": point_text(grid_point(coords)),
+        "seed": run["seed"],
+        "val": _split_value(results, "accuracy", "val"),
+        "test": test,
+        "answers": _split_value(results, "answers", "test" if test is not None else "val"),
+    }
 
 
 def best_over_grid(cells: pd.DataFrame) -> pd.DataFrame:
