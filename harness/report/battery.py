@@ -83,7 +83,7 @@ def _profile(best: pd.DataFrame, palette: Palette, tier: str) -> Figure:
         ax=ax,
     )
     ax.set(ylabel="best accuracy on answers", xlabel="", ylim=(0, 1.02), title=f"Capability profile, tier {tier}")
-    ax.legend(fontsize=7, ncol=2, frameon=False)
+    ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
@@ -128,6 +128,8 @@ def battery_sections(data: StoreData, palette: Palette) -> list[Section]:
     tiers = list(dict.fromkeys(own["tier"]))
     cells = pd.concat([own, _other_tiers(data, set(tiers))], ignore_index=True)
     best = best_over_grid(cells)
+    if best.empty:
+        return [Section("Capability battery", missing="the battery's runs recorded no validation accuracy on answers")]
     table = scores(best).sort_values(["tier", "score"], ascending=[True, False], ignore_index=True)
     all_tiers = list(dict.fromkeys(cells["tier"]))
     figures = [_profile(best[best["tier"] == t], palette, t) for t in tiers if (best["tier"] == t).any()]
