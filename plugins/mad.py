@@ -134,6 +134,11 @@ class FuzzyRecallOptions:
         check_int("key_len", self.key_len, 1)
         check_int("value_len", self.value_len, 1)
         check_int("seq_len", self.seq_len, 4)
+        if ((self.vocab_size - 1) // 2) ** self.key_len * self.key_len >= 2**62:
+            raise ValueError(
+                f"key_len={self.key_len} with vocab_size={self.vocab_size} gives more key motifs than int64 "
+                "codes can tell apart; lower key_len"
+            )
         if self.seq_len < 3 * (self.key_len + self.value_len):
             raise ValueError(
                 f"seq_len={self.seq_len} must be >= 3*(key_len+value_len) = {3 * (self.key_len + self.value_len)} "
@@ -163,7 +168,7 @@ def generate_fuzzy_recall(options: FuzzyRecallOptions, n: int, seed: int) -> Tas
     lk = torch.randint(1, K + 1, (n, P), generator=gen)  # (n, P) key lengths
     slot = torch.arange(K)  # (K,)
     ktok = torch.randint(0, Vk, (n, P, K), generator=gen) * (slot < lk[..., None])  # (n, P, K) unused slots 0
-    codes = (ktok * Vk ** slot.double()).sum(-1) * K + (lk - 1)  # (n, P) one code per (length, tokens)
+    codes = (ktok * Vk**slot).sum(-1) * K + (lk - 1)  # (n, P) one int64 code per (length, tokens)
     first = _first_occurrence(codes)  # (n, P)
     lv = torch.randint(1, M + 1, (n, P), generator=gen).gather(1, first)  # (n, P) a key's value motif is fixed
     vtok = torch.randint(Vk, 2 * Vk, (n, P, M), generator=gen).gather(1, first[..., None].expand(n, P, M))

@@ -138,6 +138,7 @@ def test_compression_and_memorization_answers(registry):
         ("mad_noisy_recall", {"frac_noise": 1.0}, "frac_noise must be < 1"),
         ("mad_noisy_recall", {"vocab_size": 18}, "vocab_size must be >= 20"),
         ("mad_fuzzy_recall", {"seq_len": 12}, "must be >= 3*(key_len+value_len) = 15"),
+        ("mad_fuzzy_recall", {"vocab_size": 1025, "key_len": 8, "seq_len": 64}, "lower key_len"),
         ("mad_compression", {"seq_len": 7}, "seq_len must be even"),
         ("mad_memorization", {"map_seed": -1}, "map_seed must be >= 0"),
         ("mad_memorization", {"keys": 4}, "unknown option(s) ['keys']"),
