@@ -227,6 +227,7 @@ def expand(
                             "seed": seed,
                             **point,
                             **({"stage": "tune", "rung": 0} if tuning is not None else {}),
+                            **({"battery": battery} if (battery := getattr(exp, "battery", None)) else {}),
                         }
                         cell = Cell(
                             suite.name,

@@ -23,6 +23,8 @@ class TrainExperiment(ExperimentBase):
     train: TrainSpec
     grid: dict[str, list[Any]] = {}
     protocol: Protocol | None = None
+    # a capability battery's tier (e.g. cpu): its train experiments (one per task setting) get one score
+    battery: str | None = Field(None, min_length=1)
 
     def points(self) -> list[dict[str, Any]]:
         return grid_points(self.grid)

@@ -9,6 +9,7 @@ from collections import Counter
 
 from attnbench.report import figures
 from attnbench.report.anchors import anchor_section
+from attnbench.report.battery import battery_sections
 from attnbench.report.comparison import comparison_sections
 from attnbench.report.document import Report, Section
 from attnbench.report.downstream import lm_eval_sections
@@ -66,6 +67,7 @@ def build_report(data: StoreData) -> Report:
         *train_sections(data, palette),
         *longcontext_sections(data, palette),
         *tuning_section(data),
+        *battery_sections(data, palette),
         *speed_sections(data, palette),
         *scaling_sections(data, palette),
         *lm_eval_sections(data),
