@@ -13,6 +13,7 @@ from attnbench.contract.hookspecs import hookimpl  # noqa: E402
 from attnbench.contract.task import IGNORE, Task, TaskBatch, TaskEval  # noqa: E402
 from attnbench.contract.variant import AuxLoss, MixerOutput, Variant  # noqa: E402
 from attnbench.data.heldout import RecallOptions, recall_line, recall_training_tensors  # noqa: E402
+from attnbench.data.needle import NEEDLE_DEFAULTS, NEEDLE_KINDS, layout_chars, needle_example  # noqa: E402
 from attnbench.errors import AttnbenchError, PluginError  # noqa: E402
 from attnbench.kernels import (  # noqa: E402
     LinearState,
@@ -60,6 +61,11 @@ __all__ = [
     "RecallOptions",
     "recall_line",
     "recall_training_tensors",
+    # needle-in-a-haystack text, shared with the lm-eval needle tasks
+    "NEEDLE_KINDS",
+    "NEEDLE_DEFAULTS",
+    "layout_chars",
+    "needle_example",
     # errors a plugin may raise, and the registry loader
     "AttnbenchError",
     "PluginError",

@@ -158,6 +158,10 @@ class FutureAttention(SoftmaxAttention):
         self.v_future_bias = nn.Parameter(torch.zeros(H, 1, h)) if config.bias else None
         self.init_weights()
 
+    def length_limit(self) -> tuple[int, str]:
+        C = self.context
+        return C, f"future attention's learned future keys and values are laid out for context {C}"
+
     def init_weights(self) -> None:
         nn.init.normal_(self.k_future, mean=0.0, std=0.02)
         nn.init.normal_(self.v_future, mean=0.0, std=0.02)

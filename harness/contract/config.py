@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ACTIVATIONS = ("gelu", "gelu_tanh")
+POSITIONS = ("learned", "none")
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class ModelConfig:
     options: Any = field(default=None, compare=True)
     activation: str = "gelu"  # backbone MLP: "gelu" (exact erf) or "gelu_tanh" (HF GPT-2's gelu_new)
     mlp_hidden: int | None = None  # MLP width; None: mlp_ratio * d_model (set to match parameter counts)
+    positions: str = "learned"  # backbone positions: "learned" (absolute, up to context) or "none" (NoPE)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layer", "n_head", "context", "mlp_ratio"):
@@ -39,6 +41,8 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.mlp_hidden must be positive, got {self.mlp_hidden}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"ModelConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"ModelConfig.positions must be one of {POSITIONS}, got {self.positions!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ModelConfig.dropout must be in [0, 1), got {self.dropout}")
 
@@ -60,6 +64,8 @@ class ModelConfig:
             del out["activation"]
         if self.mlp_hidden is None:  # likewise
             del out["mlp_hidden"]
+        if self.positions == "learned":  # likewise
+            del out["positions"]
         opts = self.options
         if dataclasses.is_dataclass(opts) and not isinstance(opts, type):
             opts = dataclasses.asdict(opts)

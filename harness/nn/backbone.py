@@ -1,7 +1,7 @@
 """Shared GPT-2-style decoder that takes any variant's mixer.
 
 Pre-norm blocks  x <- x + Drop(Mixer(LN1(x)));  x <- x + Drop(W2 GELU(W1 LN2(x))),
-learned absolute positions, final LayerNorm, LM head tied to the token embedding.
+learned absolute positions (or none: ``positions: none``), final LayerNorm, LM head tied to the token embedding.
 Init as GPT-2: N(0, 0.02), zero biases, residual projections N(0, 0.02 / sqrt(2 L)).
 """
 
@@ -79,6 +79,11 @@ class Block(nn.Module):
         return self._mlp(x + self.drop(y)), state
 
 
+def mixer_length_limit(mixer: nn.Module) -> tuple[int, str] | None:
+    declared = getattr(mixer, "length_limit", None)
+    return cast("tuple[int, str] | None", declared()) if callable(declared) else None  # the optional hook's contract
+
+
 @dataclass(frozen=True)
 class BackboneState:
     pos: int  # tokens consumed so far
@@ -88,15 +93,23 @@ class BackboneState:
 class Embeddings(Protocol):
     """What ``embed_with_positions`` reads from a model."""
 
-    config: ModelConfig
-    wte: nn.Embedding
-    wpe: nn.Embedding
-    drop: nn.Dropout
+    # read-only (properties), so a model whose wpe is always an Embedding fits as well
+    @property
+    def config(self) -> ModelConfig: ...
+    @property
+    def wte(self) -> nn.Embedding: ...
+    @property
+    def wpe(self) -> nn.Embedding | None: ...  # None: no positions (NoPE)
+    @property
+    def drop(self) -> nn.Dropout: ...
 
 
 def embed_with_positions(model: Embeddings, idx: torch.Tensor, start: int) -> torch.Tensor:
     """Token plus learned absolute position embeddings of positions start.., then dropout:
-    idx (B, T) -> (B, T, D). ``model`` holds ``wte``, ``wpe``, ``drop`` and ``config``."""
+    idx (B, T) -> (B, T, D). ``model`` holds ``wte``, ``wpe``, ``drop`` and ``config``;
+    a ``wpe`` of None means no positions (NoPE): tokens alone, at any length."""
+    if model.wpe is None:
+        return model.drop(model.wte(idx))  # (B, T, D)
     T = idx.size(1)
     if start + T > model.config.context:
         raise ValueError(f"sequence of {start + T} tokens exceeds the model context {model.config.context}")
@@ -111,7 +124,8 @@ class Backbone(LanguageModel):
         super().__init__()
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.d_model)
-        self.wpe = nn.Embedding(config.context, config.d_model)
+        learned = config.positions == "learned"
+        self.wpe = nn.Embedding(config.context, config.d_model) if learned else None
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, build_mixer(config, i)) for i in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.d_model, bias=config.bias)
@@ -139,6 +153,15 @@ class Backbone(LanguageModel):
 
     def _embed(self, idx: torch.Tensor, start: int) -> torch.Tensor:
         return embed_with_positions(self, idx, start)  # (B, T, D)
+
+    def length_limit(self) -> tuple[int, str] | None:
+        """Learned positions end at the context; otherwise the tightest limit a mixer declares
+        (a mixer's optional ``length_limit() -> (tokens, reason) | None``)."""
+        if self.wpe is not None:
+            C = self.config.context
+            return C, f"learned absolute positions cover {C} positions (model positions: none removes them)"
+        limits = [lim for b in self._blocks() if (lim := mixer_length_limit(b.mixer)) is not None]
+        return min(limits, default=None)
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(self.ln_f(x), self.wte.weight)  # (B, T, V) tied head, no bias

@@ -46,6 +46,12 @@ class LanguageModel(nn.Module):
         """idx (B, t) next tokens -> logits (B, t, V) and the new state."""
         raise NotImplementedError(f"{type(self).__name__} has no incremental decoding")
 
+    def length_limit(self) -> tuple[int, str] | None:
+        """The longest sequence this model runs and why, or None for any length. A variant's
+        own model is taken at its word: it was built for ``config.context``."""
+        C = self.config.context
+        return C, f"the variant's own model is built for context {C} and declares no longer length"
+
     def num_params(self) -> int:
         """Parameters counted once (tied weights are shared tensors)."""
         return sum(p.numel() for p in self.parameters())

@@ -51,6 +51,23 @@ class TrainSpec(BaseModel):
     checkpoint_interval: int = Field(default=100, ge=0)  # steps between resumable training states; 0 = off
     diverge_factor: float = Field(default=3.0, gt=1)  # loss above factor * ln(vocab) counts as diverged
     compile: bool = False  # torch.compile the model for training (opt-in; recorded with the result)
+    # After training, evaluate at these sequence lengths too (e.g. [T, 2T, 4T, 8T]): loss per
+    # position bucket on text, accuracy per length on tasks; a length the model cannot run is recorded.
+    eval_lengths: list[int] | None = None
+
+    @field_validator("eval_lengths", mode="before")
+    @classmethod
+    def _lengths(cls, lengths: Any) -> Any:
+        if lengths is None:
+            return None
+        if not lengths:
+            raise ValueError("eval_lengths is empty; give lengths such as [128, 256, 512, 1024] or leave it out")
+        bad = [n for n in lengths if isinstance(n, bool) or not isinstance(n, int) or n < 2]
+        if bad:
+            raise ValueError(f"eval_lengths must be integers >= 2 (sequence lengths in tokens), got {bad}")
+        if len(set(lengths)) != len(lengths):
+            raise ValueError(f"eval_lengths lists a length twice: {lengths}; give each once")
+        return lengths
 
 
 class LayerEntry(BaseModel):
@@ -85,6 +102,9 @@ class ModelSpec(BaseModel):
     dropout: float = Field(default=0.0, ge=0, lt=1)
     bias: bool = True
     activation: Literal["gelu", "gelu_tanh"] = "gelu"  # backbone MLP; gelu_tanh = HF GPT-2's gelu_new
+    # Backbone positions: learned absolute embeddings (cannot run past `context`), or none
+    # (NoPE: order comes from the causal mixer alone; lets eval_lengths go past the trained length).
+    positions: Literal["learned", "none"] = "learned"
     # A hybrid: {pattern: [...]} repeated to n_layer, or one entry per layer (a variant name or
     # {variant, options}); this model then runs the hybrid instead of the experiment's variants.
     layers: LayerPattern | list[str | LayerEntry] | None = None

@@ -93,6 +93,7 @@ def _model_config(spec: ModelSpec, context: int, options: Any, vocab: int) -> Mo
         bias=spec.bias,
         options=options,
         activation=spec.activation,
+        positions=spec.positions,
     )
 
 
@@ -232,6 +233,7 @@ def expand(
                             "seed": seed,
                             **point,
                             **({"stage": "tune", "rung": 0} if tuning is not None else {}),
+                            **({"battery": battery} if (battery := getattr(exp, "battery", None)) else {}),
                         }
                         cell = Cell(
                             suite.name,

@@ -41,7 +41,7 @@ def _group_key(cell: Cell) -> tuple[str, str, int, str]:
 
 
 def _point(cell: Cell) -> tuple[tuple[str, Any], ...]:
-    skip = {"variant", "model", "d_model", "n_layer", "seed", "stage", "rung"}
+    skip = {"variant", "model", "d_model", "n_layer", "seed", "stage", "rung", "battery"}
     return tuple(sorted((k, v) for k, v in cell.coords.items() if k not in skip))
 
 

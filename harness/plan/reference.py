@@ -21,7 +21,7 @@ SCHEMA_FILE = "suite.schema.json"
 REFERENCE_FILE = "suite-reference.md"
 # Keys of `defaults:` and where each lands in every experiment (plan/suite._apply_defaults).
 DEFAULTS_KEYS = {"model": base.ModelSpec, "data": DataSpec, "train": base.TrainSpec}
-DEFAULTS_COPIED = ("variants", "seeds", "variant_options", "grid")
+DEFAULTS_COPIED = ("variants", "seeds", "variant_options", "grid", "battery")
 
 # (heading, model, the YAML key it sits under, a short example)
 SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
@@ -357,6 +357,7 @@ def suite_schema() -> dict[str, Any]:
             **{k: {"$ref": f"#/$defs/{m.__name__}"} for k, m in DEFAULTS_KEYS.items()},
             **{k: _relax(common[k], set()) for k in DEFAULTS_COPIED if k in common},
             "grid": {"type": "object", "additionalProperties": {"type": "array"}},
+            "battery": {"type": "string", "minLength": 1},
         },
     }
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"

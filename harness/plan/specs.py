@@ -23,6 +23,8 @@ class TrainExperiment(ExperimentBase):
     train: TrainSpec
     grid: dict[str, list[Any]] = {}
     protocol: Protocol | None = None
+    # a capability battery's tier (e.g. cpu): its train experiments (one per task setting) get one score
+    battery: str | None = Field(None, min_length=1)
 
     def points(self) -> list[dict[str, Any]]:
         return grid_points(self.grid)
@@ -347,6 +349,13 @@ class FinetuneSpec(TrainSpec):
     from_scratch: bool = False
     checkpoint: bool = False  # keep the tuned model (method: full only), e.g. for `attnbench inspect`
     warmup_steps: int = Field(default=10, ge=0)
+
+    @field_validator("eval_lengths")
+    @classmethod
+    def _no_lengths(cls, v: list[int] | None) -> None:
+        if v is not None:
+            raise ValueError("eval_lengths applies to train and scaling experiments; remove it from this finetune")
+        return None
 
     @field_validator("ranks")
     @classmethod

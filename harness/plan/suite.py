@@ -250,7 +250,7 @@ def _apply_defaults(raw: dict[str, Any]) -> dict[str, Any]:
             models = e.get("models") or [{}]
             if isinstance(models, list):
                 e["models"] = [_deep_merge(defaults["model"], m) if isinstance(m, dict) else m for m in models]
-        for key in ("variants", "seeds", "variant_options", "grid"):
+        for key in ("variants", "seeds", "variant_options", "grid", "battery"):  # reference.DEFAULTS_COPIED
             if key in defaults and key not in e and key in takes:
                 e[key] = copy.deepcopy(defaults[key])
         exps.append(e)

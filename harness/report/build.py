@@ -9,6 +9,7 @@ from collections import Counter
 
 from attnbench.report import figures
 from attnbench.report.anchors import anchor_section
+from attnbench.report.battery import battery_sections
 from attnbench.report.comparison import comparison_sections
 from attnbench.report.document import Report, Section
 from attnbench.report.downstream import lm_eval_sections
@@ -17,6 +18,7 @@ from attnbench.report.finetune import finetune_sections
 from attnbench.report.gate import gate_section
 from attnbench.report.headline import headline_section
 from attnbench.report.load import StoreData
+from attnbench.report.longcontext import longcontext_sections
 from attnbench.report.problems import find_notes, find_problems
 from attnbench.report.provenance import provenance_section
 from attnbench.report.scaling import scaling_sections
@@ -63,7 +65,9 @@ def build_report(data: StoreData) -> Report:
         *expectations_section(data),
         *anchor_section(data),
         *train_sections(data, palette),
+        *longcontext_sections(data, palette),
         *tuning_section(data),
+        *battery_sections(data, palette),
         *speed_sections(data, palette),
         *scaling_sections(data, palette),
         *lm_eval_sections(data),

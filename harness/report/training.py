@@ -34,7 +34,7 @@ _HEADLINE = (
     ("bpb", "val_bpb", "bits per byte"),
     ("accuracy", "val_accuracy", "accuracy"),
 )
-_NOT_TASK_METRICS = ("loss", "ppl", "bpb")
+_NOT_TASK_METRICS = ("loss", "ppl", "bpb", "length_accuracy", "length_exact", "length_status")  # lengths: own section
 _COST = (
     "n_params",
     "state_elements",

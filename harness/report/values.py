@@ -15,7 +15,9 @@ MISSING = "—"
 NOT_DECLARED = "not declared"  # an optional fact the variant does not declare (e.g. no flops_per_token)
 OPTION_PREFIX = "variant_options."  # grid coordinates that sweep a variant's own option
 # Coordinates of a cell that are not grid (hyper-parameter) coordinates.
-NON_GRID_COORDS = frozenset({"variant", "model", "d_model", "n_layer", "seed", "from_experiment", "stage", "rung"})
+NON_GRID_COORDS = frozenset(
+    {"variant", "model", "d_model", "n_layer", "seed", "from_experiment", "stage", "rung", "battery"}
+)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ def evaluate(
         rows.append(Result("loss", loss, "nats/token", dict(es.tags)))
         if es.scored == "answers":
             rows.append(Result("accuracy", correct / max(1, count), "", dict(es.tags)))
+            rows.append(Result("answers", float(count), "count", dict(es.tags)))  # n behind the accuracy
         else:
             rows.append(Result("bpb", loss / math.log(2) / es.bytes_per_token, "bits/byte", dict(es.tags)))
             rows.append(Result("ppl", math.exp(min(loss, 50.0)), "", dict(es.tags)))

@@ -27,6 +27,7 @@ from attnbench.experiments.base import CellOutcome, Progress
 from attnbench.experiments.machine import machine_load, under_load
 from attnbench.experiments.train import state as train_state
 from attnbench.experiments.train.evaluate import evaluate, headline
+from attnbench.experiments.train.lengths import evaluate_lengths
 from attnbench.experiments.train.setup import build_model, lr_at, make_optimizer, planned_steps
 from attnbench.nn.compile import maybe_compile
 from attnbench.nn.flops import model_facts
@@ -232,6 +233,14 @@ def _timed_step(
     return out, loss, lr, log_now
 
 
+def _lengths(model: Any, data: Any, cell: Cell, device: torch.device, rows: list[Result], summary: dict) -> list:
+    """The rows with those of ``train.eval_lengths`` added (after training), the lengths' status in the summary."""
+    if not getattr(cell.spec, "eval_lengths", None):
+        return rows
+    length_rows, summary["eval_lengths"] = evaluate_lengths(model, data, cell, device)
+    return [*rows, *length_rows]
+
+
 def train_cell(
     cell: Cell,
     variant: Variant,
@@ -288,6 +297,9 @@ def train_cell(
         checkpoint = train_state.save_final(checkpoint_dir, cell, model, p.step, getattr(data, "tokenizer_json", None))
     if path is not None and main:
         path.unlink(missing_ok=True)  # another driver that ran this cell may have removed it first
-    summary = _summary(p, cell, facts, device, status, checkpoint, compile_info)
-    summary.update(_measured(p, rows, stream, load_before))
+    summary = {
+        **_summary(p, cell, facts, device, status, checkpoint, compile_info),
+        **_measured(p, rows, stream, load_before),
+    }
+    rows = _lengths(model, data, cell, device, rows, summary) if status == "done" and main else rows
     return CellOutcome(status, summary, p.metrics, rows, error)

@@ -19,6 +19,12 @@ def build_model(variant: Variant, cell: Cell) -> LanguageModel:
     if cell.spec_as(TrainSpec).model_kind == "own":
         if variant.build_model is None:  # the suite is validated against this
             raise TrainingError(f"variant {variant.name!r} has no model of its own; use model_kind: backbone")
+        if cell.model.positions != "learned":
+            raise TrainingError(
+                f"model positions: {cell.model.positions} applies to the shared backbone, and variant "
+                f"{cell.variant!r} runs its own model (model_kind: own), which keeps its own positions; "
+                "remove 'positions' from this model or use model_kind: backbone"
+            )
         return variant.build_model(cell.model)
     return Backbone(cell.model, variant.build_mixer)
 

@@ -1,0 +1,144 @@
+"""The capability battery's report section: a profile per variant (best accuracy per task,
+as bars), the battery score with its interval per tier, the per-setting table behind it,
+and, where another suite of the same store ran another tier, how well the tiers' rankings
+agree (Spearman). The numbers come from ``battery_score``."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; must precede any pyplot import (seaborn imports it)
+
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib import pyplot as plt  # noqa: E402
+
+from attnbench.errors import ReportError  # noqa: E402
+from attnbench.report.battery_score import Agreement, battery_cells, best_over_grid, scores, tier_agreement  # noqa: E402
+from attnbench.report.document import Figure, Section, Table  # noqa: E402
+from attnbench.report.figures import Palette, row_palette  # noqa: E402
+from attnbench.report.load import StoreData, load_store  # noqa: E402
+from attnbench.report.values import num  # noqa: E402
+
+INTRO = (
+    "MAD's protocol (Poli et al. 2024): each task at each difficulty setting is trained at every point of a small "
+    "learning-rate grid; per setting the point with the best validation accuracy is kept and its accuracy on answers "
+    "reported (test split when the runs have one); the battery score is the mean of those best accuracies over "
+    "every setting of every task. The interval is a 95% bootstrap over seeds and evaluation answers at the chosen "
+    "points (not over the choice itself)."
+)
+
+
+def _other_tiers(data: StoreData, own: set[str]) -> pd.DataFrame:
+    """Battery runs of the store's other suites whose tiers this suite did not run."""
+    frames = []
+    for suite in data.suites:
+        if suite == data.suite:
+            continue
+        try:
+            cells = battery_cells(load_store(data.path, suite))
+        except ReportError:
+            continue
+        frames.append(cells[~cells["tier"].isin(own)])
+    return pd.concat(frames) if frames else pd.DataFrame()
+
+
+def _agreement_notes(found: list[Agreement], tiers: list[str]) -> list[str]:
+    if len(tiers) < 2:
+        return [
+            f"Only one tier ({tiers[0]}) has run into this store, so there is no tier agreement to report: run the "
+            "other tier (suites/battery.yaml is the CPU tier, suites/battery-gpu.yaml the full one) into the same "
+            "store and make the report again."
+        ]
+    notes = []
+    for a in found:
+        if a.rho is None:
+            notes.append(
+                f"Tiers {a.tiers[0]} and {a.tiers[1]} share {a.n} variant(s) with distinct scores: too few to rank "
+                "(Spearman needs at least 3)."
+            )
+            continue
+        notes.append(
+            f"Tier agreement {a.tiers[0]} vs {a.tiers[1]}: Spearman rho = {a.rho:.2f} over n = {a.n} variants. "
+            "A high value means the cheaper tier ranks the variants as the full settings do; "
+            "a low value means it does not: the cheaper tier's ranking is then not a proxy for the full tier's."
+        )
+    return notes
+
+
+def _profile(best: pd.DataFrame, palette: Palette, tier: str) -> Figure:
+    """Bars: per task, each variant's best accuracy averaged over the task's settings."""
+    per_task = best.groupby(["task", "variant"], sort=False)["best"].mean().reset_index()
+    variants = list(dict.fromkeys(per_task["variant"]))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * per_task["task"].nunique() + 0.25 * len(variants)), 4.2))
+    sns.barplot(
+        per_task,
+        x="task",
+        y="best",
+        hue="variant",
+        hue_order=variants,
+        palette=row_palette(palette, {v: v for v in variants}),
+        ax=ax,
+    )
+    ax.set(ylabel="best accuracy on answers", xlabel="", ylim=(0, 1.02), title=f"Capability profile, tier {tier}")
+    ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return Figure(
+        f"battery-profile-{tier}",
+        f"Capability profile (tier {tier})",
+        buf.getvalue(),
+        "Per task, each variant's best-over-grid accuracy averaged over the task's difficulty settings.",
+    )
+
+
+def _score_table(table: pd.DataFrame) -> Table:
+    view = pd.DataFrame(
+        {
+            "tier": table["tier"],
+            "variant": table["variant"],
+            "battery score": [num(v, 3) for v in table["score"]],
+            "95% interval": [
+                "—" if lo is None or pd.isna(lo) else f"[{lo:.3f}, {hi:.3f}]"
+                for lo, hi in zip(table["ci_low"], table["ci_high"], strict=True)
+            ],
+            "settings": table["settings"],
+            "tasks": table["tasks"],
+            "split": table["split"],
+        }
+    )
+    return Table("battery-scores", "Battery score per variant", table, view, "mean of best-over-grid accuracies")
+
+
+def _settings_table(best: pd.DataFrame) -> Table:
+    raw = best.drop(columns=["accs", "answers"])
+    view = raw.assign(best=[num(v, 3) for v in raw["best"]])
+    return Table("battery-settings", "Best accuracy per task setting", raw, view, "chosen on validation accuracy")
+
+
+def battery_sections(data: StoreData, palette: Palette) -> list[Section]:
+    """The battery section of ``data``'s suite; none when the suite ran no battery."""
+    own = battery_cells(data)
+    if own.empty:
+        return []
+    tiers = list(dict.fromkeys(own["tier"]))
+    cells = pd.concat([own, _other_tiers(data, set(tiers))], ignore_index=True)
+    best = best_over_grid(cells)
+    if best.empty:
+        return [Section("Capability battery", missing="the battery's runs recorded no validation accuracy on answers")]
+    table = scores(best).sort_values(["tier", "score"], ascending=[True, False], ignore_index=True)
+    all_tiers = list(dict.fromkeys(cells["tier"]))
+    figures = [_profile(best[best["tier"] == t], palette, t) for t in tiers if (best["tier"] == t).any()]
+    return [
+        Section(
+            "Capability battery",
+            intro=INTRO,
+            tables=[_score_table(table), _settings_table(best[best["tier"].isin(tiers)])],
+            figures=figures,
+            notes=_agreement_notes(tier_agreement(table), all_tiers),
+        )
+    ]
