@@ -25,14 +25,14 @@ def test_committed_docs_match_the_models(tmp_path):
 
 def test_reference_lists_every_key_of_the_models():
     from attnbench.data.spec import DataSpec
-    from attnbench.plan import base, specs
+    from attnbench.plan import base, specs, speed_spec
     from attnbench.plan.reference import reference_markdown
 
     text = reference_markdown()
     for model in (
         DataSpec,
         base.TrainSpec,
-        specs.SpeedSpec,
+        speed_spec.SpeedSpec,
         base.ModelSpec,
         specs.LmEvalSpec,
         base.Budget,

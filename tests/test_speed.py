@@ -22,7 +22,7 @@ from attnbench import Variant, hookimpl
 from attnbench.errors import SuiteError
 from attnbench.experiments.registry import expand_suite
 from attnbench.fits import crossover, loglog_slope, t_quantile_975
-from attnbench.plan.specs import SpeedExperiment, SpeedSpec
+from attnbench.plan.speed_spec import SpeedExperiment, SpeedSpec
 from attnbench.plan.suite import load_suite
 from attnbench.registry.loader import get_plugin_manager, load_registry
 from attnbench.run.runner import run_suite

@@ -19,7 +19,7 @@ from attnbench.errors import SuiteError
 from attnbench.experiments.registry import expand_suite
 from attnbench.experiments.speed.fits import BASELINE, curves_by_model, fit_results, stored_baseline
 from attnbench.plan.cells import Cell
-from attnbench.plan.specs import SpeedSpec
+from attnbench.plan.speed_spec import SpeedSpec
 from attnbench.plan.suite import Suite
 from attnbench.run.runner import run_suite
 from attnbench.store.database import Store

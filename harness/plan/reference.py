@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from attnbench.data.spec import DataSpec
-from attnbench.plan import base, specs
+from attnbench.plan import base, specs, speed_spec
 from attnbench.plan.suite import Suite
 
 SCHEMA_FILE = "suite.schema.json"
@@ -84,8 +84,8 @@ SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
         "- claim: a sliding window cannot recall a pair outside it\n  source: Based (Arora et al. 2024)\n"
         "  variant: windowed\n  outcome: worse\n  setting: {n_pairs: 7, n_queries: 1}",
     ),
-    ("Speed (kind: speed)", specs.SpeedExperiment, "experiments[]", "kind: speed"),
-    ("Speed settings", specs.SpeedSpec, "speed", "speed: {T_min: 128, T_max: 1024, modes: [forward, decode]}"),
+    ("Speed (kind: speed)", speed_spec.SpeedExperiment, "experiments[]", "kind: speed"),
+    ("Speed settings", speed_spec.SpeedSpec, "speed", "speed: {T_min: 128, T_max: 1024, modes: [forward, decode]}"),
     ("Scaling (kind: scaling)", specs.ScalingExperiment, "experiments[]", "kind: scaling"),
     ("Scaling settings", specs.ScalingSpec, "scaling", "scaling: {tokens_per_param: 4, seq_len: 128}"),
     ("lm-eval (kind: lm_eval)", specs.LmEvalExperiment, "experiments[]", "kind: lm_eval"),
@@ -311,7 +311,7 @@ def reference_markdown() -> str:
     for title, model, where, example in SECTIONS:
         only_own = model in (
             specs.TrainExperiment,
-            specs.SpeedExperiment,
+            speed_spec.SpeedExperiment,
             specs.ScalingExperiment,
             specs.LmEvalExperiment,
         )

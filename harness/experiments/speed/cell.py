@@ -39,7 +39,7 @@ from attnbench.experiments.speed.points import PointSpec, classify_message, for_
 from attnbench.experiments.speed.timing import PointTiming, SweepTiming, TimingOptions, noise, time_sweep
 from attnbench.nn.backbone import Backbone
 from attnbench.plan.cells import Cell
-from attnbench.plan.specs import SpeedSpec
+from attnbench.plan.speed_spec import SpeedSpec
 from attnbench.store.database import Result
 from attnbench.store.provenance import device_name
 

@@ -19,7 +19,7 @@ import torch
 from attnbench.experiments.derived import save_derived
 from attnbench.fits import MIN_SLOPE_POINTS, crossover, loglog_slope, too_few_text
 from attnbench.plan.cells import Cell
-from attnbench.plan.specs import SpeedSpec
+from attnbench.plan.speed_spec import SpeedSpec
 from attnbench.registry.identity import code_hash
 from attnbench.store.database import Result, Store
 from attnbench.store.provenance import device_name

@@ -241,6 +241,19 @@ def _lengths(model: Any, data: Any, cell: Cell, device: torch.device, rows: list
     return [*rows, *length_rows]
 
 
+def _finish_files(
+    cell: Cell, model: Any, data: Any, step: int, checkpoint_dir: Path | None, path: Path | None, done: bool
+) -> Any:
+    """Rank 0, after training: the final checkpoint of a finished cell (when the cell keeps one),
+    returned; the resume file removed."""
+    checkpoint = None
+    if checkpoint_dir is not None and cell.spec_as(TrainSpec).checkpoint and done:
+        checkpoint = train_state.save_final(checkpoint_dir, cell, model, step, getattr(data, "tokenizer_json", None))
+    if path is not None:
+        path.unlink(missing_ok=True)  # another driver that ran this cell may have removed it first
+    return checkpoint
+
+
 def train_cell(
     cell: Cell,
     variant: Variant,
@@ -262,8 +275,9 @@ def train_cell(
     gen = torch.Generator().manual_seed(cell.seed)  # batch order: the seed alone, not the variant or init
     stream = BatchStream(data)
     path = train_state.state_path(cell, checkpoint_dir)
-    fresh: tuple[train_state.TrainProgress, list] = (train_state.TrainProgress(), [])
-    p, rank_rngs = train_state.resume(path, cell, model, opt, gen, device) if path else fresh
+    p, rank_rngs = (
+        train_state.resume(path, cell, model, opt, gen, device) if path else (train_state.TrainProgress(), [])
+    )
     _seed_ranks(cell, rank_rngs, p.step)
     compiled, compile_info = maybe_compile(model, t.compile)
     fwd = distributed.wrap_model(compiled, device)  # DDP in a process group, else the model
@@ -292,14 +306,8 @@ def train_cell(
             train_state.save(path, cell, model, opt, gen, p)
         if p.step % t.eval_interval == 0 or done or saving:
             distributed.barrier()  # the other ranks wait here, outside their timed steps
-    checkpoint = None
-    if checkpoint_dir is not None and t.checkpoint and status == "done" and main:
-        checkpoint = train_state.save_final(checkpoint_dir, cell, model, p.step, getattr(data, "tokenizer_json", None))
-    if path is not None and main:
-        path.unlink(missing_ok=True)  # another driver that ran this cell may have removed it first
-    summary = {
-        **_summary(p, cell, facts, device, status, checkpoint, compile_info),
-        **_measured(p, rows, stream, load_before),
-    }
+    checkpoint = _finish_files(cell, model, data, p.step, checkpoint_dir, path, status == "done") if main else None
+    summary = _summary(p, cell, facts, device, status, checkpoint, compile_info)
+    summary |= _measured(p, rows, stream, load_before)
     rows = _lengths(model, data, cell, device, rows, summary) if status == "done" and main else rows
     return CellOutcome(status, summary, p.metrics, rows, error)
