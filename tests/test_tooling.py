@@ -1,5 +1,6 @@
-"""Static tools follow the code: Pyright resolves every import (``attnbench`` lives in ``harness/``,
-reached through the strict editable install), and ruff finds nothing to fix or reformat.
+"""Static tools follow the code: Pyright resolves every import (``attnbench`` lives in
+``harness/``, reached through the strict editable install) and reports no type error, and
+ruff finds nothing to fix or reformat.
 The configurations are pyproject.toml's ``[tool.pyright]`` and ``[tool.ruff]``."""
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def _run(*args: str, timeout: float) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_pyright_resolves_every_import():
+def test_pyright_resolves_every_import_and_finds_no_type_error():
+    # CI's type check: it runs here (beside the other tests) rather than as a step of its own.
     # The interpreter running the tests is the environment checked: its install must be one Pyright follows.
     proc = _run(_tool("pyright"), "--outputjson", "--pythonpath", sys.executable, timeout=600)
     assert proc.stdout.lstrip().startswith("{"), f"pyright did not run (exit {proc.returncode}): {proc.stderr}"
@@ -53,6 +55,12 @@ def test_pyright_resolves_every_import():
         f"{len(unresolved)} imports Pyright cannot resolve (is attnbench installed with {INSTALL}? "
         f"a new module needs a reinstall):\n" + "\n".join(unresolved[:50])
     )
+    errors = [
+        f"{Path(d['file']).relative_to(REPO)}:{d['range']['start']['line'] + 1}: {d['message']}"
+        for d in report["generalDiagnostics"]
+        if d.get("severity") == "error"
+    ]
+    assert not errors, f"pyright (basic mode, pyproject.toml): {len(errors)} errors:\n" + "\n".join(errors[:50])
 
 
 def test_ruff_finds_nothing():
