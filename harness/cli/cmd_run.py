@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from attnbench import distributed
-from attnbench.cli.common import add_store_option, registry_with_warnings, split_names
+from attnbench.cli.common import add_store_option, add_suite_arguments, registry_with_warnings, split_names
 from attnbench.errors import DistributedError
 from attnbench.plan.suite import load_suite, with_compile, with_only_experiments
 from attnbench.run.choose import make_executor
@@ -27,16 +27,7 @@ from attnbench.track.registry import make_trackers
 
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run a suite; cells already stored are skipped")
-    p.add_argument("suite", help="a suite YAML file, or a shipped suite's name (quick; attnbench suites lists them)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a suite setting, validated like the file (repeatable): "
-        "defaults.train.lr=1e-3, experiments.NAME.seeds=[0,1]",
-    )
+    add_suite_arguments(p)
     add_store_option(p)
     p.add_argument("--variants", help="comma-separated variants to run (default: the suite's)")
     p.add_argument("--experiments", help="comma-separated experiments to run (default: all of the suite's)")

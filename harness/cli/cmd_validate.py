@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnbench.cli.common import registry_with_warnings
+from attnbench.cli.common import add_suite_arguments, registry_with_warnings
 from attnbench.experiments.registry import expand_suite
 from attnbench.plan.halving import planned_total
 from attnbench.plan.suite import load_suite
@@ -14,16 +14,7 @@ from attnbench.plan.suite import load_suite
 
 def add_parser(sub) -> None:
     p = sub.add_parser("validate", help="validate a suite file without running it")
-    p.add_argument("suite", help="a suite YAML file, or a shipped suite's name (quick; attnbench suites lists them)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a suite setting, validated like the file (repeatable): "
-        "defaults.train.lr=1e-3, experiments.NAME.seeds=[0,1]",
-    )
+    add_suite_arguments(p)
     p.set_defaults(func=run)
 
 

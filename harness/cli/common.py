@@ -17,6 +17,22 @@ def add_store_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_suite_arguments(parser: argparse.ArgumentParser) -> None:
+    """The suite (a file or a shipped suite's name) and its ``--set`` overrides, as run and validate take them."""
+    parser.add_argument(
+        "suite", help="a suite YAML file, or a shipped suite's name (quick; attnbench suites lists them)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a suite setting, validated like the file (repeatable): "
+        "defaults.train.lr=1e-3, experiments.NAME.seeds=[0,1]",
+    )
+
+
 def registry_with_warnings() -> Registry:
     """Load plugins; a plugin that failed to load is reported and the others still load."""
     registry = load_registry()
