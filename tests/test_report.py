@@ -481,3 +481,29 @@ def test_page_renders_in_headless_chromium_without_console_errors(problem_store,
         timeout=120,
     )
     assert proc.returncode == 0 and shot.stat().st_size > 10_000
+
+
+def test_runs_timed_under_load_are_one_problem_per_experiment(tmp_path):
+    from tests.report_store import record, write_store
+
+    def busy(key: str, variant: str, seed: int, loaded: bool, load1: float):
+        summary = {
+            "throughput_under_load": loaded,
+            "load_before": {"load1": load1, "cpus": 2},
+            "load_after": {"load1": load1 + 0.5, "cpus": 2},
+        }
+        return record(key, "text", "train", variant, seed, {"lr": 1e-3}, {}, summary)
+
+    extra = [
+        busy("b1", "softmax", 7, True, 3.0),
+        busy("b2", "linear", 7, True, 4.25),
+        busy("b3", "window", 7, False, 0.1),
+    ]
+    index = write_report(write_store(tmp_path / "store.sqlite", extra), None, tmp_path / "out")
+    problems = index.read_text().split('id="problems"')[1].split("<nav>")[0]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert problems.count("throughput under load") == 1 and md.count("throughput under load") == 1
+    lines = [line for line in md.splitlines() if "throughput under load" in line]
+    assert (
+        "2 variants" in lines[0] and "(2 of 30 runs)" in lines[0] and "load average 3.00 to 4.75 on 2 CPUs" in lines[0]
+    )

@@ -147,22 +147,33 @@ def _load(data: StoreData) -> list[Problem]:
         for run_id, t in zip(res["run_id"], res["tags"], strict=True)
         if t.get("noisy") and _loaded(t)
     ]
-    for _, r in data.runs[data.runs["kind"] == "train"].iterrows():
-        if r["summary"].get("throughput_under_load"):
-            before, after = r["summary"].get("load_before") or {}, r["summary"].get("load_after") or {}
-            where = ", ".join(
-                f"{k}={v}" for k, v in r["coords"].items() if k not in ("model", "d_model", "n_layer", "variant")
+    return out + _throughput_load(data)
+
+
+def _throughput_load(data: StoreData) -> list[Problem]:
+    """Training runs whose tokens/s and train time were taken on a loaded machine: one line per
+    experiment (a suite run on a busy machine would otherwise list every cell); each run's load
+    stays in the store (summary load_before, load_after)."""
+    train = data.runs[data.runs["kind"] == "train"]
+    out = []
+    for exp, runs in train.groupby("experiment", sort=True):
+        loaded = [s for s in runs["summary"] if s.get("throughput_under_load")]
+        if not loaded:
+            continue
+        loads = [s.get(k, {}).get("load1", 0.0) for s in loaded for k in ("load_before", "load_after")]
+        flagged = sorted(
+            {v for v, s in zip(runs["variant"], runs["summary"], strict=True) if s.get("throughput_under_load")}
+        )
+        out.append(
+            Problem(
+                "throughput under load",
+                flagged[0] if len(flagged) == 1 else f"{len(flagged)} variants",
+                f"{exp} ({len(loaded)} of {len(runs)} runs)",
+                "tokens/s and train time taken under load",
+                f"load average {min(loads):.2f} to {max(loads):.2f} on {loaded[0].get('load_before', {}).get('cpus')} "
+                "CPUs; each run's load is in the store (summary load_before, load_after)",
             )
-            out.append(
-                Problem(
-                    "throughput under load",
-                    r["variant"],
-                    f"{r['experiment']} ({where})",
-                    "tokens/s and train time taken under load",
-                    f"load average {before.get('load1', 0):.2f} before, {after.get('load1', 0):.2f} "
-                    f"after, {before.get('cpus')} CPUs",
-                )
-            )
+        )
     return out
 
 
