@@ -215,6 +215,10 @@ def test_score_is_the_mean_of_best_over_grid_accuracies_chosen_on_validation(tmp
         assert row["settings"] == 2 and row["tasks"] == 2 and row["split"] == "test"
         assert row["ci_low"] < row["score"] < row["ci_high"] and row["ci_high"] - row["ci_low"] < 0.1
     assert "Capability battery" in text and "Only one tier (cpu)" in text
+    # A suite that is all battery answers with the scores, best first, before anything else.
+    answer = text[text.index("## The answer") : text.index("## Problems")]
+    assert answer.index("- good: battery score 0.") < answer.index("- mid: battery score") < answer.index("- bad:")
+    assert "answer-battery-profile-cpu.png" in answer
 
 
 def test_tier_agreement_is_spearman_over_the_shared_variants(tmp_path):

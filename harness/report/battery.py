@@ -5,6 +5,7 @@ agree (Spearman). The numbers come from ``battery_score``."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import matplotlib
@@ -19,6 +20,7 @@ from attnbench.errors import ReportError  # noqa: E402
 from attnbench.report.battery_score import Agreement, battery_cells, best_over_grid, scores, tier_agreement  # noqa: E402
 from attnbench.report.document import Figure, Section, Table  # noqa: E402
 from attnbench.report.figures import Palette, row_palette  # noqa: E402
+from attnbench.report.headline import ANSWER  # noqa: E402
 from attnbench.report.load import StoreData, load_store  # noqa: E402
 from attnbench.report.values import num  # noqa: E402
 
@@ -142,3 +144,45 @@ def battery_sections(data: StoreData, palette: Palette) -> list[Section]:
             notes=_agreement_notes(tier_agreement(table), all_tiers),
         )
     ]
+
+
+def _variant_sentence(row: pd.Series, per_task: pd.DataFrame) -> str:
+    tasks = per_task[(per_task["tier"] == row["tier"]) & (per_task["variant"] == row["variant"])]
+    tasks = tasks.sort_values("best", ascending=False)
+    interval = (
+        "" if row["ci_low"] is None or pd.isna(row["ci_low"]) else f" [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+    )
+    strongest, weakest = tasks.iloc[0], tasks.iloc[-1]
+    return (
+        f"{row['variant']}: battery score {row['score']:.3f}{interval} over {row['settings']} settings of "
+        f"{row['tasks']} tasks; strongest at {strongest['task']} ({strongest['best']:.2f}), weakest at "
+        f"{weakest['task']} ({weakest['best']:.2f})"
+    )
+
+
+def battery_answer(data: StoreData, palette: Palette) -> Section | None:
+    """The report's answer for a suite that is all battery (every train run tagged with a tier):
+    each variant's battery score first, best first, with its profile; None for other suites, whose
+    answer is the per-experiment comparison."""
+    train = data.runs_of("train")
+    if train.empty or not all("battery" in c for c in train["coords"]):
+        return None
+    best = best_over_grid(battery_cells(data))
+    if best.empty:
+        return None
+    table = scores(best).sort_values(["tier", "score"], ascending=[True, False], ignore_index=True)
+    per_task = best.groupby(["tier", "variant", "task"], sort=False)["best"].mean().reset_index()
+    tiers = list(dict.fromkeys(table["tier"]))
+    figures = [
+        dataclasses.replace(_profile(best[best["tier"] == t], palette, t), slug=f"answer-battery-profile-{t}")
+        for t in tiers
+    ]
+    return Section(
+        ANSWER,
+        intro=(
+            f"Battery score per variant, best first (tier {', '.join(tiers)}): the mean over task settings of the "
+            "best accuracy over the learning-rate grid, with its 95% bootstrap interval (see Capability battery)."
+        ),
+        notes=[_variant_sentence(r, per_task) for _, r in table.iterrows()],
+        figures=figures,
+    )

@@ -9,7 +9,7 @@ from collections import Counter
 
 from attnbench.report import figures
 from attnbench.report.anchors import anchor_section
-from attnbench.report.battery import battery_sections
+from attnbench.report.battery import battery_answer, battery_sections
 from attnbench.report.comparison import comparison_sections
 from attnbench.report.document import Report, Section
 from attnbench.report.downstream import lm_eval_sections
@@ -82,6 +82,6 @@ def build_report(data: StoreData) -> Report:
         summary,
         find_problems(data),
         sections,
-        headline_section(data, palette),
+        battery_answer(data, palette) or headline_section(data, palette),
         find_notes(data),
     )
