@@ -65,7 +65,8 @@ def draw(table: pd.DataFrame, title: str, out: Path) -> None:
     cmap = plt.get_cmap("tab10" if len(variants) <= 10 else "tab20")
     colours = {v: cmap(i) for i, v in enumerate(variants)}
     fig, axes = plt.subplots(1, len(ks), figsize=(3.2 * len(ks), 3.4), sharey=True, constrained_layout=True)
-    for ax, k in zip(axes if len(ks) > 1 else [axes], ks, strict=True):
+    axes = list(axes) if len(ks) > 1 else [axes]  # one panel comes back bare
+    for ax, k in zip(axes, ks, strict=True):
         sub = table[table["K"] == k]
         for _, r in sub.iterrows():
             ax.scatter(r["state_elements"], r["accuracy"], color=colours[r["variant"]], s=36, label=r["variant"])
@@ -75,9 +76,8 @@ def draw(table: pd.DataFrame, title: str, out: Path) -> None:
         ax.set_xlabel("decode state (elements)")
         ax.axhline(1 / k, color="grey", lw=0.8, ls=":")  # guessing one of the K in-context values
         ax.grid(alpha=0.3)
-    axes_list = axes if len(ks) > 1 else [axes]
-    axes_list[0].set_ylabel("MQAR answer accuracy")
-    handles, labels = axes_list[0].get_legend_handles_labels()
+    axes[0].set_ylabel("MQAR answer accuracy")
+    handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center", fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10)
     fig.savefig(out, dpi=110)

@@ -157,13 +157,14 @@ def _throughput_load(data: StoreData) -> list[Problem]:
     train = data.runs[data.runs["kind"] == "train"]
     out = []
     for exp, runs in train.groupby("experiment", sort=True):
-        loaded = [s for s in runs["summary"] if s.get("throughput_under_load")]
-        if not loaded:
+        pairs = [
+            (v, s) for v, s in zip(runs["variant"], runs["summary"], strict=True) if s.get("throughput_under_load")
+        ]
+        if not pairs:
             continue
+        loaded = [s for _, s in pairs]
         loads = [s.get(k, {}).get("load1", 0.0) for s in loaded for k in ("load_before", "load_after")]
-        flagged = sorted(
-            {v for v, s in zip(runs["variant"], runs["summary"], strict=True) if s.get("throughput_under_load")}
-        )
+        flagged = sorted({v for v, _ in pairs})
         out.append(
             Problem(
                 "throughput under load",
