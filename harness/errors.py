@@ -76,6 +76,10 @@ class ModelArgsError(AttnbenchError):
     """lm-eval ``model_args`` the attnbench model does not accept (unknown name, bad value)."""
 
 
+class MissingPackageError(AttnbenchError):
+    """A suite needs an optional package this install lacks (refused before any cell runs)."""
+
+
 class TrackerError(AttnbenchError):
     """An experiment tracker that is unknown or whose library is not installed."""
 

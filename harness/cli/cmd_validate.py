@@ -4,11 +4,14 @@ plugins before any compute is spent."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from attnbench.cli.common import add_suite_arguments, registry_with_warnings
+from attnbench.errors import MissingPackageError
 from attnbench.experiments.registry import expand_suite
 from attnbench.plan.halving import planned_total
+from attnbench.plan.requirements import require_packages
 from attnbench.plan.suite import load_suite
 
 
@@ -25,4 +28,8 @@ def run(args: argparse.Namespace) -> int:
     tuned = f"; {total} once successive halving has chosen" if total != len(cells) else ""
     shipped = "" if Path(args.suite).expanduser().is_file() else f" ({suite.path})"  # a shipped suite's name
     print(f"{args.suite}{shipped}: ok ({len(suite.experiments)} experiments, {len(cells)} cells{tuned})")
+    try:
+        require_packages(suite)
+    except MissingPackageError as exc:  # the file is valid; this install cannot run it yet
+        print(f"warning: {exc}", file=sys.stderr)
     return 0

@@ -76,12 +76,27 @@ class TokenIdsTokenizer:
         return " ".join(str(int(t)) for t in tokens)
 
     def to_json(self) -> str:
-        """tokenizer.json text, kept in checkpoints (see ``token_ids_vocab``)."""
-        from tokenizers import Tokenizer, models, pre_tokenizers
-
-        tok = Tokenizer(models.WordLevel({str(i): i for i in range(self.vocab_size)}, unk_token="[UNK]"))
-        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-        return tok.to_str()
+        """tokenizer.json text, kept in checkpoints (see ``token_ids_vocab``). Written as JSON
+        here, not through HF ``tokenizers``: a token-id cell saves its checkpoint on the main
+        install, which does not bring that package (Hugging Face tokenizers read it the same)."""
+        return json.dumps(
+            {
+                "version": "1.0",
+                "truncation": None,
+                "padding": None,
+                "added_tokens": [],
+                "normalizer": None,
+                "pre_tokenizer": {"type": "WhitespaceSplit"},
+                "post_processor": None,
+                "decoder": None,
+                "model": {
+                    "type": "WordLevel",
+                    "vocab": {str(i): i for i in range(self.vocab_size)},
+                    "unk_token": "[UNK]",
+                },
+            },
+            separators=(",", ":"),
+        )
 
 
 def token_ids_vocab(tokenizer_json: str | None) -> int | None:

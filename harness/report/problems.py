@@ -26,6 +26,10 @@ def _runs(data: StoreData) -> list[Problem]:
             what = f"diverged at step {step}"
         seed = f", seed {r['seed']}" if r["seed"] is not None and not pd.isna(r["seed"]) else ""
         out.append(Problem("run", r["variant"], f"{r['experiment']} ({r['kind']}{seed})", what, r["error"] or ""))
+    for _, r in data.runs[(data.runs["status"] == "done") & data.runs["error"].notna()].iterrows():
+        seed = f", seed {r['seed']}" if r["seed"] is not None and not pd.isna(r["seed"]) else ""
+        what = "finished (results kept), then a step after training failed"
+        out.append(Problem("run", r["variant"], f"{r['experiment']} ({r['kind']}{seed})", what, r["error"]))
     return out
 
 

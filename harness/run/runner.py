@@ -26,6 +26,7 @@ from attnbench.experiments.registry import expand_suite, get_kind
 from attnbench.gate.verdicts import Verdict, gate_variant
 from attnbench.plan.cells import Cell
 from attnbench.plan.halving import next_cells, planned_total
+from attnbench.plan.requirements import require_packages
 from attnbench.plan.suite import Suite
 from attnbench.registry.loader import Registry
 from attnbench.run.executors import Executor, Finished, InProcessExecutor, Task
@@ -220,7 +221,12 @@ class _SuiteRun:
         self._main_store().save_run_or_set_aside(rec)
         self.report.ran += 1
         track_record(self.trackers, rec, self.live.pop(job.cell.key, None))
-        if rec.status != "done":
+        if rec.status == "done" and rec.error:  # trained and stored; a step after training failed
+            self.report.not_done.append(
+                f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: done, results stored, but {rec.error}"
+            )
+            print("[{}/{}] done, results stored, but: {}".format(*job.index, rec.error), file=self.out)
+        elif rec.status != "done":
             self.report.not_done.append(
                 f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: {rec.status} ({rec.error})"
             )
@@ -313,6 +319,7 @@ def run_suite(
     other than 0, and rank 0 decides for all of them what runs. A cell whose stored attempt
     failed runs again when ``retry_failed`` (None: the suite's setting, default yes).
     """
+    require_packages(suite)  # before any data loads or cell trains
     dev = resolve_device(device or suite.device)
     cells = _plan(suite, registry, dev, only_variants)
     run = _SuiteRun(suite, store, registry, dev, cells, out, executor or InProcessExecutor(), trackers, retry_failed)

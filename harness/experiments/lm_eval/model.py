@@ -295,19 +295,29 @@ def _tokenizer(tokenizer_json: str | None, vocab_size: int) -> Any:
                 "encoding is unknown; re-train it with this version of attnbench (checkpoints now keep it)"
             )
         return ByteTokenizer()
-    from tokenizers import Tokenizer
-
-    from attnbench.data.tokenizers import HFTokenizer, TokenIdsTokenizer, token_ids_vocab
+    from attnbench.data.tokenizers import TokenIdsTokenizer, token_ids_vocab
 
     ids_vocab = token_ids_vocab(tokenizer_json)
     tok = (
-        HFTokenizer(Tokenizer.from_str(tokenizer_json), "checkpoint")
-        if ids_vocab is None
-        else TokenIdsTokenizer(ids_vocab)
+        _trained_tokenizer(tokenizer_json) if ids_vocab is None else TokenIdsTokenizer(ids_vocab)
     )  # text that is not ids is refused by name
     if tok.vocab_size > vocab_size:
         raise CheckpointError(f"the checkpoint's tokenizer has {tok.vocab_size} tokens, the model embeds {vocab_size}")
     return tok
+
+
+def _trained_tokenizer(tokenizer_json: str) -> Any:
+    """A checkpoint's trained tokenizer.json, read with HF ``tokenizers`` (the ``bpe`` extra)."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise CheckpointError(
+            "this checkpoint keeps a trained tokenizer, which needs the `tokenizers` package: "
+            "pip install 'attnbench[bpe]' -c constraints.txt"
+        ) from None
+    from attnbench.data.tokenizers import HFTokenizer
+
+    return HFTokenizer(Tokenizer.from_str(tokenizer_json), "checkpoint")
 
 
 def _prefix(value: int | str | None, tokenizer_json: str | None, vocab_size: int) -> int:

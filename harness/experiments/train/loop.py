@@ -246,12 +246,13 @@ def _finish_files(
 ) -> Any:
     """Rank 0, after training: the final checkpoint of a finished cell (when the cell keeps one),
     returned; the resume file removed."""
-    checkpoint = None
-    if checkpoint_dir is not None and cell.spec_as(TrainSpec).checkpoint and done:
-        checkpoint = train_state.save_final(checkpoint_dir, cell, model, step, getattr(data, "tokenizer_json", None))
-    if path is not None:
-        path.unlink(missing_ok=True)  # another driver that ran this cell may have removed it first
-    return checkpoint
+    try:
+        if checkpoint_dir is not None and cell.spec_as(TrainSpec).checkpoint and done:
+            return train_state.save_final(checkpoint_dir, cell, model, step, getattr(data, "tokenizer_json", None))
+        return None
+    finally:  # also when saving failed: the cell is stored as trained, so nothing resumes from it
+        if path is not None:
+            path.unlink(missing_ok=True)  # another driver that ran this cell may have removed it first
 
 
 def train_cell(
@@ -306,8 +307,37 @@ def train_cell(
             train_state.save(path, cell, model, opt, gen, p)
         if p.step % t.eval_interval == 0 or done or saving:
             distributed.barrier()  # the other ranks wait here, outside their timed steps
-    checkpoint = _finish_files(cell, model, data, p.step, checkpoint_dir, path, status == "done") if main else None
+    after = _AfterTraining()  # what fails from here on is stored beside the results, never instead of them
+    checkpoint = None
+    if main:
+        done = status == "done"
+        checkpoint = after.attempt(
+            "saving the final checkpoint", _finish_files, cell, model, data, p.step, checkpoint_dir, path, done
+        )
     summary = _summary(p, cell, facts, device, status, checkpoint, compile_info)
     summary |= _measured(p, rows, stream, load_before)
-    rows = _lengths(model, data, cell, device, rows, summary) if status == "done" and main else rows
-    return CellOutcome(status, summary, p.metrics, rows, error)
+    if status == "done" and main:
+        rows = after.attempt("evaluating at eval_lengths", _lengths, model, data, cell, device, rows, summary) or rows
+    if after.errors:
+        summary["after_training_errors"] = after.errors
+    return CellOutcome(status, summary, p.metrics, rows, error or after.error())
+
+
+class _AfterTraining:
+    """Steps after a finished training (final checkpoint, length evaluation): one that fails
+    keeps the cell's metrics and results, and its error is stored beside them."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def attempt(self, what: str, step: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return step(*args)
+        except Exception as exc:  # a missing package, a full disk: the trained results stay
+            self.errors.append(f"{what} failed: {type(exc).__name__}: {exc}")
+            return None
+
+    def error(self) -> str | None:
+        if not self.errors:
+            return None
+        return "; ".join(self.errors) + " (training finished: its metrics and results are stored)"
