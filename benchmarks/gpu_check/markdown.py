@@ -35,12 +35,12 @@ def _met(m: Any) -> str:
 
 
 def _env(f: dict[str, Any]) -> list[str]:
-    if not f:
+    if "torch" not in f:  # the step failed before it read the versions
         return []
     cuda, smi = f.get("cuda", {}), f.get("nvidia_smi", {})
     fla, triton = f.get("fla", {}), f.get("triton", {})
     return [
-        f"torch {f['torch']['version']} (CUDA {f['torch']['cuda']}; floor {f['torch_floor']}), "
+        f"torch {f['torch']['version']} (CUDA {f['torch']['cuda']}; floor {f.get('torch_floor')}), "
         f"driver {smi.get('driver_version', '-')}, GPU {cuda.get('name', 'none')}, "
         f"triton {triton.get('version') if triton.get('imports') else 'does not import'}, "
         f"fla {fla.get('version') if fla.get('imports') else 'does not import: ' + str(fla.get('error'))}",
