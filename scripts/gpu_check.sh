@@ -29,7 +29,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 WHEELS="pydantic pydantic-core annotated-types typing-inspection typing-extensions fla-core setuptools"
-SITE=/tmp/gpu-check-site
+SITE=${GPU_CHECK_SITE:-/tmp/gpu-check-site}
 
 if [ "${1:-}" = "--prepare" ]; then
   mkdir -p .whl
@@ -67,6 +67,7 @@ if ! "$PY" -c "import attnbench, pydantic" 2>/dev/null; then
     echo "[gpu-check] the machine's torch is below the floor: installing ${torch_wheels[*]}"
     pip_install "${torch_wheels[@]}"
   fi
+  [ ${#keep[@]} -gt 0 ] || echo "[gpu-check] no wheels in .whl/: run scripts/gpu_check.sh --prepare here and carry .whl" >&2
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
   pip_install --no-build-isolation .
 fi

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from attnbench.gate.scale import AUTOCAST_TOL
 from benchmarks.gpu_check import driver
+from benchmarks.gpu_check.figures import amp_by_dtype
 from benchmarks.gpu_check.layout import Layout
 from benchmarks.gpu_check.plan import DRY, GPU, suite
 from benchmarks.gpu_check.summary import targets
@@ -168,3 +170,20 @@ def test_targets_are_judged_on_a_gpu_run():
     mfu, fla, gate = targets(steps, dry_run=False)
     assert (mfu["met"], fla["met"], gate["met"]) == (True, True, True)
     assert fla["value"] == {"linear": False, "linear (fla)": True}
+
+
+def test_autocast_figures_are_read_per_dtype_from_the_gate_detail():
+    detail = (
+        "bf16 x1: leak 1.0e-03 (tol 0.02), vs float64 4.0e-03 (tol 0.1); "
+        "bf16 x16: leak 3.0e-02 (tol 0.02), vs float64 5.0e-03 (tol 0.1) FAIL at t=40; "
+        "fp16 x1: leak 2.0e-04 (tol 0.002), vs float64 1.0e-03 (tol 0.02); weights x1/4/16"
+    )
+    amp = amp_by_dtype({"status": "fail", "detail": detail})
+    assert amp["bf16-autocast"] | {"tolerance": None} == {
+        "status": "fail",
+        "worst_leak": 3.0e-2,
+        "worst_vs_float64": 5.0e-3,
+        "tolerance": None,
+    }
+    assert (amp["fp16-autocast"]["status"], amp["fp16-autocast"]["worst_leak"]) == ("pass", 2.0e-4)
+    assert amp["bf16-autocast"]["tolerance"]["leak"] == AUTOCAST_TOL["bf16"][0]

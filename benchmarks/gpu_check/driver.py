@@ -8,6 +8,7 @@ summary.json and summary.md and prints the summary.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -30,12 +31,18 @@ MIN_BOX_S = 5.0  # a step left less than this is skipped, not started
 FIGURES_BOX_S = 60.0  # reading back what a stopped step stored
 
 
+@functools.cache
+def _cache_dir() -> Path:
+    """One temporary folder per driver run for the children's matplotlib and hub caches."""
+    return Path(tempfile.mkdtemp(prefix="gpu-check-cache-"))
+
+
 def _child_env(dry_run: bool) -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     if dry_run:  # tiny models gain nothing from threads, and on a busy machine threads spin-wait on each other
         env.setdefault("OMP_NUM_THREADS", "1")
-    env.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="gpu-check-mpl-"))
-    env.setdefault("HF_HOME", tempfile.mkdtemp(prefix="gpu-check-hf-"))
+    env.setdefault("MPLCONFIGDIR", str(_cache_dir() / "mpl"))
+    env.setdefault("HF_HOME", str(_cache_dir() / "hf"))
     # Triton caches compiled kernels on disk; this keeps autotuning results too, where Triton supports it.
     env.setdefault("TRITON_CACHE_AUTOTUNING", "1")
     return env

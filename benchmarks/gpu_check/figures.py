@@ -33,7 +33,7 @@ def _worse(a: float | None, b: float) -> float:
     return b if math.isnan(b) or (not math.isnan(a) and b > a) else a
 
 
-def _amp_by_dtype(row: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+def amp_by_dtype(row: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """Per autocast dtype: status, worst leak and float64 deviation over the magnitudes, tolerances."""
     out: dict[str, dict[str, Any]] = {}
     for dtype, (leak_tol, f64_tol, factors) in AUTOCAST_TOL.items():
@@ -68,7 +68,7 @@ def check_figures(store: Store, variants: list[str]) -> dict[str, Any]:
         bad = [c for c in fp32 if checks[c]["status"] in ("fail", "error")]
         per_variant[name] = {
             "fp32": {"status": "fail" if bad else "pass", "failed": bad},
-            **_amp_by_dtype(rows.get(AMP_CHECK)),
+            **amp_by_dtype(rows.get(AMP_CHECK)),
             "checks": checks,
         }
     return {"variants": per_variant, "fp32_tolerances": _fp32_tolerances(per_variant)}

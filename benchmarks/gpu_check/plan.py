@@ -236,6 +236,6 @@ def suite(s: Sizes, variants: list[str]) -> dict[str, Any]:
         "description": f"GPU check ({s.mode}): training smoke, GPT-2 small throughput, speed against length.",
         "device": s.device,
         "allow_failed_checks": True,
-        "check_time_limit_s": s.check_time_limit_s * 2,
+        "check_time_limit_s": s.check_time_limit_s,  # a gate the check step did not finish, run again here
         "experiments": experiments,
     }
