@@ -82,7 +82,8 @@ def _gpt2(f: dict[str, Any]) -> list[str]:
         f"- {_n(f.get('tokens_per_s'))} tokens/s (steps {f.get('steady_window_steps')}), "
         f"MFU {_n(f.get('mfu'))} of a measured peak of {_n(f.get('peak_flops_per_s'))} FLOP/s "
         f"({f.get('peak_method')})",
-        f"- {f.get('dtype')}, compile {f.get('compile')}, batch {f.get('batch_size')} x T {f.get('seq_len')}, "
+        f"- d_model {f.get('model', {}).get('d_model')} x {f.get('model', {}).get('n_layer')} layers, "
+        f"{f.get('dtype')}, compile {f.get('compile')}, batch {f.get('batch_size')} x T {f.get('seq_len')}, "
         f"{_n(f.get('model', {}).get('n_params'))} parameters, peak memory {_gib(f.get('peak_memory_bytes'))} GiB",
         f"- whole run including compilation: {_n(f.get('whole_run_tokens_per_s'))} tokens/s, "
         f"MFU {_n(f.get('whole_run_mfu'))}",

@@ -50,7 +50,7 @@ GPU_STEPS = (
     Step("env", "environment", 90, 20, ""),
     Step("check", "attnbench check, fp32 and bf16 autocast", 120, 45, "the bf16/fp16 autocast checks"),
     Step("smoke", "200-step bf16 training smoke", 120, 45, "bf16 autocast"),
-    Step("gpt2", "GPT-2 small, bf16, compiled: tokens/s and MFU", 120, 60, "bf16, torch.compile, the bf16 peak"),
+    Step("gpt2", "GPT-2 small, bf16, compiled: tokens/s and MFU", 150, 60, "bf16, torch.compile, the bf16 peak"),
     Step("speed", "speed and memory against length", 210, 60, "SDPA's CUDA kernels, kernel: fla (Triton)"),
     Step("report", "report and summary", 60, 20, ""),
 )
