@@ -11,20 +11,22 @@
 #
 # Reaching the lent GPU machine (see the device tool's notes): it has no network; only the
 # working tree (64 MiB) and the paths named in `carry` travel. Its python3 (3.12) holds torch,
-# triton, numpy, pandas, scipy, seaborn, pyyaml, pluggy, pytest-benchmark, einops; attnbench
+# triton, numpy, pandas, scipy, seaborn, pyyaml, pluggy, pytest-benchmark, einops, tokenizers; attnbench
 # needs besides only pydantic (with pydantic-core, annotated-types, typing-inspection,
 # typing-extensions) and, for `kernel: fla`, fla-core. So:
 #   1. here: `scripts/gpu_check.sh --prepare` downloads those wheels (cp312, manylinux x86-64,
-#      versions from constraints.txt, about 6 MB) and setuptools into .whl/ (git-ignored);
+#      versions from constraints.txt) and setuptools into .whl/ (git-ignored, about 5 MB);
 #   2. the call carries .whl; this script, finding attnbench not importable, installs the wheels
 #      and then attnbench itself from the working tree (--no-index --no-build-isolation) into
 #      /tmp/gpu-check-site, put first on PYTHONPATH;
 #   3. torch: the machine's, when it meets pyproject's floor (torch>=2.3); below it, a carried
 #      .whl/torch-*.whl is installed (a CUDA torch wheel is far over the 64 MiB carry limit, so
 #      in practice the environment step then fails and says why; it never fakes the rest).
-# The device call: command `scripts/gpu_check.sh /tmp/gc; s=$?; tar czf $OUT/gpu_check.tgz -C /tmp gc;
+#   (Tried here on a Python venv holding only those image packages: the install and the dry run passed.)
+# The device call: command `bash scripts/gpu_check.sh /tmp/gc; s=$?; tar czf $OUT/gpu_check.tgz -C /tmp gc;
 # cp /tmp/gc/summary.* $OUT/; exit $s`, carry [".whl"], timeout_s 540 (the reply's output_tail
 # ends with summary.md; $OUT returns at most 8 files, so the folder travels as one archive).
+# A rerun of some steps into the same folder, on the still-warm machine: --steps speed,report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

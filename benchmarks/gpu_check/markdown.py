@@ -85,7 +85,7 @@ def _gpt2(f: dict[str, Any]) -> list[str]:
         f"- d_model {f.get('model', {}).get('d_model')} x {f.get('model', {}).get('n_layer')} layers, "
         f"{f.get('dtype')}, compile {f.get('compile')}, batch {f.get('batch_size')} x T {f.get('seq_len')}, "
         f"{_n(f.get('model', {}).get('n_params'))} parameters, peak memory {_gib(f.get('peak_memory_bytes'))} GiB",
-        f"- whole run including compilation: {_n(f.get('whole_run_tokens_per_s'))} tokens/s, "
+        f"- whole run, first steps and any compilation included: {_n(f.get('whole_run_tokens_per_s'))} tokens/s, "
         f"MFU {_n(f.get('whole_run_mfu'))}",
         "",
     ]
@@ -106,13 +106,15 @@ def _speed(f: dict[str, Any]) -> list[str]:
         pts = {int(T): p for T, p in c["points"].items()}
         cx = c.get("crossover")
         cross = "baseline" if cx is None else (f"{cx['status']} T={cx['T']}" if cx.get("T") else cx["status"])
-        time_rows.append([label, *[_point(pts.get(T, {}), "time", _ms) for T in lengths], cross])
+        failed = c.get("gate_failed")
+        gate = "-" if failed is None else ("green" if not failed else "FAILED " + ", ".join(failed))
+        time_rows.append([label, *[_point(pts.get(T, {}), "time", _ms) for T in lengths], cross, gate])
         mem_rows.append([label, *[_point(pts.get(T, {}), "memory", _gib) for T in lengths]])
     backends = sorted({str(p.get("backend")) for p in curves.get("softmax", {}).get("points", {}).values()})
     return [
         f"Train-step time (ms), {f.get('mode', 'train_step')}; softmax's SDPA backend: {', '.join(backends) or '-'}",
         "",
-        *_table([*head, "crossover vs softmax"], time_rows),
+        *_table([*head, "crossover vs softmax", "gate (these options)"], time_rows),
         "Peak memory (GiB)",
         "",
         *_table(head, mem_rows),
