@@ -218,6 +218,8 @@ class LmEvalSpec(BaseModel):
     # attnbench: the checkpoint through `--model attnbench`; hf: exported into the store's
     # folder (exports/) and scored through lm-eval's `--model hf` (needs attnbench[hf]).
     model: Literal["attnbench", "hf"] = "attnbench"
+    # none: a document longer than the checkpoint reads fails the cell; left: scored on its tail, counted.
+    truncate: Literal["none", "left"] = "none"
 
     def resolved(self, base_dir: Any) -> LmEvalSpec:
         """A copy with every path made absolute against ``base_dir`` (the suite's folder)."""
