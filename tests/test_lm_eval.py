@@ -346,14 +346,22 @@ def test_a_document_longer_than_the_context_is_refused_naming_task_lengths_and_f
     assert "truncate=left" in msg and "lm_eval: {truncate: left}" in msg, msg
 
 
-def test_truncate_left_scores_documents_on_their_tail_and_counts_them(tmp_path):
-    cut = _save(_model(context=25), tmp_path / "cut.pt")
-    out = evaluate_checkpoint(
-        str(cut), ["attnbench_recall"], include_path=[str(TASKS)], metadata=LONG_RECALL, device="cpu", truncate="left"
-    )
-    assert out["config"]["attnbench"]["truncated"] == {
-        "attnbench_recall": "10 of 10 documents truncated to their last 25 tokens"
+def test_truncate_left_scores_documents_on_their_tail_and_counts_them():
+    docs = ["k" * 40, "q" * 10, "z" * 60]  # two of three longer than the 25 positions the model has
+    reqs = [Instance("loglikelihood", {}, (d, "ab"), i, ("attnbench_recall", i, 1)) for i, d in enumerate(docs)]
+    cut = AttnbenchLM.from_model(_model(context=25), device="cpu", truncate="left")
+    scores = cut.loglikelihood(reqs)
+    assert cut.get_model_info()["attnbench"]["truncated"] == {
+        "attnbench_recall": "2 of 3 documents truncated to their last 25 tokens"
     }
-    whole = _save(_model(context=25, positions="none"), tmp_path / "nope.pt")  # no positions: reads any length
-    out = evaluate_checkpoint(str(whole), ["attnbench_recall"], include_path=[str(TASKS)], metadata=LONG_RECALL)
-    assert "truncated" not in out["config"]["attnbench"] and out["n-samples"]["attnbench_recall"]["effective"] == 10
+    with torch.no_grad():
+        tail = torch.tensor([list((docs[0] + "ab").encode())[-26:]])  # (1, 26): the last 25 inputs
+        lp = F.log_softmax(cut.model(tail[:, :-1]).logits, -1)[0]  # (25, V)
+    assert scores[0][0] == pytest.approx(lp[-2, ord("a")].item() + lp[-1, ord("b")].item(), abs=1e-4)
+    whole = AttnbenchLM.from_model(_model(context=25, positions="none"), device="cpu")  # no positions: any length
+    scores = whole.loglikelihood(reqs)
+    assert "truncated" not in whole.get_model_info()["attnbench"]
+    with torch.no_grad():
+        seq = torch.tensor([list((docs[2] + "ab").encode())])  # (1, 62) read whole
+        lp = F.log_softmax(whole.model(seq[:, :-1]).logits, -1)[0]  # (61, V)
+    assert scores[2][0] == pytest.approx(lp[-2, ord("a")].item() + lp[-1, ord("b")].item(), abs=1e-4)
