@@ -98,3 +98,7 @@ class FinetuneError(AttnbenchError):
 
 class UsageError(AttnbenchError):
     """A command-line option or environment setting that cannot mean what it says."""
+
+
+class DocumentTooLongError(AttnbenchError):
+    """An lm-eval document longer than the checkpoint reads, refused rather than silently cut."""

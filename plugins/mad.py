@@ -70,7 +70,13 @@ class RecallOptions:
         check_int("seq_len", self.seq_len, 4)
         _check_even("seq_len", self.seq_len)
         check_int("noise_vocab_size", self.noise_vocab_size, 0)
-        check_int("vocab_size", self.vocab_size, 4 + self.noise_vocab_size)
+        check_int("vocab_size", self.vocab_size, 4)
+        if self.vocab_size - self.noise_vocab_size < 4:  # 2 keys and 2 values at least, beside the noise
+            raise ValueError(
+                f"noise_vocab_size {self.noise_vocab_size} leaves {self.vocab_size - self.noise_vocab_size} of "
+                f"vocab_size {self.vocab_size} tokens for keys and values, and recall needs at least 4; "
+                f"use noise_vocab_size <= {self.vocab_size - 4} or vocab_size >= {self.noise_vocab_size + 4}"
+            )
         check_prob("frac_noise", self.frac_noise)
         if self.frac_noise >= 1:
             raise ValueError(f"frac_noise must be < 1 (some pairs must be real), got {self.frac_noise}")

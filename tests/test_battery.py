@@ -136,7 +136,7 @@ def test_compression_and_memorization_answers(registry):
         ("mad_recall", {"seq_len": 33}, "seq_len must be even"),
         ("mad_recall", {"frac_noise": 0.3}, "needs noise_vocab_size >= 1"),
         ("mad_noisy_recall", {"frac_noise": 1.0}, "frac_noise must be < 1"),
-        ("mad_noisy_recall", {"vocab_size": 18}, "vocab_size must be >= 20"),
+        ("mad_noisy_recall", {"vocab_size": 18}, "leaves 2 of vocab_size 18 tokens for keys and values"),
         ("mad_fuzzy_recall", {"seq_len": 12}, "must be >= 3*(key_len+value_len) = 15"),
         ("mad_fuzzy_recall", {"vocab_size": 1025, "key_len": 8, "seq_len": 64}, "lower key_len"),
         ("mad_compression", {"seq_len": 7}, "seq_len must be even"),

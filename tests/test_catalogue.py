@@ -220,6 +220,26 @@ CASES = [
         _validate(suite_text(data="{source: text, path: '" + "c" * 5000 + "'}")),
         ["data file", "cannot be looked up", "File name too long", "data.path"],
     ),
+    # issue 44, item 4: an example of variant names, a TypeError naming no option, a misleading minimum
+    Case(
+        "experiments-empty",
+        lambda tmp: ["run", str(_suite(tmp, suite_text())), "--store", str(tmp / "st.sqlite"), "--experiments", ""],
+        ["--experiments ''", "names nothing", "(e.g. --experiments e)"],
+    ),
+    Case(
+        "task-option-of-the-wrong-type",
+        _validate(suite_text(data="{source: task, task: text_recall, task_options: {n_pairs: '8'}}")),
+        ["s.yaml:", "task 'text_recall'", "n_pairs must be an integer, got '8'"],
+    ),
+    Case(
+        "noise-tokens-fill-the-vocabulary",
+        _validate(
+            suite_text(
+                data="{source: task, task: mad_noisy_recall, task_options: {vocab_size: 32, noise_vocab_size: 32}}"
+            )
+        ),
+        ["noise_vocab_size 32 leaves 0 of vocab_size 32 tokens", "use noise_vocab_size <= 28 or vocab_size >= 36"],
+    ),
 ]
 
 

@@ -15,7 +15,7 @@ from attnbench import Backbone, ModelConfig
 from attnbench.data.builtin import builtin_text
 from attnbench.data.heldout import recall_training_tensors
 from attnbench.data.loading import load_corpus
-from attnbench.errors import CheckpointError, SuiteError
+from attnbench.errors import CheckpointError, DocumentTooLongError, SuiteError
 from attnbench.experiments.lm_eval.cell import link_lm_eval_cells
 from attnbench.experiments.lm_eval.evaluate import evaluate_checkpoint, task_manager
 from attnbench.experiments.lm_eval.model import AttnbenchLM
@@ -32,9 +32,11 @@ TASKS = REPO / "suites" / "lm_eval_tasks"
 OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
 
-def _model(context: int = 64, d_model: int = 32, n_layer: int = 1, seed: int = 0) -> Backbone:
+def _model(
+    context: int = 64, d_model: int = 32, n_layer: int = 1, seed: int = 0, positions: str = "learned"
+) -> Backbone:
     torch.manual_seed(seed)
-    config = ModelConfig(d_model=d_model, n_layer=n_layer, n_head=2, context=context)
+    config = ModelConfig(d_model=d_model, n_layer=n_layer, n_head=2, context=context, positions=positions)
     return Backbone(config, load_registry().get("softmax").build_mixer).eval()
 
 
@@ -56,7 +58,7 @@ def _save(model: Backbone, path, variant: str = "softmax"):
 # -- the model class ----------------------------------------------------------------------
 def test_loglikelihood_is_exact_and_is_greedy_follows_argmax():
     model = _model(context=32)
-    lm = AttnbenchLM.from_model(model, device="cpu", batch_size=3)
+    lm = AttnbenchLM.from_model(model, device="cpu", batch_size=3, truncate="left")
     prompt = torch.tensor([list(b"the cat sat")])  # (1, 11)
     greedy = bytes(generate(model, prompt, 6)[0, 11:].tolist()).decode("latin-1")
     other = chr((ord(greedy[0]) + 1) % 128) + greedy[1:]
@@ -99,7 +101,7 @@ def test_generate_until_uses_incremental_decoding_and_stops():
     model = _model(context=48)
     with torch.no_grad():
         model.wte.weight[128:] = 0  # logits 0 for non-ASCII bytes: the untrained model writes ASCII
-    lm = AttnbenchLM.from_model(model, device="cpu", batch_size=2)
+    lm = AttnbenchLM.from_model(model, device="cpu", batch_size=2, truncate="left")
     ctx = "Once upon a time"
     full = bytes(generate(model, torch.tensor([list(ctx.encode())]), 20)[0, len(ctx) :].tolist())
     cut = next(i for i in range(1, 20) if full[i] < 128 and full[i] not in full[:i])  # an ASCII stop
@@ -312,8 +314,6 @@ def test_attnbench_lm_eval_forwards_to_lm_eval_cli(tmp_path):
         "attnbench_recall",
         "--include_path",
         str(TASKS),
-        "--device",
-        "cpu",
         "--metadata",
         json.dumps({"n_docs": 20, "n_pairs": 4, "n_queries": 4}),
         "--output_path",
@@ -322,6 +322,7 @@ def test_attnbench_lm_eval_forwards_to_lm_eval_cli(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "attnbench_recall" in result.stdout and "acc" in result.stdout  # lm-eval's table
+    assert "requested but CUDA is not available" not in result.stderr  # no --device given: none requested
     files = list(out_dir.rglob("results_*.json"))
     assert len(files) == 1
     saved = json.loads(files[0].read_text())
@@ -329,3 +330,38 @@ def test_attnbench_lm_eval_forwards_to_lm_eval_cli(tmp_path):
     assert saved["config"]["attnbench"]["variant"] == "softmax"
     assert saved["n-samples"]["attnbench_recall"]["effective"] == 20
     assert 0.0 <= saved["results"]["attnbench_recall"]["acc,none"] <= 1.0
+
+
+# -- documents longer than the checkpoint reads ------------------------------------------------
+LONG_RECALL = {"n_docs": 10, "n_pairs": 20, "n_queries": 4}  # documents of ~70 bytes
+
+
+def test_a_document_longer_than_the_context_is_refused_naming_task_lengths_and_fix(tmp_path):
+    ckpt = _save(_model(context=25), tmp_path / "model.pt")
+    with pytest.raises(DocumentTooLongError) as err:
+        evaluate_checkpoint(str(ckpt), ["attnbench_recall"], include_path=[str(TASKS)], metadata=LONG_RECALL)
+    msg = str(err.value)
+    assert msg.startswith("task attnbench_recall: 10 of 10 documents are longer than this checkpoint reads"), msg
+    assert "it reads 25" in msg and "model context: " in msg and "positions: none" in msg, msg
+    assert "truncate=left" in msg and "lm_eval: {truncate: left}" in msg, msg
+
+
+def test_truncate_left_scores_documents_on_their_tail_and_counts_them():
+    docs = ["k" * 40, "q" * 10, "z" * 60]  # two of three longer than the 25 positions the model has
+    reqs = [Instance("loglikelihood", {}, (d, "ab"), i, ("attnbench_recall", i, 1)) for i, d in enumerate(docs)]
+    cut = AttnbenchLM.from_model(_model(context=25), device="cpu", truncate="left")
+    scores = cut.loglikelihood(reqs)
+    assert cut.get_model_info()["attnbench"]["truncated"] == {
+        "attnbench_recall": "2 of 3 documents truncated to their last 25 tokens"
+    }
+    with torch.no_grad():
+        tail = torch.tensor([list((docs[0] + "ab").encode())[-26:]])  # (1, 26): the last 25 inputs
+        lp = F.log_softmax(cut.model(tail[:, :-1]).logits, -1)[0]  # (25, V)
+    assert scores[0][0] == pytest.approx(lp[-2, ord("a")].item() + lp[-1, ord("b")].item(), abs=1e-4)
+    whole = AttnbenchLM.from_model(_model(context=25, positions="none"), device="cpu")  # no positions: any length
+    scores = whole.loglikelihood(reqs)
+    assert "truncated" not in whole.get_model_info()["attnbench"]
+    with torch.no_grad():
+        seq = torch.tensor([list((docs[2] + "ab").encode())])  # (1, 62) read whole
+        lp = F.log_softmax(whole.model(seq[:, :-1]).logits, -1)[0]  # (61, V)
+    assert scores[2][0] == pytest.approx(lp[-2, ord("a")].item() + lp[-1, ord("b")].item(), abs=1e-4)

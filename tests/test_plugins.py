@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import types
 
 import pytest
@@ -96,3 +98,19 @@ def test_python_dash_m_harness_entry_point():
         "import runpy, sys; sys.argv=['attnbench','list']; runpy.run_module('attnbench', run_name='__main__')"
     )
     assert proc.returncode == 0 and "softmax" in proc.stdout
+
+
+@dataclasses.dataclass(frozen=True)
+class _ScaledOptions:
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.scale):  # a str here is Python's "must be real number, not str"
+            raise ValueError(f"scale must be finite, got {self.scale}")
+
+
+def test_an_option_of_the_wrong_type_is_named():
+    variant = Variant(name="scaled", build_mixer=softmax.SoftmaxAttention, options=_ScaledOptions)
+    with pytest.raises(ValueError) as err:
+        variant.make_options({"scale": "2"})
+    assert str(err.value) == "invalid options for variant 'scaled': scale must be a number, got '2'"

@@ -125,6 +125,19 @@ def test_protocol_errors_name_the_key_and_the_fix(tmp_path, change, expected):
     assert expected in message and "bad.yaml" in message
 
 
+@pytest.mark.parametrize(
+    "replace, expected",
+    [
+        ("protocol: {margin: .inf}", "experiments[0].protocol.margin: Input should be a finite number (got inf)"),
+        ("protocol: {margin: .nan}", "experiments[0].protocol.margin: Input should be a finite number"),
+        ("battery: cpu", "experiments[0].battery: battery 'cpu' tags task experiments (data.source: task)"),
+    ],
+)
+def test_an_infinite_margin_or_a_battery_on_text_is_refused(tmp_path, replace, expected):
+    message = _suite_error(tmp_path, BAD.format(**GOOD).replace("protocol: {}", replace))
+    assert expected in message and "bad.yaml:" in message, message
+
+
 def test_validate_accepts_the_protocol_and_names_a_missing_baseline(tmp_path):
     ok = write_suite(tmp_path / "ok.yaml", BAD.format(**GOOD))
     result = run_cli("validate", str(ok))

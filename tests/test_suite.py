@@ -186,3 +186,45 @@ def test_seeds_suite_is_the_published_configuration(tmp_path, shared_data):
     assert additive.model.options.rescale == 15.0 and additive.spec_as(TrainSpec).model_kind == "own"
     windowed = cells["windowed"].model.options
     assert windowed.windows == (4, 8, 16, 32, 64, 2048) and windowed.rescale == 10.0
+
+
+# -- defaults: a typed mapping, every key counted ------------------------------------------------
+DEFAULTS_KEYS = "accepted: model, data, train, variants, seeds, variant_options, grid, battery"
+
+
+@pytest.mark.parametrize(
+    "defaults, says",
+    [
+        ("foo: 1", f"defaults: 'foo' is not a defaults key; {DEFAULTS_KEYS}"),
+        ("lr: 0.1", "defaults: 'lr' is not a defaults key (did you mean defaults.train.lr?)"),
+        ("models: [{d_model: 32}]", "defaults: 'models' is not a defaults key (defaults.model is one size"),
+        ("model: {d_model: -5}", "defaults.model.d_model: Input should be greater than 0 (got -5)"),
+        ("train: {lr: 0.1, lrr: 1}", "defaults.train.lrr: Extra inputs are not permitted"),
+    ],
+)
+def test_an_unknown_misplaced_or_invalid_defaults_key_is_refused_naming_the_accepted_keys(
+    tmp_path, capsys, defaults, says
+):
+    from attnbench.cli import main
+
+    body = GOOD.replace("      train: {batch_size: 2, seq_len: 32}\n", "")
+    body = body.replace("model: {d_model: 32, n_layer: 1, n_head: 2}", defaults)
+    code = main(["validate", str(write_suite(tmp_path / "suite.yaml", body))])
+    err = capsys.readouterr().err
+    assert code == 2 and "suite.yaml:" in err and says in err, err
+    if "not a defaults key" in says:
+        assert DEFAULTS_KEYS in err
+
+
+def test_defaults_accept_exactly_the_keys_of_the_json_schema():
+    import json
+
+    from attnbench.plan.defaults import Defaults
+
+    schema = json.loads((REPO / "docs" / "suite.schema.json").read_text())
+    assert set(schema["properties"]["defaults"]["properties"]) == set(Defaults.model_fields)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "suites").glob("*.yaml")))
+def test_every_shipped_suite_still_validates(name):
+    assert load_suite(REPO / "suites" / name).experiments

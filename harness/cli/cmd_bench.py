@@ -78,7 +78,7 @@ def _ints(raw: str) -> list[int]:
 
 def bench_suite(args: argparse.Namespace) -> Suite:
     speed: dict[str, Any] = {
-        "modes": split_names(args.modes) or [],
+        "modes": split_names(args.modes, "--modes", "forward,decode") or [],
         "batch_size": args.batch_size,
         "time_limit_s": args.time_limit,
         "min_rounds": args.min_rounds,

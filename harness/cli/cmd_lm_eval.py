@@ -49,8 +49,11 @@ def run(args: argparse.Namespace) -> int:
     if any(a in ("-h", "--help") for a in args.lm_eval_args):
         print(model_help(), flush=True)
 
+    given = args.lm_eval_args
+    if not any(a == "--device" or a.startswith("--device=") for a in given):
+        given = [*given, "--device", "auto"]  # lm-eval's own default, cuda:0, reads as a request for it
     saved = sys.argv
-    sys.argv = ["lm-eval", *args.lm_eval_args]
+    sys.argv = ["lm-eval", *given]
     try:
         cli_evaluate()
     finally:

@@ -41,15 +41,15 @@ def registry_with_warnings() -> Registry:
     return registry
 
 
-def split_names(raw: str | None, option: str = "--variants") -> list[str] | None:
+def split_names(raw: str | None, option: str = "--variants", example: str = "softmax,linear") -> list[str] | None:
     """Comma-separated names; None when the option is not given. Given but naming nothing
-    (``--variants ""``) is an error: it would otherwise silently mean "every one"."""
+    (``--variants ""``) is an error naming ``example``: it would otherwise silently mean "every one"."""
     if raw is None:
         return None
     names = [n.strip() for n in raw.split(",") if n.strip()]
     if not names:
         raise UsageError(
-            f"{option} {raw!r} names nothing; give comma-separated names (e.g. {option} softmax,linear) "
+            f"{option} {raw!r} names nothing; give comma-separated names (e.g. {option} {example}) "
             "or leave the option out to run every one"
         )
     return names

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from attnbench.contract.option_types import type_problem
+
 IGNORE = -100  # target value of positions that are not scored
 
 
@@ -77,5 +79,6 @@ class Task:
             raise ValueError(f"unknown option(s) {unknown} for task {self.name!r}; accepted: {sorted(known)}")
         try:
             return self.options(**raw)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"invalid options for task {self.name!r}: {exc}") from exc
+        except (TypeError, ValueError) as exc:  # a TypeError names no option ("'<=' not supported ..."): name it
+            why = (isinstance(exc, TypeError) and type_problem(self.options, raw)) or exc
+            raise ValueError(f"invalid options for task {self.name!r}: {why}") from exc

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from attnbench.contract.config import ModelConfig
+from attnbench.contract.option_types import type_problem
 from attnbench.errors import quoted, shortened
 
 if TYPE_CHECKING:  # the contract names the model base for the checker only: nn depends on contract
@@ -152,8 +153,9 @@ class Variant:
             )
         try:
             return self.options(**raw)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"invalid options for variant {self.name!r}: {shortened(str(exc))}") from exc
+        except (TypeError, ValueError) as exc:  # a TypeError names no option ("'<' not supported ..."): name it
+            why = (isinstance(exc, TypeError) and type_problem(self.options, raw)) or shortened(str(exc))
+            raise ValueError(f"invalid options for variant {self.name!r}: {why}") from exc
 
 
 def state_tensors(state: Any) -> list[torch.Tensor]:

@@ -223,7 +223,7 @@ class Protocol(BaseModel):
     # the test metric decisions read; default: accuracy (the task's answers) for task data, loss for text
     metric: Literal["loss", "accuracy"] | None = None
     # equivalence margin in the metric's units (TOST); None: no equivalence
-    margin: float | None = Field(default=None, gt=0)
+    margin: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     tuning: Tuning | None = None  # successive halving on few seeds and a short budget before the reported runs
     expectations: list[Expectation] = []  # published findings this run checks, shown with what it found
 

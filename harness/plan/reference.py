@@ -14,14 +14,14 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from attnbench.data.spec import DataSpec
-from attnbench.plan import base, specs, speed_spec
+from attnbench.plan import base, defaults, specs, speed_spec
 from attnbench.plan.suite import Suite
 
 SCHEMA_FILE = "suite.schema.json"
 REFERENCE_FILE = "suite-reference.md"
 # Keys of `defaults:` and where each lands in every experiment (plan/suite._apply_defaults).
-DEFAULTS_KEYS = {"model": base.ModelSpec, "data": DataSpec, "train": base.TrainSpec}
-DEFAULTS_COPIED = ("variants", "seeds", "variant_options", "grid", "battery")
+DEFAULTS_KEYS = defaults.MERGED
+DEFAULTS_COPIED = defaults.COPIED
 
 # (heading, model, the YAML key it sits under, a short example)
 SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
@@ -345,6 +345,8 @@ def suite_schema() -> dict[str, Any]:
     schema = _relax(Suite.model_json_schema(), keep={"version", "kind", "name"})
     schema["required"] = ["version"]
     defs = schema.setdefault("$defs", {})
+    for name in (defaults.Defaults.__name__, *(f"Partial{m.__name__}" for m in DEFAULTS_KEYS.values())):
+        defs.pop(name, None)  # `defaults` is written out below, with the experiments' own definitions
     for model in DEFAULTS_KEYS.values():
         defs.setdefault(model.__name__, _relax(model.model_json_schema(ref_template="#/$defs/{model}"), keep=set()))
         defs[model.__name__].pop("$defs", None)

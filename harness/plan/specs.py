@@ -10,7 +10,7 @@ import difflib
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from attnbench.data.spec import DataSpec
 from attnbench.errors import quoted
@@ -32,6 +32,18 @@ class TrainExperiment(ExperimentBase):
 
     def spec(self) -> TrainSpec:
         return self.train
+
+    @field_validator("battery")
+    @classmethod
+    def _battery_scores_tasks(cls, battery: str | None, info: ValidationInfo) -> str | None:
+        data = info.data.get("data")
+        if battery is not None and isinstance(data, DataSpec) and data.source != "task":
+            raise ValueError(
+                f"battery {quoted(battery)} tags task experiments (data.source: task), whose answers a battery "
+                f"scores; this experiment's data is {data.source!r} text, which no battery can score. Remove "
+                "battery here (or, set in defaults, move it to the task experiments)"
+            )
+        return battery
 
     def context(self, spec: BaseModel) -> int:
         return spec_as(spec, TrainSpec, self.name).seq_len
@@ -218,6 +230,8 @@ class LmEvalSpec(BaseModel):
     # attnbench: the checkpoint through `--model attnbench`; hf: exported into the store's
     # folder (exports/) and scored through lm-eval's `--model hf` (needs attnbench[hf]).
     model: Literal["attnbench", "hf"] = "attnbench"
+    # none: a document longer than the checkpoint reads fails the cell; left: scored on its tail, counted.
+    truncate: Literal["none", "left"] = "none"
 
     def resolved(self, base_dir: Any) -> LmEvalSpec:
         """A copy with every path made absolute against ``base_dir`` (the suite's folder)."""

@@ -38,6 +38,7 @@ from pydantic import (
 from attnbench.errors import SuiteError, quoted, shortened
 from attnbench.plan import bounded_yaml
 from attnbench.plan import overrides as ov_
+from attnbench.plan.defaults import COPIED, Defaults
 from attnbench.plan.shipped import exists, resolve_suite
 from attnbench.plan.specs import AnyExperiment
 
@@ -67,7 +68,7 @@ class Suite(BaseModel):
     # A re-run retries cells whose stored attempt failed (a crash is not a result; a
     # diverged run is); `attnbench run --no-retry-failed` overrides it.
     retry_failed: bool = True
-    defaults: dict[str, Any] = {}
+    defaults: Defaults = Defaults()
     experiments: list[AnyExperiment] = Field(min_length=1)
 
     # Set by load_suite, not by the YAML.
@@ -250,7 +251,7 @@ def _apply_defaults(raw: dict[str, Any]) -> dict[str, Any]:
             models = e.get("models") or [{}]
             if isinstance(models, list):
                 e["models"] = [_deep_merge(defaults["model"], m) if isinstance(m, dict) else m for m in models]
-        for key in ("variants", "seeds", "variant_options", "grid", "battery"):  # reference.DEFAULTS_COPIED
+        for key in COPIED:
             if key in defaults and key not in e and key in takes:
                 e[key] = copy.deepcopy(defaults[key])
         exps.append(e)

@@ -6,6 +6,7 @@ block of section 3.4): DeltaNet (``deltanet``) with a scalar decay per head and 
     y = W_o (norm_head(o) * swish(x W_g))
 
 A_log ~ log U(1, 16) and dt ~ logU(1e-3, 1e-1) (dt_bias = softplus^-1(dt)), as in Mamba2.
+q and k are normalised exactly, as in ``deltanet``, where fla divides by sqrt(||x||^2 + 1e-6).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@
 i.e. S_t = gamma S_{t-1} + k_t v_t^T, a fixed decay per head. The paper's xPos rotation of
 q and k is left out (the shared backbone gives learned positions), and its GroupNorm is an
 RMS norm per head. Training runs the chunked kernel (``gla_kernel``), decoding carries S.
+Values are d wide (h per head), where the paper and fla widen them to 2d (``expand_v=2``).
 """
 
 from __future__ import annotations

@@ -240,6 +240,7 @@ def _request(
         "bootstrap_iters": spec.bootstrap_iters,
         "offline": spec.offline,
         "hf_export": hf_export,
+        "truncate": spec.truncate,
         "output": str(output),
     }
 
@@ -289,6 +290,7 @@ def run_lm_eval_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutco
         "hf_export": hf_export,
         "lm_eval_version": _lm_eval_version(),
         "versions": results.get("versions", {}),
+        "truncated": (results.get("config") or {}).get("attnbench", {}).get("truncated", {}),
         **{f"{r.tags['task']}/{r.name}": r.value for r in rows},
     }
     return CellOutcome("done", summary, results=rows)

@@ -52,6 +52,7 @@ def evaluate_checkpoint(
     bootstrap_iters: int = 1000,
     lm: Any = None,
     hf_export: str | None = None,
+    truncate: str | None = None,
 ) -> dict[str, Any]:
     """lm-eval's results for one checkpoint (or an ``AttnbenchLM`` given as ``lm``, or an
     exported folder ``hf_export`` scored by lm-eval's own ``hf`` model): the ``results``,
@@ -72,7 +73,7 @@ def evaluate_checkpoint(
         }
         lm = HFLM(**hf_args)
     elif lm is None:
-        lm = AttnbenchLM(checkpoint=checkpoint, device=device, batch_size=batch_size)
+        lm = AttnbenchLM(checkpoint=checkpoint, device=device, batch_size=batch_size, truncate=truncate)
     manager = task_manager(include_path, tasks, dict(metadata or {}))
     out = simple_evaluate(
         model=lm,
@@ -106,6 +107,7 @@ def child_main(argv: list[str]) -> int:
             num_fewshot=request.get("num_fewshot"),
             bootstrap_iters=request.get("bootstrap_iters", 1000),
             hf_export=request.get("hf_export"),
+            truncate=request.get("truncate"),
         )
     except AttnbenchError as exc:
         print(f"attnbench: error: {exc}", file=sys.stderr)

@@ -13,6 +13,9 @@ log-likelihood in fp32 (bf16 autocast for the matmuls on CUDA only):
 * ``loglikelihood_rolling``: lm-eval's standard disjoint windows (``get_rolling_token_windows``
   with one token of context, then ``make_disjoint_window``): every byte is scored exactly
   once, the first one given the prefix byte, and no window is longer than the model context.
+* A document longer than the model reads (``length_limit``: the context for learned positions)
+  is refused, naming the task and the fix; with ``truncate=left`` it is scored on its last
+  tokens and counted in the results' ``config.attnbench.truncated`` (``reach.py``).
 * ``generate_until``: greedy (or sampled) decoding through the model's incremental state
   (``init_state``/``step``), stopping at any ``until`` string or after ``max_gen_toks`` bytes.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from attnbench.data.tokenizers import ByteTokenizer, tokenizer_kind
 from attnbench.errors import CheckpointError, ModelArgsError
+from attnbench.experiments.lm_eval.reach import Reach, truncate_mode
 from attnbench.nn.checkpoint import CheckpointMeta, find_run, load_checkpoint, run_checkpoint
 from attnbench.nn.model import LanguageModel
 from attnbench.nn.precision import autocast_for
@@ -52,6 +57,8 @@ MODEL_ARGS = {
     "max_batch_size": "accepted for lm-eval's --max_batch_size; unused",
     "prefix_token": "token id the first token of a document is conditioned on (default: newline)",
     "max_gen_toks": f"most tokens generate_until writes (default {DEFAULT_MAX_GEN_TOKS})",
+    "truncate": "left: score a document longer than the model reads on its last tokens, counted in "
+    "the results; none (default): refuse it",
 }
 
 
@@ -127,6 +134,7 @@ class AttnbenchLM(LM):
         max_batch_size: int | None = None,
         prefix_token: int | str | None = None,
         max_gen_toks: int | str = DEFAULT_MAX_GEN_TOKS,
+        truncate: str | None = None,
         model: LanguageModel | None = None,
         info: dict[str, Any] | None = None,
         tokenizer_json: str | None = None,
@@ -145,6 +153,8 @@ class AttnbenchLM(LM):
         self.batch_size = _batch_size(batch_size)
         self.prefix_token = _prefix(prefix_token, tokenizer_json, model.config.vocab_size)
         self.max_gen_toks = int(max_gen_toks)
+        limit = model.length_limit()
+        self.reach = Reach(*(limit or (None, "")), truncate=truncate_mode(truncate))
         self.info = {
             **(info or {}),
             "context": self.context,
@@ -175,8 +185,15 @@ class AttnbenchLM(LM):
         return cls(model=model, **kwargs)
 
     def get_model_info(self) -> dict[str, Any]:
-        """Recorded by lm-eval in its results' ``config``."""
-        return {"attnbench": dict(self.info)}
+        """Recorded by lm-eval in its results' ``config`` (after scoring: with the documents cut)."""
+        truncated = self.reach.truncated()
+        return {
+            "attnbench": {
+                **self.info,
+                "truncate": self.reach.truncate,
+                **({"truncated": truncated} if truncated else {}),
+            }
+        }
 
     # -- scoring -----------------------------------------------------------------------
     def _encode(self, text: str) -> list[int]:
@@ -215,11 +232,14 @@ class AttnbenchLM(LM):
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         items: list[tuple[list[int], int]] = []
         owner: list[int] = []
-        for r, req in enumerate(requests):
+        encoded = []
+        for req in requests:
             context, continuation = req.args
-            ctx = self._encode(context) or [self.prefix_token]
-            cont = self._encode(continuation)
-            for window in chunk_targets(ctx + cont, len(ctx), self.context):
+            encoded.append((self._encode(context) or [self.prefix_token], self._encode(continuation)))
+        self._admit(requests, [len(ctx) + len(cont) - 1 for ctx, cont in encoded])
+        for r, (ctx, cont) in enumerate(encoded):
+            reach = self.reach.limit or len(ctx) + len(cont)  # no limit: the whole document in one window
+            for window in chunk_targets(ctx + cont, len(ctx), reach):
                 items.append(window)
                 owner.append(r)
         scored = self.score_windows(items)
@@ -249,6 +269,14 @@ class AttnbenchLM(LM):
             self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
         return totals
 
+    def _admit(self, requests: list[Any], needs: list[int]) -> None:
+        """Refuse documents the model cannot read whole, or count the ones cut (``Reach``)."""
+        before = {task: len(docs) for task, docs in self.reach.cut.items()}
+        self.reach.admit(requests, needs)
+        for task, line in self.reach.truncated().items():
+            if len(self.reach.cut[task]) != before.get(task, 0):
+                log.warning("task %s: %s (truncate=left)", task, line)
+
     # -- generation --------------------------------------------------------------------
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         from attnbench.experiments.lm_eval.generate import GenSettings, generate_batch
@@ -256,12 +284,14 @@ class AttnbenchLM(LM):
         out: list[str | None] = [None] * len(requests)
         groups: dict[tuple[int, str], list[int]] = {}
         prompts, settings = [], []
-        for r, req in enumerate(requests):
+        reach = self.reach.limit or sys.maxsize
+        for req in requests:
             context, kwargs = req.args
-            s = GenSettings.from_kwargs(kwargs, self.max_gen_toks, self.context)
-            prompt = (self._encode(context) or [self.prefix_token])[-(self.context - s.max_new) :]
-            prompts.append(prompt)
-            settings.append(s)
+            settings.append(GenSettings.from_kwargs(kwargs, self.max_gen_toks, reach))
+            prompts.append(self._encode(context) or [self.prefix_token])
+        self._admit(requests, [len(p) + s.max_new for p, s in zip(prompts, settings, strict=True)])
+        for r, s in enumerate(settings):
+            prompt = prompts[r] = prompts[r][-(reach - s.max_new) :]
             groups.setdefault((len(prompt), json.dumps(s.key())), []).append(r)
         decode = None if isinstance(self.tokenizer, ByteTokenizer) else self.tokenizer.decode
         for members in groups.values():
