@@ -51,8 +51,9 @@ def t_bounds(looks: tuple[int, ...], alpha: float, spending: Spending) -> tuple[
     P(|t_j| < c_j for j < k, |t_k| >= c_k) under no difference. The path of t statistics is
     free of the unknown variance under normal differences, so the boundaries are calibrated on
     simulated null paths (a fixed seed: the same design gives the same boundaries)."""
-    if len(looks) > 1:  # spend 4 naive Monte Carlo standard errors less (fitting look by look doubles the
-        alpha -= 4.0 * math.sqrt(alpha * (1.0 - alpha) / CALIBRATION_PATHS)  # error), so noise cannot inflate it
+    # spend 4 naive Monte Carlo standard errors less (fitting look by look doubles the error),
+    # so calibration noise cannot inflate the rate; one look is the exact t test
+    alpha -= 4.0 * math.sqrt(alpha * (1.0 - alpha) / CALIBRATION_PATHS) * min(1, len(looks) - 1)
     rng = np.random.default_rng(20_391)
     x = rng.standard_normal((CALIBRATION_PATHS, looks[-1]))  # (P, max) null differences
     total, prev, bounds = looks[-1], 0.0, []
@@ -101,8 +102,8 @@ class Design:
 
 
 def decide_arrays(
-    mean: np.ndarray,
-    sd: np.ndarray,
+    mean: np.ndarray | float,
+    sd: np.ndarray | float,
     n: int,
     design: Design,
     margin: float | None,
@@ -110,7 +111,7 @@ def decide_arrays(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(outcome codes, RCI low, RCI high) of paired differences with ``mean`` and ``sd`` at a
     look of ``n`` seeds (arrays of any shape; vectorised for simulation)."""
-    se = sd / math.sqrt(n)
+    mean, se = np.asarray(mean, dtype=float), np.asarray(sd, dtype=float) / math.sqrt(n)
     half = design.t_crit(n) * se
     lo, hi = mean - half, mean + half
     out = np.full(np.shape(mean), UNDETERMINED, dtype=np.int8)

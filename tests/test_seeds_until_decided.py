@@ -27,8 +27,7 @@ def _clopper_pearson(k: int, n: int) -> tuple[float, float]:
     return lo, hi
 
 
-@pytest.mark.parametrize("spending", ["obrien_fleming", "pocock"])
-@pytest.mark.parametrize("margin", [None, 0.5])
+@pytest.mark.parametrize(("spending", "margin"), [("obrien_fleming", None), ("pocock", None), ("obrien_fleming", 0.5)])
 def test_no_true_difference_is_called_better_or_worse_at_most_5_percent_of_the_time(spending, margin):
     found = simulate(Design(3, 10, spending), effect=0.0, margin=margin, sims=SIMS, seed=7)
     k = round((found["better"] + found["worse"]) * SIMS)

@@ -83,7 +83,7 @@ def test_the_report_shows_time_to_learn_with_censoring_and_says_it_on_the_first_
     # hand: t=600 E=1/2 V=1/4; t=800 E=2/5 V=6/25; t=1000 E=1/4 V=3/16 -> (3 - 1.15)^2 / 0.6775
     data = section.tables[0].data.set_index("variant")
     assert data.loc["linear", "logrank_chi2"] == pytest.approx(1.85**2 / 0.6775)
-    assert view.loc["linear", "log-rank vs baseline"].endswith("faster than softmax")
+    assert str(view.loc["linear", "log-rank vs baseline"]).endswith("faster than softmax")
     assert report.headline is not None
     clause = next(n for n in report.headline.notes if "time to 0.9 accuracy" in n)
     assert "linear reaches it in 800 steps [600, 1000]" in clause

@@ -9,8 +9,6 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from attnbench.report.decision import EQUIVALENT, UNDETERMINED, Decision
 from attnbench.report.load import StoreData
 from attnbench.sequential import BETTER, WORSE, Design, decide_arrays
@@ -38,7 +36,7 @@ def decide_sequential(diffs: Sequence[float], margin: float | None, higher_is_be
     if n < max(2, design.min) or n > design.max:  # no look of the design at this n
         return Decision(UNDETERMINED, mean, None, None, n, margin)
     sd = statistics.stdev(d)
-    code, lo, hi = decide_arrays(np.float64(mean), np.float64(sd), n, design, margin, higher_is_better)
+    code, lo, hi = decide_arrays(mean, sd, n, design, margin, higher_is_better)
     within = False
     if margin is not None:
         half = design.t_crit(n, 2.0 * design.alpha) * sd / math.sqrt(n)

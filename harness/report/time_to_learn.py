@@ -75,7 +75,7 @@ class Row:
 def target_of(protocol: dict[str, Any]) -> float | None:
     """The experiment's target: protocol.learn_target, else 0.9 accuracy for a task metric."""
     value = protocol.get("learn_target")
-    if is_number(value):
+    if isinstance(value, (int, float)) and is_number(value):
         return float(value)
     return DEFAULT_ACCURACY_TARGET if metric_of(protocol) == "accuracy" else None
 
