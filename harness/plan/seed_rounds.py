@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from attnbench.plan.cells import Cell, rekey
-from attnbench.plan.halving import Lookup, _group_key, _point, _val_loss
+from attnbench.plan.halving import Lookup, grid_point_of, group_key, val_loss
 from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import Suite
 from attnbench.sequential import UNDETERMINED, Design, decide_arrays
@@ -30,10 +30,10 @@ def _chosen(cells: list[Cell], lookup: Lookup) -> list[Cell]:
     """The cells of a row's chosen grid point: the lowest mean validation loss over its seeds."""
     by_point: dict[tuple, list[Cell]] = {}
     for c in cells:
-        by_point.setdefault(_point(c), []).append(c)
+        by_point.setdefault(grid_point_of(c), []).append(c)
 
     def score(p: tuple) -> float:
-        losses = [v for c in by_point[p] if math.isfinite(v := _val_loss(lookup(c.key)))]
+        losses = [v for c in by_point[p] if math.isfinite(v := val_loss(lookup(c.key)))]
         return statistics.fmean(losses) if losses else math.inf
 
     return by_point[min(by_point, key=score)]
@@ -70,7 +70,7 @@ def _experiment_round(exp: TrainExperiment, cells: list[Cell], lookup: Lookup) -
     metric = protocol.metric or "loss"
     rows: dict[Row, list[Cell]] = {}
     for c in cells:
-        rows.setdefault(_group_key(c), []).append(c)
+        rows.setdefault(group_key(c), []).append(c)
     chosen = {row: _chosen(group, lookup) for row, group in rows.items()}
     out: dict[str, Cell] = {}
     for row, picked in chosen.items():
@@ -103,9 +103,9 @@ def next_seed_cells(suite: Suite, cells: list[Cell], lookup: Lookup) -> list[Cel
         if not isinstance(exp, TrainExperiment) or exp.protocol is None or exp.protocol.seeds is None:
             continue
         mine = [c for c in cells if c.experiment == exp.name]
-        tuned = {_group_key(c) for c in mine if c.coords.get("stage") == "tune"}
+        tuned = {group_key(c) for c in mine if c.coords.get("stage") == "tune"}
         reported = [c for c in mine if c.coords.get("stage") in (None, "final")]
-        if len({_group_key(c) for c in reported if c.coords.get("stage") == "final"}) < len(tuned):
+        if len({group_key(c) for c in reported if c.coords.get("stage") == "final"}) < len(tuned):
             continue  # a tuned row has not reached its final runs yet
         if not reported or any(lookup(c.key) is None for c in reported):
             continue  # this round is still running (or was refused): wait
