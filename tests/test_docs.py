@@ -38,6 +38,7 @@ def test_reference_lists_every_key_of_the_models():
         base.Budget,
         base.Protocol,
         base.Tuning,
+        base.SeedRounds,
         base.Expectation,
         specs.FinetuneSpec,
     ):
@@ -47,6 +48,7 @@ def test_reference_lists_every_key_of_the_models():
     for heading in (
         "Protocol (train experiments)",
         "Tuning by successive halving",
+        "Seeds until decided",
         "Published expectations",
         "Fine-tuning (kind: finetune)",
         "Fine-tuning settings",

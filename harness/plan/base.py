@@ -192,6 +192,25 @@ class Tuning(BaseModel):
     eta: int = Field(default=3, ge=2)  # keep the best 1/eta of the points per rung; budget grows eta-fold
 
 
+class SeedRounds(BaseModel):
+    """Seeds until decided: every variant runs seeds 0..``min``-1; then each row still
+    undetermined against the baseline gets the next seed (and the baseline with it, for
+    pairing), round by round, until it is decided or has ``max``. Decided rows stop. Decisions
+    read a group-sequential paired t design with Lan-DeMets ``spending``, valid under this
+    optional stopping."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    min: int = Field(default=3, ge=2)  # seeds of the first round (every variant)
+    max: int = Field(default=10, le=50)  # seeds a row may reach
+    spending: Literal["obrien_fleming", "pocock"] = "obrien_fleming"  # alpha-spending function (Lan-DeMets type)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SeedRounds:
+        if self.max < self.min:
+            raise ValueError(f"seeds.max ({self.max}) is below seeds.min ({self.min}); give max >= min")
+        return self
+
+
 class Expectation(BaseModel):
     """A published finding the run can test: ``variant`` against ``versus`` on the protocol's
     metric (at one evaluation setting, or the headline test metric), with its source."""
@@ -225,6 +244,11 @@ class Protocol(BaseModel):
     # equivalence margin in the metric's units (TOST); None: no equivalence
     margin: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     tuning: Tuning | None = None  # successive halving on few seeds and a short budget before the reported runs
+    # seeds until decided, e.g. {min: 3, max: 10}; None: the experiment's fixed seeds list
+    seeds: SeedRounds | None = None
+    # time to learn: the validation level a run must first reach (accuracy for a task metric,
+    # default 0.9 of the ceiling 1.0; a loss in nats per token for text, no default)
+    learn_target: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     expectations: list[Expectation] = []  # published findings this run checks, shown with what it found
 
     @model_validator(mode="before")

@@ -22,7 +22,7 @@ from attnbench.plan.suite import Suite
 Lookup = Callable[[str], "tuple[str, dict[str, Any]] | None"]
 
 
-def _val_loss(outcome: tuple[str, dict[str, Any]] | None) -> float:
+def val_loss(outcome: tuple[str, dict[str, Any]] | None) -> float:
     """A finished cell's validation loss; failed or diverged points rank last."""
     if outcome is None or outcome[0] != "done":
         return math.inf
@@ -36,11 +36,11 @@ def _scaled(budget: Budget, factor: int) -> Budget:
     return Budget(**{kind: int(value) if kind in ("steps", "tokens") else value})
 
 
-def _group_key(cell: Cell) -> tuple[str, str, int, str]:
+def group_key(cell: Cell) -> tuple[str, str, int, str]:
     return cell.experiment, cell.variant, int(cell.coords.get("model", 0)), repr(cell.model.options)
 
 
-def _point(cell: Cell) -> tuple[tuple[str, Any], ...]:
+def grid_point_of(cell: Cell) -> tuple[tuple[str, Any], ...]:
     skip = {"variant", "model", "d_model", "n_layer", "seed", "stage", "rung", "battery"}
     return tuple(sorted((k, v) for k, v in cell.coords.items() if k not in skip))
 
@@ -57,8 +57,8 @@ def _advance_group(cells: list[Cell], full: Budget, seeds: list[int], eta: int, 
         return []  # still running (or refused): wait
     by_point: dict[tuple, list[Cell]] = {}
     for c in current:
-        by_point.setdefault(_point(c), []).append(c)
-    ranked = sorted(by_point, key=lambda p: statistics.fmean(_val_loss(outcomes[c.key]) for c in by_point[p]))
+        by_point.setdefault(grid_point_of(c), []).append(c)
+    ranked = sorted(by_point, key=lambda p: statistics.fmean(val_loss(outcomes[c.key]) for c in by_point[p]))
     keep = max(1, math.ceil(len(ranked) / eta))
     budget = _scaled(current[0].spec_as(TrainSpec).budget, eta)
     kind = full.kind()
@@ -89,7 +89,7 @@ def next_cells(suite: Suite, cells: list[Cell], lookup: Lookup) -> list[Cell]:
     groups: dict[tuple, list[Cell]] = {}
     for c in cells:
         if c.coords.get("stage") in ("tune", "final"):
-            groups.setdefault(_group_key(c), []).append(c)
+            groups.setdefault(group_key(c), []).append(c)
     for (exp_name, *_), group in groups.items():
         exp, tuning = _tuned(experiments[exp_name])
         out += _advance_group(group, exp.train.budget, exp.seeds, tuning.eta, lookup)
@@ -115,13 +115,13 @@ def planned_total(suite: Suite, cells: list[Cell]) -> int:
     groups: dict[tuple, list[Cell]] = {}
     for c in cells:
         if c.coords.get("stage") == "tune" and c.coords.get("rung") == 0:
-            groups.setdefault(_group_key(c), []).append(c)
+            groups.setdefault(group_key(c), []).append(c)
         elif c.coords.get("stage") is None:
             total += 1
     for (exp_name, *_), group in groups.items():
         exp, t = _tuned(experiments[exp_name])
         kind = exp.train.budget.kind()
-        points, budget = len({_point(c) for c in group}), getattr(t.budget, kind)
+        points, budget = len({grid_point_of(c) for c in group}), getattr(t.budget, kind)
         total += points * len(t.seeds)
         while True:
             keep, budget = max(1, math.ceil(points / t.eta)), budget * t.eta

@@ -69,13 +69,21 @@ SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
         "protocol",
         "protocol: {baseline: softmax, metric: loss, margin: 0.05,\n"
         "           tuning: {seeds: [0], budget: {steps: 200}, eta: 2}}\n"
-        "protocol: {baselines: [softmax, linear]}   # a Δ column, interval and decision against each",
+        "protocol: {baselines: [softmax, linear]}   # a Δ column, interval and decision against each\n"
+        "protocol: {seeds: {min: 3, max: 10}, learn_target: 0.95}   # seeds until decided; time to 0.95 accuracy",
     ),
     (
         "Tuning by successive halving",
         base.Tuning,
         "protocol.tuning",
         "tuning: {seeds: [0], budget: {steps: 200}, eta: 2}",
+    ),
+    (
+        "Seeds until decided",
+        base.SeedRounds,
+        "protocol.seeds",
+        "seeds: {min: 3, max: 10}                      # O'Brien-Fleming-type spending\n"
+        "seeds: {min: 3, max: 10, spending: pocock}     # spends more of the error early",
     ),
     (
         "Published expectations",

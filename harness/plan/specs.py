@@ -90,6 +90,14 @@ class TrainExperiment(ExperimentBase):
         p = self.protocol
         if p is None:
             return self
+        if p.seeds is not None:
+            first = list(range(p.seeds.min))
+            if "seeds" in self.model_fields_set and self.seeds != first:
+                raise ValueError(
+                    f"seeds {self.seeds} and protocol.seeds {{min: {p.seeds.min}, max: {p.seeds.max}}} are both "
+                    "given; keep seeds: [...] for fixed seeds, or protocol.seeds to add seeds until decided"
+                )
+            self.seeds = first
         if p.tune and len(grid_points(self.grid)) < 2:
             raise ValueError(
                 "protocol.tune needs a grid of at least 2 points to choose from (e.g. grid: "
@@ -123,6 +131,11 @@ class TrainExperiment(ExperimentBase):
             )
         if p.tuning is not None:
             self._tuning_possible(p, p.tuning)
+        if p.learn_target is not None and p.metric == "accuracy" and p.learn_target > 1:
+            raise ValueError(
+                f"protocol.learn_target {p.learn_target} is an accuracy here (metric: accuracy), which is at most "
+                "1.0; give e.g. 0.9, or set metric: loss for a loss target"
+            )
         for i, e in enumerate(p.expectations):
             for role, name in (("variant", e.variant), ("versus", e.versus)):
                 if name is not None and isinstance(self.variants, list) and name not in self.variants:

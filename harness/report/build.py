@@ -23,6 +23,7 @@ from attnbench.report.problems import find_notes, find_problems
 from attnbench.report.provenance import provenance_section
 from attnbench.report.scaling import scaling_sections
 from attnbench.report.speed import speed_sections
+from attnbench.report.time_to_learn import time_to_learn_sections
 from attnbench.report.training import train_sections, variant_labels
 from attnbench.report.tuning import tuning_section
 
@@ -65,6 +66,7 @@ def build_report(data: StoreData) -> Report:
         *expectations_section(data),
         *anchor_section(data),
         *train_sections(data, palette),
+        *time_to_learn_sections(data),
         *longcontext_sections(data, palette),
         *tuning_section(data),
         *battery_sections(data, palette),

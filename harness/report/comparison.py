@@ -24,6 +24,7 @@ from attnbench.report.paired import (
     setting_label,
 )
 from attnbench.report.selection import Selection, select
+from attnbench.report.sequential import method_text
 from attnbench.report.values import (
     MISSING,
     bytes_text,
@@ -280,7 +281,8 @@ def summary_table(data: StoreData) -> Table | None:
         f"Each variant at its own chosen grid point (lowest mean validation loss over its seeds); the "
         f"numbers are on the test split, which took no part in that choice. Δ = variant - baseline "
         f"({' / '.join(baselines)}), one column per baseline, on the same seed (same batches in the same "
-        f"order); decision: {TEST_TEXT}; margins: {'; '.join(sorted(margins))}. Speedups: the (first) "
+        f"order); decision: {method_text(data, TEST_TEXT)}; margins: {'; '.join(sorted(margins))}. "
+        "Speedups: the (first) "
         "baseline's time / variant time at the longest T both timed (> 1 is faster). State size: fp32 "
         "recurrent state at the training length."
     )

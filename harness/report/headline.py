@@ -15,6 +15,8 @@ from attnbench.report.decision import EQUIVALENT, TEST_TEXT
 from attnbench.report.document import Section
 from attnbench.report.figures import Palette
 from attnbench.report.load import StoreData
+from attnbench.report.sequential import method_text
+from attnbench.report.time_to_learn import undecided_clauses
 from attnbench.report.tradeoff import tradeoff_figure
 from attnbench.report.values import MISSING, bytes_text, is_number, seconds_text
 
@@ -150,6 +152,7 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
         for v in variants
         if not (rows.loc[rows["variant"] == v, "decision"] == "baseline").all()
     ]
+    sentences += undecided_clauses(data, rows[rows["setting"] == "all test sets"])  # the second question
     overall = rows[rows["setting"] == "all test sets"].copy()
     overall["step_time_s"] = [rounds[v][T][0] if T is not None and v in rounds else None for v in overall["variant"]]
     overall["state_bytes"] = [state.get(v) for v in overall["variant"]]
@@ -163,7 +166,8 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
         ANSWER,
         intro=(
             f"Each variant at its chosen grid point on the test split: value (Δ vs {' / '.join(baselines)} [95% "
-            f"interval], seeds, decision{also}). Decision: {TEST_TEXT}; margins: {margins}. Train step: the "
+            f"interval], seeds, decision{also}). Decision: {method_text(data, TEST_TEXT)}; margins: {margins}. "
+            "Train step: the "
             "baseline's time / the variant's (> 1 is faster), 95% interval from the timing rounds."
         ),
         notes=sentences,

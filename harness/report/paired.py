@@ -8,6 +8,7 @@ from typing import Any
 from attnbench.report.decision import Decision, decide
 from attnbench.report.load import StoreData
 from attnbench.report.selection import Selection
+from attnbench.report.sequential import decide_sequential, design_of
 from attnbench.report.values import is_number
 
 HIGHER_IS_BETTER = {"loss": False, "accuracy": True}
@@ -75,4 +76,7 @@ def paired_decision(
     """The decision on variant - baseline over the seeds both finished, and those differences."""
     mine, theirs = seed_values(data, sel, metric, setting), seed_values(data, base, metric, setting)
     diffs = [mine[s] - theirs[s] for s in sorted(set(mine) & set(theirs))]
+    design = design_of(protocol_of(sel))  # seeds until decided: the group-sequential rule
+    if design is not None:
+        return decide_sequential(diffs, margin, HIGHER_IS_BETTER[metric], design), diffs
     return decide(diffs, margin, HIGHER_IS_BETTER[metric]), diffs

@@ -27,6 +27,7 @@ from attnbench.gate.verdicts import Verdict, gate_variant
 from attnbench.plan.cells import Cell
 from attnbench.plan.halving import next_cells, planned_total
 from attnbench.plan.requirements import require_packages
+from attnbench.plan.seed_rounds import next_seed_cells, sequential
 from attnbench.plan.suite import Suite
 from attnbench.registry.loader import Registry
 from attnbench.run.executors import Executor, Finished, InProcessExecutor, Task
@@ -278,11 +279,16 @@ class _SuiteRun:
 
     def next_wave(self) -> list[Cell]:
         """Store what is in flight, then plan the cells the stored outcomes make runnable."""
-        if not any(c.coords.get("stage") for c in self.cells):
+        if not any(c.coords.get("stage") for c in self.cells) and not sequential(self.suite):
             return []
         for done in self.executor.drain():
             self.record(done)
-        wave = distributed.main_value(lambda: next_cells(self.suite, self.cells, self._main_store().outcome))
+        wave = distributed.main_value(
+            lambda: [
+                *next_cells(self.suite, self.cells, self._main_store().outcome),
+                *next_seed_cells(self.suite, self.cells, self._main_store().outcome),  # seeds until decided
+            ]
+        )
         self.cells += wave
         self.report.cells = len(self.cells)
         self.total = max(self.total, len(self.cells))
