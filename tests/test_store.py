@@ -83,6 +83,17 @@ def test_run_round_trip_and_duplicate_key_is_a_no_op(tmp_path):
         assert store.has_run("k1") and not store.has_run("k2")
 
 
+def test_an_attempt_kept_as_it_happened_is_kept_once_when_its_cell_is_retried(tmp_path):
+    died = _run("k1")
+    died.status, died.error, died.metrics, died.results = "failed", "the worker process ... died (SIGKILL)", [], []
+    with Store(tmp_path / "s.sqlite") as store:
+        store.save_attempt(died, "worker died")  # as the worker died
+        store.save_run(died)  # its cell's outcome: no retries left
+        store.save_run(_run("k1"))  # a later run retries it
+        assert [(a["reason"], a["error"]) for a in store.attempts("k1")] == [("worker died", died.error)]
+        assert [r["status"] for r in store.runs()] == ["done"]
+
+
 def test_failed_write_leaves_nothing(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         bad = _run("k1")

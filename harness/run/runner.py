@@ -28,7 +28,7 @@ from attnbench.plan.cells import Cell
 from attnbench.plan.halving import next_cells, planned_total
 from attnbench.plan.suite import Suite
 from attnbench.registry.loader import Registry
-from attnbench.run.executors import Executor, Finished, InProcessExecutor, Task
+from attnbench.run.executors import Executor, Finished, InProcessExecutor, Task, WorkerDeath
 from attnbench.run.progress import ProgressLine
 from attnbench.store.database import RunRecord, Store
 from attnbench.store.provenance import device_name, provenance, resolve_device
@@ -206,6 +206,38 @@ class _SuiteRun:
                 print(f"  trust gate {cell.variant}: {result} ({source})", file=self.out, flush=True)
         return self.verdicts[gate_id]
 
+    def take(self, finished: list[Finished]) -> None:
+        """Record what the executor reports: worker deaths first, then the finished tasks."""
+        for death in self.executor.deaths():
+            self.record_death(death)
+        for done in finished:
+            self.record(done)
+
+    def _name(self, key: str) -> str:
+        job = self.jobs[key]
+        return "[{}/{}] {}/{} seed {}".format(*job.index, job.cell.experiment, job.cell.variant, job.cell.seed)
+
+    def record_death(self, death: WorkerDeath) -> None:
+        """One line for a dead worker, and an attempt stored for each cell it cost one."""
+        if not self.main:
+            return
+        for lost in death.killed:
+            job = self.jobs[lost.task.key]
+            rec = cell_record(job, CellOutcome("failed", error=lost.error), lost.started_at, lost.finished_at)
+            rec.provenance["worker"] = lost.worker
+            self._main_store().save_attempt(rec, "worker died")
+        cost = ", ".join(
+            f"{self._name(d.task.key)} (attempt {d.attempts} of {d.task.retries + 1}; "
+            f"{'runs again' if d.task.key in death.again else 'failed'})"
+            for d in death.killed
+        )
+        beside = ", ".join(self._name(t.key) for t in death.interrupted)
+        print(
+            f"a worker process died ({death.how}) running {cost}" + (f"; run again: {beside}" if beside else ""),
+            file=self.out,
+            flush=True,
+        )
+
     def record(self, done: Finished) -> None:
         if not self.main:
             return
@@ -224,6 +256,8 @@ class _SuiteRun:
             self.report.not_done.append(
                 f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: {rec.status} ({rec.error})"
             )
+            if done.worker and done.worker.get("died"):
+                return  # record_death said it
             print(
                 "[{}/{}] {}: {}".format(*job.index, rec.status, rec.error), file=self.out
             )  # which, with several in flight
@@ -265,17 +299,14 @@ class _SuiteRun:
             on_driver=kind.on_driver or (kind.timed and self.executor.shares_machine),
         )
         if task.on_driver:  # it reads earlier cells from the store, or must run alone: store them first
-            for done in self.executor.drain():
-                self.record(done)
-        for done in self.executor.submit(task):
-            self.record(done)
+            self.take(self.executor.drain())
+        self.take(self.executor.submit(task))
 
     def next_wave(self) -> list[Cell]:
         """Store what is in flight, then plan the cells the stored outcomes make runnable."""
         if not any(c.coords.get("stage") for c in self.cells):
             return []
-        for done in self.executor.drain():
-            self.record(done)
+        self.take(self.executor.drain())
         wave = distributed.main_value(lambda: next_cells(self.suite, self.cells, self._main_store().outcome))
         self.cells += wave
         self.report.cells = len(self.cells)
@@ -283,8 +314,7 @@ class _SuiteRun:
         return wave
 
     def finish(self) -> RunReport:
-        for done in self.executor.drain():
-            self.record(done)
+        self.take(self.executor.drain())
         if self.main:
             for name in dict.fromkeys(c.experiment for c in self.cells):
                 group = [c for c in self.cells if c.experiment == name]

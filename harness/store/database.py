@@ -147,7 +147,8 @@ class Store:
             if old is not None and old["status"] not in RETRYABLE:
                 return None  # another driver stored this cell first
             if old is not None:
-                _keep_attempt(db, old, "retried")
+                if not _kept(db, old):  # a worker's death was kept as it happened
+                    _keep_attempt(db, old, "retried")
                 db.execute("DELETE FROM runs WHERE id = ?", (old["id"],))
             return _insert_run(db, run)
 
@@ -166,6 +167,27 @@ class Store:
                 f"to results store {self.path} ({exc}); {kept}. Fix the store (free disk "
                 "space, permissions, the process holding a lock) and run again: the "
                 "next run imports it."
+            ) from exc
+
+    def save_attempt(self, run: RunRecord, reason: str) -> None:
+        """Keep an attempt at a cell that left no result (a worker died running it)."""
+        row = {
+            "cell_key": run.cell_key,
+            "status": run.status,
+            "error": run.error,
+            "summary": _dumps(run.summary),
+            "provenance": _dumps(run.provenance),
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+        }
+        try:
+            with self._write() as db:
+                _keep_attempt(db, row, reason)
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"could not keep an attempt at {run.experiment}/{run.variant} ({reason}: {run.error}) in "
+                f"results store {self.path} ({exc}); nothing stored was changed. Free disk space (or fix "
+                "the file's permissions, or end the process holding its lock) and run again."
             ) from exc
 
     def _import_set_aside(self) -> list[str]:
@@ -290,6 +312,15 @@ def _insert_run(db: sqlite3.Connection, run: RunRecord) -> int:
         [(run_id, r.name, r.value, r.unit, _dumps(r.tags)) for r in run.results],
     )
     return run_id
+
+
+def _kept(db: sqlite3.Connection, row: Any) -> bool:
+    """Whether ``row``'s attempt is already in ``attempts``."""
+    found = db.execute(
+        "SELECT 1 FROM attempts WHERE cell_key = ? AND started_at = ? AND error IS ?",
+        (row["cell_key"], row["started_at"], row["error"]),
+    ).fetchone()
+    return found is not None
 
 
 def _keep_attempt(db: sqlite3.Connection, row: Any, reason: str) -> None:
