@@ -20,7 +20,7 @@ import torch
 from attnbench import distributed
 from attnbench.contract.variant import Variant
 from attnbench.data.loading import load_corpus
-from attnbench.errors import DistributedError
+from attnbench.errors import DiskFullError, DistributedError
 from attnbench.experiments.base import CellOutcome, RunContext
 from attnbench.experiments.registry import expand_suite, get_kind
 from attnbench.gate.verdicts import Verdict, gate_variant
@@ -122,6 +122,8 @@ def run_cell(
         outcome = get_kind(cell.kind).run(cell, job.variant, ctx)
     except torch.OutOfMemoryError as exc:
         outcome = CellOutcome("oom", error=f"out of memory: {str(exc).splitlines()[0]}")
+    except DiskFullError as exc:  # the message says it all; the driver prints it once per run
+        outcome = CellOutcome("failed", error=str(exc))
     except Exception as exc:  # a broken plugin fails its cell, not the suite
         outcome = CellOutcome("failed", error="".join(traceback.format_exception_only(exc)).strip())
         traceback.print_exc(file=stream)
@@ -177,6 +179,7 @@ class _SuiteRun:
         self.trackers = list(trackers)  # mirrors of each stored cell (the store stays the truth)
         self.live: dict[str, LiveCell | None] = {}  # cell key -> its live curve sink, while it runs here
         self.retry_failed = suite.retry_failed if retry_failed is None else retry_failed
+        self.said: dict[str, str] = {}  # an error printed in full -> the first cell that had it
 
     def _main_store(self) -> Store:
         """The store, which rank 0 alone opens (the other ranks get its answers)."""
@@ -253,14 +256,13 @@ class _SuiteRun:
         self.report.ran += 1
         track_record(self.trackers, rec, self.live.pop(job.cell.key, None))
         if rec.status != "done":
-            self.report.not_done.append(
-                f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: {rec.status} ({rec.error})"
-            )
+            name = f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}"
+            first = self.said.setdefault(str(rec.error), name)  # a full disk fails every cell alike: said once
+            error = rec.error if first == name else f"the same error as {first}"
+            self.report.not_done.append(f"{name}: {rec.status} ({error})")
             if done.worker and done.worker.get("died"):
                 return  # record_death said it
-            print(
-                "[{}/{}] {}: {}".format(*job.index, rec.status, rec.error), file=self.out
-            )  # which, with several in flight
+            print("[{}/{}] {}: {}".format(*job.index, rec.status, error), file=self.out)  # which of several
 
     def submit(self, i: int, cell: Cell) -> None:
         if distributed.main_value(lambda: self._main_store().settled(cell.key, self.retry_failed)):
