@@ -33,6 +33,14 @@ _RECOVER = (
 
 
 _dumps = jsonsafe.dumps
+_LOCK_WAIT_S = 60.0  # how long opening waits for other processes' locks (busy_timeout too)
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether ``exc`` says another connection holds a lock (error codes are on it from Python 3.11)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (_SQLITE_BUSY, _SQLITE_LOCKED) if code is not None else "database is locked" in str(exc)
 
 
 class Store:
@@ -44,10 +52,10 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._check_writable()
         try:
-            self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+            self._db = sqlite3.connect(self.path, timeout=_LOCK_WAIT_S, isolation_level=None)
             self._db.row_factory = sqlite3.Row
-            self._db.execute("PRAGMA busy_timeout=60000")
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA busy_timeout={int(_LOCK_WAIT_S * 1000)}")
+            self._use_wal()
             self._db.execute("PRAGMA foreign_keys=ON")
             self._check_intact()
             with self._write() as db:
@@ -55,6 +63,25 @@ class Store:
             self.imported = self._import_set_aside()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open results store {self.path}: {exc}; " + _RECOVER.format(p=self.path)) from exc
+
+    def _use_wal(self) -> None:
+        """WAL mode. Switching a file to it can answer "database is locked" at once, without
+        waiting out busy_timeout, while another process opens the same file: retry, backing off."""
+        delay, deadline = 0.005, time.monotonic() + _LOCK_WAIT_S
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise StoreError(
+                        f"results store {self.path} stayed locked by another process for "
+                        f"{_LOCK_WAIT_S:.0f} s while opening; run again once it is done, or pass another --store"
+                    ) from exc
+            time.sleep(delay)
+            delay = min(2 * delay, 0.5)
 
     def _check_is_sqlite(self) -> None:
         if not self.path.exists():
