@@ -52,6 +52,17 @@ class CheckpointError(AttnbenchError):
     """A model checkpoint that is missing, unreadable, or cannot be rebuilt."""
 
 
+class DiskFullError(AttnbenchError):
+    """A file (a checkpoint, a resume state) that could not be written: its disk or quota is full."""
+
+    def __init__(self, where: object, consequence: str = "nothing stored for this cell") -> None:
+        self.where, self.consequence = str(where), consequence
+        super().__init__(f"no space left on device at {where}; {consequence}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # pickles with both arguments
+        return (DiskFullError, (self.where, self.consequence))
+
+
 class CheckFailed(AttnbenchError):
     """A variant failed the trust gate and the suite does not allow failing variants."""
 

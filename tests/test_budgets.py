@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import attnbench.experiments.train.loop as loop
 from attnbench.data.loading import load_corpus
 from attnbench.experiments.registry import expand_suite
 from attnbench.plan.suite import load_suite
@@ -43,11 +44,36 @@ def _run(tmp_path, train: str, variants: str = "[softmax, toy-ema]", data: str =
         return report, store.runs(), store
 
 
-def test_seconds_budget_gives_equal_wall_clock(tmp_path):
-    report, runs, _ = _run(tmp_path, "{budget: {seconds: 5.0}}")
+class _StepClock:
+    """The train loop's clock, moved only by training steps: a step of each variant takes
+    STEP_S[variant] seconds, whatever else the machine is doing."""
+
+    STEP_S = {"softmax": 0.013, "toy-ema": 0.021}
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def stepping(self, train_step):
+        def step(*args):
+            self.now += self.STEP_S[args[4].variant]  # (fwd, model, opt, stream, cell, ...)
+            return train_step(*args)
+
+        return step
+
+
+def test_seconds_budget_gives_equal_wall_clock(tmp_path, monkeypatch):
+    clock = _StepClock()
+    monkeypatch.setattr(loop, "time", clock)
+    monkeypatch.setattr(loop, "_train_step", clock.stepping(loop._train_step))
+    report, runs, _ = _run(tmp_path, "{budget: {seconds: 0.5}}")
     assert report.not_done == [] and len(runs) == 2
-    for r in runs:
-        assert abs(r["summary"]["train_time_s"] - 5.0) / 5.0 < 0.02, r["summary"]["train_time_s"]
+    for r in runs:  # stopped where the next step would overshoot more than stopping undershoots
+        step_s = _StepClock.STEP_S[r["variant"]]
+        assert abs(r["summary"]["train_time_s"] - 0.5) <= step_s / 2, (r["variant"], r["summary"]["train_time_s"])
+        assert r["summary"]["steps"] == round(0.5 / step_s)
     assert runs[0]["summary"]["steps"] != runs[1]["summary"]["steps"]  # the budget, not the steps, is equal
 
 

@@ -90,27 +90,48 @@ DOOMED = """
     import multiprocessing
     import os
     import signal
+    import time
+    from pathlib import Path
 
     from attnbench import Variant, hookimpl
     from attnbench.plugins.softmax import SoftmaxAttention, flops_per_token, state_size
 
+    MARKS = Path(os.environ["DOOMED_MARKS"])
 
-    def build_mixer(config, layer_idx):
-        if multiprocessing.parent_process() is not None:  # in a pool worker: it dies, as the OOM killer does it
-            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _wait_for(name):
+        deadline = time.time() + 120
+        while not (MARKS / name).exists() and time.time() < deadline:
+            time.sleep(0.05)
+
+
+    def build_bystander(config, layer_idx):
+        if multiprocessing.parent_process() is not None and not (MARKS / "killed").exists():
+            (MARKS / "bystander-started").touch()
+            _wait_for("never")  # in flight until the pool, broken by the other's death, ends this worker
+        return SoftmaxAttention(config, layer_idx)
+
+
+    def build_doomed(config, layer_idx):
+        if multiprocessing.parent_process() is not None and not (MARKS / "killed").exists():
+            _wait_for("bystander-started")  # two cells in flight
+            (MARKS / "killed").touch()
+            os.kill(os.getpid(), signal.SIGKILL)  # once, as the OOM killer does it: a re-run would finish
         return SoftmaxAttention(config, layer_idx)
 
 
     @hookimpl
     def attnbench_register_variants(register):
-        register(Variant(name="doomed", build_mixer=build_mixer, decode="kv_cache",
-                         state_size=state_size, flops_per_token=flops_per_token))
+        for name, build in (("bystander", build_bystander), ("doomed", build_doomed)):
+            register(Variant(name=name, build_mixer=build, decode="kv_cache",
+                             state_size=state_size, flops_per_token=flops_per_token))
 """
 
 
-def test_a_killed_worker_fails_its_cell_and_the_others_finish(tmp_path):
+def _killed_run(tmp_path, retries: int):
     env = fake_distribution(tmp_path, "doomed_dist", "doomed", DOOMED, module="doomed_plugin")
-    suite = write_suite(tmp_path / "s.yaml", SUITE.format(variants="[softmax, doomed]"))
+    (tmp_path / "marks").mkdir()
+    suite = write_suite(tmp_path / "s.yaml", SUITE.format(variants="[bystander, doomed]"))
     store_path = tmp_path / "store.sqlite"
     proc = run_cli(
         "run",
@@ -124,18 +145,31 @@ def test_a_killed_worker_fails_its_cell_and_the_others_finish(tmp_path):
         "--no-report",
         "--set",
         "experiments.e.seeds=[0]",
-        env={**env, **PLUGINS, "ATTNBENCH_PLUGINS": "softmax,doomed"},
+        "--set",
+        f"retries={retries}",
+        env={**env, **PLUGINS, "ATTNBENCH_PLUGINS": "doomed", "DOOMED_MARKS": str(tmp_path / "marks")},
         timeout=300,
     )
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "2 cells, 2 run, 0 already stored" in proc.stdout
     with Store(store_path) as store:
         runs = {r["variant"]: r for r in store.runs()}
-    assert len(runs) == 2
-    assert runs["softmax"]["status"] == "done"  # lost with the pool if still in flight, then run again alone
+        attempts = {v: store.attempts(r["cell_key"]) for v, r in runs.items()}
+    return proc, runs, attempts
+
+
+def test_a_killed_worker_is_one_attempt_and_one_line_and_fails_its_cell_at_retries_0(tmp_path):
+    proc, runs, attempts = _killed_run(tmp_path, retries=0)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "2 cells, 2 run, 0 already stored" in proc.stdout
+    deaths = [line for line in proc.stderr.splitlines() if "worker process died" in line]
+    assert len(deaths) == 1, proc.stderr[-3000:]
+    assert "SIGKILL" in deaths[0] and "e/doomed seed 0" in deaths[0] and "e/bystander seed 0" in deaths[0]
+    assert runs["bystander"]["status"] == "done" and attempts["bystander"] == []  # in flight beside it, run again
     dead = runs["doomed"]
-    assert dead["status"] == "failed" and "worker process running this cell died (exit code -9)" in dead["error"]
+    assert dead["status"] == "failed" and "the worker process running this cell died (SIGKILL)" in dead["error"]
     assert dead["provenance"]["worker"] == {"executor": "process-pool", "died": True, "exit_codes": [-9]}
+    assert [(a["reason"], a["status"], a["error"]) for a in attempts["doomed"]] == [
+        ("worker died", "failed", dead["error"])
+    ]
 
 
 def test_jobs_is_refused_where_ray_or_torchrun_place_the_cells(tmp_path, monkeypatch, capsys):

@@ -425,6 +425,24 @@ def test_empty_store_and_missing_kinds_say_what_is_missing(tmp_path):
     assert (tmp_path / "out" / "report.md").read_text().count("Missing:") >= 1
 
 
+def test_report_removes_staging_folders_killed_writers_left(tmp_path, capsys):
+    Store(tmp_path / "s.sqlite").close()
+    out = tmp_path / "out"
+    hour_ago = os.path.getmtime(tmp_path) - 3600
+    left = [tmp_path / ".out.4194999.0badc0de.tmp", tmp_path / ".out.old.0badc0de"]  # no such process
+    kept = [
+        tmp_path / f".out.{os.getpid()}.12345678.tmp",  # a writer still running
+        tmp_path / ".other.4194999.0badc0de.tmp",  # another report's
+        tmp_path / ".out.notes",  # not a writer's
+    ]
+    for folder in left + kept:
+        (folder / "figures").mkdir(parents=True)
+        os.utime(folder, (hour_ago, hour_ago))
+    assert main(["report", "--store", str(tmp_path / "s.sqlite"), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out / "index.html")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == sorted(p.name for p in kept)
+
+
 def test_paths_that_are_not_stores_are_typed_errors(tmp_path, capsys):
     with pytest.raises(ReportError, match="no results store at"):
         write_report(tmp_path / "missing.sqlite")

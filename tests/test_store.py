@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import shutil
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +86,17 @@ def test_run_round_trip_and_duplicate_key_is_a_no_op(tmp_path):
         assert store.has_run("k1") and not store.has_run("k2")
 
 
+def test_an_attempt_kept_as_it_happened_is_kept_once_when_its_cell_is_retried(tmp_path):
+    died = _run("k1")
+    died.status, died.error, died.metrics, died.results = "failed", "the worker process ... died (SIGKILL)", [], []
+    with Store(tmp_path / "s.sqlite") as store:
+        store.save_attempt(died, "worker died")  # as the worker died
+        store.save_run(died)  # its cell's outcome: no retries left
+        store.save_run(_run("k1"))  # a later run retries it
+        assert [(a["reason"], a["error"]) for a in store.attempts("k1")] == [("worker died", died.error)]
+        assert [r["status"] for r in store.runs()] == ["done"]
+
+
 def test_failed_write_leaves_nothing(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         bad = _run("k1")
@@ -116,3 +130,62 @@ def test_store_from_unknown_future_migration_is_refused(tmp_path):
         store._db.execute("INSERT INTO schema_migrations (name, applied_at) VALUES ('9999_future', 0)")
     with pytest.raises(StoreError, match="newer or different version"):
         Store(path)
+
+
+class _BusyAtFirst(sqlite3.Connection):
+    """A connection whose first two switches to WAL find the file locked, as when another
+    process opens it at the same moment (SQLite then answers at once, without waiting)."""
+
+    busy = 2
+
+    def execute(self, sql, *args):
+        if sql == "PRAGMA journal_mode=WAL" and _BusyAtFirst.busy:
+            _BusyAtFirst.busy -= 1
+            exc = sqlite3.OperationalError("database is locked")
+            exc.sqlite_errorcode = 5  # SQLITE_BUSY, as sqlite3 sets it  # pyright: ignore[reportAttributeAccessIssue]
+            raise exc
+        return super().execute(sql, *args)
+
+
+def test_a_store_that_another_process_is_switching_to_wal_opens(tmp_path, monkeypatch):
+    monkeypatch.setattr(_BusyAtFirst, "busy", 2)
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **kw: connect(*a, **kw, factory=_BusyAtFirst))
+    with Store(tmp_path / "s.sqlite") as store:
+        assert _BusyAtFirst.busy == 0 and store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+OPENERS, FRESH_STORES = 4, 50
+
+
+def _open_each(folder: str, barrier, errors) -> None:
+    """One of OPENERS processes: open each store at the same moment as the others."""
+    for i in range(FRESH_STORES):
+        barrier.wait(timeout=60)
+        try:
+            Store(Path(folder) / f"{i}.sqlite").close()
+        except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it
+            errors.put(f"store {i}: {type(exc).__name__}: {exc}")
+
+
+def test_a_fresh_store_opened_by_several_processes_at_once_opens_in_each(tmp_path):
+    # Fresh stores not yet in WAL mode (as a copy made with VACUUM INTO is): the opener that
+    # switches one to WAL races the others, which SQLite answered with "database is locked".
+    Store(tmp_path / "new.sqlite").close()
+    with sqlite3.connect(tmp_path / "new.sqlite") as db:
+        db.execute("VACUUM INTO ?", (str(tmp_path / "copy.sqlite"),))
+    for i in range(FRESH_STORES):
+        shutil.copy(tmp_path / "copy.sqlite", tmp_path / f"{i}.sqlite")
+    ctx = multiprocessing.get_context("fork")  # the children use only sqlite3, never torch
+    barrier, errors = ctx.Barrier(OPENERS), ctx.SimpleQueue()
+    procs = [ctx.Process(target=_open_each, args=(str(tmp_path), barrier, errors)) for _ in range(OPENERS)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=120)
+    failures = []
+    while not errors.empty():
+        failures.append(errors.get())
+    assert failures == [] and [proc.exitcode for proc in procs] == [0] * OPENERS
+    with Store(tmp_path / f"{FRESH_STORES - 1}.sqlite") as store:
+        assert store.migrations() and store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -5,6 +5,7 @@ beside the store and imported, strict JSON, and stores merged and checked."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import io
 import json
 import math
@@ -16,6 +17,7 @@ import sqlite3
 import pytest
 
 import attnbench.experiments.train.cell as train_cell
+import attnbench.nn.checkpoint as checkpoint_module
 from attnbench.errors import StoreError
 from attnbench.experiments.registry import get_kind
 from attnbench.plan.suite import load_suite
@@ -92,6 +94,40 @@ def test_a_failed_cell_is_retried_and_its_failure_kept(tmp_path, registry, monke
         assert attempt["status"] == "failed" and "transient fault" in attempt["error"]
         third = run_suite(suite, store, registry, device="cpu", out=io.StringIO())
         assert third.skipped == 1 and third.ran == 0  # a finished cell is not run again
+
+
+class _FillingFile(io.RawIOBase):
+    """A file on a disk that fills after ``room`` bytes: torch's writer then raises a RuntimeError
+    ("unexpected pos") while handling the OSError, as on a real full disk."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        if len(b) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(b)
+        return len(b)
+
+
+def test_a_full_disk_is_one_line_per_run_and_no_traceback(tmp_path, registry, monkeypatch):
+    text = SUITE.format(name="full", seeds="[0, 1]").replace("{steps: 4}}", "{steps: 4}, checkpoint_interval: 2}")
+    suite = load_suite(write_suite(tmp_path / "s.yaml", text))
+    monkeypatch.setattr(checkpoint_module, "open", lambda _path, _mode: _FillingFile(room=4096), raising=False)
+    out = io.StringIO()
+    with Store(tmp_path / "store.sqlite") as store:
+        report = run_suite(suite, store, registry, device="cpu", out=out)
+        runs = store.runs()
+    line = f"no space left on device at {tmp_path / 'checkpoints'}; nothing stored for this cell"
+    assert [(r["status"], r["error"]) for r in runs] == [("failed", line)] * 2
+    assert out.getvalue().count("no space left on device") == 1 and "Traceback" not in out.getvalue()
+    assert report.not_done == [
+        f"cells/softmax seed 0: failed ({line})",
+        "cells/softmax seed 1: failed (the same error as cells/softmax seed 0)",
+    ]
 
 
 def test_a_diverged_cell_is_a_result_and_not_retried(tmp_path):

@@ -13,6 +13,7 @@ It is read with ``torch.load(weights_only=True)``: tensors and plain values only
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import uuid
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 
 from attnbench.contract.config import ModelConfig
-from attnbench.errors import CheckpointError, UnknownVariantError
+from attnbench.errors import CheckpointError, DiskFullError, UnknownVariantError
 from attnbench.nn.backbone import Backbone
 from attnbench.nn.model import LanguageModel
 from attnbench.store.checkpoint_paths import checkpoint_candidates, locate_checkpoint
@@ -179,11 +180,27 @@ def run_checkpoint(store: Any, run: dict[str, Any]) -> Path:
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     """Atomic write: a crash leaves the old file or the new one, never half of one. The
-    temporary name is unique to this process, so drivers sharing a folder never collide."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary name is unique to this process, so drivers sharing a folder never collide.
+    A full disk (or quota) raises ``DiskFullError``."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        torch.save(payload, tmp)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:  # a file, not a path: torch's writer then keeps the OSError
+            torch.save(payload, f)
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:
+        if _disk_full(exc):
+            raise DiskFullError(path.parent) from exc
+        raise
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is, or came from, a write that found the disk (or quota) full: torch
+    raises "[enforce fail ...] unexpected pos" while handling the OSError."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

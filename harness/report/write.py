@@ -10,6 +10,7 @@ import hashlib
 import os
 import re
 import shutil
+import time
 import uuid
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from attnbench.report.render import to_html, to_markdown
 from attnbench.report.values import scalar
 
 _OWNED = {"figures": (".png",), "tables": (".csv", ".parquet")}
+# What a writer stages beside the report folder NAME: .NAME.PID.HEX.tmp, and .NAME.old.HEX while swapping.
+_STAGING = re.compile(r"\.(?P<name>.+)\.(?:(?P<pid>\d+)\.[0-9a-f]{8}\.tmp|old\.[0-9a-f]{8})")
 
 
 def safe_name(name: str) -> str:
@@ -96,10 +99,40 @@ def _swap_in(tmp: Path, out_dir: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _running(pid: int) -> bool:
+    """Whether a process with this id runs on this machine."""
+    try:
+        os.kill(pid, 0)  # signal 0: only asks
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:  # another user's
+        return True
+    return pid > 0
+
+
+def _remove_stale(out_dir: Path, started: float) -> None:
+    """Staging folders a killed writer left beside ``out_dir``: older than this writer's start,
+    and not of a process still running here (a writer on another machine sharing the folder
+    has started after us, or has been at it since before us and is gone)."""
+    for entry in out_dir.parent.iterdir():
+        found = _STAGING.fullmatch(entry.name)
+        if found is None or found["name"] != out_dir.name or not entry.is_dir() or entry.is_symlink():
+            continue
+        try:
+            stale = entry.stat().st_mtime < started and not (found["pid"] and _running(int(found["pid"])))
+        except OSError:  # removed meanwhile
+            continue
+        if stale:
+            shutil.rmtree(entry, ignore_errors=True)
+
+
 def write(report: Report, out_dir: Path) -> Path:
     """Write ``report`` as the folder ``out_dir``; returns the path of ``index.html``. The new
-    report is written beside it and swapped in whole; what the writer does not own is kept."""
+    report is written beside it and swapped in whole; what the writer does not own is kept,
+    and staging folders that killed writers left are removed."""
+    started = time.time()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(out_dir, started)
     tmp = out_dir.with_name(f".{out_dir.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         _write_into(report, tmp)

@@ -52,6 +52,18 @@ class Finished:
     worker: dict[str, Any] | None = None  # what ran it: executor, process id, torch threads
 
 
+@dataclass(frozen=True)
+class WorkerDeath:
+    """A worker process that died, and what it took with it: the attempts it was running
+    (each an attempt of its cell, stored as such) and the tasks in flight beside it, which
+    run again without using a retry."""
+
+    how: str  # "SIGKILL", "exit code 1"
+    killed: list[Finished]  # error set; value None; a task that runs again is in ``again``
+    again: list[str]  # keys of the killed tasks that run again
+    interrupted: list[Task]
+
+
 def run_here(task: Task, attempts: int = 1) -> Finished:
     """Run ``task`` in this process (the driver)."""
     import torch
@@ -76,6 +88,11 @@ class Executor(ABC):
 
     def drain(self) -> list[Finished]:
         """Wait for every task in flight; return them."""
+        return []
+
+    def deaths(self) -> list[WorkerDeath]:
+        """The worker deaths since the last call, oldest first (before the ``Finished`` of the
+        tasks they failed)."""
         return []
 
     @abstractmethod

@@ -1,8 +1,9 @@
 """Cells in parallel on this machine's cores: ``attnbench run --jobs N``.
 
 Workers are spawned, not forked (forking after torch started its threads is unsafe), each
-with one torch thread; the driver still gates, stores and prints. A worker that dies fails
-its cell with a clear error; Ctrl-C stops the workers."""
+with one torch thread; the driver still gates, stores and prints. A worker that dies costs the
+cell it was running one attempt (each worker notes which task it runs, so the cells in flight
+beside it run again at no cost); Ctrl-C stops the workers."""
 
 from __future__ import annotations
 
@@ -13,20 +14,23 @@ import io
 import multiprocessing
 import os
 import pickle
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from attnbench.contract.variant import Variant
 from attnbench.errors import ExecutorError, UnknownVariantError
 from attnbench.registry.identity import variant_identity
 from attnbench.registry.loader import Registry, load_registry
-from attnbench.run.executors import Executor, Finished, Task, run_here
+from attnbench.run.executors import Executor, Finished, Task, WorkerDeath, run_here
 from attnbench.store.provenance import content_key
 
 JOBS_ENV = "ATTNBENCH_JOBS"  # the default of --jobs when it is not given
@@ -124,9 +128,11 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _call(blob: bytes) -> tuple[Any, dict[str, Any]]:
+def _call(blob: bytes, ticket: str) -> tuple[Any, dict[str, Any]]:
     """What a worker runs: the task, unpickled here (with the plugins this worker loaded),
-    and who ran it."""
+    and who ran it. The ticket file says which worker took the task, should that one die."""
+    with contextlib.suppress(OSError):  # without it a death is blamed on every task in flight
+        Path(ticket).write_text(str(os.getpid()))
     fn, args = _Unpickler(io.BytesIO(blob)).load()
     import torch
 
@@ -139,8 +145,20 @@ class _Entry:
     task: Task
     blob: bytes
     attempt: int = 1
-    started: float = 0.0
-    alone: bool = False  # runs with nothing else in flight: it was in flight when a worker died
+    started: float = 0.0  # of the first attempt
+    alone: bool = False  # runs with nothing else in flight: one of several suspects of a worker death
+    ticket: str = ""  # the file the worker that takes it writes its process id to
+    attempt_started: float = 0.0
+
+
+def _how(code: int) -> str:
+    """A worker's exit code in words: the signal that ended it, or the code it exited with."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
 
 
 class ProcessPoolCellExecutor(Executor):
@@ -159,6 +177,9 @@ class ProcessPoolCellExecutor(Executor):
         self._queue: deque[_Entry] = deque()  # waiting for a worker
         self._running: dict[cf.Future, _Entry] = {}
         self._procs: dict[int, Any] = {}  # the pool's worker processes, for exit codes when one dies
+        self._tickets: Path | None = None  # a folder of ticket files: which worker runs which task
+        self._launched = 0
+        self._deaths: list[WorkerDeath] = []
 
     def _ensure_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
@@ -211,10 +232,22 @@ class ProcessPoolCellExecutor(Executor):
                 return
             self._queue.popleft()
             pool = self._ensure_pool()
+            if self._tickets is None:
+                self._tickets = Path(tempfile.mkdtemp(prefix="attnbench-pool-"))
+            self._launched += 1
+            ticket = str(self._tickets / str(self._launched))
             with _thread_env(self.threads):  # a worker is spawned here when none is idle
-                future = pool.submit(_call, entry.blob)
-            self._running[future] = replace(entry, started=entry.started or time.time())
+                future = pool.submit(_call, entry.blob, ticket)
+            now = time.time()
+            self._running[future] = replace(entry, started=entry.started or now, attempt_started=now, ticket=ticket)
             self._procs.update(getattr(pool, "_processes", None) or {})  # no public API before 3.14
+            # CPython wakes the pool's manager thread before it spawns the worker for a task, so the
+            # manager may wait without watching that worker and miss its death until some other task
+            # finishes: wake it again now that the worker exists (no public API for this).
+            wakeup = getattr(pool, "_executor_manager_thread_wakeup", None)
+            if wakeup is not None:
+                with contextlib.suppress(Exception):  # the pool broke meanwhile: _collect finds out
+                    wakeup.wakeup()
 
     def _collect(self, block: bool) -> list[Finished]:
         if not self._running:
@@ -250,35 +283,54 @@ class ProcessPoolCellExecutor(Executor):
                 )
         return done, lost
 
+    def deaths(self) -> list[WorkerDeath]:
+        deaths, self._deaths = self._deaths, []
+        return deaths
+
+    @staticmethod
+    def _ran_in(entry: _Entry) -> int | None:
+        """The process id of the worker that took ``entry``; None if none took it (yet)."""
+        try:
+            return int(Path(entry.ticket).read_text())
+        except (OSError, ValueError):
+            return None
+
     def _recover(self, lost: list[_Entry]) -> list[Finished]:
-        """A worker died and the pool with it. One task in flight: it killed its worker (run it
-        again while retries last). Several: each runs again alone to find which."""
+        """A worker died and the pool with it. The task that worker ran has used an attempt:
+        it runs again while its retries last, else it fails. The tasks in flight beside it run
+        again at no cost. When it is not known which worker ran what, every task that started
+        is a suspect: each uses an attempt, and those left run again one at a time."""
         procs = self._procs
         self._shutdown(terminate=False)  # the broken pool stopped its workers; this joins them
-        codes = sorted({p.exitcode for p in procs.values() if p.exitcode not in (None, 0, -signal.SIGTERM)})
-        if len(lost) > 1:
-            self._queue.extendleft(replace(e, alone=True) for e in reversed(lost))
-            return []
-        entry = lost[0]
-        if entry.attempt <= entry.task.retries:
-            self._queue.appendleft(replace(entry, attempt=entry.attempt + 1, alone=False))
-            return []
-        how = f" (exit code {', '.join(map(str, codes))})" if codes else ""
-        error = (
-            f"the worker process running this cell died{how} after {entry.attempt} attempt(s): killed, "
-            "or crashed outside Python (out of memory, a segfault, os._exit)"
-        )
-        return [
-            Finished(
-                entry.task,
-                None,
-                error,
-                entry.attempt,
-                entry.started,
-                time.time(),
-                {"executor": POOL, "died": True, "exit_codes": codes},
+        # The pool ends the other workers with SIGTERM once one died.
+        died = {pid: p.exitcode for pid, p in procs.items() if p.exitcode not in (None, 0, -signal.SIGTERM)}
+        ran_in = [self._ran_in(e) for e in lost]
+        killed = [e for e, pid in zip(lost, ran_in, strict=True) if pid in died]
+        known = bool(killed)
+        if not known:
+            killed = [e for e, pid in zip(lost, ran_in, strict=True) if pid is not None] or lost
+        interrupted = [e for e in lost if all(e is not k for k in killed)]
+        codes = sorted({died[pid] for pid in ran_in if pid in died} or set(died.values()))
+        how = ", ".join(map(_how, codes)) or "exit status unknown"
+        now, worker = time.time(), {"executor": POOL, "died": True, "exit_codes": codes}
+        doubt = "" if known else f"; {len(killed)} cells were in flight and which one's worker died is not known"
+        attempts, failed, again = [], [], []
+        for entry in killed:
+            error = (
+                f"the worker process running this cell died ({how}) on attempt {entry.attempt} of "
+                f"{entry.task.retries + 1}: killed, or crashed outside Python (out of memory, a segfault, "
+                f"os._exit){doubt}"
             )
-        ]
+            done = Finished(entry.task, None, error, entry.attempt, entry.attempt_started, now, worker)
+            attempts.append(done)
+            if entry.attempt <= entry.task.retries:
+                again.append(replace(entry, attempt=entry.attempt + 1, alone=len(killed) > 1))
+            else:
+                failed.append(done)
+        self._queue.extendleft(reversed([replace(e, alone=False) for e in interrupted]))
+        self._queue.extendleft(reversed(again))
+        self._deaths.append(WorkerDeath(how, attempts, [e.task.key for e in again], [e.task for e in interrupted]))
+        return failed
 
     def _shutdown(self, terminate: bool) -> None:
         if self._pool is None:
@@ -306,3 +358,6 @@ class ProcessPoolCellExecutor(Executor):
         self._queue.clear()
         self._running.clear()
         self._shutdown(terminate=interrupted)
+        if self._tickets is not None:
+            shutil.rmtree(self._tickets, ignore_errors=True)
+            self._tickets = None

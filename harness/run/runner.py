@@ -20,7 +20,7 @@ import torch
 from attnbench import distributed
 from attnbench.contract.variant import Variant
 from attnbench.data.loading import load_corpus
-from attnbench.errors import DistributedError
+from attnbench.errors import DiskFullError, DistributedError
 from attnbench.experiments.base import CellOutcome, RunContext
 from attnbench.experiments.registry import expand_suite, get_kind
 from attnbench.gate.verdicts import Verdict, gate_variant
@@ -30,7 +30,7 @@ from attnbench.plan.requirements import require_packages
 from attnbench.plan.seed_rounds import next_seed_cells, sequential
 from attnbench.plan.suite import Suite
 from attnbench.registry.loader import Registry
-from attnbench.run.executors import Executor, Finished, InProcessExecutor, Task
+from attnbench.run.executors import Executor, Finished, InProcessExecutor, Task, WorkerDeath
 from attnbench.run.progress import ProgressLine
 from attnbench.store.database import RunRecord, Store
 from attnbench.store.provenance import device_name, provenance, resolve_device
@@ -124,6 +124,8 @@ def run_cell(
         outcome = get_kind(cell.kind).run(cell, job.variant, ctx)
     except torch.OutOfMemoryError as exc:
         outcome = CellOutcome("oom", error=f"out of memory: {str(exc).splitlines()[0]}")
+    except DiskFullError as exc:  # the message says it all; the driver prints it once per run
+        outcome = CellOutcome("failed", error=str(exc))
     except Exception as exc:  # a broken plugin fails its cell, not the suite
         outcome = CellOutcome("failed", error="".join(traceback.format_exception_only(exc)).strip())
         traceback.print_exc(file=stream)
@@ -179,6 +181,7 @@ class _SuiteRun:
         self.trackers = list(trackers)  # mirrors of each stored cell (the store stays the truth)
         self.live: dict[str, LiveCell | None] = {}  # cell key -> its live curve sink, while it runs here
         self.retry_failed = suite.retry_failed if retry_failed is None else retry_failed
+        self.said: dict[str, str] = {}  # an error printed in full -> the first cell that had it
 
     def _main_store(self) -> Store:
         """The store, which rank 0 alone opens (the other ranks get its answers)."""
@@ -208,6 +211,38 @@ class _SuiteRun:
                 print(f"  trust gate {cell.variant}: {result} ({source})", file=self.out, flush=True)
         return self.verdicts[gate_id]
 
+    def take(self, finished: list[Finished]) -> None:
+        """Record what the executor reports: worker deaths first, then the finished tasks."""
+        for death in self.executor.deaths():
+            self.record_death(death)
+        for done in finished:
+            self.record(done)
+
+    def _name(self, key: str) -> str:
+        job = self.jobs[key]
+        return "[{}/{}] {}/{} seed {}".format(*job.index, job.cell.experiment, job.cell.variant, job.cell.seed)
+
+    def record_death(self, death: WorkerDeath) -> None:
+        """One line for a dead worker, and an attempt stored for each cell it cost one."""
+        if not self.main:
+            return
+        for lost in death.killed:
+            job = self.jobs[lost.task.key]
+            rec = cell_record(job, CellOutcome("failed", error=lost.error), lost.started_at, lost.finished_at)
+            rec.provenance["worker"] = lost.worker
+            self._main_store().save_attempt(rec, "worker died")
+        cost = ", ".join(
+            f"{self._name(d.task.key)} (attempt {d.attempts} of {d.task.retries + 1}; "
+            f"{'runs again' if d.task.key in death.again else 'failed'})"
+            for d in death.killed
+        )
+        beside = ", ".join(self._name(t.key) for t in death.interrupted)
+        print(
+            f"a worker process died ({death.how}) running {cost}" + (f"; run again: {beside}" if beside else ""),
+            file=self.out,
+            flush=True,
+        )
+
     def record(self, done: Finished) -> None:
         if not self.main:
             return
@@ -228,12 +263,13 @@ class _SuiteRun:
             )
             print("[{}/{}] done, results stored, but: {}".format(*job.index, rec.error), file=self.out)
         elif rec.status != "done":
-            self.report.not_done.append(
-                f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: {rec.status} ({rec.error})"
-            )
-            print(
-                "[{}/{}] {}: {}".format(*job.index, rec.status, rec.error), file=self.out
-            )  # which, with several in flight
+            name = f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}"
+            first = self.said.setdefault(str(rec.error), name)  # a full disk fails every cell alike: said once
+            error = rec.error if first == name else f"the same error as {first}"
+            self.report.not_done.append(f"{name}: {rec.status} ({error})")
+            if done.worker and done.worker.get("died"):
+                return  # record_death said it
+            print("[{}/{}] {}: {}".format(*job.index, rec.status, error), file=self.out)  # which of several
 
     def submit(self, i: int, cell: Cell) -> None:
         if distributed.main_value(lambda: self._main_store().settled(cell.key, self.retry_failed)):
@@ -272,17 +308,14 @@ class _SuiteRun:
             on_driver=kind.on_driver or (kind.timed and self.executor.shares_machine),
         )
         if task.on_driver:  # it reads earlier cells from the store, or must run alone: store them first
-            for done in self.executor.drain():
-                self.record(done)
-        for done in self.executor.submit(task):
-            self.record(done)
+            self.take(self.executor.drain())
+        self.take(self.executor.submit(task))
 
     def next_wave(self) -> list[Cell]:
         """Store what is in flight, then plan the cells the stored outcomes make runnable."""
         if not any(c.coords.get("stage") for c in self.cells) and not sequential(self.suite):
             return []
-        for done in self.executor.drain():
-            self.record(done)
+        self.take(self.executor.drain())
         wave = distributed.main_value(
             lambda: [
                 *next_cells(self.suite, self.cells, self._main_store().outcome),
@@ -295,8 +328,7 @@ class _SuiteRun:
         return wave
 
     def finish(self) -> RunReport:
-        for done in self.executor.drain():
-            self.record(done)
+        self.take(self.executor.drain())
         if self.main:
             for name in dict.fromkeys(c.experiment for c in self.cells):
                 group = [c for c in self.cells if c.experiment == name]

@@ -33,6 +33,14 @@ _RECOVER = (
 
 
 _dumps = jsonsafe.dumps
+_LOCK_WAIT_S = 60.0  # how long opening waits for other processes' locks (busy_timeout too)
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether ``exc`` says another connection holds a lock (error codes are on it from Python 3.11)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (_SQLITE_BUSY, _SQLITE_LOCKED) if code is not None else "database is locked" in str(exc)
 
 
 class Store:
@@ -44,10 +52,10 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._check_writable()
         try:
-            self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+            self._db = sqlite3.connect(self.path, timeout=_LOCK_WAIT_S, isolation_level=None)
             self._db.row_factory = sqlite3.Row
-            self._db.execute("PRAGMA busy_timeout=60000")
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA busy_timeout={int(_LOCK_WAIT_S * 1000)}")
+            self._use_wal()
             self._db.execute("PRAGMA foreign_keys=ON")
             self._check_intact()
             with self._write() as db:
@@ -55,6 +63,25 @@ class Store:
             self.imported = self._import_set_aside()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open results store {self.path}: {exc}; " + _RECOVER.format(p=self.path)) from exc
+
+    def _use_wal(self) -> None:
+        """WAL mode. Switching a file to it can answer "database is locked" at once, without
+        waiting out busy_timeout, while another process opens the same file: retry, backing off."""
+        delay, deadline = 0.005, time.monotonic() + _LOCK_WAIT_S
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise StoreError(
+                        f"results store {self.path} stayed locked by another process for "
+                        f"{_LOCK_WAIT_S:.0f} s while opening; run again once it is done, or pass another --store"
+                    ) from exc
+            time.sleep(delay)
+            delay = min(2 * delay, 0.5)
 
     def _check_is_sqlite(self) -> None:
         if not self.path.exists():
@@ -147,7 +174,8 @@ class Store:
             if old is not None and old["status"] not in RETRYABLE:
                 return None  # another driver stored this cell first
             if old is not None:
-                _keep_attempt(db, old, "retried")
+                if not _kept(db, old):  # a worker's death was kept as it happened
+                    _keep_attempt(db, old, "retried")
                 db.execute("DELETE FROM runs WHERE id = ?", (old["id"],))
             return _insert_run(db, run)
 
@@ -166,6 +194,27 @@ class Store:
                 f"to results store {self.path} ({exc}); {kept}. Fix the store (free disk "
                 "space, permissions, the process holding a lock) and run again: the "
                 "next run imports it."
+            ) from exc
+
+    def save_attempt(self, run: RunRecord, reason: str) -> None:
+        """Keep an attempt at a cell that left no result (a worker died running it)."""
+        row = {
+            "cell_key": run.cell_key,
+            "status": run.status,
+            "error": run.error,
+            "summary": _dumps(run.summary),
+            "provenance": _dumps(run.provenance),
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+        }
+        try:
+            with self._write() as db:
+                _keep_attempt(db, row, reason)
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"could not keep an attempt at {run.experiment}/{run.variant} ({reason}: {run.error}) in "
+                f"results store {self.path} ({exc}); nothing stored was changed. Free disk space (or fix "
+                "the file's permissions, or end the process holding its lock) and run again."
             ) from exc
 
     def _import_set_aside(self) -> list[str]:
@@ -290,6 +339,15 @@ def _insert_run(db: sqlite3.Connection, run: RunRecord) -> int:
         [(run_id, r.name, r.value, r.unit, _dumps(r.tags)) for r in run.results],
     )
     return run_id
+
+
+def _kept(db: sqlite3.Connection, row: Any) -> bool:
+    """Whether ``row``'s attempt is already in ``attempts``."""
+    found = db.execute(
+        "SELECT 1 FROM attempts WHERE cell_key = ? AND started_at = ? AND error IS ?",
+        (row["cell_key"], row["started_at"], row["error"]),
+    ).fetchone()
+    return found is not None
 
 
 def _keep_attempt(db: sqlite3.Connection, row: Any, reason: str) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from attnbench import distributed
+from attnbench.errors import DiskFullError
 from attnbench.nn.checkpoint import save_checkpoint
 from attnbench.nn.model import LanguageModel
 from attnbench.plan.base import TrainSpec
@@ -113,16 +114,19 @@ def save_final(checkpoint_dir: Path, cell: Cell, model: LanguageModel, step: int
     tokenizer.json text of a non-byte tokenizer (what evaluation and export must encode with)."""
     path = checkpoint_dir / f"{cell.key}.pt"
     extra = {"tokenizer": tokenizer} if tokenizer else {}
-    save_checkpoint(
-        path,
-        {
-            "model": model.state_dict(),
-            "config": cell.model.to_dict(),
-            "variant": cell.variant,
-            "model_kind": cell.spec_as(TrainSpec).model_kind,
-            "cell_key": cell.key,
-            "step": step,
-            **extra,
-        },
-    )
+    try:
+        save_checkpoint(
+            path,
+            {
+                "model": model.state_dict(),
+                "config": cell.model.to_dict(),
+                "variant": cell.variant,
+                "model_kind": cell.spec_as(TrainSpec).model_kind,
+                "cell_key": cell.key,
+                "step": step,
+                **extra,
+            },
+        )
+    except DiskFullError as exc:  # training finished: what is lost is the checkpoint
+        raise DiskFullError(exc.where, "its final checkpoint was not kept") from exc
     return path
