@@ -26,7 +26,7 @@ class Floor:
     method: str = ""
 
     def text(self) -> str:
-        return f"{self.name} {self.value:.2f}" if self.higher_is_better else f"{self.name} {self.value:.3f}"
+        return f"{self.name} {self.value:.3f}"
 
 
 def _mean(summaries: Iterable[dict[str, Any]], key: str) -> float | None:

@@ -29,11 +29,10 @@ class Learned:
     floor: Floor | None
 
     def value_text(self, who: str) -> str:
-        """'softmax 0.22, guessing 0.18'."""
+        """'softmax 0.221, guessing 0.183' (three decimals: these sit close to the floor)."""
         if self.mean is None or self.floor is None:
             return who
-        mine = f"{self.mean:.2f}" if self.floor.higher_is_better else f"{self.mean:.3f}"
-        return f"{who} {mine}, {self.floor.text()}"
+        return f"{who} {self.mean:.3f}, {self.floor.text()}"
 
 
 def learned(values: Iterable[float], floor: Floor | None) -> Learned:
