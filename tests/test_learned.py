@@ -99,24 +99,25 @@ def out(tmp_path_factory):
     return folder
 
 
-def _summary(out) -> pd.DataFrame:
-    return pd.read_parquet(out / "tables" / "summary.parquet").set_index(["experiment", "variant", "setting"])
+def _summary(out) -> dict[tuple[str, str, str], dict]:
+    rows = pd.read_parquet(out / "tables" / "summary.parquet").to_dict("records")
+    return {(str(r["experiment"]), str(r["variant"]), str(r["setting"])): r for r in rows}
 
 
 def test_a_baseline_at_chance_yields_not_learned_and_no_decision(out):
     rows = _summary(out)
     for setting in ("all test sets", "num_kv_pairs=4", "num_kv_pairs=8"):
-        row = rows.loc[("recall", "linear", setting)]
+        row = rows[("recall", "linear", setting)]
         assert row["decision"] == "not learned"
         assert row["decision_text"].startswith("baseline not learned (softmax ")
-    assert rows.loc[("recall", "linear", "num_kv_pairs=4"), "decision_text"] == (
+    assert rows[("recall", "linear", "num_kv_pairs=4")]["decision_text"] == (
         "baseline not learned (softmax 0.257, guessing 0.250)"
     )
-    assert rows.loc[("recall", "softmax", "all test sets"), "learned"] == NOT_LEARNED
-    assert rows.loc[("recall", "linear", "num_kv_pairs=4"), "learned"] == LEARNED
-    assert rows.loc[("recall", "linear", "num_kv_pairs=8"), "learned"] == NOT_LEARNED
+    assert rows[("recall", "softmax", "all test sets")]["learned"] == NOT_LEARNED
+    assert rows[("recall", "linear", "num_kv_pairs=4")]["learned"] == LEARNED
+    assert rows[("recall", "linear", "num_kv_pairs=8")]["learned"] == NOT_LEARNED
     # Text: softmax learned (below the bigram), linear at 2.50 is not: no decision either.
-    text = rows.loc[("text", "linear", "all test sets")]
+    text = rows[("text", "linear", "all test sets")]
     assert text["decision"] == "not learned" and text["decision_text"] == "not learned (linear 2.503, bigram 2.450)"
     assert text["floors"].startswith("unigram 3.360 / bigram 2.450 / trigram 2.100 nats/token (4.85 / 3.53 / 3.03")
 

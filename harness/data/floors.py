@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from attnbench.contract.task import IGNORE, Task, TaskBatch
@@ -69,7 +70,7 @@ def _group_sum(groups: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.n
     return keys, np.bincount(inverse, weights=values).astype(np.float64)
 
 
-def ngram_cross_entropy(train: np.ndarray, test: np.ndarray, vocab_size: int) -> dict[str, float]:
+def ngram_cross_entropy(train: npt.ArrayLike, test: npt.ArrayLike, vocab_size: int) -> dict[str, float]:
     """Nats per token of ``test`` under unigram, bigram and trigram models fitted on ``train``."""
     V = int(vocab_size)
     x, y = np.asarray(train, dtype=np.int64), np.asarray(test, dtype=np.int64)
