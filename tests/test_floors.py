@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnbench.contract.task import IGNORE, Task, TaskBatch
-from attnbench.data.floors import MEASURED, guess_accuracy, guess_method, measured_guess, ngram_cross_entropy
+from attnbench.data.floors import MEASURED, guess_method, measured_guess, ngram_cross_entropy, task_guess_accuracy
 from attnbench.plugins import synthetic, text_recall
 
 TRAIN = b"abracadabra abracadabra cab"
@@ -64,7 +64,7 @@ def test_text_recall_guessing_is_uniform_over_the_values_in_the_line():
     lines = [bytes(row.tolist()).decode("ascii") for row in batch.inputs]
     exact = sum(1 / len({line[3 * i + 1] for i in range(7)}) for line in lines) / len(lines)
     task = _registered(text_recall, "text_recall")
-    assert guess_accuracy(task, options, batch, batch.targets, 256) == pytest.approx(exact, rel=1e-12)
+    assert task_guess_accuracy(task, options, batch, batch.targets, 256) == pytest.approx(exact, rel=1e-12)
     assert 1 / 7 < exact < 1 / 4  # values repeat among 10 digits: fewer distinct than pairs
     assert guess_method(task).startswith("declared: uniform over the distinct values")
 
@@ -75,7 +75,7 @@ def test_mqar_guessing_is_one_over_the_pairs():
     values = batch.targets[batch.targets != IGNORE].view(200, 4)  # (N, K) every pair queried once
     assert all(len(set(row.tolist())) == 4 for row in values)  # K distinct values: one in K
     task = _registered(synthetic, "mqar")
-    assert guess_accuracy(task, options, batch, batch.targets, 64) == 0.25
+    assert task_guess_accuracy(task, options, batch, batch.targets, 64) == 0.25
 
 
 def test_a_task_without_a_declaration_is_measured_by_the_majority_answer():
@@ -83,7 +83,7 @@ def test_a_task_without_a_declaration_is_measured_by_the_majority_answer():
     test = TaskBatch(torch.zeros(2, 3, dtype=torch.long), torch.tensor([[IGNORE, 3, 6], [IGNORE, 4, 5]]))
     assert measured_guess(train, test, 8) == 0.5
     plain = Task("plain", synthetic.MQAROptions, synthetic.generate_mqar, lambda o: 8, lambda o: 3)
-    assert guess_accuracy(plain, None, test, train, 8) == 0.5 and guess_method(plain) == MEASURED
+    assert task_guess_accuracy(plain, None, test, train, 8) == 0.5 and guess_method(plain) == MEASURED
 
 
 def _registered(module, name: str) -> Task:

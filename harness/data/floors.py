@@ -1,13 +1,10 @@
 """Null levels a trained model must clear, computed from a cell's data alone (counts, no training).
 
-Text: the cross-entropy of an evaluation split under n-gram models fitted on the training split
-(unigram: add-one; bigram and trigram: interpolated Kneser-Ney, Chen & Goodman 1999, one
-absolute discount per order D = n1 / (n1 + 2 n2), the lowest order interpolated with uniform).
-Every model scores the same tokens: each token of the split from the third on, its history
-the split's own preceding tokens.
-Tasks: the accuracy of the best guess that uses no memory of the context's pairs, as the task
-declares it (``Task.guess_accuracy``), else measured by a trivial model: on every scored
-position, the answer most often seen there in the training examples.
+Text: an evaluation split's cross-entropy under n-gram models fitted on the training split
+(unigram add-one; bigram and trigram interpolated Kneser-Ney, Chen & Goodman 1999, discount
+n1 / (n1 + 2 n2) per order, the lowest order mixed with uniform), all scoring the split's tokens
+from the third on. Tasks: the accuracy of the best guess with no memory of the context's pairs,
+declared by the task (``Task.guess_accuracy``) or measured by a majority-answer model.
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ from attnbench.contract.task import IGNORE, Task, TaskBatch
 ORDERS = ("unigram", "bigram", "trigram")
 SMOOTHING = "unigram add-one; bigram and trigram interpolated Kneser-Ney (discount n1/(n1+2n2) per order)"
 MEASURED = "measured: the answer most often seen at each scored position of the training examples"
+_TEXT_CACHE: dict[tuple[str, int], dict[str, dict[str, float]]] = {}  # per corpus: its floors per split
 
 
 @dataclass(frozen=True)
@@ -102,9 +100,6 @@ def text_floors(data: Any) -> dict[str, dict[str, float]]:
     return _TEXT_CACHE[key]
 
 
-_TEXT_CACHE: dict[tuple[str, int], dict[str, dict[str, float]]] = {}
-
-
 def majority_answers(targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """(T,) the answer most often seen at each position of ``targets`` (N, T); where a position
     is never scored, the most common answer overall."""
@@ -125,7 +120,7 @@ def measured_guess(train_targets: torch.Tensor, batch: TaskBatch, vocab_size: in
     return float((y == guess[:T])[scored].float().mean()) if scored.any() else float("nan")
 
 
-def guess_accuracy(task: Task, options: Any, batch: TaskBatch, train_targets: torch.Tensor, vocab: int) -> float:
+def task_guess_accuracy(task: Task, options: Any, batch: TaskBatch, train_targets: torch.Tensor, vocab: int) -> float:
     """The task's declared guessing accuracy on ``batch``, else the measured one."""
     if task.guess_accuracy is not None:
         return float(task.guess_accuracy(options, batch))

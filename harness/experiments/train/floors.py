@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from attnbench.data.floors import ORDERS, SMOOTHING, guess_accuracy, guess_method, text_floors
+from attnbench.data.floors import ORDERS, SMOOTHING, guess_method, task_guess_accuracy, text_floors
 from attnbench.experiments.train.evaluate import headline
 from attnbench.store.database import Result
 
@@ -27,7 +27,7 @@ def floor_rows(data: Any) -> list[Result]:
     return [
         Result(
             "guess_accuracy",
-            guess_accuracy(task, options, batch, data.train_targets, data.vocab_size),
+            task_guess_accuracy(task, options, batch, data.train_targets, data.vocab_size),
             "",
             {"split": split, "task": task.name, **task.coords(options)},
         )
