@@ -278,7 +278,10 @@ def _coords(*names: str):
     return coords
 
 
-def _task(name: str, options: type, generate: Any, coords: tuple[str, ...], description: str) -> Task:
+def _task(
+    name: str, options: type, generate: Any, coords: tuple[str, ...], description: str, guess: tuple[Any, str] | None
+) -> Task:
+    """``guess``: (declared guessing accuracy from the options, its rule in words); None: measured."""
     return Task(
         name,
         options,
@@ -288,13 +291,30 @@ def _task(name: str, options: type, generate: Any, coords: tuple[str, ...], desc
         coords=_coords(*coords),
         description=description,
         version="1",
+        guess_accuracy=None if guess is None else (lambda o, _batch: guess[0](o)),
+        guess_rule="" if guess is None else guess[1],
     )
+
+
+# Values are uniform over Vk tokens and independent of what is shown, so no guess beats 1/Vk.
+_RECALL_GUESS = (lambda o: 1.0 / ((o.vocab_size - o.noise_vocab_size) // 2), "uniform over the Vk values")
+_COMPRESSION_GUESS = (lambda o: 1.0 / (o.vocab_size - 2), "uniform over the V - 2 data tokens")
+_MEMORIZATION_GUESS = (lambda o: 1.0 / ((o.vocab_size - 1) // 2), "uniform over the Vk values (the map unknown)")
 
 
 @hookimpl
 def attnbench_register_tasks(register) -> None:
     base = ("vocab_size", "seq_len")
-    register(_task("mad_recall", RecallOptions, generate_recall, base, "MAD in-context recall (every repeat queried)"))
+    register(
+        _task(
+            "mad_recall",
+            RecallOptions,
+            generate_recall,
+            base,
+            "MAD in-context recall (every repeat queried)",
+            _RECALL_GUESS,
+        )
+    )
     register(
         _task(
             "mad_noisy_recall",
@@ -302,6 +322,7 @@ def attnbench_register_tasks(register) -> None:
             generate_recall,
             (*base, "noise_vocab_size", "frac_noise"),
             "MAD noisy recall: in-context recall with pairs of noise tokens",
+            _RECALL_GUESS,
         )
     )
     register(
@@ -311,6 +332,7 @@ def attnbench_register_tasks(register) -> None:
             generate_fuzzy_recall,
             (*base, "key_len", "value_len"),
             "MAD fuzzy recall: keys and values of 1..key_len / 1..value_len tokens",
+            None,  # motifs of varying length: measured
         )
     )
     register(
@@ -320,6 +342,7 @@ def attnbench_register_tasks(register) -> None:
             generate_compression,
             base,
             "MAD compression (LM framing): reproduce T/2 tokens after a compression token",
+            _COMPRESSION_GUESS,
         )
     )
     register(
@@ -329,5 +352,6 @@ def attnbench_register_tasks(register) -> None:
             generate_memorization,
             base,
             "MAD memorization: a fixed key->value map recalled without context",
+            _MEMORIZATION_GUESS,
         )
     )

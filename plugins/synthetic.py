@@ -340,6 +340,9 @@ def _coords(*names: str):
     return coords
 
 
+_ONE_OF_K = "uniform over the K distinct values shown in the pairs"
+
+
 @hookimpl
 def attnbench_register_tasks(register) -> None:
     common: dict[str, Any] = {"vocab_size": _vocab, "seq_len": _seq_len, "version": "1"}
@@ -350,6 +353,8 @@ def attnbench_register_tasks(register) -> None:
             generate_mqar,
             coords=_coords("num_kv_pairs", "seq_len", "vocab_size"),
             description="Zoology multi-query associative recall (power-law query gaps)",
+            guess_accuracy=lambda o, _batch: 1.0 / o.num_kv_pairs,
+            guess_rule=_ONE_OF_K,
             **common,
         )
     )
@@ -360,6 +365,8 @@ def attnbench_register_tasks(register) -> None:
             generate_noisy_recall,
             coords=_coords("num_kv_pairs", "seq_len", "vocab_size", "neighbours", "noise_prob"),
             description="MQAR with fuzzy keys: queries show a neighbour of the key token",
+            guess_accuracy=lambda o, _batch: 1.0 / o.num_kv_pairs,
+            guess_rule=_ONE_OF_K,
             **common,
         )
     )
@@ -370,6 +377,8 @@ def attnbench_register_tasks(register) -> None:
             generate_selective_copy,
             coords=_coords("num_tokens", "seq_len", "vocab_size"),
             description="copy the data tokens scattered among blanks, in order, after a separator",
+            guess_accuracy=lambda o, _batch: 1.0 / (o.vocab_size - 2),
+            guess_rule="uniform over the V - 2 data tokens (drawn independently of everything shown)",
             **common,
         )
     )
@@ -380,6 +389,8 @@ def attnbench_register_tasks(register) -> None:
             generate_induction,
             coords=_coords("num_triggers", "seq_len", "vocab_size"),
             description="induction recall: a trigger's earlier successor, when the trigger reappears",
+            guess_accuracy=lambda o, _batch: 1.0 / (o.vocab_size - o.num_triggers),
+            guess_rule="uniform over the V - G non-trigger tokens (answers are drawn uniformly from them)",
             **common,
         )
     )

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from attnbench import RecallOptions, Task, TaskBatch, hookimpl, recall_line, recall_training_tensors
 
 BYTE_VOCAB = 256
@@ -32,6 +34,15 @@ def generate(options: TextRecallOptions, n: int, seed: int) -> TaskBatch:
         n, seed=seed, n_pairs=options.n_pairs, n_queries=options.n_queries
     )  # (n, T), (n, T)
     return TaskBatch(inputs, targets)
+
+
+def guess_accuracy(options: TextRecallOptions, batch: TaskBatch) -> float:
+    """Expected accuracy of guessing uniformly among the distinct values of the line's pairs
+    (every answer is one of them): the mean of 1 / (distinct values) over the lines, whose
+    answers are equally many."""
+    values = batch.inputs[:, 1 : 3 * options.n_pairs : 3]  # (N, n_pairs) the value byte of each pair
+    present = torch.zeros(values.size(0), BYTE_VOCAB, dtype=torch.bool).scatter_(1, values, True)  # (N, 256)
+    return float((1.0 / present.sum(dim=1).double()).mean())
 
 
 def seq_len(options: TextRecallOptions) -> int:
@@ -53,6 +64,8 @@ def attnbench_register_tasks(register) -> None:
             seq_len=seq_len,
             version="1",
             tokens="bytes",
+            guess_accuracy=guess_accuracy,
+            guess_rule="uniform over the distinct values present in the line's pairs",
             description="associative recall as text bytes (trains for the attnbench_recall lm-eval task)",
         )
     )

@@ -54,6 +54,10 @@ class Task:
     coords: ``(options) -> dict`` difficulty coordinates tagged on every evaluation row.
     tokens: what a token is: ``"ids"`` (symbols with no text meaning; checkpoints keep a
         token-ids tokenizer, text "5 4099 12" <-> ids) or ``"bytes"`` (UTF-8 bytes, vocabulary 256).
+    guess_accuracy: optional ``(options, TaskBatch) -> float``, the expected accuracy on those
+        examples of the best guess that uses no memory of the context's pairs (the null level a
+        model must clear); without it the harness measures a trivial model (see data/floors.py).
+    guess_rule: that guess, in words (e.g. "uniform over the values present in the line").
     """
 
     name: str
@@ -66,6 +70,8 @@ class Task:
     coords: Callable[[Any], dict[str, Any]] = _asdict
     version: str = "0"
     tokens: str = "ids"
+    guess_accuracy: Callable[[Any, TaskBatch], float] | None = None
+    guess_rule: str = ""
     plugin: str = field(default="", compare=False)
     distribution: str = field(default="", compare=False)
     source_files: tuple[str, ...] = field(default=(), compare=False)

@@ -13,10 +13,13 @@ import pandas as pd
 
 from attnbench.report.decision import TEST_TEXT, UNDETERMINED, Decision
 from attnbench.report.document import Section, Table
+from attnbench.report.floors import text_floors_text
+from attnbench.report.learned import LEARNED_TEST_TEXT
 from attnbench.report.load import StoreData
 from attnbench.report.paired import (
     baselines_of,
     eval_settings,
+    learned_of,
     metric_of,
     paired_decision,
     protocol_of,
@@ -175,6 +178,8 @@ def _row(
     loss = mean_ci(seed_values(data, sel, "loss", setting).values())
     acc = mean_ci(seed_values(data, sel, "accuracy", setting).values())
     value = acc if metric == "accuracy" else loss
+    gained = learned_of(data, sel, metric, setting)
+    floors = text_floors_text(sel.runs["summary"], "test") if metric == "loss" else None
     train_x, train_T = speedup_at_longest(speed["train_step"], sel.variant, baseline)
     dec_x, dec_T = speedup_at_longest(speed["decode"], sel.variant, baseline)
     states = [s.get("state_elements") for s in sel.runs["summary"] if is_number(s.get("state_elements"))]
@@ -201,6 +206,10 @@ def _row(
         "value_mean": value.mean,
         "value_lo": value.lo,
         "value_hi": value.hi,
+        "learned": gained.status,
+        "floor": gained.floor and gained.floor.value,
+        "floor_name": gained.floor and gained.floor.name,
+        "floors": floors or (gained.floor.text() if gained.floor else None),
         "baseline": baseline,
         "diff_mean": d.mean,
         "diff_lo": d.lo,
@@ -230,6 +239,8 @@ def _row(
         },
         "test loss": num(loss.mean),
         "test accuracy": num(acc.mean, 3),
+        "null level (test)": raw["floors"] or MISSING,
+        "learned at this budget": {"learned": "yes", "not learned": "no"}.get(gained.status, "unknown"),
         "train-step speedup": _speed_text(train_x, train_T),
         "decode speedup / token": _speed_text(dec_x, dec_T),
         "state size": fact_text(sel.runs["summary"], "state_elements", lambda v: bytes_text(4 * v)),
@@ -281,8 +292,9 @@ def summary_table(data: StoreData) -> Table | None:
         f"Each variant at its own chosen grid point (lowest mean validation loss over its seeds); the "
         f"numbers are on the test split, which took no part in that choice. Δ = variant - baseline "
         f"({' / '.join(baselines)}), one column per baseline, on the same seed (same batches in the same "
-        f"order); decision: {method_text(data, TEST_TEXT)}; margins: {'; '.join(sorted(margins))}. "
-        "Speedups: the (first) "
+        f"order); decision: {method_text(data, TEST_TEXT)}; margins: {'; '.join(sorted(margins))}. Null level: "
+        "the bigram's cross-entropy for text (unigram / bigram / trigram shown), guessing without memory for tasks; "
+        f"{LEARNED_TEST_TEXT}, else no decision (not learned). Speedups: the (first) "
         "baseline's time / variant time at the longest T both timed (> 1 is faster). State size: fp32 "
         "recurrent state at the training length."
     )

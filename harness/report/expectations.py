@@ -1,5 +1,6 @@
 """Published findings a suite states it can test (``protocol.expectations``), each beside what
-this run found: agrees, disagrees, or undetermined (the run could not decide)."""
+this run found: agrees, disagrees, undetermined (the run could not decide), or not testable at
+this budget (the baseline or the variant has not learned)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pandas as pd
 
 from attnbench.report.decision import EQUIVALENT, UNDETERMINED
 from attnbench.report.document import Section, Table
+from attnbench.report.learned import NOT_LEARNED, NOT_TESTABLE
 from attnbench.report.load import StoreData
 from attnbench.report.paired import metric_of, paired_decision, protocol_of, setting_label
 from attnbench.report.selection import select
@@ -16,7 +18,10 @@ AGREES, DISAGREES = "agrees", "disagrees"
 
 def verdict(expected: str, found: str) -> str:
     """A decided outcome agrees when it is the expected one; "equivalent" disagrees with an
-    expected difference (and a difference with expected equivalence)."""
+    expected difference (and a difference with expected equivalence); a comparison with a model
+    that has not learned tests nothing."""
+    if found == NOT_LEARNED:
+        return NOT_TESTABLE
     if found == UNDETERMINED:
         return UNDETERMINED
     return AGREES if found == expected else DISAGREES
@@ -64,7 +69,8 @@ def expectations_section(data: StoreData) -> list[Section]:
     counts = raw["verdict"].value_counts()
     intro = (
         f"{counts.get(AGREES, 0)} agree, {counts.get(DISAGREES, 0)} disagree, "
-        f"{counts.get(UNDETERMINED, 0)} undetermined. Each finding is checked with the same paired decision "
+        f"{counts.get(UNDETERMINED, 0)} undetermined, {counts.get(NOT_TESTABLE, 0)} {NOT_TESTABLE} (a model "
+        "that has not cleared its null level). Each finding is checked with the same paired decision "
         f"as the summary (better / worse / {EQUIVALENT} within the margin); a disagreement is this run's "
         "result at its budget, shown as found, never tuned away."
     )

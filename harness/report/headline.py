@@ -1,7 +1,7 @@
 """The report's first screen: one sentence per variant saying what this run found against the
 baseline (each experiment's decision, per evaluation setting where the metric is task accuracy,
-the train-step speed ratio at up to three lengths, the state size), and the quality-against-cost
-picture."""
+the train-step speed ratio at up to three lengths, the state size, and what its budget's numbers
+mean: decided at final quality, or not learned), and the quality-against-cost picture."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Any
 import pandas as pd
 
 from attnbench.report.comparison import ratio_interval, speed_rounds, summary_table
-from attnbench.report.decision import EQUIVALENT, TEST_TEXT
+from attnbench.report.decision import BETTER, EQUIVALENT, TEST_TEXT, WORSE
 from attnbench.report.document import Section
 from attnbench.report.figures import Palette
+from attnbench.report.learned import LEARNED, LEARNED_TEST_TEXT, NOT_LEARNED
 from attnbench.report.load import StoreData
 from attnbench.report.sequential import method_text
 from attnbench.report.time_to_learn import undecided_clauses
@@ -47,7 +48,30 @@ def _value(metric: str, v: Any) -> str:
 def _outcome(row: pd.Series) -> str:
     if row["decision"] == EQUIVALENT:
         return f"equivalent ±{row['margin']:g}"
+    if row["decision"] == NOT_LEARNED:  # "baseline not learned (...)" -> "baseline not learned"
+        return str(row["decision_text"]).split(" (")[0]
     return str(row["decision"])
+
+
+def budget_meaning(rows: pd.DataFrame) -> str:
+    """What an experiment's numbers are at this budget: 'decided at final accuracy', 'not learned
+    at this budget', or 'undetermined at final loss' (from its rows' decisions)."""
+    metric = rows["metric"].iloc[0]
+    decided = rows["decision"].isin([BETTER, WORSE, EQUIVALENT]).any()
+    unlearned = (rows["decision"] == NOT_LEARNED).any()
+    if decided:
+        return f"decided at final {metric}" + (" where both learned" if unlearned else "")
+    return "not learned at this budget" if unlearned else f"undetermined at final {metric}"
+
+
+def _learned_text(row: pd.Series) -> str:
+    """' [learned: beyond bigram 2.496]' or ' [not learned at this budget: guessing 0.18]'."""
+    if not is_number(row.get("floor")):
+        return ""
+    floor = f"{row['floor_name']} {_value(row['metric'], row['floor'])}"
+    if row["learned"] == LEARNED:
+        return f" [learned: beyond {floor}]"
+    return f" [not learned at this budget: {floor}]" if row["learned"] == NOT_LEARNED else f" [{floor}]"
 
 
 def _by_setting(rows: pd.DataFrame) -> str:
@@ -96,7 +120,7 @@ def sentence(variant: str, table: pd.DataFrame, rounds: dict[str, Rounds], state
         head = rows[rows["setting"] == "all test sets"].iloc[0]
         parts.append(
             f"{exp} {head['metric']} {_value(head['metric'], head['value_mean'])} ({head['decision_text']}"
-            f"{_further(head)})" + _by_setting(rows[rows["setting"] != "all test sets"])
+            f"{_further(head)})" + _by_setting(rows[rows["setting"] != "all test sets"]) + f" [{budget_meaning(rows)}]"
         )
     speed = _speed(variant, mine["baseline"].iloc[0], rounds)
     if speed:
@@ -119,7 +143,11 @@ def baseline_sentence(baseline: str, table: pd.DataFrame, rounds: dict[str, Roun
         if not settings.empty:
             keys, labels = short_labels([json.loads(o) for o in settings["setting_options"]])
             part += f", by {keys} {' / '.join(labels)}: {' / '.join(_value(metric, v) for v in settings['value_mean'])}"
-        parts.append(part)
+            if all(is_number(f) for f in settings["floor"]):
+                part += (
+                    f" ({settings['floor_name'].iloc[0]} {' / '.join(_value(metric, f) for f in settings['floor'])})"
+                )
+        parts.append(part + _learned_text(head))
     times = rounds.get(baseline, {})
     if times:
         quoted = speed_lengths(set(times))
@@ -156,6 +184,7 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
     overall = rows[rows["setting"] == "all test sets"].copy()
     overall["step_time_s"] = [rounds[v][T][0] if T is not None and v in rounds else None for v in overall["variant"]]
     overall["state_bytes"] = [state.get(v) for v in overall["variant"]]
+    overall["unlearned"] = [status == NOT_LEARNED for status in overall["learned"]]
     figure = tradeoff_figure(overall, palette, T)
     margins = ", ".join(
         f"{e} {m} ±{g:g}" if is_number(g) else f"{e} {m}: none stated"
@@ -166,7 +195,9 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
         ANSWER,
         intro=(
             f"Each variant at its chosen grid point on the test split: value (Δ vs {' / '.join(baselines)} [95% "
-            f"interval], seeds, decision{also}). Decision: {method_text(data, TEST_TEXT)}; margins: {margins}. "
+            f"interval], seeds, decision{also}) and what the budget's numbers mean. Decision: "
+            f"{method_text(data, TEST_TEXT)}; margins: {margins}; none where the baseline or the variant has not "
+            f"learned ({LEARNED_TEST_TEXT}: the bigram's cross-entropy for text, guessing without memory for tasks). "
             "Train step: the "
             "baseline's time / the variant's (> 1 is faster), 95% interval from the timing rounds."
         ),

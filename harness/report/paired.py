@@ -1,11 +1,14 @@
 """Per-seed test readings of a chosen grid point, and their paired decision against the
-baseline on the protocol's metric (overall, or at one evaluation setting)."""
+baseline on the protocol's metric (overall, or at one evaluation setting), made only when
+both have learned (cleared their null level)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from attnbench.report.decision import Decision, decide
+from attnbench.report.floors import floor_of
+from attnbench.report.learned import Learned, gate, learned
 from attnbench.report.load import StoreData
 from attnbench.report.selection import Selection
 from attnbench.report.sequential import decide_sequential, design_of
@@ -73,10 +76,19 @@ def paired_decision(
     margin: float | None,
     setting: dict[str, Any] | None = None,
 ) -> tuple[Decision, list[float]]:
-    """The decision on variant - baseline over the seeds both finished, and those differences."""
+    """The decision on variant - baseline over the seeds both finished, and those differences;
+    "not learned" (no decision) when either has not cleared its null level."""
     mine, theirs = seed_values(data, sel, metric, setting), seed_values(data, base, metric, setting)
     diffs = [mine[s] - theirs[s] for s in sorted(set(mine) & set(theirs))]
     design = design_of(protocol_of(sel))  # seeds until decided: the group-sequential rule
     if design is not None:
-        return decide_sequential(diffs, margin, HIGHER_IS_BETTER[metric], design), diffs
-    return decide(diffs, margin, HIGHER_IS_BETTER[metric]), diffs
+        decision = decide_sequential(diffs, margin, HIGHER_IS_BETTER[metric], design)
+    else:
+        decision = decide(diffs, margin, HIGHER_IS_BETTER[metric])
+    floor = floor_of(data, sel, metric, setting) or floor_of(data, base, metric, setting)
+    return gate(decision, learned(mine.values(), floor), learned(theirs.values(), floor), sel.label, base.label), diffs
+
+
+def learned_of(data: StoreData, sel: Selection, metric: str, setting: dict[str, Any] | None = None) -> Learned:
+    """Whether ``sel`` cleared its null level on the test ``metric`` (overall, or at ``setting``)."""
+    return learned(seed_values(data, sel, metric, setting).values(), floor_of(data, sel, metric, setting))

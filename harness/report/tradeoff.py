@@ -1,6 +1,7 @@
 """Quality against cost: each variant one point per experiment (its test metric, mean over
 seeds with the 95% interval as bars) against its training-step time and its state size,
-with the Pareto front (no other variant is both cheaper and better) drawn through it."""
+with the Pareto front (no other variant is both cheaper and better) drawn through it. Variants
+that have not learned (not beyond their null level) are grey and take no part in the front."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLoca
 from attnbench.report.document import Figure
 from attnbench.report.figures import Palette, _png
 from attnbench.report.values import bytes_text, is_number, seconds_text
+
+UNLEARNED = (0.78, 0.78, 0.78)  # grey: a variant not beyond its null level
 
 
 def pareto_front(points: list[tuple[float, float]], higher_is_better: bool) -> list[int]:
@@ -34,17 +37,19 @@ def pareto_front(points: list[tuple[float, float]], higher_is_better: bool) -> l
 def _panel(ax, sub: pd.DataFrame, cost: str, palette: Palette) -> None:
     """One experiment against one cost: points with interval bars, labelled, and the front."""
     metric = sub["metric"].iloc[0]
+    unlearned = sub["unlearned"] if "unlearned" in sub else [False] * len(sub)
     pts = [
-        (float(x), float(y), v, lo, hi)
-        for x, y, v, lo, hi in zip(
-            sub[cost], sub["value_mean"], sub["variant"], sub["value_lo"], sub["value_hi"], strict=True
+        (float(x), float(y), v, lo, hi, bool(off))
+        for x, y, v, lo, hi, off in zip(
+            sub[cost], sub["value_mean"], sub["variant"], sub["value_lo"], sub["value_hi"], unlearned, strict=True
         )
         if is_number(x) and x > 0 and is_number(y)
     ]
-    front = pareto_front([(p[0], p[1]) for p in pts], metric == "accuracy")
+    learned = [i for i, p in enumerate(pts) if not p[5]]
+    front = [learned[j] for j in pareto_front([(pts[i][0], pts[i][1]) for i in learned], metric == "accuracy")]
     if len(front) > 1:
         ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "--", color="#999", lw=1, zorder=1)
-    for i, (x, y, v, lo, hi) in enumerate(pts):
+    for i, (x, y, v, lo, hi, off) in enumerate(pts):
         err = [[y - lo], [hi - y]] if is_number(lo) and is_number(hi) else None
         ax.errorbar(
             [x],
@@ -54,11 +59,12 @@ def _panel(ax, sub: pd.DataFrame, cost: str, palette: Palette) -> None:
             ms=6 if i in front else 4.5,
             capsize=2,
             zorder=2,
-            color=palette.get(v, (0.3, 0.3, 0.3)),
+            color=UNLEARNED if off else palette.get(v, (0.3, 0.3, 0.3)),
             mec="black" if i in front else "none",
             mew=0.8,
         )
-        ax.annotate(v, (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points")
+        label = f"{v} (not learned)" if off else v
+        ax.annotate(label, (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points", color="#888" if off else None)
     ax.set_xscale("log")
     ax.tick_params(labelsize=7)
     if pts:
@@ -103,5 +109,6 @@ def tradeoff_figure(rows: pd.DataFrame, palette: Palette, T: int | None = None) 
         _png(fig),
         "Each point: a variant at its chosen grid point, test metric as the mean over seeds with its 95% "
         "interval; cost: train-step time at the longest length timed for every variant, and the fp32 "
-        "decode state at the training length. Dashed through outlined points: the Pareto front.",
+        "decode state at the training length. Dashed through outlined points: the Pareto front. Grey, "
+        "marked 'not learned': variants whose test metric is not beyond its null level (no front).",
     )

@@ -12,6 +12,7 @@ import pandas as pd
 
 from attnbench.report import figures
 from attnbench.report.document import Figure, Section, Table
+from attnbench.report.floors import floor_note
 from attnbench.report.load import StoreData
 from attnbench.report.selection import Selection, select
 from attnbench.report.values import (
@@ -333,6 +334,9 @@ def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
             ),
             tables=[main, cost],
         )
+        note = next((n for s in sels if (n := floor_note(s, "val")) is not None), None)
+        if note:  # the null levels beside the held-out values (the same data for every row)
+            section.notes.append(note)
         grid = _grid_table(exp, sels)
         if grid is not None:
             section.tables.append(grid)

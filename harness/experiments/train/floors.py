@@ -1,0 +1,46 @@
+"""The null levels of a train cell's data as result rows (and summary values), computed once per
+cell from counts: n-gram cross-entropy per text split, guessing accuracy per task evaluation set."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from attnbench.data.floors import ORDERS, SMOOTHING, guess_method, task_guess_accuracy, text_floors
+from attnbench.experiments.train.evaluate import headline
+from attnbench.store.database import Result
+
+
+def floor_rows(data: Any) -> list[Result]:
+    """Rows tagged like the evaluation rows they stand beside: ``floor_<order>_loss`` (nats/token)
+    and ``floor_<order>_bpb`` per text split, ``guess_accuracy`` per task evaluation set."""
+    task = getattr(data, "task", None)
+    if task is None:
+        rows = []
+        for split, nats in text_floors(data).items():
+            for order in ORDERS:
+                bpb = nats[order] / math.log(2) / data.bytes_per_token
+                rows.append(Result(f"floor_{order}_loss", nats[order], "nats/token", {"split": split}))
+                rows.append(Result(f"floor_{order}_bpb", bpb, "bits/byte", {"split": split}))
+        return rows
+    splits = [("val", e) for e in data.evals] + [("test", e) for e in data.tests]
+    return [
+        Result(
+            "guess_accuracy",
+            task_guess_accuracy(task, options, batch, data.train_targets, data.vocab_size),
+            "",
+            {"split": split, "task": task.name, **task.coords(options)},
+        )
+        for split, (options, batch) in splits
+    ]
+
+
+def floor_summary(data: Any, rows: list[Result]) -> dict[str, Any]:
+    """``val_``/``test_`` means of the floor rows (as the evaluation's own summary values are),
+    and how the floors were found."""
+    task = getattr(data, "task", None)
+    return {
+        **{f"val_{k}": v for k, v in headline(rows, "val").items()},
+        **{f"test_{k}": v for k, v in headline(rows, "test").items()},
+        "floor_method": SMOOTHING if task is None else guess_method(task),
+    }

@@ -1,0 +1,85 @@
+"""The null levels a train cell stored beside its evaluation (n-gram cross-entropy for text,
+guessing accuracy for tasks), read back from the store and put in words."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from attnbench.report.load import StoreData
+from attnbench.report.selection import Selection
+from attnbench.report.values import is_number, mean_ci
+
+ORDERS = ("unigram", "bigram", "trigram")
+LEARNED_TEXT_ORDER = "bigram"  # the best a model that mixes no tokens can reach: a learned mixer beats it
+GUESSING = "guessing"
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A null level on one metric: ``name`` (bigram, guessing), its ``value`` and how it was found."""
+
+    name: str
+    value: float
+    higher_is_better: bool
+    method: str = ""
+
+    def text(self) -> str:
+        return f"{self.name} {self.value:.3f}"
+
+
+def _mean(summaries: Iterable[dict[str, Any]], key: str) -> float | None:
+    return mean_ci(s.get(key) for s in summaries).mean
+
+
+def _method(sel: Selection) -> str:
+    return next((str(s["floor_method"]) for s in sel.runs["summary"] if s.get("floor_method")), "")
+
+
+def floor_of(data: StoreData, sel: Selection, metric: str, setting: dict[str, Any] | None = None) -> Floor | None:
+    """The test-split floor a ``sel`` must clear on ``metric`` (overall, or at one evaluation
+    ``setting``); None where the store holds none (runs before floors were stored, task loss)."""
+    if metric == "loss":
+        value = _mean(sel.runs["summary"], f"test_floor_{LEARNED_TEXT_ORDER}_loss")
+        return None if value is None else Floor(LEARNED_TEXT_ORDER, value, False, _method(sel))
+    if metric != "accuracy":
+        return None
+    if setting is None:
+        value = _mean(sel.runs["summary"], "test_guess_accuracy")
+    else:
+        res = data.results[data.results["run_id"].isin([int(i) for i in sel.runs["id"]])]
+        res = res[res["name"] == "guess_accuracy"]
+        value = mean_ci(
+            v
+            for v, tags in zip(res["value"], res["tags"], strict=True)
+            if tags.get("split") == "test" and all(tags.get(k) == x for k, x in setting.items())
+        ).mean
+    return None if value is None else Floor(GUESSING, value, True, _method(sel))
+
+
+def text_floors_text(summaries: Iterable[dict[str, Any]], split: str) -> str | None:
+    """'unigram 3.362 / bigram 2.496 / trigram 2.098 nats/token (4.85 / 3.60 / 3.03 bits/byte)'."""
+    summaries = list(summaries)
+    nats = [_mean(summaries, f"{split}_floor_{o}_loss") for o in ORDERS]
+    bpb = [_mean(summaries, f"{split}_floor_{o}_bpb") for o in ORDERS]
+    if not all(is_number(v) for v in nats):
+        return None
+    head = " / ".join(f"{o} {v:.3f}" for o, v in zip(ORDERS, nats, strict=True)) + " nats/token"
+    return head + (f" ({' / '.join(f'{v:.2f}' for v in bpb)} bits/byte)" if all(is_number(v) for v in bpb) else "")
+
+
+def floor_note(sel: Selection, split: str) -> str | None:
+    """One line naming a selection's null levels on ``split`` and how they were found."""
+    summaries = list(sel.runs["summary"])
+    text = text_floors_text(summaries, split)
+    method = _method(sel)
+    if text is not None:
+        return (
+            f"Null levels ({split} split, n-gram models fitted on the training split; {method}): {text}. A loss "
+            f"not below the {LEARNED_TEXT_ORDER} has not learned to use context."
+        )
+    guess = _mean(summaries, f"{split}_guess_accuracy")
+    if guess is None:
+        return None
+    return f"Guessing accuracy ({split} split, mean over evaluation sets; {method}): {guess:.3f}."

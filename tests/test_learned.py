@@ -1,0 +1,154 @@
+"""Learned before compared, through `attnbench report` on a hand-made store: a baseline at
+chance makes no decision ("baseline not learned (softmax 0.25, guessing 0.25)") in the first
+screen, the summary table and the published-findings table; a variant at the bigram level on
+text gets no decision either; the null levels stand beside the losses."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from attnbench.cli import main
+from attnbench.report.floors import Floor
+from attnbench.report.learned import LEARNED, NOT_LEARNED, UNKNOWN, learned
+from attnbench.store.database import Result, Store
+from tests.report_store import protocol_dict, record
+
+SUITE = "chance"
+SEEDS = (0, 1, 2)
+PAIRS = (4, 8)
+GUESS = {4: 0.25, 8: 0.125}  # mqar: 1/K
+# Test accuracy per seed at each K: softmax at chance everywhere, linear learned at K=4 only.
+RECALL = {
+    "softmax": {4: (0.26, 0.24, 0.27), 8: (0.12, 0.13, 0.11)},
+    "linear": {4: (0.60, 0.62, 0.65), 8: (0.13, 0.12, 0.125)},
+}
+TEXT = {"softmax": (2.10, 2.12, 2.11), "linear": (2.50, 2.52, 2.49)}  # linear not below the bigram
+STATE = {"softmax": 4096, "linear": 1024}
+FLOORS = {"unigram": 3.36, "bigram": 2.45, "trigram": 2.10}  # nats/token (bytes: bits/byte = / ln 2)
+EXPECT = [
+    {
+        "claim": "linear recalls fewer pairs",
+        "source": "Zoology",
+        "variant": "linear",
+        "versus": None,
+        "outcome": "worse",
+        "setting": {"num_kv_pairs": 8},
+    }
+]
+
+
+def _recall(v: str, seed: int, i: int) -> tuple[dict, list[Result]]:
+    results = []
+    for k in PAIRS:
+        tags = {"split": "test", "task": "mqar", "num_kv_pairs": k}
+        results += [Result("accuracy", RECALL[v][k][i], "", tags), Result("guess_accuracy", GUESS[k], "", tags)]
+    acc = sum(RECALL[v][k][i] for k in PAIRS) / len(PAIRS)
+    summary = {
+        "val_loss": 2.0,
+        "test_loss": 2.0,
+        "state_elements": STATE[v],
+        "test_accuracy": acc,
+        "test_guess_accuracy": sum(GUESS.values()) / len(GUESS),
+        "val_guess_accuracy": sum(GUESS.values()) / len(GUESS),
+        "floor_method": "declared: uniform over the K distinct values shown in the pairs",
+        "protocol": protocol_dict("accuracy", EXPECT, None),
+    }
+    return summary, results
+
+
+def _text(v: str, i: int) -> dict:
+    floors = {
+        f"{s}_floor_{o}_{u}": x * (1 if u == "loss" else 1.4427)
+        for o, x in FLOORS.items()
+        for s in ("val", "test")
+        for u in ("loss", "bpb")
+    }
+    return {
+        "val_loss": TEXT[v][i],
+        "state_elements": STATE[v],
+        "test_loss": TEXT[v][i],
+        **floors,
+        "floor_method": "unigram add-one; bigram and trigram interpolated Kneser-Ney",
+        "protocol": protocol_dict("loss", [], None),
+    }
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    path = tmp_path_factory.mktemp("store") / "s.sqlite"
+    config = {
+        "data": {"source": "task", "task": "mqar", "eval_settings": [{"num_kv_pairs": k} for k in PAIRS]},
+        "train": {"budget": {"steps": 300}},
+    }
+    with Store(path) as store:
+        for v in RECALL:
+            for i, seed in enumerate(SEEDS):
+                summary, results = _recall(v, seed, i)
+                store.save_run(
+                    record(
+                        f"r-{v}-{seed}", "recall", "train", v, seed, {"lr": 1e-3}, config, summary, results, suite=SUITE
+                    )
+                )
+                text = {"train": {"budget": {"steps": 600}}}
+                store.save_run(
+                    record(f"t-{v}-{seed}", "text", "train", v, seed, {"lr": 1e-3}, text, _text(v, i), suite=SUITE)
+                )
+    folder = tmp_path_factory.mktemp("out") / "report"
+    assert main(["report", "--store", str(path), "--suite", SUITE, "--out", str(folder)]) == 0
+    return folder
+
+
+def _summary(out) -> dict[tuple[str, str, str], dict]:
+    rows = pd.read_parquet(out / "tables" / "summary.parquet").to_dict("records")
+    return {(str(r["experiment"]), str(r["variant"]), str(r["setting"])): r for r in rows}
+
+
+def test_a_baseline_at_chance_yields_not_learned_and_no_decision(out):
+    rows = _summary(out)
+    for setting in ("all test sets", "num_kv_pairs=4", "num_kv_pairs=8"):
+        row = rows[("recall", "linear", setting)]
+        assert row["decision"] == "not learned"
+        assert row["decision_text"].startswith("baseline not learned (softmax ")
+    assert rows[("recall", "linear", "num_kv_pairs=4")]["decision_text"] == (
+        "baseline not learned (softmax 0.257, guessing 0.250)"
+    )
+    assert rows[("recall", "softmax", "all test sets")]["learned"] == NOT_LEARNED
+    assert rows[("recall", "linear", "num_kv_pairs=4")]["learned"] == LEARNED
+    assert rows[("recall", "linear", "num_kv_pairs=8")]["learned"] == NOT_LEARNED
+    # Text: softmax learned (below the bigram), linear at 2.50 is not: no decision either.
+    text = rows[("text", "linear", "all test sets")]
+    assert text["decision"] == "not learned" and text["decision_text"] == "not learned (linear 2.503, bigram 2.450)"
+    assert text["floors"].startswith("unigram 3.360 / bigram 2.450 / trigram 2.100 nats/token (4.85 / 3.53 / 3.03")
+
+
+def test_the_first_screen_and_the_findings_say_not_learned(out):
+    md = (out / "report.md").read_text(encoding="utf-8").replace("\\", "")  # Markdown escapes
+    assert "recall accuracy 0.37 (baseline not learned (softmax 0.188, guessing 0.188))" in md
+    assert (
+        "by num_kv_pairs 4 / 8: +0.37 baseline not learned / +0.01 baseline not learned [not learned at this budget]"
+        in md
+    )
+    assert "text loss 2.503 (not learned (linear 2.503, bigram 2.450)) [not learned at this budget]" in md
+    assert "[learned: beyond bigram 2.450]" in md  # softmax's own text loss, in the baseline's sentence
+    assert "(guessing 0.25 / 0.12) [not learned at this budget: guessing 0.19]" in md
+    assert " better" not in md.split("## ")[1] and " worse" not in md.split("## ")[1]  # no decision on the first screen
+    found = pd.read_parquet(out / "tables" / "expectations.parquet")
+    assert list(found["verdict"]) == ["not testable at this budget"]
+    assert "Null levels (val split" in md  # beside the held-out losses of the training section
+
+
+@pytest.mark.parametrize(
+    "values, floor, status",
+    [
+        ((0.26, 0.24, 0.27), Floor("guessing", 0.25, True), NOT_LEARNED),  # interval spans the floor
+        ((0.60, 0.62, 0.65), Floor("guessing", 0.25, True), LEARNED),
+        ((0.20,), Floor("guessing", 0.25, True), NOT_LEARNED),  # one seed, not even beyond it
+        ((0.90,), Floor("guessing", 0.25, True), UNKNOWN),  # one seed beyond it: no interval
+        ((2.10, 2.12, 2.11), Floor("bigram", 2.45, False), LEARNED),  # lower is better
+        ((2.44, 2.46, 2.45), Floor("bigram", 2.45, False), NOT_LEARNED),
+        ((0.5, 0.6), None, UNKNOWN),  # no floor stored
+    ],
+)
+def test_learned_needs_the_interval_beyond_the_floor(values, floor, status):
+    assert learned(values, floor).status == status
