@@ -78,7 +78,9 @@ def print_table(shape: str, rows: list[dict], peak: float, load: tuple[float, fl
     d, L, H, T, batch = SHAPES[shape]
     soft = next((r for r in rows if r["variant"] == "softmax"), None)
     print(f"\n## {shape}: d {d}, {L} layers, {H} heads, T {T}, batch {batch}; load1 {load[0]:.2f} -> {load[1]:.2f}")
-    print("| variant | ms/step | spread | tokens/s | GFLOP/s | of fp32 peak | FLOP/s vs softmax | speed-up vs softmax |")
+    print(
+        "| variant | ms/step | spread | tokens/s | GFLOP/s | of fp32 peak | FLOP/s vs softmax | speed-up vs softmax |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: r["s"]):
         gf = "-" if r["flop_s"] is None else f"{r['flop_s'] / 1e9:.2f}"
