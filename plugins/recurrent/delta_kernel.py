@@ -68,11 +68,13 @@ def delta_rule(
         k_end = kc * D[..., -1, :, None]  # (B, H, N, c, d_k) decayed to the chunk end
         through = torch.exp(gc.sum(dim=3))[..., None, None]  # (B, H, N, 1, 1) decay across the chunk
         s, before, us = state.to(dt), [], []
-        for n in range(qc.shape[2]):
-            u = u_tilde[:, :, n] - w[:, :, n] @ s  # (B, H, c, d_v) the delta-rule updates U
+        # chunks unbound once: s[:, :, n] inside the loop would cost a full-size zero gradient per chunk
+        per_chunk = (t.unbind(2) for t in (u_tilde, w, through, k_end.transpose(-1, -2)))
+        for u_n, w_n, a_n, kt_n in zip(*per_chunk, strict=True):
+            u = u_n - w_n @ s  # (B, H, c, d_v) the delta-rule updates U
             before.append(s)
             us.append(u)
-            s = through[:, :, n] * s + k_end[:, :, n].transpose(-1, -2) @ u  # (B, H, d_k, d_v)
+            s = a_n * s + kt_n @ u  # (B, H, d_k, d_v)
         carried = torch.stack(before, dim=2)  # (B, H, N, d_k, d_v)
         U = torch.stack(us, dim=2)  # (B, H, N, c, d_v)
         scores = D * (qc @ kc.transpose(-1, -2))  # (B, H, N, c, c) zero above the diagonal

@@ -61,9 +61,9 @@ def gated_linear_attention(
         chunk_kv = k_end.transpose(-1, -2) @ vc  # (B, H, N, d_k, d_v)
         through = torch.exp(gc.sum(dim=3)).unsqueeze(-1)  # (B, H, N, e, 1) decay across a chunk
         s, before = state.to(dt), []
-        for n in range(qc.shape[2]):  # S_{n+1} = diag(exp(G_c)) S_n + chunk_kv_n
+        for a_n, kv_n in zip(through.unbind(2), chunk_kv.unbind(2), strict=True):  # S_{n+1} = a S_n + chunk_kv_n
             before.append(s)
-            s = through[:, :, n] * s + chunk_kv[:, :, n]  # (B, H, d_k, d_v)
+            s = a_n * s + kv_n  # (B, H, d_k, d_v); chunks unbound once, never indexed in the loop
         carried = torch.stack(before, dim=2)  # (B, H, N, d_k, d_v) the state entering each chunk
         inter = scale * ((qc * torch.exp(gc.cumsum(dim=3))) @ carried)  # (B, H, N, c, d_v) exp(G) <= 1
         o = (intra + inter).flatten(2, 3)[:, :, :T]  # (B, H, T, d_v)

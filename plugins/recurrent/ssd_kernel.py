@@ -26,13 +26,15 @@ def ssd_init_state(
 
 def segment_sums(log_a: torch.Tensor) -> torch.Tensor:
     """(..., L) -> (..., L, L): entry [i, j] = sum_{j<l<=i} log_a_l for j <= i, -inf above
-    the diagonal (exp gives the causal decay matrix; masked before exp, so no inf * 0)."""
+    the diagonal (exp gives the causal decay matrix; no inf * 0). One matmul with the 0/1
+    span matrix: each entry sums exactly its own terms, and its backward is one matmul too."""
     L = log_a.shape[-1]
-    keep = torch.ones(L, L, dtype=torch.bool, device=log_a.device).tril(-1)  # (L, L) l > j
-    rep = log_a[..., :, None].expand(*log_a.shape, L)  # (..., L, L) [l, j] = log_a_l
-    seg = rep.masked_fill(~keep, 0.0).cumsum(dim=-2)  # (..., L, L) [i, j] = sum_{j<l<=i}
-    causal = torch.ones(L, L, dtype=torch.bool, device=log_a.device).tril()  # (L, L) j <= i
-    return seg.masked_fill(~causal, float("-inf"))  # (..., L, L)
+    pos = torch.arange(L, device=log_a.device)  # (L,)
+    row, col, step = pos[:, None, None], pos[None, :, None], pos[None, None, :]  # [i, j, l] index grids
+    span = ((col < step) & (step <= row)).to(log_a.dtype).reshape(L * L, L)  # (L*L, L) 1 where j < l <= i
+    above = torch.full((L, L), float("-inf"), dtype=log_a.dtype, device=log_a.device).triu(1)  # (L, L) j > i
+    finite = log_a.clamp_min(torch.finfo(log_a.dtype).min / L)  # (..., L) a -inf step would give 0 * inf
+    return (finite @ span.T).unflatten(-1, (L, L)) + above  # (..., L, L)
 
 
 def ssd_scan(
