@@ -110,7 +110,8 @@ class Mamba2(nn.Module):
         """Causal depthwise convolution then SiLU; cache (B, d_conv-1, C) the inputs before xbc."""
         full = torch.cat([cache.to(xbc.dtype), xbc], dim=1)  # (B, d_conv-1+t, C)
         bias = self.conv.bias.to(xbc.dtype) if self.conv.bias is not None else None
-        y = F.conv1d(full.transpose(1, 2), self.conv.weight.to(xbc.dtype), bias, groups=self.conv_dim)  # (B, C, t)
+        full_ct = full.transpose(1, 2).contiguous()  # (B, C, d_conv-1+t) channels first: the fast depthwise path
+        y = F.conv1d(full_ct, self.conv.weight.to(xbc.dtype), bias, groups=self.conv_dim)  # (B, C, t)
         new = full[:, full.shape[1] - (self.d_conv - 1) :].to(cache.dtype, copy=True)  # (B, d_conv-1, C) own storage
         return F.silu(y.transpose(1, 2)), new  # (B, t, C), (B, d_conv-1, C)
 

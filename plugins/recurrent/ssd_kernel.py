@@ -34,7 +34,8 @@ def segment_sums(log_a: torch.Tensor) -> torch.Tensor:
     span = ((col < step) & (step <= row)).to(log_a.dtype).reshape(L * L, L)  # (L*L, L) 1 where j < l <= i
     above = torch.full((L, L), float("-inf"), dtype=log_a.dtype, device=log_a.device).triu(1)  # (L, L) j > i
     finite = log_a.clamp_min(torch.finfo(log_a.dtype).min / L)  # (..., L) a -inf step would give 0 * inf
-    return (finite @ span.T).unflatten(-1, (L, L)) + above  # (..., L, L)
+    seg = finite.reshape(-1, L) @ span.T  # (rows, L*L) one 2-D matmul, not a batch of 1-row ones
+    return seg.reshape(*log_a.shape[:-1], L, L) + above  # (..., L, L)
 
 
 def ssd_scan(
