@@ -6,7 +6,7 @@
 i.e. y_i = sum_{j<=i} exp(sum_{j<l<=i} log_a_l) (c_i . b_j) x_j + exp(sum_{l<=i} log_a_l) S_0^T c_i.
 Inside a chunk of c positions the masked c x c form; across chunks the carried states, all
 of them at once from a (N+1) x (N+1) decay matrix over the chunks. Every decay is a direct
-sum of log_a over its own span (a masked cumulative sum, never a difference of two prefix
+sum of log_a over its own span (a matmul with a 0/1 span matrix, never a difference of two prefix
 sums, which cancels in fp32 on long sequences). fp32 with autocast off, float64 when given.
 """
 
