@@ -63,7 +63,7 @@ def bf16_probe(n: int = 256, reps: int = 5) -> dict[str, Any]:
         "probe_fp32_gflops": gflops["fp32"],
         "probe_bf16_gflops": gflops["bf16"],
         "probe_bf16_speedup": gflops["bf16"] / gflops["fp32"],
-        "probe_method": f"best of {reps} {n}x{n} matmuls, {torch.get_num_threads()} threads",
+        "probe_method": f"best of {reps} {n}x{n} matmuls, torch threads {torch.get_num_threads()}",
         **cpu_features(),
     }
 
