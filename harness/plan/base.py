@@ -51,6 +51,7 @@ class TrainSpec(BaseModel):
     checkpoint_interval: int = Field(default=100, ge=0)  # steps between resumable training states; 0 = off
     diverge_factor: float = Field(default=3.0, gt=1)  # loss above factor * ln(vocab) counts as diverged
     compile: bool = False  # torch.compile the model for training (opt-in; recorded with the result)
+    precision: Literal["fp32", "bf16", "auto"] = "fp32"  # CPU training: bf16 autocast, or auto (a probe decides)
     # After training, evaluate at these sequence lengths too (e.g. [T, 2T, 4T, 8T]): loss per
     # position bucket on text, accuracy per length on tasks; a length the model cannot run is recorded.
     eval_lengths: list[int] | None = None

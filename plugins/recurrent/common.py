@@ -82,6 +82,7 @@ class ShortConv(nn.Module):
         if cache is None:
             cache = self.init_cache(x.shape[0], x.device, x.dtype)
         xx = torch.cat([cache.to(x.dtype), x], dim=1)  # (B, K-1+T, C)
-        y = F.conv1d(xx.transpose(1, 2), self.conv.weight.to(x.dtype), groups=self.conv.in_channels)  # (B, C, T)
+        xx_ct = xx.transpose(1, 2).contiguous()  # (B, C, K-1+T) channels first: the fast depthwise path
+        y = F.conv1d(xx_ct, self.conv.weight.to(x.dtype), groups=self.conv.in_channels)  # (B, C, T)
         new_cache = xx[:, xx.shape[1] - (self.width - 1) :].to(cache.dtype, copy=True)  # (B, K-1, C) its own storage
         return F.silu(y.transpose(1, 2)), new_cache  # (B, T, C), (B, K-1, C)

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.plugins.recurrent.common import compute_dtype, state_dtype
+from attnbench.plugins.recurrent.ssd_kernel import segment_sums
 
 
 def _chunks(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -53,24 +54,27 @@ def delta_rule(
         c = min(chunk, T)
         qc, kc, vc = (_chunks(t.to(dt), c) for t in (q, k, v))  # (B, H, N, c, d)
         bc = _chunks(beta.to(dt), c)[..., None]  # (B, H, N, c, 1)
-        G = (torch.zeros_like(bc[..., 0]) if g is None else _chunks(g.to(dt), c)).cumsum(dim=3)  # (B, H, N, c)
-        causal = torch.ones(c, c, dtype=torch.bool, device=v.device).tril()  # (c, c) j <= i
-        D = torch.exp((G[..., :, None] - G[..., None, :]).masked_fill(~causal, float("-inf")))  # (B, H, N, c, c)
-        gamma = torch.exp(G)[..., None]  # (B, H, N, c, 1) decay since the chunk start, <= 1
+        gc = torch.zeros_like(bc[..., 0]) if g is None else _chunks(g.to(dt), c)  # (B, H, N, c) log a_t
+        # every decay is a direct sum of log a over its own span (segment sums), never a difference
+        # of two running sums, which cancels in fp32 once the chunk's total log decay is large
+        D = torch.exp(segment_sums(gc))  # (B, H, N, c, c) exp(sum_{j<l<=i} g_l), 0 for j > i
+        gamma = torch.exp(gc.cumsum(dim=3))[..., None]  # (B, H, N, c, 1) decay since the chunk start, <= 1
         strict = (bc * D * (kc @ kc.transpose(-1, -2))).tril(-1)  # (B, H, N, c, c) beta_i D_ij k_i.k_j, j < i
         eye = torch.eye(c, dtype=dt, device=v.device)  # (c, c)
         rhs = bc * torch.cat([vc, gamma * kc], dim=-1)  # (B, H, N, c, d_v + d_k)
         uw = torch.linalg.solve_triangular(eye + strict, rhs, upper=False, unitriangular=True)  # (B, H, N, c, d_v+d_k)
         d_v = vc.shape[-1]
         u_tilde, w = uw[..., :d_v], uw[..., d_v:]  # (B, H, N, c, d_v), (B, H, N, c, d_k)
-        k_end = kc * torch.exp(G[..., -1:] - G)[..., None]  # (B, H, N, c, d_k) decayed to the chunk end
-        through = torch.exp(G[..., -1])[..., None, None]  # (B, H, N, 1, 1)
+        k_end = kc * D[..., -1, :, None]  # (B, H, N, c, d_k) decayed to the chunk end
+        through = torch.exp(gc.sum(dim=3))[..., None, None]  # (B, H, N, 1, 1) decay across the chunk
         s, before, us = state.to(dt), [], []
-        for n in range(qc.shape[2]):
-            u = u_tilde[:, :, n] - w[:, :, n] @ s  # (B, H, c, d_v) the delta-rule updates U
+        # chunks unbound once: s[:, :, n] inside the loop would cost a full-size zero gradient per chunk
+        per_chunk = (t.unbind(2) for t in (u_tilde, w, through, k_end.transpose(-1, -2)))
+        for u_n, w_n, a_n, kt_n in zip(*per_chunk, strict=True):
+            u = u_n - w_n @ s  # (B, H, c, d_v) the delta-rule updates U
             before.append(s)
             us.append(u)
-            s = through[:, :, n] * s + k_end[:, :, n].transpose(-1, -2) @ u  # (B, H, d_k, d_v)
+            s = a_n * s + kt_n @ u  # (B, H, d_k, d_v)
         carried = torch.stack(before, dim=2)  # (B, H, N, d_k, d_v)
         U = torch.stack(us, dim=2)  # (B, H, N, c, d_v)
         scores = D * (qc @ kc.transpose(-1, -2))  # (B, H, N, c, c) zero above the diagonal

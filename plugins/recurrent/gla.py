@@ -146,8 +146,8 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
 def attention_maps(mixer: GatedLinearAttention, x: torch.Tensor) -> torch.Tensor:
     """Implied weights w_ij = sum_d q_id k_jd prod_{j<s<=i} alpha_sd / sqrt(d_k), j <= i (signed): (B, H, T, T)."""
     q, k, _, g = mixer._heads(x)  # (B, H, T, d_k)
-    decay = pair_decay(g.float().cumsum(dim=2))  # (B, H, T, T, d_k) exp(G_i - G_j), 0 for j > i
-    return torch.einsum("bhid,bhjd,bhijd->bhij", q.float(), k.float(), decay) * mixer.d_k**-0.5  # (B, H, T, T)
+    decay = pair_decay(g.float())  # (B, H, d_k, T, T) prod_{j<s<=i} alpha_s, 0 for j > i
+    return torch.einsum("bhid,bhjd,bhdij->bhij", q.float(), k.float(), decay) * mixer.d_k**-0.5  # (B, H, T, T)
 
 
 @hookimpl

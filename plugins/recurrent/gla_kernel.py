@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.plugins.recurrent.common import compute_dtype, state_dtype
+from attnbench.plugins.recurrent.ssd_kernel import segment_sums
 
 
 def gla_init_state(
@@ -33,12 +34,10 @@ def _chunks(x: torch.Tensor, c: int) -> torch.Tensor:
     return F.pad(x, (0, 0, 0, N * c - T)).reshape(B, H, N, c, e)
 
 
-def pair_decay(G: torch.Tensor) -> torch.Tensor:
-    """exp(G_i - G_j) for j <= i, else 0: (..., c, e) -> (..., c, c, e); exponents <= 0."""
-    c = G.shape[-2]
-    diff = G[..., :, None, :] - G[..., None, :, :]  # (..., c, c, e) G_i - G_j
-    future = torch.ones(c, c, dtype=torch.bool, device=G.device).triu(1)[:, :, None]  # (c, c, 1) j > i
-    return torch.exp(diff.masked_fill(future, float("-inf")))  # (..., c, c, e) 0 where j > i
+def pair_decay(g: torch.Tensor) -> torch.Tensor:
+    """exp(sum_{j<l<=i} g_l) for j <= i, else 0: per-step log decays (..., c, e) -> (..., e, c, c).
+    Each exponent is a segment sum (<= 0) of its own span, never a difference of running sums."""
+    return torch.exp(segment_sums(g.transpose(-1, -2)))  # (..., e, c, c)
 
 
 def gated_linear_attention(
@@ -51,22 +50,22 @@ def gated_linear_attention(
     with torch.autocast(v.device.type, enabled=False):  # fp32 (fp64): decays and running sums
         c = min(chunk, T)
         qc, kc, vc = (_chunks(t.to(dt), c) for t in (q, k, v))  # (B, H, N, c, d)
-        G = _chunks(g.to(dt), c).cumsum(dim=3)  # (B, H, N, c, e) log decay from the chunk start
-        decay = pair_decay(G)  # (B, H, N, c, c, e) exp(G_i - G_j), j <= i
-        if G.shape[-1] == 1:  # one decay per head: weight the scores
-            scores = (qc @ kc.transpose(-1, -2)) * decay[..., 0]  # (B, H, N, c, c)
+        gc = _chunks(g.to(dt), c)  # (B, H, N, c, e) log decays per step
+        decay = pair_decay(gc)  # (B, H, N, e, c, c) exp(sum_{j<l<=i} g_l), 0 for j > i
+        if gc.shape[-1] == 1:  # one decay per head: weight the scores
+            scores = (qc @ kc.transpose(-1, -2)) * decay[:, :, :, 0]  # (B, H, N, c, c)
         else:  # one per key channel: inside the sum over d
-            scores = torch.einsum("bhnid,bhnjd,bhnijd->bhnij", qc, kc, decay)  # (B, H, N, c, c)
+            scores = torch.einsum("bhnid,bhnjd,bhndij->bhnij", qc, kc, decay)  # (B, H, N, c, c)
         intra = scale * (scores @ vc)  # (B, H, N, c, d_v)
-        k_end = kc * torch.exp(G[:, :, :, -1:] - G)  # (B, H, N, c, d_k) decayed to the chunk end
+        k_end = kc * decay[..., -1, :].transpose(-1, -2)  # (B, H, N, c, d_k) decayed to the chunk end
         chunk_kv = k_end.transpose(-1, -2) @ vc  # (B, H, N, d_k, d_v)
-        through = torch.exp(G[:, :, :, -1]).unsqueeze(-1)  # (B, H, N, e, 1) decay across a chunk
+        through = torch.exp(gc.sum(dim=3)).unsqueeze(-1)  # (B, H, N, e, 1) decay across a chunk
         s, before = state.to(dt), []
-        for n in range(qc.shape[2]):  # S_{n+1} = diag(exp(G_c)) S_n + chunk_kv_n
+        for a_n, kv_n in zip(through.unbind(2), chunk_kv.unbind(2), strict=True):  # S_{n+1} = a S_n + chunk_kv_n
             before.append(s)
-            s = through[:, :, n] * s + chunk_kv[:, :, n]  # (B, H, d_k, d_v)
+            s = a_n * s + kv_n  # (B, H, d_k, d_v); chunks unbound once, never indexed in the loop
         carried = torch.stack(before, dim=2)  # (B, H, N, d_k, d_v) the state entering each chunk
-        inter = scale * ((qc * torch.exp(G)) @ carried)  # (B, H, N, c, d_v) exp(G) <= 1
+        inter = scale * ((qc * torch.exp(gc.cumsum(dim=3))) @ carried)  # (B, H, N, c, d_v) exp(G) <= 1
         o = (intra + inter).flatten(2, 3)[:, :, :T]  # (B, H, T, d_v)
     return o.to(out_dtype), s.to(state_dtype(state.dtype))
 

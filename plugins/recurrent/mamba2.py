@@ -110,7 +110,8 @@ class Mamba2(nn.Module):
         """Causal depthwise convolution then SiLU; cache (B, d_conv-1, C) the inputs before xbc."""
         full = torch.cat([cache.to(xbc.dtype), xbc], dim=1)  # (B, d_conv-1+t, C)
         bias = self.conv.bias.to(xbc.dtype) if self.conv.bias is not None else None
-        y = F.conv1d(full.transpose(1, 2), self.conv.weight.to(xbc.dtype), bias, groups=self.conv_dim)  # (B, C, t)
+        full_ct = full.transpose(1, 2).contiguous()  # (B, C, d_conv-1+t) channels first: the fast depthwise path
+        y = F.conv1d(full_ct, self.conv.weight.to(xbc.dtype), bias, groups=self.conv_dim)  # (B, C, t)
         new = full[:, full.shape[1] - (self.d_conv - 1) :].to(cache.dtype, copy=True)  # (B, d_conv-1, C) own storage
         return F.silu(y.transpose(1, 2)), new  # (B, t, C), (B, d_conv-1, C)
 
@@ -134,13 +135,14 @@ class Mamba2(nn.Module):
         return z, x, b, c, dt, log_a, conv_cache
 
     def _out(self, y: torch.Tensor, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """y + D x, gated RMSNorm (norm of y * silu(z), fp32 inside), output projection."""
+        """y + D x, gated RMSNorm over each group's channels (as official Mamba2's RMSNormGated with
+        group_size = inner / n_groups; fp32 inside), output projection."""
         y = y + self.D.to(y.dtype)[:, None, None] * x  # (B, H, t, P) skip
         y = y.transpose(1, 2).flatten(2)  # (B, t, inner)
         fp = torch.float64 if y.dtype == torch.float64 else torch.float32
-        g = y.to(fp) * F.silu(z.to(fp))  # (B, t, inner)
-        g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-5)  # (B, t, inner) unit RMS
-        return self.out_proj((g * self.norm_weight.to(fp)).to(z.dtype))  # (B, t, D)
+        g = (y.to(fp) * F.silu(z.to(fp))).unflatten(-1, (self.n_groups, -1))  # (B, t, n_groups, inner / n_groups)
+        g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-5)  # (B, t, n_groups, .) unit RMS per group
+        return self.out_proj((g.flatten(2) * self.norm_weight.to(fp)).to(z.dtype))  # (B, t, D)
 
     def _mix(self, u: torch.Tensor, state: Mamba2State) -> tuple[torch.Tensor, Mamba2State]:
         z, x, b, c, dt, log_a, conv = self._ssm_inputs(u, state.conv)

@@ -4,10 +4,10 @@
     S_t = a_t S_{t-1} + b_t x_t^T,   y_t = S_t^T c_t       (a_t = exp(log_a_t) in (0, 1])
 
 i.e. y_i = sum_{j<=i} exp(sum_{j<l<=i} log_a_l) (c_i . b_j) x_j + exp(sum_{l<=i} log_a_l) S_0^T c_i.
-Inside a chunk of c positions the masked c x c form; across chunks the carried states, all
-of them at once from a (N+1) x (N+1) decay matrix over the chunks. Every decay is a direct
-sum of log_a over its own span (a masked cumulative sum, never a difference of two prefix
-sums, which cancels in fp32 on long sequences). fp32 with autocast off, float64 when given.
+Inside a chunk of c positions the masked c x c form; across chunks the carried state, by a
+loop over chunks. Every decay is a direct sum of log_a over its own span (a segment sum,
+never a difference of two prefix sums, which cancels in fp32 on long sequences). fp32 with
+autocast off, float64 when given.
 """
 
 from __future__ import annotations
@@ -24,15 +24,26 @@ def ssd_init_state(
     return torch.zeros(batch, n_head, d_state, head_dim, device=device, dtype=dt)
 
 
+SPAN_MATMUL_MAX = 64  # up to this L, segment sums are one matmul with an (L*L, L) 0/1 matrix; above, a cumsum
+
+
 def segment_sums(log_a: torch.Tensor) -> torch.Tensor:
     """(..., L) -> (..., L, L): entry [i, j] = sum_{j<l<=i} log_a_l for j <= i, -inf above
-    the diagonal (exp gives the causal decay matrix; masked before exp, so no inf * 0)."""
+    the diagonal (exp gives the causal decay matrix; no inf * 0). Each entry sums exactly its
+    own terms: for chunk-sized L one matmul with the 0/1 span matrix (its backward one matmul
+    too), for longer L a masked cumulative sum (the span matrix grows as L^3)."""
     L = log_a.shape[-1]
-    keep = torch.ones(L, L, dtype=torch.bool, device=log_a.device).tril(-1)  # (L, L) l > j
-    rep = log_a[..., :, None].expand(*log_a.shape, L)  # (..., L, L) [l, j] = log_a_l
-    seg = rep.masked_fill(~keep, 0.0).cumsum(dim=-2)  # (..., L, L) [i, j] = sum_{j<l<=i}
-    causal = torch.ones(L, L, dtype=torch.bool, device=log_a.device).tril()  # (L, L) j <= i
-    return seg.masked_fill(~causal, float("-inf"))  # (..., L, L)
+    above = torch.full((L, L), float("-inf"), dtype=log_a.dtype, device=log_a.device).triu(1)  # (L, L) j > i
+    if L > SPAN_MATMUL_MAX:
+        keep = torch.ones(L, L, dtype=torch.bool, device=log_a.device).tril(-1)  # (L, L) l > j
+        rep = log_a[..., :, None].expand(*log_a.shape, L)  # (..., L, L) [l, j] = log_a_l
+        return rep.masked_fill(~keep, 0.0).cumsum(dim=-2) + above  # (..., L, L) [i, j] = sum_{j<l<=i}
+    pos = torch.arange(L, device=log_a.device)  # (L,)
+    row, col, step = pos[:, None, None], pos[None, :, None], pos[None, None, :]  # [i, j, l] index grids
+    span = ((col < step) & (step <= row)).to(log_a.dtype).reshape(L * L, L)  # (L*L, L) 1 where j < l <= i
+    finite = log_a.clamp_min(torch.finfo(log_a.dtype).min / L)  # (..., L) a -inf step would give 0 * inf
+    seg = finite.reshape(-1, L) @ span.T  # (rows, L*L) one 2-D matmul, not a batch of 1-row ones
+    return seg.reshape(*log_a.shape[:-1], L, L) + above  # (..., L, L)
 
 
 def ssd_scan(
@@ -54,18 +65,20 @@ def ssd_scan(
         to_end = decay[..., -1, :]  # (B, H, N, n) exp(sum_{j<l<=end} log_a_l): key j to the chunk's end
         from_start = torch.exp(ac.cumsum(-1))  # (B, H, N, n) exp(sum_{start<=l<=i} log_a_l)
         summary = (bc * to_end[..., None]).transpose(-1, -2) @ xc  # (B, H, N, N_s, P) chunk's own b x^T
-        src = torch.cat([state.to(dt)[:, :, None], summary], dim=2)  # (B, H, N+1, N_s, P) S_0, U_0..U_{N-1}
-        whole = F.pad(ac.sum(-1), (1, 0))  # (B, H, N+1) log decay of each chunk, 0 for S_0's slot
-        carry = torch.exp(segment_sums(whole))  # (B, H, N+1, N+1) [m, s]: source s to the start of chunk m
-        states = torch.einsum("bhms,bhsnp->bhmnp", carry, src)  # (B, H, N+1, N_s, P) S before chunk m; m = N: final
-        y = y + from_start[..., None] * (cc @ states[:, :, :N])  # (B, H, N, n, P) + carried state
+        through = torch.exp(ac.sum(-1))  # (B, H, N) decay across each chunk, a sum over its own span
+        s, before = state.to(dt), []  # S_{m+1} = through_m S_m + U_m: O(N), not an (N+1) x (N+1) carry
+        for a_m, u_m in zip(through.unbind(2), summary.unbind(2), strict=True):  # unbound once, never indexed
+            before.append(s)
+            s = a_m[..., None, None] * s + u_m  # (B, H, N_s, P)
+        states = torch.stack(before, dim=2)  # (B, H, N, N_s, P) S before each chunk
+        y = y + from_start[..., None] * (cc @ states)  # (B, H, N, n, P) + carried state
         y = y.flatten(2, 3)[:, :, :T]  # (B, H, T, P)
-        final = states[:, :, N].contiguous()  # (B, H, N_s, P)
+        final = s  # (B, H, N_s, P) a new tensor
     return y.to(out_dtype), final
 
 
 def ssd_flops_per_token(n_head: int, d_state: int, head_dim: int, chunk: int, T: int) -> float:
     """Per head: c x c scores 2 c N_s, scores @ x 2 c P, chunk summary and carried-state read
-    2 * 2 N_s P (decays, exponentials and the chunk-level einsum, O(T / c), not counted)."""
+    2 * 2 N_s P (decays, exponentials and the chunk loop's 2 N_s P / c, not counted)."""
     c = min(chunk, max(T, 1))
     return n_head * (2.0 * c * d_state + 2.0 * c * head_dim + 4.0 * d_state * head_dim)

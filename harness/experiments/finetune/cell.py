@@ -28,7 +28,7 @@ from attnbench.experiments.train.state import save_final
 from attnbench.nn.backbone import Backbone
 from attnbench.nn.checkpoint import load_checkpoint, run_checkpoint
 from attnbench.nn.model import LanguageModel
-from attnbench.nn.precision import autocast_for, compute_dtype
+from attnbench.nn.precision import autocast_for, resolve
 from attnbench.plan.cells import Cell
 from attnbench.plan.specs import FinetuneSpec
 from attnbench.store.database import Metric, Result
@@ -80,7 +80,7 @@ def _train(
         for group in opt.param_groups:
             group["lr"] = lr
         x, y = (v.to(device) for v in data.train_batch(t.batch_size, t.seq_len, gen))  # (B, T) each
-        with autocast_for(device):
+        with autocast_for(device, resolve(device, t.precision)):  # train.precision (auto's probe is cached)
             loss = model(x, y).loss  # ()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, t.grad_clip)
@@ -146,7 +146,7 @@ def run_finetune_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutc
         "steps": steps,
         "train_time_s": seconds,
         "eval_time_s": eval_time,
-        "dtype": compute_dtype(ctx.device),
+        **resolve(ctx.device, spec.precision).record(),  # dtype, the setting, why, auto's probe
         "peft_version": peft_version() if names else None,
         "checkpoint": str(kept) if kept else None,
         "unseen_answer_tokens": unseen,

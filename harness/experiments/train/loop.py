@@ -32,7 +32,7 @@ from attnbench.experiments.train.setup import build_model, lr_at, make_optimizer
 from attnbench.nn.compile import maybe_compile
 from attnbench.nn.flops import model_facts
 from attnbench.nn.peak import mfu
-from attnbench.nn.precision import autocast_for, compute_dtype
+from attnbench.nn.precision import autocast_for, resolve
 from attnbench.plan.base import TrainSpec
 from attnbench.plan.cells import Cell
 from attnbench.store.database import Metric, Result
@@ -119,7 +119,7 @@ def _train_step(
         group["lr"] = lr
     x, y = distributed.shard(*data.train_batch(t.batch_size, t.seq_len, gen))  # this rank's rows (B, T)
     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-    with autocast_for(device):
+    with autocast_for(device, resolve(device, t.precision)):  # resolved once per process (auto's probe is cached)
         out = fwd(x, y)
     out.loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
@@ -167,6 +167,7 @@ def _summary(
     t = cell.spec_as(TrainSpec)
     tokens = p.step * t.batch_size * t.seq_len
     tfpt = facts["train_flops_per_token"]
+    precision = resolve(device, t.precision)
     tokens_per_s = tokens / p.train_time if p.train_time > 0 else None
     return {
         **{f"val_{k}": v for k, v in p.headline.items()},
@@ -177,8 +178,8 @@ def _summary(
         "train_time_s": p.train_time,
         "eval_time_s": p.eval_time,
         "tokens_per_s": tokens_per_s,
-        **mfu(tfpt, tokens_per_s, device, "bf16" if device.type == "cuda" else "fp32"),
-        "dtype": compute_dtype(device),
+        **mfu(tfpt, tokens_per_s, device, "bf16" if precision.dtype == "bf16-autocast" else "fp32"),
+        **precision.record(),  # dtype, the setting, why, and auto's probe figures
         "resumed_from_step": p.resumed_from,
         "resume_error": p.resume_error,
         "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
@@ -285,6 +286,7 @@ def train_cell(
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     status, error, rows, sent = "done", None, [], len(p.metrics)  # restored points were sent before
+    resolve(device, t.precision)  # auto's matmul probe runs here, outside the timed steps
     load_before = machine_load()
     model.train()
     while not budget.done(p.step, p.train_time):

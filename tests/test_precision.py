@@ -1,0 +1,80 @@
+"""train precision on a CPU (issue 42): fp32 unless asked; bf16 autocast when asked; auto
+follows a matmul probe (injected here, so the verdict does not depend on this machine)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbench.nn import precision
+from attnbench.nn.precision import autocast_for, compute_dtype, resolve
+
+CPU = torch.device("cpu")
+
+
+def _probe(speedup: float):
+    return lambda: {"probe_bf16_speedup": speedup, "probe_fp32_gflops": 50.0, "probe_bf16_gflops": 50.0 * speedup}
+
+
+def test_fp32_and_bf16_are_what_they_say_and_cuda_keeps_its_rule():
+    assert resolve(CPU).dtype == resolve(CPU, "fp32").dtype == "fp32"
+    bf16 = resolve(CPU, "bf16")
+    with autocast_for(CPU, bf16):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    with autocast_for(CPU, resolve(CPU, "fp32")):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+    assert compute_dtype(CPU, bf16) == "bf16-autocast" and compute_dtype(CPU) == "fp32"
+    assert resolve(torch.device("cuda"), "fp32").dtype == "bf16-autocast"
+
+
+@pytest.mark.parametrize(("speedup", "dtype"), [(2.5, "bf16-autocast"), (1.05, "fp32"), (0.01, "fp32")])
+def test_auto_uses_bf16_only_where_the_probe_measured_it_faster(monkeypatch, speedup, dtype):
+    monkeypatch.setattr(precision, "bf16_probe", _probe(speedup))
+    chosen = resolve(CPU, "auto")
+    assert chosen.dtype == dtype
+    record = chosen.record()
+    assert record["precision"] == "auto" and record["probe_bf16_speedup"] == speedup
+    assert f"{speedup:.2f}x" in record["precision_reason"]
+
+
+def test_an_unknown_precision_names_the_choices():
+    with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'bf16', 'auto'\], got 'fp16'"):
+        resolve(CPU, "fp16")
+
+
+def test_the_probe_reports_the_cpu_it_ran_on():
+    features = precision.cpu_features()
+    assert set(features) == {"cpu", "cpu_capability", "cpu_flags"}
+    assert set(features["cpu_flags"]) <= set(precision.CPU_FLAGS)
+
+
+SUITE = """
+version: 1
+name: precision-check
+experiments:
+  - name: t
+    kind: train
+    variants: [softmax]
+    data: {source: builtin, max_bytes: 50000}
+    models: [{d_model: 16, n_layer: 1, n_head: 2}]
+    train: {batch_size: 2, seq_len: 16, budget: {steps: 2}, eval_interval: 2, eval_tokens: 64,
+            log_interval: 1, checkpoint: false, precision: bf16}
+"""
+
+
+def test_train_precision_bf16_is_recorded_with_the_run(tmp_path):
+    import io
+
+    from attnbench.plan.suite import load_suite
+    from attnbench.registry.loader import load_registry
+    from attnbench.run.runner import run_suite
+    from attnbench.store.database import Store
+    from tests.helpers import write_suite
+
+    suite = write_suite(tmp_path / "s.yaml", SUITE)
+    with Store(tmp_path / "s.sqlite") as store:
+        run_suite(load_suite(suite), store, load_registry(), device="cpu", out=io.StringIO())
+        [run] = store.runs(suite="precision-check")
+    assert run["config"]["train"]["precision"] == "bf16"
+    assert run["summary"]["dtype"] == "bf16-autocast" and run["summary"]["precision"] == "bf16"
+    assert run["summary"]["precision_reason"] == "bf16 asked"
