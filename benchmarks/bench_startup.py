@@ -1,10 +1,12 @@
 """Start-up cost of the `attnbench` command: CPU time (user + system) of each command's
 process, median of several runs, against the targets of issue 43.
 
-    python benchmarks/bench_startup.py [--repeats 5] [--attnbench PATH]
+    python benchmarks/bench_startup.py [--repeats 5] [--attnbench PATH] [--compare PATH]
 
-CPU time of the child (resource.getrusage(RUSAGE_CHILDREN)) barely moves with the load of
-a shared machine, where wall time would; wall time is printed beside it for reference.
+CPU time of the child (resource.getrusage(RUSAGE_CHILDREN)) moves far less with the load of
+a shared machine than wall time does (printed beside it for reference); `--compare` times a
+second console script (another checkout's) in the same rounds, interleaved, so both see the
+same load. `import torch` alone is timed too: the floor of any command that needs torch.
 """
 
 from __future__ import annotations
@@ -30,17 +32,28 @@ COMMANDS: tuple[tuple[tuple[str, ...], float], ...] = (
 )
 
 
-def one_run(exe: str, args: tuple[str, ...], env: dict[str, str], cwd: str) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of one run of ``exe args``; a failing command is an error."""
+def one_run(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one run of ``argv``; a failing command is an error."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([exe, *args], env=env, cwd=cwd, capture_output=True, text=True, check=False)
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
-        raise SystemExit(f"attnbench {' '.join(args)} failed ({done.returncode}):\n{done.stderr}")
+        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return cpu, wall
+
+
+def medians(argvs: list[list[str]], repeats: int, env: dict[str, str], cwd: str) -> list[tuple[float, float]]:
+    """(median CPU s, median wall s) per command line, timed in interleaved rounds after one warm-up each."""
+    for argv in argvs:
+        one_run(argv, env, cwd)  # warm the file cache and __pycache__
+    runs: list[list[tuple[float, float]]] = [[] for _ in argvs]
+    for _ in range(repeats):
+        for i, argv in enumerate(argvs):
+            runs[i].append(one_run(argv, env, cwd))
+    return [(statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs)) for rs in runs]
 
 
 def main() -> int:
@@ -51,6 +64,7 @@ def main() -> int:
         default=shutil.which("attnbench", path=str(Path(sys.executable).parent)) or "attnbench",
         help="the console script to time (default: the one beside this Python)",
     )
+    parser.add_argument("--compare", metavar="PATH", help="another attnbench console script to time alongside")
     args = parser.parse_args()
     cache = tempfile.mkdtemp(prefix="attnbench-startup-")
     env = {
@@ -60,18 +74,20 @@ def main() -> int:
         "HF_HOME": os.path.join(cache, "hf"),
         "MPLCONFIGDIR": os.path.join(cache, "mpl"),
     }
-    print(f"{args.attnbench}; median of {args.repeats} runs; load average {os.getloadavg()[0]:.1f}")
-    print(f"{'command':<28}{'CPU s':>8}{'wall s':>9}{'target':>9}  ok")
+    exes = [args.attnbench, *([args.compare] if args.compare else [])]
+    print(f"{' vs '.join(exes)}; median of {args.repeats} runs; load average {os.getloadavg()[0]:.1f}")
+    head = f"{'command':<28}{'CPU s':>8}{'wall s':>9}{'target':>9}  ok"
+    print(head + (f"{'compare CPU s':>16}{'wall s':>9}" if args.compare else ""))
+    (torch_cpu, torch_wall), *_ = medians([[sys.executable, "-c", "import torch"]], args.repeats, env, cache)
+    print(f"{'(python -c import torch)':<28}{torch_cpu:>8.2f}{torch_wall:>9.2f}")
     missed = 0
     for command, target in COMMANDS:
-        one_run(args.attnbench, command, env, cache)  # warm the file cache and __pycache__
-        runs = [one_run(args.attnbench, command, env, cache) for _ in range(args.repeats)]
-        cpu = statistics.median(r[0] for r in runs)
-        wall = statistics.median(r[1] for r in runs)
-        ok = cpu <= target
-        missed += not ok
-        label = "attnbench " + " ".join(command)
-        print(f"{label:<28}{cpu:>8.2f}{wall:>9.2f}{target:>9.1f}  {'yes' if ok else 'NO'}")
+        timed = medians([[exe, *command] for exe in exes], args.repeats, env, cache)
+        cpu, wall = timed[0]
+        missed += cpu > target
+        ok = "yes" if cpu <= target else "NO"
+        line = f"{'attnbench ' + ' '.join(command):<28}{cpu:>8.2f}{wall:>9.2f}{target:>9.1f}  {ok}"
+        print(line + "".join(f"{c:>16.2f}{w:>9.2f}" for c, w in timed[1:]))
     return 1 if missed else 0
 
 

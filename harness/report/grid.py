@@ -195,7 +195,8 @@ def grid_section(data: StoreData) -> list[Section]:
         "Edge: the chosen value is the smallest or largest of its axis, so the best may lie outside the grid. "
         "Learning-rate window: the grid's learning rates whose mean validation loss lies within the protocol's "
         "margin of the best, at the chosen point's other settings, compared at one budget (the first tuning rung "
-        "where successive halving ran); — where the grid has one learning rate or no margin on loss is stated."
+        "where successive halving ran); a dash where the grid has one learning rate or the protocol states no "
+        "margin on loss (a decision on accuracy)."
     )
     table = Table("grid", "Chosen points on the grid", pd.DataFrame(raws), pd.DataFrame(views), note)
     return [Section("Grid: where each choice sits", tables=[table])]
