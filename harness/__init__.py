@@ -2,31 +2,79 @@
 
 ``__all__`` is the plugin API: everything a plugin needs, and nothing a plugin must not
 rely on. Built-in plugins (``attnbench.plugins``) import only these names and torch.
+The names load on first use (PEP 562), so ``attnbench --help`` does not import torch.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.2.0"
 
-from attnbench.contract.config import ModelConfig  # noqa: E402
-from attnbench.contract.hookspecs import hookimpl  # noqa: E402
-from attnbench.contract.task import IGNORE, Task, TaskBatch, TaskEval  # noqa: E402
-from attnbench.contract.variant import AuxLoss, MixerOutput, Variant  # noqa: E402
-from attnbench.data.heldout import RecallOptions, recall_line, recall_training_tensors  # noqa: E402
-from attnbench.data.needle import NEEDLE_DEFAULTS, NEEDLE_KINDS, layout_chars, needle_example  # noqa: E402
-from attnbench.errors import AttnbenchError, PluginError  # noqa: E402
-from attnbench.kernels import (  # noqa: E402
-    LinearState,
-    LogState,
-    chunked_flops_per_token,
-    linear_attention,
-    linear_init_state,
-    log_attention,
-    log_init_state,
-)
-from attnbench.nn.backbone import Backbone, embed_with_positions, mark_residual, merge_heads, split_heads  # noqa: E402
-from attnbench.nn.model import LanguageModel, ModelOutput, lm_loss  # noqa: E402
-from attnbench.registry.loader import Registry, get_plugin_manager, load_registry  # noqa: E402
+if TYPE_CHECKING:
+    from attnbench.contract.config import ModelConfig
+    from attnbench.contract.hookspecs import hookimpl
+    from attnbench.contract.task import IGNORE, Task, TaskBatch, TaskEval
+    from attnbench.contract.variant import AuxLoss, MixerOutput, Variant
+    from attnbench.data.heldout import RecallOptions, recall_line, recall_training_tensors
+    from attnbench.data.needle import NEEDLE_DEFAULTS, NEEDLE_KINDS, layout_chars, needle_example
+    from attnbench.errors import AttnbenchError, PluginError
+    from attnbench.kernels import (
+        LinearState,
+        LogState,
+        chunked_flops_per_token,
+        linear_attention,
+        linear_init_state,
+        log_attention,
+        log_init_state,
+    )
+    from attnbench.nn.backbone import Backbone, embed_with_positions, mark_residual, merge_heads, split_heads
+    from attnbench.nn.model import LanguageModel, ModelOutput, lm_loss
+    from attnbench.registry.loader import Registry, get_plugin_manager, load_registry
+
+# public name -> the module that defines it
+_HOMES: dict[str, str] = {
+    "ModelConfig": "attnbench.contract.config",
+    "hookimpl": "attnbench.contract.hookspecs",
+    **dict.fromkeys(("IGNORE", "Task", "TaskBatch", "TaskEval"), "attnbench.contract.task"),
+    **dict.fromkeys(("AuxLoss", "MixerOutput", "Variant"), "attnbench.contract.variant"),
+    **dict.fromkeys(("RecallOptions", "recall_line", "recall_training_tensors"), "attnbench.data.heldout"),
+    **dict.fromkeys(("NEEDLE_DEFAULTS", "NEEDLE_KINDS", "layout_chars", "needle_example"), "attnbench.data.needle"),
+    **dict.fromkeys(("AttnbenchError", "PluginError"), "attnbench.errors"),
+    **dict.fromkeys(
+        (
+            "LinearState",
+            "LogState",
+            "chunked_flops_per_token",
+            "linear_attention",
+            "linear_init_state",
+            "log_attention",
+            "log_init_state",
+        ),
+        "attnbench.kernels",
+    ),
+    **dict.fromkeys(
+        ("Backbone", "embed_with_positions", "mark_residual", "merge_heads", "split_heads"), "attnbench.nn.backbone"
+    ),
+    **dict.fromkeys(("LanguageModel", "ModelOutput", "lm_loss"), "attnbench.nn.model"),
+    **dict.fromkeys(("Registry", "get_plugin_manager", "load_registry"), "attnbench.registry.loader"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use and keep the name here."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'attnbench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
+
 
 __all__ = [
     # the contract: what a plugin implements

@@ -207,9 +207,10 @@ def _recall_runs(baselines: list[str] | None) -> list[RunRecord]:
     return out
 
 
-def _speed_runs() -> list[RunRecord]:
+def _speed_runs(paths: dict[str, dict[str, Any]]) -> list[RunRecord]:
     out = []
     for v in VARIANTS:
+        path = paths.get(v, {})
         results = []
         for T, mean in STEP[v].items():
             for mode, scale in (("train_step", 1.0), ("forward", 0.3)):
@@ -222,7 +223,8 @@ def _speed_runs() -> list[RunRecord]:
                     "stddev_s": mean * scale * 0.03,
                     "rounds": 7,
                     "backend": "math",
-                    "fallback": False,
+                    "fallback": bool(path.get("fallback")),
+                    "path": path,
                     "noisy": noisy,
                     "noisy_reason": "coefficient of variation 25% > 20%" if noisy else None,
                     "attempts": 2,
@@ -251,11 +253,17 @@ def _speed_runs() -> list[RunRecord]:
     return out
 
 
-def write_store(path: Path, extra: Sequence[RunRecord] = (), baselines: list[str] | None = None) -> Path:
+def write_store(
+    path: Path,
+    extra: Sequence[RunRecord] = (),
+    baselines: list[str] | None = None,
+    speed_paths: dict[str, dict[str, Any]] | None = None,
+) -> Path:
     """The synthetic store at ``path`` (every trust-gate check passed), with ``extra`` runs; its
-    protocols compare with ``baselines`` (default: softmax alone, recorded as protocol.baseline)."""
+    protocols compare with ``baselines`` (default: softmax alone, recorded as protocol.baseline);
+    ``speed_paths``: a variant's describe_path() as its timed points record it (default: none)."""
     with Store(path) as store:
-        for run in [*_text_runs(baselines), *_recall_runs(baselines), *_speed_runs(), *extra]:
+        for run in [*_text_runs(baselines), *_recall_runs(baselines), *_speed_runs(speed_paths or {}), *extra]:
             store.save_run(run)
         for v in VARIANTS:
             store.save_checks(f"gate-{v}", v, [CheckResult("no_future_leak_forward", "pass", 0.0, 1e-5, "ok")], {})

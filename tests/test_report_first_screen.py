@@ -14,6 +14,7 @@ import statistics
 import subprocess
 
 import matplotlib.image as mpimg
+import pandas as pd
 import pytest
 
 from attnbench.report import write_report
@@ -60,20 +61,100 @@ def test_every_comparison_row_ends_in_a_decision_on_the_final_runs(report):
 def test_the_headline_sentences_say_what_was_found(report):
     head = report.headline
     assert head.notes[0] == (
-        "softmax (baseline): text loss 2.110; recall accuracy 0.98, by num_kv_pairs 4 / 16 / 32: "
-        "1.00 / 0.98 / 0.96; train step 10 ms at T=256, 100 ms at T=1024; state 128 KiB"
+        "softmax (baseline): text loss 2.110; recall accuracy 0.98 (lr at the grid's lower edge: widen it), "
+        "by num_kv_pairs 4 / 16 / 32: 1.00 / 0.98 / 0.96; train step 10 ms at T=256, 100 ms at T=1024; "
+        "state 128 KiB"
     )
     linear = next(s for s in head.notes if s.startswith("linear:"))
-    assert "text loss 2.273 (+0.163 [" in linear and "n=3, worse)" in linear
+    assert "text loss 2.273 (+0.163 [" in linear and "n=3, worse; lr at the grid's upper edge: widen it)" in linear
     assert "recall accuracy 0.71 (-0.269 [" in linear
     assert "by num_kv_pairs 4 / 16 / 32: -0.01 equivalent ±0.05 / -0.26 worse / -0.54 worse" in linear
-    assert re.search(r"train step 0\.80x \[0\.\d\d, 0\.\d\d\] at T=256, 1\.30x \[1\.\d\d, 1\.\d\d\] at T=1024", linear)
+    # speed reads forward: the baseline's 10 ms against linear's 12.5 ms is 1.25x slower, not "0.80x"
+    assert re.search(
+        r"train step 1\.25x slower \[1\.2\d, 1\.2\d\] at T=256, 1\.3x faster \[1\.\d+, 1\.\d+\] at T=1024;", linear
+    )
+    assert "0.8x" not in linear and "slower" in head.intro
     assert linear.endswith("state 16.5 KiB")
     window = next(s for s in head.notes if s.startswith("window:"))
     assert "equivalent within ±0.05" in window and "undetermined" in window
     assert len(head.notes) == 3 and str(DECOY_TEST_LOSS) not in " ".join(head.notes)
     assert "text loss ±0.05" in head.intro and "recall accuracy ±0.05" in head.intro and "two one-sided" in head.intro
     assert [f.slug for f in head.figures] == ["tradeoff"]
+
+
+def test_the_raw_ratio_stays_in_the_tables(report):
+    pivot = _table(report, "speedup-pivot").set_index(["mode", "variant"])
+    assert pivot.loc[("train_step", "linear"), "T=256"] == pytest.approx(0.010 / 0.0125)  # baseline / variant
+    summary = _table(report, "summary").set_index(["experiment", "variant", "setting"])
+    assert summary.loc[("text", "linear", "all test sets"), "train_step_speedup"] == pytest.approx(0.100 / 0.077)
+
+
+def test_a_fallback_path_is_named_beside_its_ratio(tmp_path):
+    paths = {"window": {"kernel": "window_attention", "fallback": True}, "linear": {"kernel": "x", "fused": False}}
+    head = build_report(load_store(write_store(tmp_path / "s.sqlite", speed_paths=paths), SUITE)).headline
+    assert head is not None
+    window = next(s for s in head.notes if s.startswith("window:"))
+    linear = next(s for s in head.notes if s.startswith("linear:"))
+    assert re.search(r"1\.1x slower \[[\d.]+, [\d.]+\] at T=256 \(fallback path\)", window)
+    assert "at T=1024 (unfused path)" in linear
+
+
+def test_choices_on_a_grid_edge_are_flagged_and_counted(report):
+    """linear's text lr is the largest of its 4-point grid; every recall lr the smaller of 2;
+    softmax's and window's text lr lie inside theirs."""
+    head = report.headline
+    assert head is not None
+    linear = next(s for s in head.notes if s.startswith("linear:"))
+    assert "worse; lr at the grid's upper edge: widen it)" in linear
+    assert "n=3, worse; lr at the grid's lower edge: widen it)" in linear  # recall
+    window = next(s for s in head.notes if s.startswith("window:"))
+    assert "equivalent within ±0.05)" in window  # text: inside the grid, no clause
+    rows = _table(report, "summary").set_index(["experiment", "variant", "setting"])
+    assert rows.loc[("text", "linear", "all test sets"), "grid_edges"] == "lr upper"
+    assert rows.loc[("text", "softmax", "all test sets"), "grid_edges"] == ""
+    view = next(t for s in report.sections for t in s.tables if t.slug == "summary").view
+    assert "lr=0.01 (of 4; upper edge of lr)" in set(view["chosen point (of grid)"])
+    edges = [n for n in report.notes if n.kind == "chosen at a grid edge"]
+    assert sorted((n.variant, n.where.split()[0], n.what) for n in edges) == [
+        ("linear", "recall", "lr at the grid's lower edge"),
+        ("linear", "text", "lr at the grid's upper edge"),
+        ("softmax", "recall", "lr at the grid's lower edge"),
+        ("window", "recall", "lr at the grid's lower edge"),
+    ]
+
+
+def test_each_variant_shows_its_learning_rate_window(report):
+    """On the first tuning rung (every lr at 50 steps) each step away from the chosen lr adds 0.1
+    to the validation loss: with a 0.05 margin the window is the chosen lr alone."""
+    grid = _table(report, "grid").set_index(["experiment", "variant"])
+    text = grid.loc[("text", "linear")]
+    assert (text["lr_window_lo"], text["lr_window_hi"], text["lr_window_n"]) == (0.01, 0.01, 1)
+    assert text["lr_window_basis"] == "tuning rung 0" and text["grid_edges"] == "lr upper"
+    assert pd.isna(grid.loc[("recall", "linear"), "lr_window_n"])  # decided on accuracy: no margin on loss
+
+
+def test_a_wider_margin_widens_the_window(tmp_path):
+    from attnbench.report.grid import lr_window, train_selections
+
+    data = load_store(write_store(tmp_path / "s.sqlite"), SUITE)
+    sel = next(s for s in train_selections(data) if (s.experiment, s.variant) == ("text", "softmax"))
+    protocol = sel.runs["summary"].iloc[0]["protocol"]
+    protocol["margin"] = 0.15  # one step either side of the chosen 3e-3 is 0.1 worse
+    window = lr_window(data, sel)
+    assert window is not None and window.within == (1e-3, 3e-3, 1e-2)
+    assert window.text() == "0.001 to 0.01 (3 of 4 learning rates within ±0.15)"
+
+
+def test_contents_list_only_the_sections_the_suite_has_and_failed_ones_say_so(tmp_path):
+    failed = [record(f"sc-{v}", "sc", "scaling", v, 0, {}, {}, {}, status="failed") for v in ("softmax", "linear")]
+    index = write_report(write_store(tmp_path / "s.sqlite", failed), SUITE, tmp_path / "out")
+    html = index.read_text()
+    toc = html[html.index("<nav>") : html.index("</nav>")]
+    assert "(missing)" not in toc and "Downstream" not in toc and "Fine-tuning" not in toc
+    assert 'Scaling: sc</a> (failed: <a href="#problems">see Problems</a>)' in toc
+    assert "Failed: no run of sc finished (2 failed); see Problems" in html
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "**Failed: no run of sc finished (2 failed); see Problems** ([Problems](#problems))." in md
 
 
 def test_published_findings_are_shown_with_what_this_run_found(report):

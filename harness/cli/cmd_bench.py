@@ -10,20 +10,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from attnbench.cli.common import add_store_option, registry_with_warnings, split_names
 from attnbench.errors import SuiteError
-from attnbench.experiments.registry import expand_suite
-from attnbench.experiments.speed.fits import BASELINE, curves_by_model, fit_results, stored_baseline
-from attnbench.plan.cells import Cell
-from attnbench.plan.speed_spec import SpeedSpec
-from attnbench.plan.suite import Suite
-from attnbench.run.runner import run_suite
-from attnbench.store.database import Store
-from attnbench.store.provenance import device_name, resolve_device
+
+if TYPE_CHECKING:  # the modules themselves load inside the functions (torch: not for --help)
+    from attnbench.plan.cells import Cell
+    from attnbench.plan.suite import Suite
+    from attnbench.store.database import Store
 
 STATUS_MARK = {"oom": "OOM", "timeout": "timeout", "error": "error", "skipped": "-"}
 
@@ -77,6 +72,10 @@ def _ints(raw: str) -> list[int]:
 
 
 def bench_suite(args: argparse.Namespace) -> Suite:
+    from pydantic import ValidationError
+
+    from attnbench.plan.suite import Suite
+
     speed: dict[str, Any] = {
         "modes": split_names(args.modes, "--modes", "forward,decode") or [],
         "batch_size": args.batch_size,
@@ -149,6 +148,9 @@ def _point_text(point: tuple[float | None, str] | None, fmt: Callable[[float], s
 
 def render(store: Store, cells: list[Cell], device: str) -> str:
     """Time and memory tables with slopes and crossovers, from the stored cells."""
+    from attnbench.experiments.speed.fits import BASELINE, curves_by_model, fit_results, stored_baseline
+    from attnbench.plan.speed_spec import SpeedSpec
+
     runs = {r["cell_key"]: r for r in store.runs(suite=cells[0].suite, kind="speed")}
     mine = [(c, runs[c.key]) for c in cells if c.key in runs]
     if not mine:
@@ -205,6 +207,11 @@ def render(store: Store, cells: list[Cell], device: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnbench.experiments.registry import expand_suite
+    from attnbench.run.runner import run_suite
+    from attnbench.store.database import Store
+    from attnbench.store.provenance import device_name, resolve_device
+
     suite = bench_suite(args)
     registry = registry_with_warnings()
     dev = resolve_device(args.device or suite.device)

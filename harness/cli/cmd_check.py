@@ -5,10 +5,6 @@ from __future__ import annotations
 import argparse
 
 from attnbench.cli.common import add_store_option, positive_int, positive_seconds, registry_with_warnings
-from attnbench.gate.checks import DEFAULT_LONG_T, DEFAULT_TIME_LIMIT_S, format_table
-from attnbench.gate.verdicts import gate_variant
-from attnbench.store.database import Store
-from attnbench.store.provenance import resolve_device
 
 
 def add_parser(sub) -> None:
@@ -20,13 +16,21 @@ def add_parser(sub) -> None:
     add_store_option(p)
     p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: auto)")
     p.add_argument("--no-cache", action="store_true", help="re-run checks even if a verdict is stored")
-    p.add_argument("--long-T", type=positive_int, default=DEFAULT_LONG_T, help="length of the long-input check")
-    p.add_argument("--time-limit", type=positive_seconds, default=DEFAULT_TIME_LIMIT_S, help="seconds per variant")
+    # defaults (the gate's own) are filled in by run, so that --help does not import the gate and torch
+    p.add_argument("--long-T", type=positive_int, help="length of the long-input check (default: the gate's, 2048)")
+    p.add_argument("--time-limit", type=positive_seconds, help="seconds per variant (default: the gate's, 300)")
     p.add_argument("--verbose", action="store_true", help="print each check's detail line")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnbench.gate.checks import DEFAULT_LONG_T, DEFAULT_TIME_LIMIT_S, format_table
+    from attnbench.gate.verdicts import gate_variant
+    from attnbench.store.database import Store
+    from attnbench.store.provenance import resolve_device
+
+    long_T = args.long_T or DEFAULT_LONG_T
+    time_limit_s = args.time_limit or DEFAULT_TIME_LIMIT_S
     registry = registry_with_warnings()
     names = args.variants or registry.names()
     variants = [registry.get(n) for n in names]  # unknown names: error with "did you mean"
@@ -35,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     with Store(args.store) as store:
         for v in variants:
             verdict = gate_variant(
-                v, store, device, use_cache=not args.no_cache, long_T=args.long_T, time_limit_s=args.time_limit
+                v, store, device, use_cache=not args.no_cache, long_T=long_T, time_limit_s=time_limit_s
             )
             results[v.name] = verdict.results
     print(format_table(results, verbose=args.verbose))

@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import difflib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnbench.cli.common import add_store_option
 from attnbench.errors import CheckpointError
-from attnbench.report.checkpoints import CHOSEN_POINT, CHOSEN_RUN, CheckpointRow, checkpoint_rows
-from attnbench.report.load import load_store
-from attnbench.report.values import MISSING, point_text
+
+if TYPE_CHECKING:  # the report modules (pandas) load inside run, not for --help
+    from attnbench.report.checkpoints import CheckpointRow
 
 COLUMNS = ("suite", "experiment", "variant", "options", "model", "seed", "grid point", "chosen", "key", "path")
 
@@ -27,9 +28,9 @@ def add_parser(sub) -> None:
         help="list the checkpoints runs kept: variant, options, seed, grid point, key, path",
         description="List the model checkpoints the store's runs kept (the '<cell key>.pt' files in the "
         "checkpoints folder beside the store), one line per run. The 'chosen' column marks the "
-        f"protocol's choice per variant: '{CHOSEN_RUN}' is the chosen run (its grid point has the "
+        "protocol's choice per variant: 'run' is the chosen run (its grid point has the "
         "lowest mean validation loss, and of that point's seeds it has the lowest; `attnbench "
-        f"export --best` exports it), '{CHOSEN_POINT}' another seed at the chosen point.",
+        "export --best` exports it), 'point' another seed at the chosen point.",  # report.checkpoints' marks
     )
     add_store_option(p)
     p.add_argument("--suite", help="only this suite (default: every suite in the store)")
@@ -39,6 +40,8 @@ def add_parser(sub) -> None:
 
 
 def _cells(row: CheckpointRow) -> tuple[str, ...]:
+    from attnbench.report.values import MISSING, point_text
+
     options = ", ".join(f"{k}={v}" for k, v in sorted(row.options.items())) or MISSING
     path = str(row.path) if row.path is not None else f"{row.recorded} (missing)"
     return (
@@ -64,6 +67,9 @@ def _table(rows: list[CheckpointRow]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnbench.report.checkpoints import checkpoint_rows
+    from attnbench.report.load import load_store
+
     first = load_store(Path(args.store), args.suite)
     suites = [args.suite] if args.suite else first.suites
     rows = [r for s in suites for r in checkpoint_rows(first if s == first.suite else load_store(Path(args.store), s))]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from attnbench.plan.reference import write_docs
-
 
 def add_parser(sub) -> None:
     p = sub.add_parser("docs", help="write the suite reference (Markdown) and JSON Schema from the models")
@@ -15,6 +13,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnbench.plan.reference import write_docs
+
     for path in write_docs(args.out):
         print(f"wrote {path}")
     return 0

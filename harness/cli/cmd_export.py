@@ -13,9 +13,6 @@ from pathlib import Path
 
 from attnbench.cli.common import add_store_option
 from attnbench.errors import UsageError
-from attnbench.report.checkpoints import best_checkpoint
-from attnbench.report.load import load_store
-from attnbench.report.values import point_text
 
 
 def add_parser(sub) -> None:
@@ -67,6 +64,10 @@ def _checkpoint_and_out(args: argparse.Namespace) -> tuple[str, str]:
             f"with --best {args.best} give only OUT_DIR (got {' '.join(args.paths)}): the checkpoint "
             "is the chosen run's"
         )
+    from attnbench.report.checkpoints import best_checkpoint
+    from attnbench.report.load import load_store
+    from attnbench.report.values import point_text
+
     row = best_checkpoint(load_store(Path(args.store), args.suite), args.best, args.experiment)
     print(f"chosen run of {row.variant} in {row.experiment}: seed {row.seed}, {point_text(row.point)}, key {row.key}")
     return str(row.path), args.paths[0]

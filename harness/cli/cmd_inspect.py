@@ -6,8 +6,6 @@ import argparse
 from pathlib import Path
 
 from attnbench.cli.common import registry_with_warnings
-from attnbench.explain.maps import inspect_checkpoint
-from attnbench.explain.render import check_out_dir, write_html, write_json, write_pngs
 
 
 def add_parser(sub) -> None:
@@ -41,6 +39,9 @@ def _ids(value: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnbench.explain.maps import inspect_checkpoint
+    from attnbench.explain.render import check_out_dir, write_html, write_json, write_pngs
+
     out = Path(args.out)
     check_out_dir(out)
     ins = inspect_checkpoint(args.checkpoint, args.text, registry_with_warnings(), args.tokens)

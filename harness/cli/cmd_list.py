@@ -8,16 +8,17 @@ import json
 from pathlib import Path
 
 from attnbench.cli.common import add_store_option, registry_with_warnings
-from attnbench.gate.verdicts import cached_verdict
 from attnbench.registry.identity import variant_identity
 from attnbench.store.database import Store
-from attnbench.store.provenance import content_key, resolve_device
 
 
 def _gate_column(registry, store_path: str, device: str) -> dict[str, str]:
     """'pass', 'FAIL: checks' or 'unchecked' for each variant's current code."""
     if not Path(store_path).is_file():
         return {}
+    from attnbench.gate.verdicts import cached_verdict  # torch: only when there are verdicts to read
+    from attnbench.store.provenance import resolve_device
+
     dev = resolve_device(device)
     out = {}
     with Store(store_path) as store:
@@ -63,6 +64,8 @@ def add_parser(sub) -> None:
 
 
 def _json(registry, gate: dict[str, str]) -> str:
+    from attnbench.store.provenance import content_key
+
     def item(x, **extra):
         return {
             "name": x.name,

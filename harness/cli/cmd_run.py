@@ -11,18 +11,9 @@ import contextlib
 import sys
 from pathlib import Path
 
-from attnbench import distributed
 from attnbench.cli.common import add_store_option, add_suite_arguments, registry_with_warnings, split_names
 from attnbench.errors import DistributedError
-from attnbench.plan.suite import load_suite, with_compile, with_only_experiments
-from attnbench.run.choose import make_executor
-from attnbench.run.executors import EXECUTORS
-from attnbench.run.pool import JOBS_ENV, default_jobs
-from attnbench.run.progress import silence_third_party_bars
-from attnbench.run.runner import run_suite
-from attnbench.store.database import Store
-from attnbench.store.provenance import resolve_device
-from attnbench.track.registry import make_trackers
+from attnbench.run.executors import EXECUTORS, JOBS_ENV
 
 
 def add_parser(sub) -> None:
@@ -88,6 +79,9 @@ def _workers(raw: str) -> int:
 
 def _refuse_jobs_with(jobs: int | None, executor: str) -> None:
     """--jobs N fans cells out over local processes; Ray and torchrun place the work themselves."""
+    from attnbench import distributed
+    from attnbench.run.choose import make_executor
+
     if jobs is None or jobs == 1:
         return
     if distributed.requested():
@@ -100,6 +94,17 @@ def _refuse_jobs_with(jobs: int | None, executor: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch and the experiment code load here, not when the parser is built (attnbench --help)
+    from attnbench import distributed
+    from attnbench.plan.suite import load_suite, with_compile, with_only_experiments
+    from attnbench.run.choose import make_executor
+    from attnbench.run.pool import default_jobs
+    from attnbench.run.progress import silence_third_party_bars
+    from attnbench.run.runner import run_suite
+    from attnbench.store.database import Store
+    from attnbench.store.provenance import resolve_device
+    from attnbench.track.registry import make_trackers
+
     silence_third_party_bars()  # datasets', the hub's and lm-eval's bars would interleave with ours
     suite = load_suite(args.suite, args.overrides)
     if args.compile:

@@ -9,10 +9,6 @@ from pathlib import Path
 
 from attnbench.cli.common import add_suite_arguments, registry_with_warnings
 from attnbench.errors import MissingPackageError
-from attnbench.experiments.registry import expand_suite
-from attnbench.plan.halving import planned_total
-from attnbench.plan.requirements import require_packages
-from attnbench.plan.suite import load_suite
 
 
 def add_parser(sub) -> None:
@@ -22,6 +18,11 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnbench.experiments.registry import expand_suite
+    from attnbench.plan.halving import planned_total
+    from attnbench.plan.requirements import require_packages
+    from attnbench.plan.suite import load_suite
+
     suite = load_suite(args.suite, args.overrides)
     cells = expand_suite(suite, registry_with_warnings())
     total = planned_total(suite, cells)

@@ -1,14 +1,18 @@
-"""Options and helpers shared by several commands."""
+"""Options and helpers shared by several commands. Light to import: every command's parser
+is built for `attnbench --help`, so torch and the like load only inside a command's run."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import sys
+from typing import TYPE_CHECKING
 
 from attnbench.errors import UsageError
-from attnbench.registry.loader import Registry, load_registry
 from attnbench.store.database import DEFAULT_STORE
+
+if TYPE_CHECKING:
+    from attnbench.registry.loader import Registry
 
 
 def add_store_option(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +39,8 @@ def add_suite_arguments(parser: argparse.ArgumentParser) -> None:
 
 def registry_with_warnings() -> Registry:
     """Load plugins; a plugin that failed to load is reported and the others still load."""
+    from attnbench.registry.loader import load_registry  # imports the plugins, and with them torch
+
     registry = load_registry()
     for err in registry.errors:
         print(f"attnbench: warning: plugin {err.plugin!r} failed to load: {err.error}", file=sys.stderr)

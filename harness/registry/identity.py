@@ -54,21 +54,50 @@ def own_package(module_name: str) -> str:
     return module_name.split(".")[0]
 
 
+# One import statement: (level, module, names); level is None for `import a, b` (names a, b).
+_Import = tuple[int | None, str, tuple[str, ...]]
+
+
+@functools.lru_cache(maxsize=1024)
+def _import_statements(source: str) -> tuple[_Import, ...]:
+    """The import statements of a module's source, parsed once per distinct text (a registry
+    load asks for the same files many times; an edited file is a new text)."""
+    out: list[_Import] = []
+    for node in _statements(ast.parse(source).body):
+        if isinstance(node, ast.Import):
+            out.append((None, "", tuple(alias.name for alias in node.names)))
+        elif isinstance(node, ast.ImportFrom):
+            out.append((node.level, node.module or "", tuple(alias.name for alias in node.names)))
+    return tuple(out)
+
+
+def _statements(nodes: Iterable[ast.AST]) -> Iterable[ast.AST]:
+    """Statements at any depth (imports are statements: no need to visit expressions)."""
+    for node in nodes:
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            yield from _statements(getattr(node, field, None) or ())
+
+
+def _imports_of(path: Path) -> tuple[_Import, ...]:
+    return _import_statements(path.read_text(encoding="utf-8"))
+
+
 def _imported_names(path: Path, module_name: str) -> Iterable[str]:
     """Absolute names a module's import statements may refer to (modules or packages)."""
     is_pkg = path.name == "__init__.py"
     package = module_name if is_pkg else module_name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parts = parts[: len(parts) - (node.level - 1)]
-                base = ".".join(parts + ([node.module] if node.module else []))
-            yield base
-            yield from (f"{base}.{alias.name}" for alias in node.names)
+    for level, module, names in _imports_of(path):
+        if level is None:
+            yield from names
+            continue
+        base = module
+        if level:
+            parts = package.split(".")
+            parts = parts[: len(parts) - (level - 1)]
+            base = ".".join(parts + ([module] if module else []))
+        yield base
+        yield from (f"{base}.{name}" for name in names)
 
 
 def _with_parents(name: str, root: str) -> list[str]:
@@ -119,17 +148,17 @@ def _defining_modules(item: Any, plugin: Any) -> list[str]:
 def _shared_kernel_modules(path: Path) -> Iterable[str]:
     """Modules of ``attnbench.kernels`` a file uses, whether it imports them from there or
     takes the names ``attnbench.__all__`` re-exports (``from attnbench import log_attention``)."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if not isinstance(node, ast.ImportFrom) or node.level:
+    for level, module, names in _imports_of(path):
+        if level != 0:  # `import x` or a relative import
             continue
-        if node.module == "attnbench":
+        if module == "attnbench":
             shared = importlib.import_module(SHARED_KERNELS)  # attnbench re-exports these names
-            for alias in node.names:
-                home = getattr(getattr(shared, alias.name, None), "__module__", None)
+            for name in names:
+                home = getattr(getattr(shared, name, None), "__module__", None)
                 if home and home.startswith(SHARED_KERNELS):
                     yield home
-        elif node.module and node.module.startswith(SHARED_KERNELS):
-            yield node.module
+        elif module.startswith(SHARED_KERNELS):
+            yield module
 
 
 def plugin_source_files(item: Any, plugin: Any) -> tuple[str, ...]:

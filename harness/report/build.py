@@ -14,8 +14,10 @@ from attnbench.report.comparison import comparison_sections
 from attnbench.report.document import Report, Section
 from attnbench.report.downstream import lm_eval_sections
 from attnbench.report.expectations import expectations_section
+from attnbench.report.failed import failed_sections, without_failed
 from attnbench.report.finetune import finetune_sections
 from attnbench.report.gate import gate_section
+from attnbench.report.grid import grid_section
 from attnbench.report.headline import headline_section
 from attnbench.report.load import StoreData
 from attnbench.report.longcontext import longcontext_sections
@@ -61,19 +63,26 @@ def build_report(data: StoreData) -> Report:
         )
         return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, [], [section, gate_section(data)])
     palette = figures.make_palette(data.all_variants)
+    ran, failed = without_failed(data), failed_sections(data)  # sections of the kinds the suite has, only
     sections: list[Section] = [
-        *comparison_sections(data),
-        *expectations_section(data),
-        *anchor_section(data),
-        *train_sections(data, palette),
-        *time_to_learn_sections(data),
-        *longcontext_sections(data, palette),
-        *tuning_section(data),
-        *battery_sections(data, palette),
-        *speed_sections(data, palette),
-        *scaling_sections(data, palette),
-        *lm_eval_sections(data),
-        *finetune_sections(data, palette),
+        *comparison_sections(ran),
+        *expectations_section(ran),
+        *anchor_section(ran),
+        *train_sections(ran, palette),
+        *failed.get("train", []),
+        *time_to_learn_sections(ran),
+        *longcontext_sections(ran, palette),
+        *tuning_section(ran),
+        *grid_section(ran),
+        *battery_sections(ran, palette),
+        *speed_sections(ran, palette),
+        *failed.get("speed", []),
+        *scaling_sections(ran, palette),
+        *failed.get("scaling", []),
+        *lm_eval_sections(ran),
+        *failed.get("lm_eval", []),
+        *finetune_sections(ran, palette),
+        *failed.get("finetune", []),
         gate_section(data),
         provenance_section(data),
     ]
@@ -84,6 +93,6 @@ def build_report(data: StoreData) -> Report:
         summary,
         find_problems(data),
         sections,
-        battery_answer(data, palette) or headline_section(data, palette),
+        battery_answer(ran, palette) or headline_section(ran, palette),
         find_notes(data),
     )

@@ -14,6 +14,7 @@ import pandas as pd
 from attnbench.report.decision import TEST_TEXT, UNDETERMINED, Decision
 from attnbench.report.document import Section, Table
 from attnbench.report.floors import text_floors_text
+from attnbench.report.grid import axis_name, edge_clause, edges_of
 from attnbench.report.learned import LEARNED_TEST_TEXT
 from attnbench.report.load import StoreData
 from attnbench.report.paired import (
@@ -188,6 +189,7 @@ def _row(
         flags.append(f"{noisy[sel.variant]} noisy speed point(s)")
     label = exp if setting is None else f"{exp} @ {setting_label(setting)}"
     chosen = sel.chosen_run()
+    edges = edges_of(sel)
     raw = {
         "experiment": exp,
         "setting": setting_label(setting),
@@ -197,6 +199,8 @@ def _row(
         "model": sel.model_label,
         "chosen_point": point_text(sel.point),
         "grid_points": sel.n_points,
+        "grid_edges": ", ".join(f"{axis_name(e.axis)} {e.side}" for e in edges),
+        "grid_edge_text": edge_clause(edges),
         "key": None if chosen is None else chosen["cell_key"],
         "keys": " ".join(sel.keys()),
         "metric": metric,
@@ -231,7 +235,9 @@ def _row(
     view = {
         "experiment": label,
         "variant": sel.label,
-        "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points})",
+        "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points}"
+        + "".join(f"; {e.side} edge of {axis_name(e.axis)}" for e in edges)
+        + ")",
         "metric (margin)": metric + (f" (±{margin:g})" if margin else ""),
         **{
             f"Δ vs {name} [95% CI], n, decision": "baseline" if f is None else f[0].text(decimals=DECIMALS)

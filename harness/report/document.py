@@ -37,6 +37,7 @@ class Section:
     figures: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     missing: str = ""  # set when the store lacks this section's data: what to run instead
+    failed: str = ""  # set when the section's experiment ran but no run finished: what happened
 
 
 @dataclass

@@ -13,13 +13,7 @@ from attnbench.report.values import MISSING, num
 def lm_eval_sections(data: StoreData) -> list[Section]:
     runs = data.runs_of("lm_eval")
     if runs.empty:
-        return [
-            Section(
-                "Downstream (lm-eval)",
-                missing="no lm_eval experiments in this store: run a suite "
-                "with kind: lm_eval (e.g. suites/lm-eval.yaml)",
-            )
-        ]
+        return []  # the suite has no such experiment: no section, none in the contents
     by_key = {r["cell_key"]: r for _, r in data.runs.iterrows()}
     sections = []
     for exp in dict.fromkeys(runs["experiment"]):

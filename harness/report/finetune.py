@@ -85,13 +85,7 @@ def _unseen_notes(frame: pd.DataFrame) -> list[str]:
 def finetune_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
     runs = data.runs_of("finetune")
     if runs.empty:
-        return [
-            Section(
-                "Fine-tuning",
-                missing="no finetune experiments in this store: run a suite with "
-                "kind: finetune (e.g. suites/lora.yaml)",
-            )
-        ]
+        return []  # the suite has no such experiment: no section, none in the contents
     frame = _rows(runs)
     section = Section(
         "Fine-tuning (LoRA budgets)",

@@ -16,6 +16,7 @@ from attnbench.report.document import Section
 from attnbench.report.figures import Palette
 from attnbench.report.learned import LEARNED, LEARNED_TEST_TEXT, NOT_LEARNED
 from attnbench.report.load import StoreData
+from attnbench.report.ratios import path_flags, ratio_text
 from attnbench.report.sequential import method_text
 from attnbench.report.time_to_learn import undecided_clauses
 from attnbench.report.tradeoff import tradeoff_figure
@@ -101,16 +102,29 @@ def _further(row: pd.Series) -> str:
     )
 
 
-def _speed(variant: str, baseline: str, rounds: dict[str, Rounds]) -> str:
+def _speed(variant: str, baseline: str, rounds: dict[str, Rounds], paths: dict[str, dict[int, str]]) -> str:
+    """'train step 2.4x slower [2.0, 2.9] at T=256 (fallback path), ...'."""
     mine, theirs = rounds.get(variant, {}), rounds.get(baseline, {})
     parts = []
     for T in speed_lengths(set(mine) & set(theirs)):
-        x, lo, hi = ratio_interval(theirs[T], mine[T])
-        parts.append(f"{x:.2f}x [{lo:.2f}, {hi:.2f}] at T={T}")
+        flag = paths.get(variant, {}).get(T)
+        parts.append(f"{ratio_text(*ratio_interval(theirs[T], mine[T]))} at T={T}" + (f" ({flag})" if flag else ""))
     return "train step " + ", ".join(parts) if parts else ""
 
 
-def sentence(variant: str, table: pd.DataFrame, rounds: dict[str, Rounds], state: dict[str, float]) -> str:
+def _edge(row: pd.Series, lead: str = "; ") -> str:
+    """The grid-edge clause of a summary row ('lr at the grid's upper edge: widen it'), led by ``lead``."""
+    text = row.get("grid_edge_text")
+    return f"{lead}{text}" if isinstance(text, str) and text else ""
+
+
+def sentence(
+    variant: str,
+    table: pd.DataFrame,
+    rounds: dict[str, Rounds],
+    state: dict[str, float],
+    paths: dict[str, dict[int, str]] | None = None,
+) -> str:
     """What this run found for ``variant``: every experiment's value with its difference from the
     baseline and decision (for task accuracy, also per evaluation setting), speed ratio and state."""
     mine = table[table["variant"] == variant]
@@ -120,9 +134,11 @@ def sentence(variant: str, table: pd.DataFrame, rounds: dict[str, Rounds], state
         head = rows[rows["setting"] == "all test sets"].iloc[0]
         parts.append(
             f"{exp} {head['metric']} {_value(head['metric'], head['value_mean'])} ({head['decision_text']}"
-            f"{_further(head)})" + _by_setting(rows[rows["setting"] != "all test sets"]) + f" [{budget_meaning(rows)}]"
+            f"{_further(head)}{_edge(head)})"
+            + _by_setting(rows[rows["setting"] != "all test sets"])
+            + f" [{budget_meaning(rows)}]"
         )
-    speed = _speed(variant, mine["baseline"].iloc[0], rounds)
+    speed = _speed(variant, mine["baseline"].iloc[0], rounds, paths or {})
     if speed:
         parts.append(speed)
     if is_number(state.get(variant)):
@@ -138,7 +154,8 @@ def baseline_sentence(baseline: str, table: pd.DataFrame, rounds: dict[str, Roun
         rows = mine[mine["experiment"] == exp]
         metric = rows["metric"].iloc[0]
         head = rows[rows["setting"] == "all test sets"].iloc[0]
-        part = f"{exp} {metric} {_value(metric, head['value_mean'])}"
+        edge = _edge(head, lead="")
+        part = f"{exp} {metric} {_value(metric, head['value_mean'])}" + (f" ({edge})" if edge else "")
         settings = rows[rows["setting"] != "all test sets"]
         if not settings.empty:
             keys, labels = short_labels([json.loads(o) for o in settings["setting_options"]])
@@ -175,8 +192,9 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
     baselines = list(dict.fromkeys(rows["baseline"]))
     further = list(dict.fromkeys(b for _, r in rows.iterrows() for b in further_baselines(r)))
     sentences = [baseline_sentence(b, rows, rounds, state) for b in baselines]
+    paths = path_flags(data, "train_step")
     sentences += [
-        sentence(v, rows, rounds, state)
+        sentence(v, rows, rounds, state, paths)
         for v in variants
         if not (rows.loc[rows["variant"] == v, "decision"] == "baseline").all()
     ]
@@ -198,8 +216,8 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
             f"interval], seeds, decision{also}) and what the budget's numbers mean. Decision: "
             f"{method_text(data, TEST_TEXT)}; margins: {margins}; none where the baseline or the variant has not "
             f"learned ({LEARNED_TEST_TEXT}: the bigram's cross-entropy for text, guessing without memory for tasks). "
-            "Train step: the "
-            "baseline's time / the variant's (> 1 is faster), 95% interval from the timing rounds."
+            "Train step: how much faster or slower than the baseline, 95% interval from the timing rounds (the "
+            "tables give the raw ratio)."
         ),
         notes=sentences,
         figures=[figure] if figure else [],

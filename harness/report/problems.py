@@ -11,6 +11,7 @@ import pandas as pd
 from attnbench.fits import t_quantile_975
 from attnbench.report.document import Problem
 from attnbench.report.gate import FAILING, suite_verdicts
+from attnbench.report.grid import edge_notes
 from attnbench.report.load import StoreData
 from attnbench.report.selection import reported_runs
 
@@ -205,5 +206,5 @@ def find_problems(data: StoreData) -> list[Problem]:
 
 def find_notes(data: StoreData) -> list[Problem]:
     """Limits of the budget a reader should know but that are no fault: noisy speed points,
-    fits flagged as uncertain, decisions on fewer than 3 seeds."""
-    return [] if data.runs.empty else _noisy(data) + _few_seeds(data)
+    fits flagged as uncertain, decisions on fewer than 3 seeds, choices on a grid's edge."""
+    return [] if data.runs.empty else _noisy(data) + _few_seeds(data) + edge_notes(data)

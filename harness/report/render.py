@@ -28,7 +28,7 @@ th { background: #f2f2f2; } tr:nth-child(even) td { background: #fafafa; }
 td.bad, li.bad { color: #a40000; font-weight: 600; }
 .problems { border: 2px solid #a40000; background: #fff4f4; padding: .4em 1em; }
 .ok { border: 1px solid #2f7d32; background: #f3fbf3; padding: .4em 1em; }
-.missing { color: #555; font-style: italic; }
+.missing { color: #555; font-style: italic; } p.failed { color: #a40000; font-weight: 600; }
 figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption, .note { color: #444; font-size: 12.5px; }
 dl.summary { display: flex; flex-wrap: wrap; gap: 0 .3em; margin: .2em 0; }
@@ -91,6 +91,8 @@ def _html_section(section: Section, links: Callable[[Table], dict[str, str]]) ->
     parts = [f'<section id="{_anchor(section.title)}"><h2>{_e(section.title)}</h2>']
     if section.missing:
         parts.append(f'<p class="missing">Missing: {_e(section.missing)}.</p>')
+    if section.failed:
+        parts.append(f'<p class="failed">Failed: {_e(section.failed)} (<a href="#problems">Problems</a>).</p>')
     if section.intro and not section.missing:
         parts.append(f"<p>{_e(section.intro)}</p>")
     parts += [f'<p class="note">{_e(n)}</p>' for n in section.notes]
@@ -179,7 +181,10 @@ def to_html(report: Report, links: Callable[[Table], dict[str, str]]) -> str:
         else ""
     )
     toc = "".join(
-        f'<li><a href="#{_anchor(s.title)}">{_e(s.title)}</a>' + (" (missing)" if s.missing else "") + "</li>"
+        f'<li><a href="#{_anchor(s.title)}">{_e(s.title)}</a>'
+        + (" (missing)" if s.missing else "")
+        + (' (failed: <a href="#problems">see Problems</a>)' if s.failed else "")
+        + "</li>"
         for s in report.sections
     )
     body = "".join(_html_section(s, links) for s in report.sections)
@@ -231,6 +236,8 @@ def to_markdown(report: Report, figure_path: Callable[[str], str], links: Callab
         out += ["", f"## {md_escape(s.title)}", ""]
         if s.missing:
             out += [f"*Missing: {md_escape(s.missing)}.*", ""]
+        if s.failed:
+            out += [f"**Failed: {md_escape(s.failed)}** ([Problems](#problems)).", ""]
         elif s.intro:
             out += [md_escape(s.intro), ""]
         out += [f"> {md_escape(n)}\n" for n in s.notes]

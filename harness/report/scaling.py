@@ -71,13 +71,7 @@ def _fits(data: StoreData, exp: str) -> pd.DataFrame:
 def scaling_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
     runs = data.runs_of("scaling")
     if runs.empty:
-        return [
-            Section(
-                "Scaling",
-                missing="no scaling experiments in this store: run a suite with "
-                "kind: scaling (e.g. suites/scaling.yaml)",
-            )
-        ]
+        return []  # the suite has no such experiment: no section, none in the contents
     sections = []
     for exp in dict.fromkeys(runs["experiment"]):
         rows, pts = _points(runs[runs["experiment"] == exp])

@@ -37,6 +37,7 @@ class Selection:
     options: dict[str, Any] = field(default_factory=dict)  # fixed variant options (not swept by the grid)
     label: str = ""  # the variant, with the options that tell its rows apart: "linear (feature_map=relu)"
     tried: int = 0  # grid points tried in all, tuning rungs included
+    grid: tuple[dict[str, Any], ...] = ()  # those points themselves
 
     @property
     def n_points(self) -> int:
@@ -111,14 +112,13 @@ def select(runs: pd.DataFrame) -> list[Selection]:
     when no point has one."""
     groups: dict[tuple[str, str, int, str], dict[str, list[int]]] = {}
     options: dict[str, dict[str, Any]] = {}
-    tried: dict[tuple[str, str, int, str], set[str]] = {}  # every point tried, tuning rungs included
+    tried: dict[tuple[str, str, int, str], dict[str, dict[str, Any]]] = {}  # every point tried, tuning included
     for exp, variant, coords, config in zip(
         runs["experiment"], runs["variant"], runs["coords"], runs["config"], strict=True
     ):
         okey = key_of(fixed_options(str(variant), coords, config))
-        tried.setdefault((str(exp), str(variant), int(coords.get("model", 0)), okey), set()).add(
-            key_of(grid_point(coords))
-        )
+        point = grid_point(coords)
+        tried.setdefault((str(exp), str(variant), int(coords.get("model", 0)), okey), {})[key_of(point)] = point
     runs = reported_runs(runs)
     for pos, (exp, variant, coords, config) in enumerate(
         zip(runs["experiment"], runs["variant"], runs["coords"], runs["config"], strict=True)
@@ -151,7 +151,8 @@ def select(runs: pd.DataFrame) -> list[Selection]:
                 [s[0] for s in scored],
                 options[okey],
                 labels[(exp, variant, model, okey)],
-                len(tried.get((exp, variant, model, okey), ())),
+                len(tried.get((exp, variant, model, okey), {})),
+                tuple(tried.get((exp, variant, model, okey), {}).values()),
             )
         )
     return out

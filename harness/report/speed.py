@@ -209,12 +209,7 @@ def _cross_text(r: pd.Series) -> str:
 def speed_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
     runs = data.runs_of("speed")
     if runs.empty:
-        return [
-            Section(
-                "Speed and memory",
-                missing="no speed experiments in this store: run a suite with kind: speed (e.g. suites/speed.yaml)",
-            )
-        ]
+        return []  # the suite has no such experiment: no section, none in the contents
     sections = []
     for exp in dict.fromkeys(runs["experiment"]):
         ids = [int(i) for i in runs.loc[runs["experiment"] == exp, "id"]]

@@ -295,12 +295,7 @@ def _cis(data: pd.DataFrame) -> list[MeanCI]:
 def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
     runs = data.runs_of("train")
     if runs.empty:
-        return [
-            Section(
-                "Training at equal budget",
-                missing="no train experiments in this store: run a suite with kind: train (e.g. suites/smoke.yaml)",
-            )
-        ]
+        return []  # the suite has no such experiment: no section, none in the contents
     labels = variant_labels(data)
     sections = []
     for exp in dict.fromkeys(runs["experiment"]):

@@ -21,6 +21,7 @@ from typing import Any
 from attnbench.errors import ExecutorError
 
 EXECUTORS = ("local", "ray")
+JOBS_ENV = "ATTNBENCH_JOBS"  # the default of --jobs when it is not given (run.pool reads it)
 RAY_OBJECT_STORE_BYTES = 256 * 1024**2  # cells send back small records: keep Ray's shared memory small
 
 

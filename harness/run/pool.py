@@ -30,10 +30,9 @@ from attnbench.contract.variant import Variant
 from attnbench.errors import ExecutorError, UnknownVariantError
 from attnbench.registry.identity import variant_identity
 from attnbench.registry.loader import Registry, load_registry
-from attnbench.run.executors import Executor, Finished, Task, WorkerDeath, run_here
+from attnbench.run.executors import JOBS_ENV, Executor, Finished, Task, WorkerDeath, run_here
 from attnbench.store.provenance import content_key
 
-JOBS_ENV = "ATTNBENCH_JOBS"  # the default of --jobs when it is not given
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 POOL = "process-pool"
 

@@ -1,0 +1,65 @@
+"""The command line starts fast: parsing any command's --help, and listing suites, import
+none of the heavy libraries (they load inside the commands that use them). Timings are
+benchmarks/bench_startup.py's job; this guards the import graph, which is what makes them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import attnbench
+from attnbench.cli import COMMANDS
+from tests.helpers import python
+
+HEAVY = ("torch", "transformers", "lm_eval", "datasets", "pandas", "matplotlib", "seaborn", "scipy")
+
+
+def test_help_of_every_command_imports_no_heavy_library():
+    """One subprocess parses `--help` and each command's `--help` (lm-eval's is lm-eval's
+    own, so it is left out), then `suites`, and reports what got imported."""
+    proc = python(
+        """
+        import argparse, contextlib, io, json, sys
+        from attnbench.cli import COMMANDS, main
+
+        sub = argparse.ArgumentParser().add_subparsers()
+        for module in COMMANDS:
+            module.add_parser(sub)
+        commands = [name for name in sub.choices if name != "lm-eval"]
+        for argv in (["--help"], *([c, "--help"] for c in commands), ["suites"]):
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+                main(argv)
+        print(json.dumps({"commands": commands, "modules": sorted(m.split(".")[0] for m in sys.modules)}))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "run" in seen["commands"] and "validate" in seen["commands"]
+    loaded = sorted(set(HEAVY) & set(seen["modules"]))
+    assert not loaded, f"parsing --help imported {loaded}: import them inside the command's run()"
+
+
+def test_lazy_public_api_resolves_every_name():
+    """`attnbench.__all__` loads on first use (PEP 562); every name is there, from its home."""
+    missing = [n for n in attnbench.__all__ if getattr(attnbench, n, None) is None]
+    assert not missing
+    assert set(attnbench.__all__) == set(attnbench._HOMES) | {"__version__"}
+    assert attnbench.split_heads.__module__ == "attnbench.nn.backbone"
+
+
+def test_help_texts_name_the_defaults_filled_in_at_run_time():
+    """check's --long-T / --time-limit defaults and checkpoints' 'chosen' marks are written
+    in the help (so --help needs no gate or report import): they match the code's."""
+    from attnbench.gate.checks import DEFAULT_LONG_T, DEFAULT_TIME_LIMIT_S
+    from attnbench.report.checkpoints import CHOSEN_POINT, CHOSEN_RUN
+
+    subparsers = argparse.ArgumentParser().add_subparsers()
+    for module in COMMANDS:
+        module.add_parser(subparsers)
+    sub = subparsers.choices
+    check = " ".join(sub["check"].format_help().split())
+    assert f"the gate's, {DEFAULT_LONG_T})" in check
+    assert f"the gate's, {DEFAULT_TIME_LIMIT_S:g})" in check
+    described = " ".join((sub["checkpoints"].description or "").split())
+    assert f"'{CHOSEN_RUN}' is the chosen run" in described
+    assert f"'{CHOSEN_POINT}' another seed" in described
