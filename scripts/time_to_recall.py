@@ -51,7 +51,7 @@ def time_to_recall(store: Path, suite: str, threshold: float) -> pd.DataFrame:
                 "tokens": int(hit["tokens"]) if hit is not None else int(run.summary.get("tokens", 0)),
                 "train_s": float(hit["elapsed_s"]) if hit is not None else float(run.summary.get("train_time_s", 0)),
                 "best_val": float(curve["value"].max()) if not curve.empty else float("nan"),
-                "test": " ".join(f"{k}:{test[k]:.2f}" for k in sorted(test, key=str)),
+                "test": " ".join(f"{k}:{test[k]:.2f}" for k in sorted(test, key=lambda k: (str(type(k)), k))),
             }
         )
     return pd.DataFrame(rows).sort_values(["experiment", "variant", "seed"]) if rows else pd.DataFrame()
