@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -25,7 +26,7 @@ def first_reaching(curve: pd.DataFrame, threshold: float) -> pd.Series | None:
     return None if hit.empty else hit.iloc[0]
 
 
-def _pairs(tags: dict) -> object:
+def _pairs(tags: dict[str, Any]) -> Any:
     return tags.get("num_kv_pairs", tags.get("n_pairs", "-"))
 
 
@@ -36,9 +37,10 @@ def time_to_recall(store: Path, suite: str, threshold: float) -> pd.DataFrame:
     runs = data.runs[(data.runs["kind"] == "train") & (data.runs["status"] == "done")]
     rows = []
     for run in runs.itertuples():
+        summary: dict[str, Any] = dict(run.summary)  # a decoded JSON object
         curve = data.metrics[(data.metrics["run_id"] == run.id) & (data.metrics["name"] == "val/accuracy")]
         hit = first_reaching(curve, threshold)
-        steps = int(run.summary.get("steps", 0))
+        steps = int(summary.get("steps", 0))
         res = data.results[(data.results["run_id"] == run.id) & (data.results["name"] == "accuracy")]
         test = {_pairs(t): v for t, v in zip(res["tags"], res["value"], strict=True) if t.get("split") == "test"}
         rows.append(
@@ -48,8 +50,8 @@ def time_to_recall(store: Path, suite: str, threshold: float) -> pd.DataFrame:
                 "seed": run.seed,
                 "steps": steps,
                 "to_threshold": str(int(hit["step"])) if hit is not None else f">{steps}",
-                "tokens": int(hit["tokens"]) if hit is not None else int(run.summary.get("tokens", 0)),
-                "train_s": float(hit["elapsed_s"]) if hit is not None else float(run.summary.get("train_time_s", 0)),
+                "tokens": int(hit["tokens"]) if hit is not None else int(summary.get("tokens", 0)),
+                "train_s": float(hit["elapsed_s"]) if hit is not None else float(summary.get("train_time_s", 0)),
                 "best_val": float(curve["value"].max()) if not curve.empty else float("nan"),
                 "test": " ".join(f"{k}:{test[k]:.2f}" for k in sorted(test, key=lambda k: (str(type(k)), k))),
             }
@@ -69,7 +71,7 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description="Steps to a recall threshold per train run of a suite (Markdown table).")
     ap.add_argument("store", type=Path)
     ap.add_argument("--suite", default="recall-sweep")
     ap.add_argument("--threshold", type=float, default=0.9)

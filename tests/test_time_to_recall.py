@@ -6,13 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from attnbench.store.database import Metric, Result
+from attnbench.store.database import Metric, Result, RunRecord
 from tests.report_store import SUITE, record, write_store
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "time_to_recall.py"
 
 
-def _run_with_curve(key: str, seed: int, accuracies: list[float]) -> object:
+def _run_with_curve(key: str, seed: int, accuracies: list[float]) -> RunRecord:
     run = record(
         key,
         "sweep",
