@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -37,7 +37,7 @@ def time_to_recall(store: Path, suite: str, threshold: float) -> pd.DataFrame:
     runs = data.runs[(data.runs["kind"] == "train") & (data.runs["status"] == "done")]
     rows = []
     for run in runs.itertuples():
-        summary: dict[str, Any] = dict(run.summary)  # a decoded JSON object
+        summary = cast(dict[str, Any], run.summary)  # a decoded JSON object
         curve = data.metrics[(data.metrics["run_id"] == run.id) & (data.metrics["name"] == "val/accuracy")]
         hit = first_reaching(curve, threshold)
         steps = int(summary.get("steps", 0))
