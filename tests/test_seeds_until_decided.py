@@ -97,6 +97,23 @@ def test_a_seed_round_goes_to_the_undetermined_row_and_its_baseline_only(tmp_pat
     assert next_seed_cells(suite, [*cells, *wave], stored.get) == []  # max reached: stop
 
 
+def test_no_seed_round_goes_to_a_row_whose_baseline_has_not_learned(tmp_path, registry):
+    suite = load_suite(write_suite(tmp_path / "s.yaml", SUITE))
+    cells = expand_suite(suite, registry, device="cpu", corpus_hash=lambda spec: "x")
+    bigram = {"softmax": 2.0, "linear": 3.0, "toy-ema": 3.0}  # softmax's test loss sits at its bigram floor
+    stored = {
+        c.key: ("done", {"val_loss": 1.0, "test_loss": LOSS[c.variant][c.seed], "test_floor_bigram_loss": 2.05})
+        for c in cells
+    }
+    assert next_seed_cells(suite, cells, stored.get) == []  # toy-ema is undetermined, but against no learner
+    for c in cells:
+        stored[c.key][1]["test_floor_bigram_loss"] = bigram[c.variant] + 1.0  # everyone beyond the bigram
+    assert sorted((c.variant, c.seed) for c in next_seed_cells(suite, cells, stored.get)) == [
+        ("softmax", 2),
+        ("toy-ema", 2),
+    ]
+
+
 def test_protocol_seeds_are_validated(tmp_path):
     from attnbench.errors import SuiteError
 

@@ -2,7 +2,9 @@
 stored outcomes. The first round (seeds 0..min-1) is planned with the suite; once every cell of
 an experiment is stored, each row (variant, model size, options) still undetermined against the
 baseline gets the next seed at its chosen grid point, and the baseline gets that seed too (pairs
-need the same seeds). Decided rows stop; no row goes past ``max``.
+need the same seeds). Decided rows stop; no row goes past ``max``; and a row stops where it or its
+baseline sits at or below its null level (no comparison is made with a model that has not learned,
+so more seeds there could not decide anything).
 
 The decision is the one the report prints: the group-sequential rule of attnbench.sequential on
 the paired test metric of the finished seeds. Like halving.next_cells it is a pure function of
@@ -49,6 +51,27 @@ def _values(cells: list[Cell], lookup: Lookup, metric: str) -> dict[int, float]:
     return out
 
 
+FLOOR_FIELD = {"loss": "test_floor_bigram_loss", "accuracy": "test_guess_accuracy"}  # as report.floors reads
+
+
+def at_floor(cells: list[Cell], lookup: Lookup, metric: str) -> bool:
+    """Whether a row's mean test metric is not beyond its stored null level (text: the bigram's
+    loss; tasks: guessing). Rows stored without floors are never at it."""
+    values, floors = [], []
+    for c in cells:
+        o = lookup(c.key)
+        if o is None or o[0] != "done":
+            continue
+        value, floor = o[1].get(f"test_{metric}"), o[1].get(FLOOR_FIELD[metric])
+        if isinstance(value, (int, float)) and isinstance(floor, (int, float)):
+            values.append(float(value))
+            floors.append(float(floor))
+    if not values:
+        return False
+    beyond = statistics.fmean(values) - statistics.fmean(floors)
+    return beyond <= 0 if HIGHER_IS_BETTER[metric] else beyond >= 0
+
+
 def undetermined(mine: dict[int, float], base: dict[int, float], design: Design, metric: str) -> bool:
     """Whether the paired comparison of two rows' per-seed values is still undetermined."""
     diffs = np.array([mine[s] - base[s] for s in sorted(set(mine) & set(base))])
@@ -82,6 +105,8 @@ def _experiment_round(exp: TrainExperiment, cells: list[Cell], lookup: Lookup) -
         planned = {c.seed for c in picked}
         if len(planned) >= rule.max:
             continue
+        if at_floor(picked, lookup, metric) or at_floor(chosen[base_row], lookup, metric):
+            continue  # not learned at this budget: no seed count decides against it
         mine, base = _values(picked, lookup, metric), _values(chosen[base_row], lookup, metric)
         if not undetermined(mine, base, design, metric):
             continue
