@@ -215,12 +215,13 @@ def test_the_report_decides_each_row_on_the_final_runs_and_checks_the_stated_fin
     report = build_report(load_store(tmp_path / "s.sqlite", "halving"))
     summary = next(t for s in report.sections for t in s.tables if t.slug == "summary").data
     linear = summary[summary["variant"] == "linear"].iloc[0]
-    assert linear["decision"] in ("better", "worse", "equivalent", "undetermined") and linear["n"] == 2
+    assert linear["decision"] in ("better", "worse", "equivalent", "undetermined", "not learned") and linear["n"] == 2
     assert linear["grid_points"] == 4 and linear["margin"] == 0.05  # 4 points tried; reported: the survivor
     findings = next(t for s in report.sections for t in s.tables if t.slug == "expectations").data
     row = findings.iloc[0]
     assert row["expected"] == "worse" and row["decision"] == linear["decision"]
-    assert row["verdict"] == {"worse": "agrees", "undetermined": "undetermined"}.get(row["decision"], "disagrees")
+    verdicts = {"worse": "agrees", "undetermined": "undetermined", "not learned": "not testable at this budget"}
+    assert row["verdict"] == verdicts.get(row["decision"], "disagrees")
     trail = next(t for s in report.sections for t in s.tables if t.slug == "tuning").data
     mine = trail[trail["variant"] == "linear"]
     assert list(mine["rung"]) == [0, 0, 0, 0, 1, 1] and mine["went_on"].sum() == 3  # 2 of 4, then 1 of 2

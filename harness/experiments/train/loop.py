@@ -309,27 +309,21 @@ def train_cell(
             train_state.save(path, cell, model, opt, gen, p)
         if p.step % t.eval_interval == 0 or done or saving:
             distributed.barrier()  # the other ranks wait here, outside their timed steps
-    after = _AfterTraining()  # what fails from here on is stored beside the results, never instead of them
-    checkpoint = None
-    if main:
-        done = status == "done"
-        checkpoint = after.attempt(
-            "saving the final checkpoint", _finish_files, cell, model, data, p.step, checkpoint_dir, path, done
-        )
-    summary = _summary(p, cell, facts, device, status, checkpoint, compile_info)
-    summary |= _measured(p, rows, stream, load_before)
-    if status == "done" and main:
-        rows = after.attempt("evaluating at eval_lengths", _lengths, model, data, cell, device, rows, summary) or rows
-    if after.errors:
-        summary["after_training_errors"] = after.errors
-    return CellOutcome(status, summary, p.metrics, rows, error or after.error())
+    after = _AfterTraining(cell, model, data, device, main)  # its failures are stored beside the results
+    checkpoint = after.checkpoint(p.step, checkpoint_dir, path, status == "done")
+    summary = _summary(p, cell, facts, device, status, checkpoint, compile_info) | _measured(
+        p, rows, stream, load_before
+    )
+    rows = after.lengths(rows, summary) if status == "done" else rows
+    return after.outcome(CellOutcome(status, summary, p.metrics, rows, error))
 
 
 class _AfterTraining:
-    """Steps after a finished training (final checkpoint, length evaluation): one that fails
-    keeps the cell's metrics and results, and its error is stored beside them."""
+    """Steps after a finished training, on rank 0 (final checkpoint, length evaluation): one that
+    fails keeps the cell's metrics and results, and its error is stored beside them."""
 
-    def __init__(self) -> None:
+    def __init__(self, cell: Cell, model: Any, data: Any, device: torch.device, main: bool) -> None:
+        self.cell, self.model, self.data, self.device, self.main = cell, model, data, device, main
         self.errors: list[str] = []
 
     def attempt(self, what: str, step: Callable[..., Any], *args: Any) -> Any:
@@ -339,7 +333,21 @@ class _AfterTraining:
             self.errors.append(f"{what} failed: {type(exc).__name__}: {exc}")
             return None
 
-    def error(self) -> str | None:
-        if not self.errors:
+    def checkpoint(self, step: int, checkpoint_dir: Path | None, path: Path | None, done: bool) -> Any:
+        if not self.main:
             return None
-        return "; ".join(self.errors) + " (training finished: its metrics and results are stored)"
+        args = (self.cell, self.model, self.data, step, checkpoint_dir, path, done)
+        return self.attempt("saving the final checkpoint", _finish_files, *args)
+
+    def lengths(self, rows: list[Result], summary: dict) -> list[Result]:
+        if not self.main:
+            return rows
+        args = (self.model, self.data, self.cell, self.device, rows, summary)
+        return self.attempt("evaluating at eval_lengths", _lengths, *args) or rows
+
+    def outcome(self, outcome: CellOutcome) -> CellOutcome:
+        if self.errors:
+            outcome.summary["after_training_errors"] = self.errors
+            note = "; ".join(self.errors) + " (training finished: its metrics and results are stored)"
+            outcome.error = outcome.error or note
+        return outcome
