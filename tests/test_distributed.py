@@ -233,7 +233,7 @@ def test_cli_ray_records_a_crashed_task_as_a_failed_cell_after_retries(tmp_path)
         "--executor",
         "ray",
         env={**env, **OFFLINE, "CRASH_LOG": str(log), "ATTNBENCH_PLUGINS": "softmax,crashy"},
-        timeout=300,
+        timeout=900,  # 25 s idle; a Ray start and two worker crashes took over 300 s with both cores busy
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "4 cells, 4 run, 0 already stored" in proc.stdout
