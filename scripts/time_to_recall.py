@@ -18,12 +18,7 @@ from typing import Any, cast
 import pandas as pd
 
 from attnbench.report.load import load_store
-
-
-def first_reaching(curve: pd.DataFrame, threshold: float) -> pd.Series | None:
-    """The first row (by step) of ``curve`` (step, tokens, elapsed_s, value) at or above ``threshold``."""
-    hit = curve[curve["value"] >= threshold].sort_values("step")
-    return None if hit.empty else hit.iloc[0]
+from attnbench.report.time_to_learn import first_at_target
 
 
 def _pairs(tags: dict[str, Any]) -> Any:
@@ -39,7 +34,7 @@ def time_to_recall(store: Path, suite: str, threshold: float) -> pd.DataFrame:
     for run in runs.itertuples():
         summary = cast(dict[str, Any], run.summary)  # a decoded JSON object
         curve = data.metrics[(data.metrics["run_id"] == run.id) & (data.metrics["name"] == "val/accuracy")]
-        hit = first_reaching(curve, threshold)
+        hit = first_at_target(curve, threshold)
         steps = int(summary.get("steps", 0))
         res = data.results[(data.results["run_id"] == run.id) & (data.results["name"] == "accuracy")]
         test = {_pairs(t): v for t, v in zip(res["tags"], res["value"], strict=True) if t.get("split") == "test"}

@@ -80,6 +80,14 @@ def target_of(protocol: dict[str, Any]) -> float | None:
     return DEFAULT_ACCURACY_TARGET if metric_of(protocol) == "accuracy" else None
 
 
+def first_at_target(curve: pd.DataFrame, target: float, higher_is_better: bool = True) -> pd.Series | None:
+    """The first evaluation (by step) of ``curve`` (step, tokens, elapsed_s, value) at or past ``target``."""
+    curve = curve.sort_values("step")
+    values = pd.to_numeric(curve["value"], errors="coerce")
+    hit = curve[values >= target] if higher_is_better else curve[values <= target]
+    return None if hit.empty else hit.iloc[0]
+
+
 def _times(data: StoreData, sel: Selection, metric: str, target: float) -> tuple[dict[str, list[float]], list[bool]]:
     runs = sel.runs[sel.runs["status"].isin(["done", "diverged"])]
     curves = data.metrics[data.metrics["run_id"].isin(runs["id"]) & (data.metrics["name"] == f"val/{metric}")]
@@ -89,12 +97,11 @@ def _times(data: StoreData, sel: Selection, metric: str, target: float) -> tuple
         curve = curves[curves["run_id"] == run_id].sort_values("step")
         if curve.empty:
             continue
-        values = pd.to_numeric(curve["value"], errors="coerce")
-        hit = values >= target if metric == "accuracy" else values <= target
-        row = curve[hit].iloc[0] if hit.any() else curve.iloc[-1]  # first reached, else the budget's end
+        hit = first_at_target(curve, target, higher_is_better=metric == "accuracy")
+        row = hit if hit is not None else curve.iloc[-1]  # first reached, else the budget's end
         for unit in UNITS:
             times[unit].append(float(row[_COLUMN[unit]]))
-        reached.append(bool(hit.any()))
+        reached.append(hit is not None)
     return times, reached
 
 
