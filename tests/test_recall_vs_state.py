@@ -17,16 +17,35 @@ def _run(*args: str, tmp: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=120)
 
 
-def test_draws_each_variants_accuracy_against_its_state_at_one_grid_point(tmp_path):
+def _rows(stdout: str) -> dict[tuple[str, str], list[str]]:
+    """(variant, K) -> the printed row's other columns: lr edge accuracy lo hi seeds state_elements."""
+    lines = stdout.splitlines()
+    assert lines[0].split() == ["variant", "lr", "edge", "K", "accuracy", "lo", "hi", "seeds", "state_elements"]
+    return {(cols[0], cols[3]): cols[1:3] + cols[4:] for cols in (line.split() for line in lines[1:])}
+
+
+def test_draws_each_variant_at_its_chosen_rate_with_seed_intervals(tmp_path):
     store = write_store(tmp_path / "store.sqlite")
     common = [str(store), "--suite", SUITE, "--experiment", "recall"]
-    grid = _run(*common, "--out", str(tmp_path / "f.png"), tmp=tmp_path)
-    assert grid.returncode != 0 and "learning-rate grid" in grid.stderr and "--lr" in grid.stderr
     out = tmp_path / "fig.png"
-    done = _run(*common, "--lr", "0.001", "--out", str(out), tmp=tmp_path)
+    done = _run(*common, "--out", str(out), tmp=tmp_path)
     assert done.returncode == 0, done.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    rows = {tuple(line.split()[:2]): line.split()[2:] for line in done.stdout.splitlines()[1:]}
-    accuracy, seeds, state = rows[("linear", "16")]
-    assert abs(float(accuracy) - sum(RECALL_TEST["linear"][16]) / 3) < 1e-6  # test rows, mean over the 3 seeds
+    lr, edge, accuracy, lo, hi, seeds, state = _rows(done.stdout)[("linear", "16")]
+    assert float(lr) == 0.001 and edge == "low"  # the lower validation loss, at the grid's low end
+    values = RECALL_TEST["linear"][16]
+    assert abs(float(accuracy) - sum(values) / 3) < 1e-6  # test rows, mean over the 3 seeds
+    assert float(lo) <= min(values) and float(hi) >= max(values)  # a 95% t interval over 3 seeds covers them
     assert (int(seeds), int(state)) == (3, STATE["linear"] // 2)
+
+
+def test_one_grid_point_for_every_variant_on_request(tmp_path):
+    store = write_store(tmp_path / "store.sqlite")
+    common = [str(store), "--suite", SUITE, "--experiment", "recall"]
+    done = _run(*common, "--lr", "0.003", "--out", str(tmp_path / "f.png"), tmp=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lr, _edge, accuracy, *_ = _rows(done.stdout)[("linear", "16")]
+    expected = sum(max(0.0, a - 0.3) for a in RECALL_TEST["linear"][16]) / 3  # the worse point, as asked
+    assert float(lr) == 0.003 and abs(float(accuracy) - expected) < 1e-6
+    missing = _run(*common, "--lr", "0.5", "--out", str(tmp_path / "g.png"), tmp=tmp_path)
+    assert missing.returncode != 0 and "no runs at lr 0.5" in missing.stderr

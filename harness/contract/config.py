@@ -30,6 +30,7 @@ class ModelConfig:
     activation: str = "gelu"  # backbone MLP: "gelu" (exact erf) or "gelu_tanh" (HF GPT-2's gelu_new)
     mlp_hidden: int | None = None  # MLP width; None: mlp_ratio * d_model (set to match parameter counts)
     positions: str = "learned"  # backbone positions: "learned" (absolute, up to context) or "none" (NoPE)
+    mlp: bool = True  # False: mixer-only blocks, no MLP (Zoology's recall models: state_mixer Identity)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layer", "n_head", "context", "mlp_ratio"):
@@ -52,6 +53,9 @@ class ModelConfig:
 
     @property
     def mlp_width(self) -> int:
+        """Hidden units of each block's MLP; 0 for mixer-only blocks (``mlp`` False)."""
+        if not self.mlp:
+            return 0
         return self.mlp_ratio * self.d_model if self.mlp_hidden is None else self.mlp_hidden
 
     def replace(self, **changes: Any) -> ModelConfig:
@@ -66,6 +70,8 @@ class ModelConfig:
             del out["mlp_hidden"]
         if self.positions == "learned":  # likewise
             del out["positions"]
+        if self.mlp:  # likewise
+            del out["mlp"]
         opts = self.options
         if dataclasses.is_dataclass(opts) and not isinstance(opts, type):
             opts = dataclasses.asdict(opts)

@@ -1,6 +1,7 @@
 """Shared GPT-2-style decoder that takes any variant's mixer.
 
-Pre-norm blocks  x <- x + Drop(Mixer(LN1(x)));  x <- x + Drop(W2 GELU(W1 LN2(x))),
+Pre-norm blocks  x <- x + Drop(Mixer(LN1(x)));  x <- x + Drop(W2 GELU(W1 LN2(x)))  (the second
+step left out with ``mlp: false``: mixer-only blocks, Zoology's recall models),
 learned absolute positions (or none: ``positions: none``), final LayerNorm, LM head tied to the token embedding.
 Init as GPT-2: N(0, 0.02), zero biases, residual projections N(0, 0.02 / sqrt(2 L)).
 """
@@ -59,11 +60,14 @@ class Block(nn.Module):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.d_model, bias=config.bias)
         self.mixer = mixer
-        self.ln_2 = nn.LayerNorm(config.d_model, bias=config.bias)
-        self.mlp = MLP(config)
+        # mlp False: a mixer-only block (no second norm, no MLP), as in Zoology's recall models
+        self.ln_2 = nn.LayerNorm(config.d_model, bias=config.bias) if config.mlp else None
+        self.mlp = MLP(config) if config.mlp else None
         self.drop = nn.Dropout(config.dropout)
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mlp is None or self.ln_2 is None:
+            return x  # (B, T, D)
         return x + self.drop(self.mlp(self.ln_2(x)))  # (B, T, D)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[AuxLoss, ...]]:

@@ -9,7 +9,7 @@ from attnbench.contract.variant import Variant
 
 
 def backbone_flops_per_token(config: ModelConfig) -> float:
-    """Forward FLOPs per token outside the mixers: MLPs (2 matmuls) and the LM head."""
+    """Forward FLOPs per token outside the mixers: MLPs (2 matmuls; none when ``mlp`` is False) and the LM head."""
     d, h = config.d_model, config.mlp_width
     return config.n_layer * 2.0 * (2 * d * h) + 2.0 * d * config.vocab_size
 

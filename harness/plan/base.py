@@ -106,6 +106,9 @@ class ModelSpec(BaseModel):
     # Backbone positions: learned absolute embeddings (cannot run past `context`), or none
     # (NoPE: order comes from the causal mixer alone; lets eval_lengths go past the trained length).
     positions: Literal["learned", "none"] = "learned"
+    # false: mixer-only blocks (no MLP, no second norm), as Zoology's recall models (state_mixer
+    # Identity); 2-layer softmax forms its recall circuit several times sooner without the MLP.
+    mlp: bool = True
     # A hybrid: {pattern: [...]} repeated to n_layer, or one entry per layer (a variant name or
     # {variant, options}); this model then runs the hybrid instead of the experiment's variants.
     layers: LayerPattern | list[str | LayerEntry] | None = None
@@ -118,6 +121,15 @@ class ModelSpec(BaseModel):
         if isinstance(data, dict) and isinstance(data.get("layers"), list) and "n_layer" not in data:
             data = {**data, "n_layer": len(data["layers"])}  # a per-layer list says how many
         return data
+
+    @model_validator(mode="after")
+    def _match_needs_mlp(self) -> ModelSpec:
+        if self.match_params is not None and not self.mlp:
+            raise ValueError(
+                f"match_params: {self.match_params} matches parameters by setting each variant's MLP width, "
+                "and mlp: false leaves no MLP; remove match_params or set mlp: true"
+            )
+        return self
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelSpec:

@@ -94,6 +94,7 @@ def _model_config(spec: ModelSpec, context: int, options: Any, vocab: int) -> Mo
         options=options,
         activation=spec.activation,
         positions=spec.positions,
+        mlp=spec.mlp,
     )
 
 
@@ -200,6 +201,8 @@ def expand(
                             ("experiments", ei, exp.kind, "model_kind"),
                             f"variant {name!r} has no model of its own; use model_kind: backbone",
                         )
+                    if getattr(spec, "model_kind", "backbone") == "own":
+                        _backbone_only(suite, ei, mi, name, mspec)
                     try:
                         model = _model_config(mspec, exp.context(spec), options, vocab)
                     except ValueError as exc:
@@ -298,6 +301,18 @@ def _check_baselines(suite: Suite, ei: int, protocol: Protocol, names: list[str]
             )
 
 
+def _backbone_only(suite: Suite, ei: int, mi: int, variant: str, mspec: ModelSpec) -> None:
+    """Refuse model settings that only the shared backbone honours on a variant's own model."""
+    for setting, value, default in (("positions", mspec.positions, "learned"), ("mlp", mspec.mlp, True)):
+        if value != default:
+            raise suite_error_at(
+                suite,
+                ("experiments", ei, "models", mi, setting),
+                f"{setting}: {str(value).lower()} applies to the shared backbone, and variant {variant!r} runs its own "
+                f"model (model_kind: own), which keeps its own; remove '{setting}' or use model_kind: backbone",
+            )
+
+
 def _matched(
     suite: Suite, ei: int, mi: int, registry: Registry, variant: Variant, model: ModelConfig, spec: BaseModel
 ) -> ModelConfig:
@@ -339,7 +354,7 @@ def rekey(cell: Cell, **changes: Any) -> Cell:
 
 
 # What "the same model" means when a cell reads the checkpoints of another experiment's cells.
-SAME_MODEL = ("d_model", "n_layer", "n_head", "mlp_ratio", "dropout", "bias")
+SAME_MODEL = ("d_model", "n_layer", "n_head", "mlp_ratio", "dropout", "bias", "mlp")
 
 
 def trained_cells_for(cell: Cell, source: str, cells: list[Cell]) -> list[Cell]:

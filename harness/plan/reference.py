@@ -152,6 +152,7 @@ MEANINGS = {
     "n_layer": "layers",
     "n_head": "heads",
     "mlp_ratio": "MLP width / d_model",
+    "mlp": "false: mixer-only blocks, no MLP (Zoology's recall models)",
     "dropout": "dropout probability",
     "bias": "biases in linear layers and norms",
     "source": (

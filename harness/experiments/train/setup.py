@@ -25,6 +25,12 @@ def build_model(variant: Variant, cell: Cell) -> LanguageModel:
                 f"{cell.variant!r} runs its own model (model_kind: own), which keeps its own positions; "
                 "remove 'positions' from this model or use model_kind: backbone"
             )
+        if not cell.model.mlp:
+            raise TrainingError(
+                f"model mlp: false applies to the shared backbone, and variant {cell.variant!r} runs its own "
+                "model (model_kind: own), which keeps its own blocks; remove 'mlp' from this model or use "
+                "model_kind: backbone"
+            )
         return variant.build_model(cell.model)
     return Backbone(cell.model, variant.build_mixer)
 
