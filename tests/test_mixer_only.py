@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+import yaml
 
 from attnbench import Backbone, ModelConfig
 from attnbench.cli import main
 from attnbench.nn.checkpoint import load_checkpoint
 from attnbench.store.database import Store
-from tests.helpers import write_suite
+from tests.helpers import REPO, write_suite
 
 
 def _count(model: torch.nn.Module) -> int:
@@ -110,3 +111,32 @@ experiments:
     if store.exists():  # refused before any cell ran
         with Store(store) as opened:
             assert opened.runs() == []
+
+
+def test_the_main_jobs_recall_setting_is_learned_by_softmax_within_its_budget(tmp_path):
+    """quick.yaml's recall experiment as shipped (its model, data and budget), softmax at the
+    grid's rate 1e-3 on seed 0: it must form the recall circuit, >= 0.9 test accuracy at every
+    number of pairs. The MLP back, or a rate of 1e-2, leaves it on the 1/K plateau (recall-sweep)."""
+    suite = yaml.safe_load((REPO / "suites" / "quick.yaml").read_text())
+    [recall] = [e for e in suite["experiments"] if e["name"] == "recall"]
+    recall = {k: v for k, v in recall.items() if k not in ("grid", "protocol", "variant_options")}
+    recall["train"] = {**recall["train"], "lr": 1.0e-3}
+    body = {
+        "version": 1,
+        "name": "quick-recall",
+        "defaults": {"variants": ["softmax"], "seeds": [0]},
+        "experiments": [recall],
+    }
+    path = tmp_path / "recall.yaml"
+    path.write_text(yaml.safe_dump(body))
+    store = tmp_path / "store.sqlite"
+    assert main(["run", str(path), "--store", str(store), "--no-report"]) == 0
+    with Store(store) as opened:
+        [run] = opened.runs()
+        test = {
+            r["tags"]["num_kv_pairs"]: r["value"]
+            for r in opened.results(run["id"])
+            if r["name"] == "accuracy" and r["tags"].get("split") == "test"
+        }
+    assert sorted(test) == [2, 4, 6]
+    assert min(test.values()) >= 0.9, test
