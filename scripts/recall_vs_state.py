@@ -83,8 +83,9 @@ def draw(table: pd.DataFrame, title: str, out: Path) -> None:
         sub = table[table["K"] == k]
         for _, r in sub.iterrows():
             x, y = r["state_elements"], r["accuracy"]
-            if pd.notna(r["lo"]):  # a seed interval (2+ seeds)
-                ax.errorbar(x, y, yerr=[[y - r["lo"]], [r["hi"] - y]], color=colours[r["variant"]], lw=1, capsize=2)
+            if pd.notna(r["lo"]):  # a seed interval (2+ seeds), drawn within [0, 1] where accuracy lives
+                lo, hi = max(0.0, r["lo"]), min(1.0, r["hi"])
+                ax.errorbar(x, y, yerr=[[y - lo], [hi - y]], color=colours[r["variant"]], lw=1, capsize=2)
             ax.scatter(x, y, color=colours[r["variant"]], s=36, label=r["variant"])
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: the minor labels overlap
