@@ -29,13 +29,12 @@ from attnbench.report.values import mean_ci  # noqa: E402
 
 
 def recall_table(store: Path, suite: str, experiment: str, lr: float | None = None) -> pd.DataFrame:
-    """variant, lr, K, accuracy (mean over seeds), lo / hi (95% t interval over seeds), seeds,
-        state_elements, edge: one row per variant and K, from the test rows where the experiment
-        has them, else the validation rows. With a learning-rate grid each variant stands at its
-        chosen point (the report's choice: lowest mean validation loss over its full-budget seeds;
-        tuning rungs are left out), and ``edge`` says when that point is the grid's low or high end
-    ("-" inside the grid); ``lr``
-        instead draws one grid point for every variant."""
+    """variant, lr, edge, K, accuracy (mean over seeds), lo / hi (95% t interval over seeds), seeds,
+    state_elements: one row per variant and K, from the test rows where the experiment has them,
+    else the validation rows. With a learning-rate grid each variant stands at its chosen point
+    (the report's choice: lowest mean validation loss over its full-budget seeds; tuning rungs are
+    left out), and ``edge`` says when that point is the grid's low or high end ("-" inside the
+    grid); ``lr`` instead draws one grid point for every variant."""
     data = load_store(store, suite)
     runs = data.runs[(data.runs["experiment"] == experiment) & (data.runs["status"] == "done")]
     if runs.empty:

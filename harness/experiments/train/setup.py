@@ -17,20 +17,10 @@ from attnbench.plan.cells import Cell
 
 def build_model(variant: Variant, cell: Cell) -> LanguageModel:
     if cell.spec_as(TrainSpec).model_kind == "own":
-        if variant.build_model is None:  # the suite is validated against this
+        # the suite is validated against this, and against backbone-only model settings
+        # (positions, mlp) on an own model (plan/cells.py)
+        if variant.build_model is None:
             raise TrainingError(f"variant {variant.name!r} has no model of its own; use model_kind: backbone")
-        if cell.model.positions != "learned":
-            raise TrainingError(
-                f"model positions: {cell.model.positions} applies to the shared backbone, and variant "
-                f"{cell.variant!r} runs its own model (model_kind: own), which keeps its own positions; "
-                "remove 'positions' from this model or use model_kind: backbone"
-            )
-        if not cell.model.mlp:
-            raise TrainingError(
-                f"model mlp: false applies to the shared backbone, and variant {cell.variant!r} runs its own "
-                "model (model_kind: own), which keeps its own blocks; remove 'mlp' from this model or use "
-                "model_kind: backbone"
-            )
         return variant.build_model(cell.model)
     return Backbone(cell.model, variant.build_mixer)
 
