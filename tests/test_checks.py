@@ -58,8 +58,8 @@ def test_builtin_variant_passes_every_applicable_check(name, registry):
     assert not bad, bad
     skipped = {c for c, r in results.items() if r.status == "skip"}
     no_decode = {"incremental_equals_parallel", "incremental_at_scale"} if variant.decode == "none" else set()
-    assert skipped == {"autocast_at_scale"} | no_decode  # autocast: CUDA only
-    assert "CUDA only" in results["autocast_at_scale"].detail
+    assert skipped == {"autocast_at_scale"} | no_decode  # a CPU trains in fp32 unless asked
+    assert "fp32 only on cpu" in results["autocast_at_scale"].detail
     assert "params: backbone" in results["declared_facts"].detail
     for check in ("leak_at_scale", "float64_at_scale"):  # verdicts name the magnitudes tried
         assert "magnitudes tried: weights x1, x4, x16" in results[check].detail, results[check].detail
@@ -191,3 +191,12 @@ def test_autocast_at_scale_on_cuda_records_per_dtype_tolerances(registry):
     amp = results["autocast_at_scale"]
     assert amp.status == "pass", amp.detail
     assert "bf16 x16: leak" in amp.detail and "(tol 0.02)" in amp.detail and "fp16 x4: leak" in amp.detail
+
+
+def test_bf16_autocast_on_a_cpu_passes_softmax_and_catches_a_leak_at_bf16_tolerance(broken):
+    """A CPU run that trains in bf16 gets the autocast checks with bf16's tolerances."""
+    good, leaky = (_by_check(run_checks(broken.get(n), long_T=128, autocast=("bf16",))) for n in ("softmax", "leaky"))
+    assert good["autocast_at_scale"].status == "pass", good["autocast_at_scale"].detail
+    assert "bf16 x16: leak" in good["autocast_at_scale"].detail and "fp16" not in good["autocast_at_scale"].detail
+    assert "bf16 autocast: max|y|" in good["finite_long_inputs"].detail
+    assert leaky["autocast_at_scale"].status == "fail" and "FAIL at" in leaky["autocast_at_scale"].detail

@@ -75,6 +75,26 @@ def test_train_precision_bf16_is_recorded_with_the_run(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         run_suite(load_suite(suite), store, load_registry(), device="cpu", out=io.StringIO())
         [run] = store.runs(suite="precision-check")
+        gate = store.checks(variant="softmax")
     assert run["config"]["train"]["precision"] == "bf16"
     assert run["summary"]["dtype"] == "bf16-autocast" and run["summary"]["precision"] == "bf16"
     assert run["summary"]["precision_reason"] == "bf16 asked"
+    # the gate checked what the run trains in: bf16 autocast, with bf16's tolerances
+    amp = next(c for c in gate if c["check_name"] == "autocast_at_scale")
+    assert amp["status"] == "pass" and "bf16 x16: leak" in amp["detail"] and "fp16" not in amp["detail"]
+    finite = next(c for c in gate if c["check_name"] == "finite_long_inputs")
+    assert "bf16 autocast: max|y|" in finite["detail"]
+
+
+def test_an_fp32_run_on_a_cpu_skips_the_autocast_checks_and_keys_its_verdict_apart(registry):
+    from attnbench.gate.checks import gate_key_inputs, run_checks
+    from attnbench.store.provenance import content_key
+
+    softmax = registry.get("softmax")
+    [amp] = [r for r in run_checks(softmax, long_T=64) if r.check == "autocast_at_scale"]
+    assert amp.status == "skip" and "fp32 only on cpu" in amp.detail
+    fp32, bf16 = (content_key(gate_key_inputs(softmax, "cpu", autocast=a)) for a in ((), ("bf16",)))
+    assert fp32 != bf16  # a verdict for fp32 training is never reused for a bf16 run
+    bad = run_checks(softmax, autocast=("fp8",))  # a setup error: every check says so, none runs
+    assert {r.status for r in bad} == {"error"}
+    assert "autocast dtypes must be among ['bf16', 'fp16'], got ['fp8']" in bad[0].detail

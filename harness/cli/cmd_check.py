@@ -19,6 +19,13 @@ def add_parser(sub) -> None:
     # defaults (the gate's own) are filled in by run, so that --help does not import the gate and torch
     p.add_argument("--long-T", type=positive_int, help="length of the long-input check (default: the gate's, 2048)")
     p.add_argument("--time-limit", type=positive_seconds, help="seconds per variant (default: the gate's, 300)")
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "bf16", "auto"),
+        default="fp32",
+        help="a CPU's train.precision to check for: bf16 (or auto where its probe picks bf16) adds the bf16 "
+        "autocast checks with bf16's tolerances (default fp32; CUDA always checks bf16 and fp16)",
+    )
     p.add_argument("--verbose", action="store_true", help="print each check's detail line")
     p.set_defaults(func=run)
 
@@ -26,6 +33,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from attnbench.gate.checks import DEFAULT_LONG_T, DEFAULT_TIME_LIMIT_S, format_table
     from attnbench.gate.verdicts import gate_variant
+    from attnbench.nn.precision import resolve
     from attnbench.store.database import Store
     from attnbench.store.provenance import resolve_device
 
@@ -35,11 +43,20 @@ def run(args: argparse.Namespace) -> int:
     names = args.variants or registry.names()
     variants = [registry.get(n) for n in names]  # unknown names: error with "did you mean"
     device = resolve_device(args.device)
+    autocast = None  # CUDA: the gate's default, bf16 and fp16
+    if device.type == "cpu":
+        autocast = ("bf16",) if resolve(device, args.precision).dtype == "bf16-autocast" else ()
     results = {}
     with Store(args.store) as store:
         for v in variants:
             verdict = gate_variant(
-                v, store, device, use_cache=not args.no_cache, long_T=long_T, time_limit_s=time_limit_s
+                v,
+                store,
+                device,
+                use_cache=not args.no_cache,
+                long_T=long_T,
+                time_limit_s=time_limit_s,
+                autocast=autocast,
             )
             results[v.name] = verdict.results
     print(format_table(results, verbose=args.verbose))

@@ -42,6 +42,7 @@ from attnbench.gate.decode import check_declared_facts, check_incremental
 from attnbench.gate.leak import check_backward_leak, check_forward_leak
 from attnbench.gate.numeric import check_deterministic, check_finite
 from attnbench.gate.scale import (
+    AUTOCAST_TOL,
     FLOAT64_TOL,
     SCALE_FACTORS,
     SCALE_LEAK_TOL,
@@ -60,6 +61,7 @@ __all__ = [
     "DEFAULT_TIME_LIMIT_S",
     "default_config",
     "format_table",
+    "gate_autocast",
     "gate_key_inputs",
     "passed",
     "run_checks",
@@ -153,6 +155,7 @@ def run_checks(
     long_T: int = DEFAULT_LONG_T,
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     seed: int = 0,
+    autocast: Iterable[str] | None = None,
 ) -> list[CheckResult]:
     """Run every check in ``CHECKS`` on one variant; one result per check, in order.
 
@@ -168,6 +171,9 @@ def run_checks(
         and abandoned (it may keep a core busy until the process exits; the CLI exits
         after reporting). A hang inside C code that holds the GIL is not interruptible.
     seed: seeds every build and every random input.
+    autocast: the autocast dtypes ("bf16", "fp16") the variant will train under, each checked
+        with its own tolerances (finite_long_inputs, autocast_at_scale). Default: both on
+        CUDA, none on a CPU (fp32); a CPU run at train.precision bf16 passes ("bf16",).
 
     The checks run with one intra-op CPU thread and fp32 matmuls at "highest" precision;
     both settings, and the caller's RNG state, are restored afterwards.
@@ -180,10 +186,22 @@ def run_checks(
         config = config or default_config(variant)
         if config.options is None and variant.options is not None:
             config = config.replace(options=variant.make_options(None))
-        ctx = CheckContext(variant, config, torch.device(device), long_T, seed)
+        ctx = CheckContext(variant, config, torch.device(device), long_T, seed, gate_autocast(device, autocast))
     except Exception as exc:
         return [CheckResult(c, "error", None, None, f"setup: {_describe(exc)}") for c in CHECKS]
     return _run_with_time_limit(ctx, time_limit_s)
+
+
+def gate_autocast(device: str | torch.device, autocast: Iterable[str] | None = None) -> tuple[str, ...]:
+    """The autocast dtypes the gate checks: those asked, else the device's default (CUDA:
+    bf16 and fp16; a CPU: none, since it trains in fp32 unless train.precision says bf16)."""
+    if autocast is None:
+        return tuple(AUTOCAST_TOL) if torch.device(device).type == "cuda" else ()
+    asked = tuple(dict.fromkeys(autocast))
+    unknown = [a for a in asked if a not in AUTOCAST_TOL]
+    if unknown:
+        raise ValueError(f"autocast dtypes must be among {list(AUTOCAST_TOL)}, got {unknown}")
+    return asked
 
 
 def _run_with_time_limit(ctx: CheckContext, time_limit_s: float) -> list[CheckResult]:
@@ -266,7 +284,7 @@ def format_table(results: dict[str, list[CheckResult]], *, verbose: bool = False
         f"|state elements - declared| (tol {FACTS_TOL:g}); @scale: mixer weights "
         f"x{'/'.join(f'{f:g}' for f in SCALE_FACTORS)} with an extreme early token, leak "
         f"relative (tol {SCALE_LEAK_TOL:g}), fp32 vs float64 relative (tol {FLOAT64_TOL:g}), "
-        "amp per dtype on CUDA only"
+        "amp per autocast dtype (CUDA: bf16 and fp16; a CPU: bf16 when it trains in it)"
     )
     for name, rs in results.items():
         for r in rs:
@@ -284,6 +302,7 @@ def gate_key_inputs(
     *,
     config: ModelConfig | None = None,
     long_T: int = DEFAULT_LONG_T,
+    autocast: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """What identifies one verdict: the variant's code version, the gate's own code and
     settings, the device and library versions. Hash with ``provenance.content_key``.
@@ -301,5 +320,5 @@ def gate_key_inputs(
         "torch": torch.__version__,
         "harness": __version__,
         "gate_code": code_hash(*GATE_CODE),
-        "settings": {"config": settings, "long_T": long_T},
+        "settings": {"config": settings, "long_T": long_T, "autocast": list(gate_autocast(dev, autocast))},
     }

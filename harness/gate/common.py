@@ -73,6 +73,9 @@ class CheckContext:
     device: torch.device
     long_T: int
     seed: int
+    # autocast dtypes the variant will train under ("bf16", "fp16"): CUDA both; a CPU those
+    # its train.precision resolves to (none for fp32). Checked with each dtype's tolerances.
+    autocast: tuple[str, ...] = ()
 
 
 def verdict(check: str, figure: float | None, tol: float, detail: str) -> CheckResult:

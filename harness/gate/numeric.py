@@ -41,14 +41,14 @@ def _worst(figures: list[float]) -> float:
 def check_finite(ctx: CheckContext) -> CheckResult:
     """Each layer's bare mixer at ``long_T`` tokens with inputs ~ N(0, 10^2), train mode
     (dropout 0): outputs, auxiliary losses and gradients (input and parameters) finite.
-    fp32 everywhere; on CUDA also under fp16 and bf16 autocast.
+    fp32 everywhere, and under each autocast dtype the variant trains in (``ctx.autocast``).
     """
     name = "finite_long_inputs"
     T = ctx.long_T
     config = ctx.config.replace(context=max(ctx.config.context, T), dropout=0.0)
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     precisions: list[tuple[str, torch.dtype | None]] = [("fp32", None)]
-    if ctx.device.type == "cuda":
-        precisions += [("fp16 autocast", torch.float16), ("bf16 autocast", torch.bfloat16)]
+    precisions += [(f"{a} autocast", dtypes[a]) for a in ctx.autocast]  # what the variant will train under
     worst, where, parts = 0.0, "", []
     for layer in range(config.n_layer):
         mixer = build_mixer(ctx, layer, config).train()

@@ -11,8 +11,10 @@ and cut at positions inside 64-token chunks of a sequence several chunks long. T
   ``EXTREME``) leaves outputs at <= t unchanged to ``SCALE_LEAK_TOL``, relative;
 * incremental_at_scale: ``step`` fed 1 and 7 tokens at a time reproduces the forward;
 * float64_at_scale: the fp32 output agrees with a float64 run of the same mixer;
-* autocast_at_scale (CUDA only): the leak and float64 checks under bf16 and fp16
-  autocast, with the tolerances of each dtype in ``AUTOCAST_TOL``.
+* autocast_at_scale: the leak and float64 checks under each autocast dtype the variant
+  trains in (CUDA: bf16 and fp16; a CPU: bf16 when train.precision resolves to it), with
+  the tolerances of each dtype in ``AUTOCAST_TOL`` (float64 agreement judged up to
+  ``AUTOCAST_F64_UP_TO``, reported above it).
 
 Every verdict names the magnitudes it tried; a failure names the magnitude, the cut and
 the first position over tolerance.
@@ -51,11 +53,17 @@ FLOAT64_TOL = 1e-3  # max |y32 - y64| / max |y64|: fp32 rounding of O(10^3) logi
 # (built-ins measured 2.7e-7 .. 3.6e-5 on CPU at these magnitudes)
 # dtype -> (leak tol, float64-agreement tol, magnitudes): half precision rounds inputs to
 # 8 (bf16) or 11 (fp16) bits, and fp16 overflows past 65504, so it stops at x4.
-# Not yet measured on a GPU: first figures will say whether these are right.
+# Not yet measured on a GPU; bf16 measured on a CPU (avx512_bf16/AMX) for the built-ins.
 AUTOCAST_TOL: dict[str, tuple[float, float, tuple[float, ...]]] = {
     "bf16": (2e-2, 1e-1, (1.0, 4.0, 16.0)),
     "fp16": (2e-3, 2e-2, (1.0, 4.0)),
 }
+# Float64 agreement is held to its tolerance up to this weight scale; above it the figure is
+# reported, not judged. Measured (CPU, avx512_bf16/AMX, the gate's config): softmax in bf16
+# deviates from float64 by 4.7e-3 at x1, 2.0e-2 at x4 and 1.9e-1 at x16, where its O(10^3)
+# logits keep 8 mantissa bits: the dtype's rounding, which every softmax shares, not a defect
+# of a variant. The leak check holds at every magnitude (a leak is not rounding).
+AUTOCAST_F64_UP_TO = {"bf16": 4.0, "fp16": 4.0}
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 BATCH = 2
 
@@ -302,19 +310,29 @@ def check_float64_at_scale(ctx: CheckContext) -> CheckResult:
 
 
 def check_autocast_at_scale(ctx: CheckContext) -> CheckResult:
-    """Under CUDA: leak and float64 agreement in bf16 and fp16 autocast, per-dtype tolerances."""
+    """Leak and float64 agreement under each autocast dtype the variant trains in (CUDA: bf16
+    and fp16; a CPU: bf16 when train.precision resolves to it), with that dtype's tolerances."""
     name = "autocast_at_scale"
-    if ctx.device.type != "cuda":
+    if not ctx.autocast:
         return CheckResult(
-            name, "skip", None, None, f"CUDA only (device {ctx.device.type}): bf16/fp16 autocast is checked on a GPU"
+            name,
+            "skip",
+            None,
+            None,
+            f"fp32 only on {ctx.device.type}: no autocast to check (a CPU checks bf16 when train.precision is bf16)",
         )
     status, worst, parts = "pass", 0.0, []
-    for label, (leak_tol, f64_tol, factors) in AUTOCAST_TOL.items():
+    for label in ctx.autocast:
+        leak_tol, f64_tol, factors = AUTOCAST_TOL[label]
         amp = _AUTOCAST_DTYPES[label]
         for factor in factors:
             leak, at, overflow = _leak(ctx, factor, amp, leak_tol)
             agree, overflow64 = _against_float64(ctx, factor, amp)
-            ok = all(math.isfinite(v) for v in (leak, agree)) and leak <= leak_tol and agree <= f64_tol
+            held = factor <= AUTOCAST_F64_UP_TO[label]  # above: reported, not judged
+            ok = all(math.isfinite(v) for v in (leak, agree)) and leak <= leak_tol and (agree <= f64_tol or not held)
+            f64_rule = (
+                f"tol {f64_tol:g}" if held else f"tol none above x{AUTOCAST_F64_UP_TO[label]:g}: {label} rounding"
+            )
             worst = leak if is_worse(leak, worst) else worst
             overflow = overflow or overflow64
             parts.append(
@@ -323,7 +341,7 @@ def check_autocast_at_scale(ctx: CheckContext) -> CheckResult:
                     f"{overflow} FAIL"
                     if overflow
                     else (
-                        f"leak {fmt(leak)} (tol {leak_tol:g}), vs float64 {fmt(agree)} (tol {f64_tol:g})"
+                        f"leak {fmt(leak)} (tol {leak_tol:g}), vs float64 {fmt(agree)} ({f64_rule})"
                         + ("" if ok else f" FAIL at {at}")
                     )
                 )

@@ -33,8 +33,10 @@ def gate_config(variant: Variant, options: Any = None) -> ModelConfig:
     return config if options is None else config.replace(options=options)
 
 
-def gate_key(variant: Variant, device: torch.device, options: Any = None) -> str:
-    return content_key(gate_key_inputs(variant, device, config=gate_config(variant, options)))
+def gate_key(
+    variant: Variant, device: torch.device, options: Any = None, autocast: tuple[str, ...] | None = None
+) -> str:
+    return content_key(gate_key_inputs(variant, device, config=gate_config(variant, options), autocast=autocast))
 
 
 def _from_rows(rows: list[dict[str, Any]]) -> list[CheckResult] | None:
@@ -63,7 +65,9 @@ def gate_variant(
 ) -> Verdict:
     config = gate_config(variant, options)
     key = content_key(
-        gate_key_inputs(variant, device, config=config, **{k: v for k, v in check_kwargs.items() if k == "long_T"})
+        gate_key_inputs(
+            variant, device, config=config, **{k: v for k, v in check_kwargs.items() if k in ("long_T", "autocast")}
+        )
     )
     if store is not None and use_cache:
         cached = _from_rows(store.checks(gate_key=key))

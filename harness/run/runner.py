@@ -24,6 +24,7 @@ from attnbench.errors import DiskFullError, DistributedError
 from attnbench.experiments.base import CellOutcome, RunContext
 from attnbench.experiments.registry import expand_suite, get_kind
 from attnbench.gate.verdicts import Verdict, gate_variant
+from attnbench.nn.precision import resolve
 from attnbench.plan.cells import Cell
 from attnbench.plan.halving import next_cells, planned_total
 from attnbench.plan.requirements import require_packages
@@ -191,7 +192,8 @@ class _SuiteRun:
 
     def verdict(self, cell: Cell, variant: Variant) -> Verdict:
         """The trust gate runs (on the driver) before a variant's first cell, per options."""
-        gate_id = (cell.variant, repr(cell.model.options))
+        autocast = _trains_under(cell, self.dev)
+        gate_id = (cell.variant, repr(cell.model.options), autocast)
         if gate_id not in self.verdicts:
             if self.main:
                 print(f"checking {cell.variant} (trust gate) ...", file=self.out, flush=True)
@@ -202,6 +204,7 @@ class _SuiteRun:
                     self.dev,
                     options=cell.model.options,
                     time_limit_s=self.suite.check_time_limit_s,
+                    autocast=autocast,
                 )
             )
             verdict = self.verdicts[gate_id]
@@ -368,3 +371,13 @@ def run_suite(
             run.submit(done, cell)
         wave = run.next_wave()
     return run.finish()
+
+
+def _trains_under(cell: Cell, device: torch.device) -> tuple[str, ...] | None:
+    """The autocast dtypes a cell trains in, for the gate to check with their tolerances:
+    None (the device's default: CUDA bf16 and fp16) except on a CPU, where a cell whose
+    train.precision resolves to bf16 gives ("bf16",) and any other cell () (fp32)."""
+    if device.type != "cpu":
+        return None
+    setting = getattr(cell.spec, "precision", "fp32")
+    return ("bf16",) if resolve(device, setting).dtype == "bf16-autocast" else ()
