@@ -3,6 +3,8 @@ follows a matmul probe (injected here, so the verdict does not depend on this ma
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -37,6 +39,25 @@ def test_auto_uses_bf16_only_where_the_probe_measured_it_faster(monkeypatch, spe
     assert f"{speedup:.2f}x" in record["precision_reason"]
 
 
+@pytest.mark.parametrize(("fp32_s", "bf16_s", "dtype"), [(0.02, 0.005, "bf16-autocast"), (0.005, 0.02, "fp32")])
+def test_auto_with_the_models_step_decides_by_the_step_not_the_matmul(monkeypatch, fp32_s, bf16_s, dtype):
+    """The matmul probe says bf16 is 4x faster; the run's own step decides."""
+    monkeypatch.setattr(precision, "bf16_probe", _probe(4.0))
+    seen = []
+
+    def step():
+        amp = torch.is_autocast_enabled("cpu")
+        seen.append(amp)
+        time.sleep(bf16_s if amp else fp32_s)
+
+    chosen = resolve(CPU, "auto", step=step)
+    assert chosen.dtype == dtype
+    assert seen == [False, True] * 4  # a warm-up and 3 timed steps of each, interleaved
+    record = chosen.record()
+    assert record["probe_step_bf16_speedup"] == pytest.approx(fp32_s / bf16_s, rel=0.5)
+    assert "bf16 training step" in record["precision_reason"] and record["probe_bf16_speedup"] == 4.0
+
+
 def test_an_unknown_precision_names_the_choices():
     with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'bf16', 'auto'\], got 'fp16'"):
         resolve(CPU, "fp16")
@@ -62,7 +83,8 @@ experiments:
 """
 
 
-def test_train_precision_bf16_is_recorded_with_the_run(tmp_path):
+@pytest.mark.parametrize("setting", ["bf16", "auto"])
+def test_train_precision_is_recorded_with_the_run_and_the_gate_checks_bf16(tmp_path, setting):
     import io
 
     from attnbench.plan.suite import load_suite
@@ -71,15 +93,21 @@ def test_train_precision_bf16_is_recorded_with_the_run(tmp_path):
     from attnbench.store.database import Store
     from tests.helpers import write_suite
 
-    suite = write_suite(tmp_path / "s.yaml", SUITE)
+    suite = write_suite(tmp_path / "s.yaml", SUITE.replace("precision: bf16", f"precision: {setting}"))
     with Store(tmp_path / "s.sqlite") as store:
         run_suite(load_suite(suite), store, load_registry(), device="cpu", out=io.StringIO())
         [run] = store.runs(suite="precision-check")
         gate = store.checks(variant="softmax")
-    assert run["config"]["train"]["precision"] == "bf16"
-    assert run["summary"]["dtype"] == "bf16-autocast" and run["summary"]["precision"] == "bf16"
-    assert run["summary"]["precision_reason"] == "bf16 asked"
-    # the gate checked what the run trains in: bf16 autocast, with bf16's tolerances
+    summary = run["summary"]
+    assert run["config"]["train"]["precision"] == setting == summary["precision"]
+    if setting == "bf16":
+        assert summary["dtype"] == "bf16-autocast" and summary["precision_reason"] == "bf16 asked"
+    else:  # auto timed this run's own step in both and chose by it, whichever this CPU favours
+        speedup = summary["probe_step_fp32_s"] / summary["probe_step_bf16_s"]
+        assert summary["probe_step_bf16_speedup"] == pytest.approx(speedup)
+        assert summary["dtype"] == ("bf16-autocast" if speedup >= precision.AUTO_MIN_SPEEDUP else "fp32")
+        assert f"bf16 training step {speedup:.2f}x fp32" in summary["precision_reason"]
+    # the gate checked what the run may train in: bf16 autocast, with bf16's tolerances
     amp = next(c for c in gate if c["check_name"] == "autocast_at_scale")
     assert amp["status"] == "pass" and "bf16 x16: leak" in amp["detail"] and "fp16" not in amp["detail"]
     finite = next(c for c in gate if c["check_name"] == "finite_long_inputs")

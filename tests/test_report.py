@@ -526,3 +526,19 @@ def test_runs_timed_under_load_are_one_problem_per_experiment(tmp_path):
     assert (
         "2 variants" in lines[0] and "(2 of 30 runs)" in lines[0] and "load average 3.00 to 4.75 on 2 CPUs" in lines[0]
     )
+
+
+def test_a_comparison_whose_runs_computed_in_different_precisions_is_a_problem(tmp_path):
+    from tests.report_store import record, write_store
+
+    def ran_in(key: str, variant: str, dtype: str):
+        summary = {"dtype": dtype, "precision": "auto", "precision_reason": "probe: bf16 training step"}
+        return record(key, "text", "train", variant, 7, {"lr": 1e-3}, {}, summary)
+
+    mixed = [ran_in("p1", "softmax", "fp32"), ran_in("p2", "linear", "bf16-autocast")]
+    write_report(write_store(tmp_path / "mixed.sqlite", mixed), None, tmp_path / "mixed")
+    lines = [ln for ln in (tmp_path / "mixed" / "report.md").read_text().splitlines() if "mixed precision" in ln]
+    assert len(lines) == 1, lines  # one line for the experiment
+    assert "bf16-autocast: linear" in lines[0] and "set train.precision to fp32 or bf16" in lines[0]
+    write_report(write_store(tmp_path / "one.sqlite", []), None, tmp_path / "one")
+    assert "mixed precision" not in (tmp_path / "one" / "report.md").read_text()  # one dtype: no problem

@@ -1,8 +1,8 @@
 """What went wrong in a suite, listed at the top of the report: runs that did not finish
 (diverged with their step, failed, out of memory, timed out), speed points that ran out of
-memory, timed out or failed (with their T), measurements taken under load, and failed
-trust-gate checks. Apart from these faults, the notes: limits of a small budget (noisy
-points, flagged fits, few seeds)."""
+memory, timed out or failed (with their T), measurements taken under load, failed trust-gate
+checks, and comparisons whose runs computed in different precisions. Apart from these faults,
+the notes: limits of a small budget (noisy points, flagged fits, few seeds)."""
 
 from __future__ import annotations
 
@@ -183,6 +183,31 @@ def _throughput_load(data: StoreData) -> list[Problem]:
     return out
 
 
+def _mixed_precision(data: StoreData) -> list[Problem]:
+    """An experiment whose training runs computed in different dtypes (train.precision auto
+    decides per run, from that run's own step): loss and speed then differ by precision as
+    well as by mechanism. One line per experiment, naming who ran in what."""
+    train = data.runs[(data.runs["kind"] == "train") & (data.runs["status"] == "done")]
+    out = []
+    for exp, runs in train.groupby("experiment", sort=True):
+        by_dtype: dict[str, set[str]] = {}
+        for variant, summary in zip(runs["variant"], runs["summary"], strict=True):
+            by_dtype.setdefault(str(summary.get("dtype", "fp32")), set()).add(str(variant))
+        if len(by_dtype) < 2:
+            continue
+        who = "; ".join(f"{dtype}: {', '.join(sorted(vs))}" for dtype, vs in sorted(by_dtype.items()))
+        out.append(
+            Problem(
+                "mixed precision",
+                f"{len(set(runs['variant']))} variants",
+                str(exp),
+                "runs of one comparison computed in different dtypes",
+                f"{who}; set train.precision to fp32 or bf16 for a comparison in one precision",
+            )
+        )
+    return out
+
+
 def _gate(data: StoreData) -> list[Problem]:
     verdicts = suite_verdicts(data)
     return [
@@ -201,7 +226,7 @@ def find_problems(data: StoreData) -> list[Problem]:
     """Real faults: failed runs and points, failed gate checks, measurements under load."""
     if data.runs.empty:
         return []
-    return _runs(data) + _attempts(data) + _points(data) + _load(data) + _gate(data)
+    return _runs(data) + _attempts(data) + _points(data) + _load(data) + _mixed_precision(data) + _gate(data)
 
 
 def find_notes(data: StoreData) -> list[Problem]:

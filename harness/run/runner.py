@@ -24,7 +24,6 @@ from attnbench.errors import DiskFullError, DistributedError
 from attnbench.experiments.base import CellOutcome, RunContext
 from attnbench.experiments.registry import expand_suite, get_kind
 from attnbench.gate.verdicts import Verdict, gate_variant
-from attnbench.nn.precision import resolve
 from attnbench.plan.cells import Cell
 from attnbench.plan.halving import next_cells, planned_total
 from attnbench.plan.requirements import require_packages
@@ -374,10 +373,9 @@ def run_suite(
 
 
 def _trains_under(cell: Cell, device: torch.device) -> tuple[str, ...] | None:
-    """The autocast dtypes a cell trains in, for the gate to check with their tolerances:
-    None (the device's default: CUDA bf16 and fp16) except on a CPU, where a cell whose
-    train.precision resolves to bf16 gives ("bf16",) and any other cell () (fp32)."""
+    """The autocast dtypes a cell may train in, for the gate to check with their tolerances:
+    None (the device's default: CUDA bf16 and fp16) except on a CPU, where train.precision
+    bf16 or auto gives ("bf16",) (auto's probe, run per cell, may choose it) and fp32 ()."""
     if device.type != "cpu":
         return None
-    setting = getattr(cell.spec, "precision", "fp32")
-    return ("bf16",) if resolve(device, setting).dtype == "bf16-autocast" else ()
+    return ("bf16",) if getattr(cell.spec, "precision", "fp32") in ("bf16", "auto") else ()

@@ -32,7 +32,7 @@ from attnbench.experiments.train.setup import build_model, lr_at, make_optimizer
 from attnbench.nn.compile import maybe_compile
 from attnbench.nn.flops import model_facts
 from attnbench.nn.peak import mfu
-from attnbench.nn.precision import autocast_for, resolve
+from attnbench.nn.precision import Precision, autocast_for, resolve
 from attnbench.plan.base import TrainSpec
 from attnbench.plan.cells import Cell
 from attnbench.store.database import Metric, Result
@@ -113,13 +113,14 @@ def _train_step(
     gen: torch.Generator,
     device: torch.device,
     lr: float,
+    precision: Precision,
 ) -> Any:
     t = cell.spec_as(TrainSpec)
     for group in opt.param_groups:
         group["lr"] = lr
     x, y = distributed.shard(*data.train_batch(t.batch_size, t.seq_len, gen))  # this rank's rows (B, T)
     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-    with autocast_for(device, resolve(device, t.precision)):  # resolved once per process (auto's probe is cached)
+    with autocast_for(device, precision):  # resolved once per cell, before the timed steps
         out = fwd(x, y)
     out.loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
@@ -163,11 +164,11 @@ def _summary(
     status: str,
     checkpoint: Path | None,
     compile_info: dict[str, Any],
+    precision: Precision,
 ) -> dict[str, Any]:
     t = cell.spec_as(TrainSpec)
     tokens = p.step * t.batch_size * t.seq_len
     tfpt = facts["train_flops_per_token"]
-    precision = resolve(device, t.precision)
     tokens_per_s = tokens / p.train_time if p.train_time > 0 else None
     return {
         **{f"val_{k}": v for k, v in p.headline.items()},
@@ -216,12 +217,13 @@ def _timed_step(
     cell: Cell,
     gen: torch.Generator,
     device: torch.device,
+    precision: Precision,
 ) -> tuple[Any, float | None, float, bool]:
     """One optimizer step, its time added to the progress: (output, loss when read, lr, log step)."""
     t = cell.spec_as(TrainSpec)
     started = time.perf_counter()
     lr = lr_at(p.step, budget.fraction(p.step, p.train_time), t.lr, t.warmup_steps, t.min_lr_ratio)
-    out = _train_step(fwd, model, opt, stream, cell, gen, device, lr)
+    out = _train_step(fwd, model, opt, stream, cell, gen, device, lr, precision)
     p.step += 1
     log_now = p.step % t.log_interval == 0 or p.step == budget.steps
     # .item() waits for the device: only on log steps, or every step of a seconds budget.
@@ -256,6 +258,20 @@ def _finish_files(
             path.unlink(missing_ok=True)  # another driver that ran this cell may have removed it first
 
 
+def _probe_step(model: torch.nn.Module, cell: Cell, device: torch.device) -> Callable[[], None]:
+    """One forward + backward of the run's model on random tokens of the run's batch shape
+    (no optimizer step, gradients cleared): what ``auto`` times in fp32 and in bf16."""
+    t = cell.spec_as(TrainSpec)
+    x = torch.randint(0, cell.model.vocab_size, (t.batch_size, t.seq_len), generator=torch.Generator().manual_seed(0))
+    x = x.to(device)  # (B, T) token ids
+
+    def step() -> None:
+        model(x, x).loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    return step
+
+
 def train_cell(
     cell: Cell,
     variant: Variant,
@@ -286,11 +302,11 @@ def train_cell(
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     status, error, rows, sent = "done", None, [], len(p.metrics)  # restored points were sent before
-    resolve(device, t.precision)  # auto's matmul probe runs here, outside the timed steps
+    precision = resolve(device, t.precision, _probe_step(model, cell, device))  # auto's probe: untimed
     load_before = machine_load()
     model.train()
     while not budget.done(p.step, p.train_time):
-        out, loss, lr, log_now = _timed_step(p, budget, fwd, model, opt, stream, cell, gen, device)
+        out, loss, lr, log_now = _timed_step(p, budget, fwd, model, opt, stream, cell, gen, device, precision)
         done = budget.done(p.step, p.train_time)
         if (log_now or done) and loss is not None:  # a log step (the last one is) reads the loss
             error = _log(p, cell, out, loss, lr)
@@ -311,7 +327,7 @@ def train_cell(
             distributed.barrier()  # the other ranks wait here, outside their timed steps
     after = _AfterTraining(cell, model, data, device, main)  # its failures are stored beside the results
     checkpoint = after.checkpoint(p.step, checkpoint_dir, path, status == "done")
-    summary = _summary(p, cell, facts, device, status, checkpoint, compile_info) | _measured(
+    summary = _summary(p, cell, facts, device, status, checkpoint, compile_info, precision) | _measured(
         p, rows, stream, load_before
     )
     rows = after.lengths(rows, summary) if status == "done" else rows
