@@ -37,11 +37,12 @@ from attnbench.plugins.recurrent.gla_kernel import (
 
 @dataclass(frozen=True)
 class GLAOptions:
-    """chunk_size: positions per chunk (the c x c x d_k decays grow with it). expand_k: key
+    """chunk_size: positions per chunk (the c x c x d_k decays grow with it; 8 measured fastest
+    on a CPU at d 64 / T 64 and d 128 / T 8192: 1.5x and 1.7x faster steps than 16). expand_k: key
     width over d_model. gate_rank, gate_temperature: the gate's low rank and tau. kernel:
     chunked (ours) or fla (CUDA only; decoding stays on ours)."""
 
-    chunk_size: int = 16
+    chunk_size: int = 8
     expand_k: float = 0.5
     gate_rank: int = 16
     gate_temperature: float = 16.0
