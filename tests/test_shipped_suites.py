@@ -109,7 +109,10 @@ def test_suites_lists_every_shipped_suite_with_its_description(tmp_path, cli):
     rows = [_columns(line) for line in lines[1 : len(SHIPPED) + 1]]
     assert [(name, desc) for name, _, desc in rows] == [(s["name"], s["description"]) for s in listed]
     for (_, wall, _), item in zip(rows, listed, strict=True):
-        assert wall == "not measured" if item["wall_time_s"] is None else re.fullmatch(r"(\d+:)?\d+:\d\d", wall)
+        if item["wall_time_s"] is None:
+            assert wall == ("GPU" if item["gpu"] else "not measured")
+        else:
+            assert re.fullmatch(r"(over )?(\d+:)?\d+:\d\d", wall) and wall.startswith("over") == item["wall_time_over"]
     assert f"files: {REPO / 'suites'} (lm-eval tasks: {REPO / 'suites' / 'lm_eval_tasks'})" in out
 
 
@@ -123,17 +126,29 @@ def test_suites_reads_measured_wall_times_from_the_header(tmp_path, cli):
     )
     write_suite(folder / "long.yaml", "# Hours of GPU.\n#\n# wall time: 1:02:03\n" + LOCAL)
     write_suite(folder / "plain.yml", "#\n#   First words of the header.\n# Wall time: about ten minutes\n" + LOCAL)
+    write_suite(folder / "bound.yaml", "# Too long to run whole.\n# Wall time (subsets below): over 2:00:00\n" + LOCAL)
+    write_suite(folder / "card.yaml", "# For a GPU.\n# Wall time: GPU\n" + LOCAL)
+    write_suite(folder / "cuda.yaml", "# Names its device.\n" + LOCAL + "device: cuda\n")
     code, out, err = cli(tmp_path, "suites", str(folder), "--json")
     assert code == 0, err
-    got = {s["name"]: (s["description"], s["wall_time_s"], s["wall_time_note"]) for s in json.loads(out)}
+    got = {
+        s["name"]: (s["description"], s["wall_time_s"], s["wall_time_note"], s["wall_time_over"], s["gpu"])
+        for s in json.loads(out)
+    }
     assert got == {
-        "long": ("Hours of GPU.", 3723, ""),
-        "plain": ("First words of the header.", None, ""),  # no M:SS: not a measurement
-        "timed": ("Timed on purpose.", 426, "idle 2-core CPU, 2026-11-25"),
+        "bound": ("Too long to run whole.", 7200, "subsets below", True, False),
+        "card": ("For a GPU.", None, "", False, True),
+        "cuda": ("Names its device.", None, "", False, True),
+        "long": ("Hours of GPU.", 3723, "", False, False),
+        "plain": ("First words of the header.", None, "", False, False),  # no M:SS: not a measurement
+        "timed": ("Timed on purpose.", 426, "idle 2-core CPU, 2026-11-25", False, False),
     }
     code, out, err = cli(tmp_path, "suites", str(folder))
     assert [_columns(line) for line in out.splitlines()] == [
         ["suite", "wall time", "description"],
+        ["bound", "over 2:00:00", "Too long to run whole."],
+        ["card", "GPU", "For a GPU."],
+        ["cuda", "GPU", "Names its device."],
         ["long", "1:02:03", "Hours of GPU."],
         ["plain", "not measured", "First words of the header."],
         ["timed", "7:06", "Timed on purpose."],

@@ -34,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
                         "description": s.description,
                         "wall_time_s": s.wall_time_s,
                         "wall_time_note": s.wall_time_note,
+                        "wall_time_over": s.wall_time_over,
+                        "gpu": s.gpu,
                     }
                     for s in suites
                 ],
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     rows = [("suite", "wall time", "description")]
-    rows += [(s.name, format_wall_time(s.wall_time_s), s.description) for s in suites]
+    rows += [(s.name, format_wall_time(s.wall_time_s, s.wall_time_over, s.gpu), s.description) for s in suites]
     widths = [max(len(r[i]) for r in rows) for i in range(2)]
     for r in rows:
         print(f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2]}")

@@ -20,9 +20,13 @@ from attnbench.errors import SuiteError, shortened
 
 PACKAGE = "attnbench.suites"
 SUFFIXES = (".yaml", ".yml")
-# A header line `# Wall time (where, when): M:SS` (or H:MM:SS) records a measured run.
+# A header line `# Wall time (where, when): M:SS` (or H:MM:SS) records a measured run;
+# `over H:MM:SS` a measured lower bound (a suite too long to run whole: its header gives the
+# --experiments subsets and their times); `GPU` a suite meant for a GPU, not timed on a CPU.
 _WALL_TIME = re.compile(
-    r"^#\s*wall time\s*(?:\((?P<note>[^)]*)\))?\s*:\s*(?P<time>\d+(?::[0-5]\d){1,2})\s*$", re.IGNORECASE
+    r"^#\s*wall time\s*(?:\((?P<note>[^)]*)\))?\s*:\s*"
+    r"(?:(?P<over>over\s+)?(?P<time>\d+(?::[0-5]\d){1,2})|(?P<gpu>GPU))\s*$",
+    re.IGNORECASE,
 )
 
 
@@ -35,6 +39,8 @@ class SuiteSummary:
     description: str  # the suite's `description:`, else its header's first line
     wall_time_s: int | None  # from a `# Wall time (...): M:SS` header line; None: not measured
     wall_time_note: str  # the parenthesis of that line (machine, date), "" when none
+    wall_time_over: bool = False  # the time is a lower bound (`over H:MM:SS`)
+    gpu: bool = False  # a GPU suite (`device: cuda`, or `Wall time: GPU`): not timed on a CPU
 
 
 def shipped_dir() -> Path:
@@ -139,14 +145,24 @@ def describe(path: Path) -> SuiteSummary:
     if not description:
         first = next((h.lstrip("#").strip() for h in header if h.lstrip("#").strip()), "")
         description = first
-    wall, note = None, ""
+    wall, note, over = None, "", False
+    gpu = isinstance(data, dict) and str(data.get("device", "")).startswith("cuda")
     for line in header:
         if (m := _WALL_TIME.match(line.strip())) is not None:
-            parts = [int(p) for p in m["time"].split(":")]
-            wall = sum(p * 60**i for i, p in enumerate(reversed(parts)))
-            note = (m["note"] or "").strip()
+            note, over, gpu = (m["note"] or "").strip(), bool(m["over"]), gpu or bool(m["gpu"])
+            if m["time"]:
+                parts = [int(p) for p in m["time"].split(":")]
+                wall = sum(p * 60**i for i, p in enumerate(reversed(parts)))
             break
-    return SuiteSummary(name=path.stem, path=path, description=str(description), wall_time_s=wall, wall_time_note=note)
+    return SuiteSummary(
+        name=path.stem,
+        path=path,
+        description=str(description),
+        wall_time_s=wall,
+        wall_time_note=note,
+        wall_time_over=over,
+        gpu=gpu and wall is None,
+    )
 
 
 def list_suites(folder: Path | None = None) -> list[SuiteSummary]:
@@ -166,10 +182,12 @@ def list_suites(folder: Path | None = None) -> list[SuiteSummary]:
     return out
 
 
-def format_wall_time(seconds: int | None) -> str:
-    """``M:SS`` or ``H:MM:SS``; "not measured" for None."""
+def format_wall_time(seconds: int | None, over: bool = False, gpu: bool = False) -> str:
+    """``M:SS`` or ``H:MM:SS`` ("over H:MM:SS" for a lower bound); "GPU" for an untimed GPU
+    suite; "not measured" for None."""
     if seconds is None:
-        return "not measured"
+        return "GPU" if gpu else "not measured"
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+    text = f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+    return f"over {text}" if over else text
