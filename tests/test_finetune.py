@@ -147,6 +147,31 @@ def test_lora_starts_at_the_checkpoint_and_trains_only_what_it_should(registry):
     assert len(target_names(model, "linear")) > len(names)
 
 
+def test_a_layer_smaller_than_the_rank_gets_its_full_rank_and_is_named(registry):
+    """DeltaNet's beta projection is (n_head x d): rank 4 on 2 heads cannot be low-rank there."""
+    pytest.importorskip("peft")
+    import torch
+
+    from attnbench import Backbone, ModelConfig
+    from attnbench.experiments.finetune.adapters import add_lora, capped_ranks, target_names
+
+    cfg = ModelConfig(vocab_size=256, d_model=16, n_layer=1, n_head=2, context=32)
+    torch.manual_seed(0)
+    model = Backbone(cfg, registry.get("deltanet").build_mixer).eval()
+    names = target_names(model, "mixer")
+    capped = capped_ranks(model, names, 4)
+    assert capped == {"blocks.0.mixer.b_proj": 2}  # every other mixer layer is at least 4 wide
+    x = torch.randint(0, 256, (2, 12))
+    before = model(x).logits
+    tuned = add_lora(model, names, 4, None, False)
+    assert torch.equal(tuned(x).logits, before)
+    shapes = {n: tuple(p.shape) for n, p in tuned.named_parameters() if "lora_A" in n}
+    assert shapes["blocks.0.mixer.b_proj.lora_A.default.weight"] == (2, 16)  # rank 2, not 4
+    assert shapes["blocks.0.mixer.c_attn.lora_A.default.weight"] == (4, 16)
+    scale = {n: m.scaling["default"] for n, m in tuned.named_modules() if hasattr(m, "scaling")}
+    assert scale["blocks.0.mixer.b_proj"] == scale["blocks.0.mixer.c_attn"] == 2.0  # alpha / r kept
+
+
 def test_a_runaway_loss_is_stored_as_diverged(tmp_path):
     pytest.importorskip("peft")
     # an update of 1e30 overflows fp32 on any CPU; a finite runaway stays bounded by the final layer norm

@@ -8,6 +8,7 @@ the tuned model begins exactly at the checkpoint.
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar
 
 from torch import nn
@@ -37,15 +38,17 @@ def target_names(model: nn.Module, target: str | list[str]) -> list[str]:
     return names
 
 
-def check_rank(model: nn.Module, names: list[str], rank: int) -> None:
+def capped_ranks(model: nn.Module, names: list[str], rank: int) -> dict[str, int]:
+    """Targeted layers too small for ``rank``: name -> min(out, in), the largest rank an update
+    of that matrix has. LoRA gives those layers that rank (a full-rank update of a small
+    matrix, such as DeltaNet's (H x d) beta projection); the cell records them."""
     linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+    out = {}
     for name in names:
         m = linears[name]  # target_names picks Linear layers only
         if rank > min(m.in_features, m.out_features):
-            raise FinetuneError(
-                f"rank {rank} exceeds the dimensions of {name} ({m.out_features} x {m.in_features}): a "
-                f"low-rank update has rank <= {min(m.in_features, m.out_features)}; use a smaller rank"
-            )
+            out[name] = min(m.in_features, m.out_features)
+    return out
 
 
 def _import_peft() -> Any:
@@ -62,12 +65,20 @@ M = TypeVar("M", bound=nn.Module)
 
 
 def add_lora(model: M, names: list[str], rank: int, alpha: float | None, from_scratch: bool) -> M:
-    """LoRA adapters of rank ``rank`` on ``names``; only they train (from scratch: the
-    targeted matrices stay frozen at their initial values and every other weight trains)."""
-    check_rank(model, names, rank)
+    """LoRA adapters of rank ``rank`` on ``names`` (a layer smaller than that: its full rank,
+    ``capped_ranks``); only they train (from scratch: the targeted matrices stay frozen at
+    their initial values and every other weight trains)."""
     peft = _import_peft()
+    capped = capped_ranks(model, names, rank)  # smaller layers: their full rank, alpha / r kept
+    scale = (alpha if alpha is not None else 2 * rank) / rank
     config = peft.LoraConfig(
-        r=rank, lora_alpha=alpha if alpha is not None else 2 * rank, target_modules=names, lora_dropout=0.0, bias="none"
+        r=rank,
+        lora_alpha=scale * rank,
+        target_modules=names,
+        lora_dropout=0.0,
+        bias="none",
+        rank_pattern={re.escape(n): r for n, r in capped.items()},
+        alpha_pattern={re.escape(n): scale * r for n, r in capped.items()},
     )
     peft.inject_adapter_in_model(config, model)  # in place: LoRA layers replace the targeted Linear layers
     frozen = {f"{n}.base_layer.{p}" for n in names for p in ("weight", "bias")}

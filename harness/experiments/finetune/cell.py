@@ -19,7 +19,7 @@ from attnbench.data.loading import load_corpus
 from attnbench.data.spec import DataSpec
 from attnbench.errors import CheckpointError, FinetuneError
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext, trained_run
-from attnbench.experiments.finetune.adapters import add_lora, target_names, trainable_params
+from attnbench.experiments.finetune.adapters import add_lora, capped_ranks, target_names, trainable_params
 from attnbench.experiments.finetune.link import link_finetune_cells, peft_version
 from attnbench.experiments.finetune.vocab import unseen_answer_tokens
 from attnbench.experiments.train.evaluate import evaluate, headline
@@ -49,16 +49,19 @@ def _base_model(cell: Cell, variant: Variant, ctx: RunContext, train: dict[str, 
     return model
 
 
-def _prepare(cell: Cell, model: LanguageModel) -> tuple[LanguageModel, list[str]]:
+def _prepare(cell: Cell, model: LanguageModel) -> tuple[LanguageModel, list[str], dict[str, int]]:
+    """The model made tunable, the adapted layers, and those too small for the rank (name ->
+    the rank they got)."""
     spec = cell.spec_as(FinetuneSpec)
     if spec.method == "full":
         for p in model.parameters():
             p.requires_grad = True
-        return model, []
+        return model, [], {}
     if spec.rank is None:
         raise FinetuneError(f"finetune cell {cell.experiment}/{cell.variant}: method lora needs a rank")
     names = target_names(model, spec.target)
-    return add_lora(model, names, spec.rank, spec.lora_alpha, spec.from_scratch), names
+    capped = capped_ranks(model, names, spec.rank)
+    return add_lora(model, names, spec.rank, spec.lora_alpha, spec.from_scratch), names, capped
 
 
 def _train(
@@ -106,7 +109,7 @@ def run_finetune_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutc
     if isinstance(train, CellOutcome):
         return train
     try:
-        model, names = _prepare(cell, _base_model(cell, variant, ctx, train))
+        model, names, capped = _prepare(cell, _base_model(cell, variant, ctx, train))
     except (FinetuneError, CheckpointError) as exc:
         return CellOutcome("failed", error=str(exc))
     model = model.to(ctx.device)
@@ -143,6 +146,8 @@ def run_finetune_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutc
         "trainable_params": n_train,
         "total_params": n_total,
         "adapted_modules": names,
+        # layers smaller than the rank got their full rank instead (name -> rank used)
+        "lora_rank_capped": capped,
         "steps": steps,
         "train_time_s": seconds,
         "eval_time_s": eval_time,
