@@ -302,7 +302,8 @@ def train_cell(
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     status, error, rows, sent = "done", None, [], len(p.metrics)  # restored points were sent before
-    precision = resolve(device, t.precision, _probe_step(model, cell, device))  # auto's probe: untimed
+    # auto's probe (untimed) runs on rank 0, and every rank trains in what it chose
+    precision = distributed.main_value(lambda: resolve(device, t.precision, _probe_step(model, cell, device)))
     load_before = machine_load()
     model.train()
     while not budget.done(p.step, p.train_time):
