@@ -23,7 +23,7 @@ SHAPES = {"findings": (64, 2, 2, 64, 64), "long": (128, 2, 4, 8192, 1)}  # d, la
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("variant", help="a variant whose options have chunk_size (gla, retnet, mamba2, deltanet, ...)")
     ap.add_argument("--chunks", default="4,8,16,32,64", help="comma-separated chunk sizes")
     ap.add_argument("--shape", default="findings", choices=list(SHAPES))

@@ -27,7 +27,7 @@ from tests import broken_variants
 from tests.helpers import write_suite
 
 PATTERN = "gated_deltanet x3 + softmax"
-PER_LAYER = "softmax + gla + gla(chunk_size=8)"
+PER_LAYER = "softmax + gla + gla(chunk_size=4)"
 SUITE = """
 version: 1
 name: hybrids
@@ -41,7 +41,7 @@ experiments:
         n_layer: 4
         n_head: 2
         layers: {pattern: [gated_deltanet, gated_deltanet, gated_deltanet, softmax]}
-      - {d_model: 16, n_head: 2, layers: [softmax, gla, {variant: gla, options: {chunk_size: 8}}]}
+      - {d_model: 16, n_head: 2, layers: [softmax, gla, {variant: gla, options: {chunk_size: 4}}]}
     data: {source: builtin, max_bytes: 20000}
     train: {budget: {steps: 2}, batch_size: 2, seq_len: 32, eval_interval: 2, eval_tokens: 256, log_interval: 1}
 """
@@ -128,7 +128,7 @@ def test_hybrids_train_pair_with_their_size_and_the_report_names_the_pattern(tra
     declared = sum(state_size(cfg, i, 32) for i in range(4))
     assert runs[PATTERN]["summary"]["state_elements"] == declared
     report = (root / "reports" / "hybrids" / "report.md").read_text()
-    assert PATTERN.replace("_", "\\_") in report and "softmax + gla + gla(chunk\\_size=8)" in report
+    assert PATTERN.replace("_", "\\_") in report and "softmax + gla + gla(chunk\\_size=4)" in report
 
 
 def test_attnbench_check_passes_a_hybrid_and_checks_every_layer_type(trained, capsys):

@@ -176,7 +176,7 @@ class _SuiteRun:
         # A Ray worker sees the GPU Ray gave it as cuda:0.
         self.job_device = "cuda" if executor.remote and dev.type == "cuda" else str(dev)
         self.context = {"argv": sys.argv, "executor": executor.name, "overrides": list(suite.overrides)}
-        self.verdicts: dict[tuple[str, str], Verdict] = {}
+        self.verdicts: dict[tuple[str, str, tuple[str, ...] | None], Verdict] = {}  # variant, options, autocast
         self.jobs: dict[str, CellJob] = {}
         self.trackers = list(trackers)  # mirrors of each stored cell (the store stays the truth)
         self.live: dict[str, LiveCell | None] = {}  # cell key -> its live curve sink, while it runs here

@@ -260,7 +260,8 @@ def _finish_files(
 
 def _probe_step(model: torch.nn.Module, cell: Cell, device: torch.device) -> Callable[[], None]:
     """One forward + backward of the run's model on random tokens of the run's batch shape
-    (no optimizer step, gradients cleared): what ``auto`` times in fp32 and in bf16."""
+    (no optimizer step, gradients cleared): what ``auto`` times in fp32 and in bf16, before the
+    timed steps, on rank 0 (every rank trains in what it chose)."""
     t = cell.spec_as(TrainSpec)
     x = torch.randint(0, cell.model.vocab_size, (t.batch_size, t.seq_len), generator=torch.Generator().manual_seed(0))
     x = x.to(device)  # (B, T) token ids
@@ -302,7 +303,6 @@ def train_cell(
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     status, error, rows, sent = "done", None, [], len(p.metrics)  # restored points were sent before
-    # auto's probe (untimed) runs on rank 0, and every rank trains in what it chose
     precision = distributed.main_value(lambda: resolve(device, t.precision, _probe_step(model, cell, device)))
     load_before = machine_load()
     model.train()
