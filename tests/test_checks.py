@@ -200,3 +200,12 @@ def test_bf16_autocast_on_a_cpu_passes_softmax_and_catches_a_leak_at_bf16_tolera
     assert "bf16 x16: leak" in good["autocast_at_scale"].detail and "fp16" not in good["autocast_at_scale"].detail
     assert "bf16 autocast: max|y|" in good["finite_long_inputs"].detail
     assert leaky["autocast_at_scale"].status == "fail" and "FAIL at" in leaky["autocast_at_scale"].detail
+
+
+def test_mamba2_stays_finite_under_fp16_autocast_at_weights_x4(registry):
+    """The H200 gate (2026-11-27) found Mamba2's SSD output overflowing fp16 at weights x4 with
+    an extreme token: the scan handed y back in fp16 before the gated RMSNorm rescaled it. CPU
+    autocast runs the same fp16 casts, so the regression is caught here too."""
+    amp = _by_check(run_checks(registry.get("mamba2"), long_T=128, autocast=("fp16",)))["autocast_at_scale"]
+    assert amp.status == "pass", amp.detail
+    assert "fp16 x4: leak 0" in amp.detail

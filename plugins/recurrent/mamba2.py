@@ -146,7 +146,7 @@ class Mamba2(nn.Module):
 
     def _mix(self, u: torch.Tensor, state: Mamba2State) -> tuple[torch.Tensor, Mamba2State]:
         z, x, b, c, dt, log_a, conv = self._ssm_inputs(u, state.conv)
-        y, ssm = ssd_scan(c, b * dt[..., None], x, log_a, state.ssm, self.chunk_size)  # (B, H, t, P)
+        y, ssm = ssd_scan(c, b * dt[..., None], x, log_a, state.ssm, self.chunk_size)  # (B, H, t, P) fp32
         return self._out(y, x, z), Mamba2State(conv, ssm)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:

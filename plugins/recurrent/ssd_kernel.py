@@ -50,9 +50,11 @@ def ssd_scan(
     c: torch.Tensor, b: torch.Tensor, x: torch.Tensor, log_a: torch.Tensor, state: torch.Tensor, chunk: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """c, b (B, H, T, N_s) (Mamba2's C and dt * B), x (B, H, T, P), log_a (B, H, T) <= 0,
-    state S_0 (B, H, N_s, P). Returns y (B, H, T, P) in x's dtype and the state after T
-    (a new tensor; the given one is never modified)."""
-    out_dtype, T = x.dtype, x.shape[2]
+    state S_0 (B, H, N_s, P). Returns y (B, H, T, P) and the state after T (a new tensor; the
+    given one is never modified), both in the working dtype (fp32, float64 when given). y stays
+    out of half precision: it is unnormalised until Mamba2's gated RMSNorm, and its fp16 copy
+    overflowed at weights x4 in the gate (an H200, 2026-11-27)."""
+    T = x.shape[2]
     dt = torch.float64 if torch.float64 in (c.dtype, b.dtype, x.dtype, log_a.dtype) else torch.float32
     with torch.autocast(x.device.type, enabled=False):  # the state sums the whole sequence
         n = min(chunk, T)
@@ -74,7 +76,7 @@ def ssd_scan(
         y = y + from_start[..., None] * (cc @ states)  # (B, H, N, n, P) + carried state
         y = y.flatten(2, 3)[:, :, :T]  # (B, H, T, P)
         final = s  # (B, H, N_s, P) a new tensor
-    return y.to(out_dtype), final
+    return y, final
 
 
 def ssd_flops_per_token(n_head: int, d_state: int, head_dim: int, chunk: int, T: int) -> float:
