@@ -3,7 +3,8 @@ sequence length, for one (variant, model size, seed).
 
 For each mode the lengths are swept upward in two passes:
 
-1. Isolation pass, one fresh process per point (``attnbench.experiments.speed.memory.measure_peak``): the
+1. Isolation pass, one fresh process per point (``attnbench.experiments.speed.memory.measure_peak``;
+   on CUDA one per sweep, ``measure_peaks``): the
    point is set up and called once; this is the peak-memory measurement (CPU: VmHWM
    reset after setup; CUDA: the allocator's peak), under the point's time limit and, on
    CPU, an address-space cap. A point that runs out of memory, times out or raises here
@@ -34,7 +35,7 @@ import torch
 from attnbench.contract.variant import Variant
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext
 from attnbench.experiments.speed.fits import finalize_speed
-from attnbench.experiments.speed.memory import PeakMemory, measure_peak
+from attnbench.experiments.speed.memory import PeakMemory, measure_peak, measure_peaks
 from attnbench.experiments.speed.points import PointSpec, classify_message, for_child
 from attnbench.experiments.speed.timing import PointTiming, SweepTiming, TimingOptions, noise, time_sweep
 from attnbench.nn.backbone import Backbone
@@ -93,23 +94,27 @@ def _short(message: str | None) -> str | None:
 def isolate(
     specs: list[PointSpec], time_limit_s: float, limit: int | None, threads: int | None, progress=None
 ) -> dict[int, PeakMemory]:
-    """Pass 1: each point once in a fresh process, increasing T, up to the first failure."""
+    """Pass 1: each point once in a fresh process (on CUDA, the whole sweep in one fresh
+    process: a process and CUDA start per point cost more than most points), increasing T,
+    up to the first failure."""
+    calls = [
+        {"spec": for_child(spec), "device": spec.device, "memory_limit_bytes": limit, "threads": threads}
+        for spec in specs
+    ]
+    if specs and all(spec.device.startswith("cuda") for spec in specs):
+        peaks = measure_peaks(ISOLATED_TARGET, calls, timeout=time_limit_s)
+    else:
+        peaks = []
+        for call in calls:
+            peaks.append(measure_peak(ISOLATED_TARGET, timeout=time_limit_s, **call))
+            if peaks[-1].status != "ok":
+                break
     out: dict[int, PeakMemory] = {}
-    for i, spec in enumerate(specs):
-        peak = measure_peak(
-            ISOLATED_TARGET,
-            timeout=time_limit_s,
-            spec=for_child(spec),
-            device=spec.device,
-            memory_limit_bytes=limit,
-            threads=threads,
-        )
+    for i, (spec, peak) in enumerate(zip(specs, peaks, strict=False)):
         status, error = classify_message(peak.status, _short(peak.error) or "")
         out[spec.T] = replace(peak, status=status, error=error)
         if progress:
             progress(i + 1)
-        if status != "ok":
-            break
     return out
 
 
