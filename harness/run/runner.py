@@ -211,6 +211,9 @@ class _SuiteRun:
                 result = f"failed {verdict.failed}" if verdict.failed else "passed"
                 source = "verdict cached in the store for this code" if verdict.cached else "checks ran now"
                 print(f"  trust gate {cell.variant}: {result} ({source})", file=self.out, flush=True)
+                for r in verdict.results:  # why, in the log: a verdict that timed out is not stored
+                    if r.status in ("fail", "error"):
+                        print(f"    {r.check}: {r.status}: {r.detail}", file=self.out, flush=True)
         return self.verdicts[gate_id]
 
     def take(self, finished: list[Finished]) -> None:

@@ -29,7 +29,9 @@ def fla_linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tens
     """phi_q, phi_k (B, H, T, h_k) > 0, v (B, H, T, h_v) -> o (B, H, T, h_v), from an empty state."""
     from fla.ops.linear_attn import chunk_linear_attn
 
-    q, k, vv = (t.transpose(1, 2).contiguous() for t in (phi_q, phi_k, v))  # (B, T, H, h) fla's layout
+    # one dtype for the kernel's dot products: phi is fp32 and v half precision under autocast (the
+    # H200 check, 2026-11-27: "Both operands must be same dtype"); the normaliser below stays fp32
+    q, k, vv = (t.transpose(1, 2).contiguous().to(v.dtype) for t in (phi_q, phi_k, v))  # (B, T, H, h) fla's layout
     # fla's ops are wrapped in torch.compiler.disable, whose annotation hides their signature from the checker
     num, _ = chunk_linear_attn(q, k, vv, scale=1.0, normalize=False)  # pyright: ignore[reportCallIssue]  # (B, T, H, h_v) phi(q)^T S_i
     num = num.transpose(1, 2).float()  # (B, H, T, h_v)
