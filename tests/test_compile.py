@@ -53,3 +53,23 @@ def test_speed_points_record_compile_and_decode_stays_eager(tmp_path):
     point = build_point(spec)
     point.run()
     assert point.info["compile"] == "not applied: decode steps run eagerly"
+
+
+def test_the_backbone_compiles_in_one_graph_with_ignored_targets():
+    """The H200 check's GPT-2 log showed a graph break at the scored-positions selection (a
+    data-dependent `keep.all()`): compiled, the head runs on every position and the loss,
+    which ignores the same positions, is the eager one."""
+    import torch
+
+    from attnbench import ModelConfig
+    from attnbench.nn.backbone import Backbone
+    from attnbench.plugins import softmax
+
+    torch.manual_seed(0)
+    model = Backbone(ModelConfig(vocab_size=64, d_model=32, n_layer=2, n_head=2, context=64), softmax.SoftmaxAttention)
+    idx = torch.randint(0, 64, (2, 16))  # (B, T)
+    targets = idx.roll(-1, dims=1).masked_fill(torch.arange(16) < 5, -100)  # (B, T) the first 5 positions ignored
+    explained = torch._dynamo.explain(model)(idx, targets)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    compiled = torch.compile(model, backend="eager")(idx, targets)
+    torch.testing.assert_close(compiled.loss, model(idx, targets).loss)

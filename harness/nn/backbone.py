@@ -180,7 +180,7 @@ class Backbone(LanguageModel):
         for block in self.blocks:
             x, block_aux = block(x)
             aux.extend(block_aux)
-        if targets is not None:
+        if targets is not None and not torch.compiler.is_compiling():  # compiled: no data-dependent graph break
             keep = targets != IGNORE_INDEX  # (B, T)
             if not bool(keep.all()):
                 x, targets = x[keep], targets[keep]  # (N, D), (N,) scored positions only
