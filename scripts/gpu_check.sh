@@ -2,7 +2,7 @@
 # The GPU check in one command (issue 41): environment, `attnbench check --device cuda` (fp32, bf16
 # and fp16 autocast), a 200-step bf16 training smoke of every built-in variant and one hybrid,
 # GPT-2 small compiled (tokens/s, MFU), speed and memory for T = 1K..32K, the report and a
-# one-page summary, all under OUT; 8 minutes on one H100. The driver: benchmarks/gpu_check/.
+# one-page summary, all under OUT; 9 minutes on one H100 or H200. The driver: benchmarks/gpu_check/.
 #
 #   scripts/gpu_check.sh OUT [--dry-run] [--steps env,check,...] [--budget SECONDS]
 #   scripts/gpu_check.sh --prepare        # here, before a device call: fills .whl/ (below)
@@ -24,7 +24,7 @@
 #      in practice the environment step then fails and says why; it never fakes the rest).
 #   (Tried here on a Python venv holding only those image packages: the install and the dry run passed.)
 # The device call: command `bash scripts/gpu_check.sh /tmp/gc; s=$?; tar czf $OUT/gpu_check.tgz -C /tmp gc;
-# cp /tmp/gc/summary.* $OUT/; exit $s`, carry [".whl"], timeout_s 540 (the reply's output_tail
+# cp /tmp/gc/summary.* $OUT/; exit $s`, carry [".whl"], timeout_s 600 (the reply's output_tail
 # ends with summary.md; $OUT returns at most 8 files, so the folder travels as one archive).
 # A rerun of some steps into the same folder, on the still-warm machine: --steps speed,report.
 set -euo pipefail

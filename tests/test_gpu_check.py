@@ -100,6 +100,9 @@ def test_the_gpu_suite_runs_every_variant_a_hybrid_gpt2_small_and_the_fla_kernel
     assert gpt2["train"]["seq_len"] == 1024 and gpt2["data"]["bpe_vocab_size"] == 50257
     assert experiments["speed"]["speed"]["lengths"][0] == 1024 and experiments["speed"]["speed"]["lengths"][-1] == 32768
     assert experiments["speed-fla"]["variant_options"]["linear"] == {"kernel": "fla"}
+    # the fla kernels and their softmax baseline run first, so a short box still meets the 16K target
+    assert experiments["speed-fla"]["variants"][0] == "softmax" and "softmax" not in experiments["speed"]["variants"]
+    assert [e["name"] for e in suite(GPU, variants)["experiments"]][-2:] == ["speed-fla", "speed"]
     assert sum(st.box_s for st in GPU.steps) >= GPU.budget_s >= sum(st.floor_s for st in GPU.steps)
 
 
@@ -175,14 +178,15 @@ def test_targets_are_judged_on_a_gpu_run():
 def test_autocast_figures_are_read_per_dtype_from_the_gate_detail():
     detail = (
         "bf16 x1: leak 1.0e-03 (tol 0.02), vs float64 4.0e-03 (tol 0.1); "
-        "bf16 x16: leak 3.0e-02 (tol 0.02), vs float64 5.0e-03 (tol 0.1) FAIL at t=40; "
+        "bf16 x16: leak 3.0e-02 (tol 0.02), vs float64 5.0e-03 (tol none above x4: bf16 rounding) FAIL at t=40; "
         "fp16 x1: leak 2.0e-04 (tol 0.002), vs float64 1.0e-03 (tol 0.02); weights x1/4/16"
     )
     amp = amp_by_dtype({"status": "fail", "detail": detail})
     assert amp["bf16-autocast"] | {"tolerance": None} == {
         "status": "fail",
         "worst_leak": 3.0e-2,
-        "worst_vs_float64": 5.0e-3,
+        "worst_vs_float64": 4.0e-3,  # judged: weights up to x4
+        "vs_float64_above_judged": 5.0e-3,  # x16: reported only
         "tolerance": None,
     }
     assert (amp["fp16-autocast"]["status"], amp["fp16-autocast"]["worst_leak"]) == ("pass", 2.0e-4)

@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", type=Path, help="output folder (store, logs, report, summary.json, summary.md)")
     p.add_argument("--dry-run", action="store_true", help="the same steps on CPU at tiny sizes (logic and layout only)")
     p.add_argument("--steps", help="comma-separated steps to (re)run into the same folder (default: all)")
-    p.add_argument("--budget", type=float, help="seconds for the whole check (default: 480 on a GPU, 90 dry run)")
+    p.add_argument("--budget", type=float, help="seconds for the whole check (default: 540 on a GPU, 90 dry run)")
     args = p.parse_args(argv)
     s = sizes(args.dry_run)
     names = [st.name for st in s.steps]

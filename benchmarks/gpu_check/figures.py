@@ -9,7 +9,7 @@ from typing import Any
 
 from attnbench.fits import crossover
 from attnbench.gate.checks import CHECKS
-from attnbench.gate.scale import AUTOCAST_TOL
+from attnbench.gate.scale import AUTOCAST_F64_UP_TO, AUTOCAST_TOL
 from attnbench.store.database import Store
 from benchmarks.gpu_check.plan import LONG_T, SUITE_NAME
 
@@ -34,11 +34,17 @@ def _worse(a: float | None, b: float) -> float:
 
 
 def amp_by_dtype(row: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """Per autocast dtype: status, worst leak and float64 deviation over the magnitudes, tolerances."""
+    """Per autocast dtype: status, worst leak over the magnitudes, worst float64 deviation over
+    those the gate judges (up to AUTOCAST_F64_UP_TO) and, apart, over those it only reports."""
     out: dict[str, dict[str, Any]] = {}
     for dtype, (leak_tol, f64_tol, factors) in AUTOCAST_TOL.items():
         entry: dict[str, Any] = {
-            "tolerance": {"leak": leak_tol, "vs_float64": f64_tol, "weight_scales": list(factors)},
+            "tolerance": {
+                "leak": leak_tol,
+                "vs_float64": f64_tol,
+                "vs_float64_judged_up_to": AUTOCAST_F64_UP_TO[dtype],
+                "weight_scales": list(factors),
+            },
         }
         if row is None or row["status"] in ("skip", "error"):
             entry["status"] = "skip" if row is None else row["status"]
@@ -46,11 +52,21 @@ def amp_by_dtype(row: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
         else:
             leak: float | None = None
             f64: float | None = None
+            above: float | None = None  # beyond the judged magnitudes: half precision's rounding, reported
             for m in _AMP_PART.finditer(row["detail"]):
                 if m["dtype"] == dtype:
-                    leak, f64 = _worse(leak, _num(m["leak"])), _worse(f64, _num(m["f64"]))
+                    leak = _worse(leak, _num(m["leak"]))
+                    if float(m["factor"]) <= AUTOCAST_F64_UP_TO[dtype]:
+                        f64 = _worse(f64, _num(m["f64"]))
+                    else:
+                        above = _worse(above, _num(m["f64"]))
             failed = any(p.startswith(f"{dtype} x") and "FAIL" in p for p in row["detail"].split("; "))
-            entry.update(status="fail" if failed else "pass", worst_leak=leak, worst_vs_float64=f64)
+            entry.update(
+                status="fail" if failed else "pass",
+                worst_leak=leak,
+                worst_vs_float64=f64,
+                vs_float64_above_judged=above,
+            )
         out[f"{dtype}-autocast"] = entry
     return out
 

@@ -58,12 +58,18 @@ def _gate(f: dict[str, Any]) -> list[str]:
                 cells.append("skip")
             else:
                 tol = d.get("tolerance", {})
+                above = d.get("vs_float64_above_judged")
                 cells.append(
                     f"{d.get('status', '-')} leak {_n(d.get('worst_leak'))} (tol {_n(tol.get('leak'))}), "
                     f"vs f64 {_n(d.get('worst_vs_float64'))} (tol {_n(tol.get('vs_float64'))})"
+                    + ("" if above is None else f"; above x{_n(tol.get('vs_float64_judged_up_to'))}: {_n(above)}")
                 )
         rows.append(cells)
-    return _table(["variant", "fp32", "bf16 autocast", "fp16 autocast"], rows)
+    return _table(["variant", "fp32", "bf16 autocast", "fp16 autocast"], rows) + [
+        "",
+        "vs f64: judged up to the weight scale named; above it reported only (half precision's rounding).",
+        "",
+    ]
 
 
 def _smoke(f: dict[str, Any]) -> list[str]:
