@@ -350,7 +350,7 @@ def run_suite(
     *,
     device: str | None = None,
     only_variants: list[str] | None = None,
-    out: TextIO = sys.stderr,
+    out: TextIO | None = None,
     executor: Executor | None = None,
     trackers: Sequence[Tracker] = (),
     retry_failed: bool | None = None,
@@ -361,11 +361,13 @@ def run_suite(
     writes the store. Under torchrun every rank calls this; ``store`` is None on ranks
     other than 0, and rank 0 decides for all of them what runs. A cell whose stored attempt
     failed runs again when ``retry_failed`` (None: the suite's setting, default yes).
+    ``out``: progress and gate lines (default: sys.stderr as it is at the call, not at import).
     """
+    stream: TextIO = sys.stderr if out is None else out
     require_packages(suite)  # before any data loads or cell trains
     dev = resolve_device(device or suite.device)
     cells = _plan(suite, registry, dev, only_variants)
-    run = _SuiteRun(suite, store, registry, dev, cells, out, executor or InProcessExecutor(), trackers, retry_failed)
+    run = _SuiteRun(suite, store, registry, dev, cells, stream, executor or InProcessExecutor(), trackers, retry_failed)
     wave, done = cells, 0
     while wave:  # a tuned protocol's later rungs exist once the rung before them is stored
         for cell in wave:
