@@ -170,15 +170,12 @@ class LinearAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fq, fk, v = self._heads(x)  # (B, H, T, F), (B, H, T, F), (B, H, T, h)
-        B, H, _, h = v.shape
         if self.kernel == "fla":
             reason = fla_unavailable(x.device)
             if reason:  # never a silent fallback to the chunked kernel
                 raise RuntimeError(f"linear attention kernel 'fla' cannot run: {reason}; use kernel: chunked")
             return self._merge(fla_linear_attention(fq, fk, v, self.eps))  # (B, T, D)
-        y, _ = linear_attention(
-            fq, fk, v, linear_init_state(B, H, fk.shape[-1], h, x.device, fk.dtype), self.chunk_size, self.eps
-        )  # (B, H, T, h)
+        y, _ = linear_attention(fq, fk, v, None, self.chunk_size, self.eps)  # (B, H, T, h) from the empty state
         return self._merge(y)
 
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> LinearState:

@@ -89,9 +89,9 @@ def step_through(model, x: torch.Tensor, sizes: tuple[int, ...], state):
 
 
 @pytest.mark.parametrize("name", VARIANTS)
-@pytest.mark.parametrize("chunk", [7, 16])
+@pytest.mark.parametrize("chunk", [7, 16, 128])
 def test_chunked_equals_quadratic_and_token_by_token(registry, name, chunk):
-    T = 100  # several chunks, and neither 7 nor 16 divides it
+    T = 100  # several chunks, and neither 7 nor 16 divides it; 128: training's one-chunk form
     cfg = make_config(registry, name, chunk=chunk)
     mixer = make_mixer(registry, name, cfg)
     attn = AttentionOutput(mixer)
@@ -382,3 +382,24 @@ def test_linear_hand_written_backward_matches_autograd_of_the_cumsum_form(regist
     reference = [x.grad] + [p.grad for p in mixer.parameters()]
     for a, b in zip(ours, reference, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("T", [48, 64, 100])
+def test_linear_attention_from_no_state_equals_the_empty_state_with_its_gradients(T):
+    """state None (training): the one-chunk quadratic form up to the chunk's length, the
+    chunked scan above it; outputs and gradients those of an explicit zero state, no state out."""
+    from attnbench import linear_attention, linear_init_state
+
+    g = torch.Generator().manual_seed(T)
+    fq, fk = (torch.rand(2, 3, T, 12, generator=g, dtype=torch.float64).requires_grad_() for _ in range(2))
+    v = torch.randn(2, 3, T, 5, generator=g, dtype=torch.float64).requires_grad_()  # (B, H, T, h_v)
+    got, none = linear_attention(fq, fk, v, None, 64, 1e-6)
+    ref, _ = linear_attention(fq, fk, v, linear_init_state(2, 3, 12, 5, dtype=torch.float64), 64, 1e-6)
+    assert none is None
+    torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
+    for a, b in zip(
+        torch.autograd.grad(got.square().sum(), (fq, fk, v)),
+        torch.autograd.grad(ref.square().sum(), (fq, fk, v)),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

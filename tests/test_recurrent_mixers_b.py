@@ -90,6 +90,23 @@ def test_ssd_scan_equals_fla_naive_simple_gla():
     torch.testing.assert_close(got2, _bthd(ref2).double(), **FLA_TOL)
 
 
+@pytest.mark.parametrize("chunk", [8, 64])
+def test_ssd_scan_from_no_state_equals_the_recurrence_from_zero(chunk):
+    """state None (training): one chunk's masked form when the chunk holds the sequence, the
+    chunked scan otherwise; the recurrence from S_0 = 0, gradients those of the zero-state scan."""
+    c, b, x, log_a, s0 = (t.requires_grad_() if t.is_floating_point() else t for t in _ssd_inputs(seed=2))
+    got, none = ssd_scan(c, b, x, log_a, None, chunk)
+    ref, _ = _ssd_loop(c, b, x, log_a, torch.zeros_like(s0))
+    assert none is None
+    torch.testing.assert_close(got, ref, **TIGHT)
+    zero, _ = ssd_scan(c, b, x, log_a, torch.zeros_like(s0), chunk)
+    inputs = (c, b, x, log_a)
+    for g_got, g_zero in zip(
+        torch.autograd.grad(got.square().sum(), inputs), torch.autograd.grad(zero.square().sum(), inputs), strict=True
+    ):
+        torch.testing.assert_close(g_got, g_zero, **TIGHT)
+
+
 def test_ssd_scan_splits_anywhere_and_leaves_the_callers_state_alone():
     c, b, x, log_a, s0 = _ssd_inputs(seed=1)
     before = s0.clone()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 import torch.nn.functional as F
@@ -145,9 +146,17 @@ def _exclusive(incl: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
     return torch.cat([first, incl[:, :, :-1]], dim=2)
 
 
+@overload
 def linear_attention(
     phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor, state: LinearState, chunk: int, eps: float
-) -> tuple[torch.Tensor, LinearState]:
+) -> tuple[torch.Tensor, LinearState]: ...
+@overload
+def linear_attention(
+    phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor, state: None, chunk: int, eps: float
+) -> tuple[torch.Tensor, None]: ...
+def linear_attention(
+    phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor, state: LinearState | None, chunk: int, eps: float
+) -> tuple[torch.Tensor, LinearState | None]:
     """Causal linear attention, chunkwise (Katharopoulos et al. 2020, eq. 9 with the state):
 
         o_i = phi(q_i)^T (S_0 + sum_{j<=i} phi(k_j) v_j^T) / (phi(q_i)^T (z_0 + sum_{j<=i} phi(k_j)) + eps)
@@ -157,18 +166,34 @@ def linear_attention(
     added after the dot product. Gradients
     come from ``_LinearChunked``'s hand-written backward, which keeps only the inputs and the
     carried states and recomputes the c x c scores.
+    state None: training from the empty state, the state after T not wanted (None is
+    returned for it). Up to one chunk (T <= chunk, the CPU suites' regime) that is the
+    masked quadratic form alone: no chunk summary, no carried-state read, no final state.
     """
-    out_dtype, T, dt = v.dtype, v.shape[2], _compute_dtype(phi_q, phi_k, v)
+    out_dtype, (B, H, T, h_k), dt = v.dtype, phi_k.shape, _compute_dtype(phi_q, phi_k, v)
+    if state is None and chunk >= T:  # one chunk holds the whole sequence
+        with torch.autocast(v.device.type, enabled=False):
+            return _one_chunk(phi_q.to(dt), phi_k.to(dt), v.to(dt), eps).to(out_dtype), None
+    start = state if state is not None else linear_init_state(B, H, h_k, v.shape[-1], v.device, dt)
     with torch.autocast(v.device.type, enabled=False):  # fp32 (or fp64): the state sums the whole sequence
         c = min(chunk, T)
         fq = _chunks(phi_q.to(dt), c, 0.0)  # (B, H, N, c, h_k)
         fk = _chunks(phi_k.to(dt), c, 0.0)  # (B, H, N, c, h_k) zero rows add nothing
         vc = _chunks(v.to(dt), c, 0.0)  # (B, H, N, c, h_v)
-        s0 = torch.cat([state.s, state.z[..., None]], dim=-1).to(dt)  # (B, H, h_k, h_v+1) [S_0, z_0]
+        s0 = torch.cat([start.s, start.z[..., None]], dim=-1).to(dt)  # (B, H, h_k, h_v+1) [S_0, z_0]
         o, final = _LinearChunked.apply(fq, fk, vc, s0, eps)  # (B, H, N, c, h_v), (B, H, h_k, h_v+1)
         h_v = vc.shape[-1]
         new = LinearState(final[..., :h_v].contiguous(), final[..., h_v].contiguous())  # new tensors,
-    return _unchunk(o, T).to(out_dtype), new  # never the caller's
+    return _unchunk(o, T).to(out_dtype), (new if state is not None else None)  # never the caller's
+
+
+def _one_chunk(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, eps: float) -> torch.Tensor:
+    """The quadratic form from the empty state, autograd's own backward (T <= chunk: the
+    (T, T) scores are the chunk's): fq, fk (B, H, T, h_k), v (B, H, T, h_v) -> o (B, H, T, h_v)."""
+    scores = (fq @ fk.transpose(-1, -2)).masked_fill(_future(fq.shape[2], fq.device), 0.0)  # (B, H, T, T) causal
+    num = scores @ _with_ones(v)  # (B, H, T, h_v+1) [numerator, normaliser]
+    h_v = v.shape[-1]
+    return num[..., :h_v] / (num[..., h_v:] + eps)  # (B, H, T, h_v) eps after the dot product
 
 
 class _LinearChunked(torch.autograd.Function):

@@ -138,8 +138,11 @@ class Based(nn.Module):
             lin = fla_taylor_attention(qf, kf, v)  # (B, H, T, h)
             swa = fla_window_attention(q, k, v, self.window)  # (B, H, T, h)
             return self.c_proj(merge_heads(0.5 * (lin + swa)))  # (B, T, D)
-        y, _ = self._mix(x, self.init_state(x.shape[0], x.shape[1], x.device, x.dtype))
-        return y  # (B, T, D)
+        qf, kf, q, k, v = self._heads(x)  # (B, H, T, f) x 2, (B, H, T, h) x 3
+        lin, _ = linear_attention(self._phi(qf), self._phi(kf), v, None, self.chunk_size, self.eps)  # empty start
+        cache = window_init_cache(x.shape[0], self.n_head, self.head_dim, x.device, x.dtype)
+        swa, _ = window_attention(q, k, v, cache, self.window, self.chunk_size)  # (B, H, T, h)
+        return self.c_proj(merge_heads(0.5 * (lin + swa)))  # (B, T, D)
 
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> BasedState:
         """Zero S and z (fp32 unless float64 is asked) and an empty window cache."""

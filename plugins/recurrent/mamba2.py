@@ -155,8 +155,10 @@ class Mamba2(nn.Module):
             conv = torch.zeros(u.shape[0], self.d_conv - 1, self.conv_dim, device=u.device, dtype=u.dtype)
             z, x, b, c, dt, log_a, _ = self._ssm_inputs(u, conv)
             return self._out(fla_ssd(c, b * dt[..., None], x, log_a), x, z)  # (B, T, D)
-        y, _ = self._mix(u, self.init_state(u.shape[0], u.shape[1], u.device, u.dtype))
-        return y  # (B, T, D)
+        conv = torch.zeros(u.shape[0], self.d_conv - 1, self.conv_dim, device=u.device, dtype=u.dtype)
+        z, x, b, c, dt, log_a, _ = self._ssm_inputs(u, conv)
+        y, _ = ssd_scan(c, b * dt[..., None], x, log_a, None, self.chunk_size)  # (B, H, T, P) from S_0 = 0
+        return self._out(y, x, z)  # (B, T, D)
 
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> Mamba2State:
         """Zero convolution inputs and S: fp32 unless float64 is asked."""

@@ -12,6 +12,8 @@ autocast off, float64 when given.
 
 from __future__ import annotations
 
+from typing import overload
+
 import torch
 import torch.nn.functional as F
 
@@ -46,16 +48,33 @@ def segment_sums(log_a: torch.Tensor) -> torch.Tensor:
     return seg.reshape(*log_a.shape[:-1], L, L) + above  # (..., L, L)
 
 
+@overload
 def ssd_scan(
     c: torch.Tensor, b: torch.Tensor, x: torch.Tensor, log_a: torch.Tensor, state: torch.Tensor, chunk: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def ssd_scan(
+    c: torch.Tensor, b: torch.Tensor, x: torch.Tensor, log_a: torch.Tensor, state: None, chunk: int
+) -> tuple[torch.Tensor, None]: ...
+def ssd_scan(
+    c: torch.Tensor, b: torch.Tensor, x: torch.Tensor, log_a: torch.Tensor, state: torch.Tensor | None, chunk: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """c, b (B, H, T, N_s) (Mamba2's C and dt * B), x (B, H, T, P), log_a (B, H, T) <= 0,
     state S_0 (B, H, N_s, P). Returns y (B, H, T, P) and the state after T (a new tensor; the
     given one is never modified), both in the working dtype (fp32, float64 when given). y stays
     out of half precision: it is unnormalised until Mamba2's gated RMSNorm, and its fp16 copy
-    overflowed at weights x4 in the gate (an H200, 2026-11-27)."""
+    overflowed at weights x4 in the gate (an H200, 2026-11-27).
+    state None: training from S_0 = 0, the state after T not wanted (None is returned). Up to
+    one chunk (T <= chunk) that is the masked form alone: no chunk summary, no carried state."""
     T = x.shape[2]
     dt = torch.float64 if torch.float64 in (c.dtype, b.dtype, x.dtype, log_a.dtype) else torch.float32
+    if state is None and chunk >= T:  # one chunk holds the whole sequence
+        with torch.autocast(x.device.type, enabled=False):
+            c, b, x, log_a = c.to(dt), b.to(dt), x.to(dt), log_a.to(dt)
+            decay = torch.exp(segment_sums(log_a))  # (B, H, T, T) exp(sum_{j<l<=i} log_a_l), 0 for j > i
+            return ((c @ b.transpose(-1, -2)) * decay) @ x, None  # (B, H, T, P)
+    B, H, _, P = x.shape
+    start = state if state is not None else ssd_init_state(B, H, c.shape[-1], P, x.device, dt)  # (B, H, N_s, P)
     with torch.autocast(x.device.type, enabled=False):  # the state sums the whole sequence
         n = min(chunk, T)
         N = -(-T // n)
@@ -68,7 +87,7 @@ def ssd_scan(
         from_start = torch.exp(ac.cumsum(-1))  # (B, H, N, n) exp(sum_{start<=l<=i} log_a_l)
         summary = (bc * to_end[..., None]).transpose(-1, -2) @ xc  # (B, H, N, N_s, P) chunk's own b x^T
         through = torch.exp(ac.sum(-1))  # (B, H, N) decay across each chunk, a sum over its own span
-        s, before = state.to(dt), []  # S_{m+1} = through_m S_m + U_m: O(N), not an (N+1) x (N+1) carry
+        s, before = start.to(dt), []  # S_{m+1} = through_m S_m + U_m: O(N), not an (N+1) x (N+1) carry
         for a_m, u_m in zip(through.unbind(2), summary.unbind(2), strict=True):  # unbound once, never indexed
             before.append(s)
             s = a_m[..., None, None] * s + u_m  # (B, H, N_s, P)
@@ -76,7 +95,7 @@ def ssd_scan(
         y = y + from_start[..., None] * (cc @ states)  # (B, H, N, n, P) + carried state
         y = y.flatten(2, 3)[:, :, :T]  # (B, H, T, P)
         final = s  # (B, H, N_s, P) a new tensor
-    return y, final
+    return y, (final if state is not None else None)
 
 
 def ssd_flops_per_token(n_head: int, d_state: int, head_dim: int, chunk: int, T: int) -> float:

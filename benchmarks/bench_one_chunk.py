@@ -1,0 +1,86 @@
+"""Training from no state against training from an explicit zero state (issue 42), one process.
+
+    python benchmarks/bench_one_chunk.py [--shapes findings,compare] [--repeats 7]
+
+Up to one chunk (T <= chunk: the CPU suites' T 25..64 against linear's and Based's chunk 64
+and Mamba2's 64), the forward of linear, Based and Mamba2 now runs the masked quadratic form
+alone: no chunk summary, no carried-state read, no final state. Here each model is built
+once and its train step (forward + backward, one thread) alternates between the two paths,
+step by step: "state" is the previous forward, which passed the zero state (the ``step`` path,
+kept for decoding), "none" the training path. Prints the median ms/step of each and none/state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+from attnbench import Backbone, ModelConfig, linear_attention, linear_init_state
+from attnbench.plugins import linear
+from attnbench.plugins.recurrent import based, mamba2
+from attnbench.registry.loader import load_registry
+
+SHAPES = {  # name: (d_model, n_layer, n_head, T, batch)
+    "findings": (64, 2, 2, 64, 64),  # bench_mixers' findings shape
+    "compare": (128, 4, 4, 64, 16),  # compare.yaml's text experiment
+}
+
+
+def _linear_from_zero(self, x: torch.Tensor) -> torch.Tensor:
+    fq, fk, v = self._heads(x)  # (B, H, T, F), (B, H, T, F), (B, H, T, h)
+    B, H, _, h = v.shape
+    y, _ = linear_attention(
+        fq, fk, v, linear_init_state(B, H, fk.shape[-1], h, x.device, fk.dtype), self.chunk_size, self.eps
+    )
+    return self._merge(y)  # (B, T, D)
+
+
+def _mix_from_zero(self, x: torch.Tensor) -> torch.Tensor:
+    return self._mix(x, self.init_state(x.shape[0], x.shape[1], x.device, x.dtype))[0]  # (B, T, D)
+
+
+PATHS = {  # variant: (module class, forward from an explicit zero state)
+    "linear": (linear.LinearAttention, _linear_from_zero),
+    "based": (based.Based, _mix_from_zero),
+    "mamba2": (mamba2.Mamba2, _mix_from_zero),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="findings,compare")
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    registry = load_registry()
+    print(f"one thread; load average {os.getloadavg()[0]:.1f}")
+    for shape in args.shapes.split(","):
+        d, L, H, T, batch = SHAPES[shape]
+        x = torch.randint(0, 256, (batch, T), generator=torch.Generator().manual_seed(0))  # (B, T) bytes
+        print(f"\n{shape}: d {d}, {L} layers, {H} heads, T {T}, batch {batch}")
+        print(f"{'variant':10s} {'state ms':>9s} {'none ms':>9s} {'none/state':>10s}")
+        for name, (cls, from_zero) in PATHS.items():
+            config = ModelConfig(vocab_size=256, d_model=d, n_layer=L, n_head=H, context=T, dropout=0.0)
+            torch.manual_seed(0)
+            model = Backbone(config, registry.get(name).build_mixer).train()
+            none_forward = cls.forward
+            times: dict[str, list[float]] = {"state": [], "none": []}
+            for r in range(args.repeats + 1):
+                for path, fwd in (("state", from_zero), ("none", none_forward)):
+                    cls.forward = fwd
+                    t0 = time.perf_counter()
+                    model(x, x).loss.backward()
+                    model.zero_grad(set_to_none=True)
+                    if r:  # the first round warms up
+                        times[path].append(time.perf_counter() - t0)
+            cls.forward = none_forward
+            s, n = (statistics.median(times[p]) for p in ("state", "none"))
+            print(f"{name:10s} {s * 1e3:9.1f} {n * 1e3:9.1f} {n / s:10.2f}")
+
+
+if __name__ == "__main__":
+    main()
