@@ -2,9 +2,9 @@
 
     python benchmarks/bench_one_chunk.py [--shapes findings,compare] [--repeats 7]
 
-Up to one chunk (T <= chunk: the CPU suites' T 25..64 against linear's and Based's chunk 64
-and Mamba2's 64), the forward of linear, Based and Mamba2 now runs the masked quadratic form
-alone: no chunk summary, no carried-state read, no final state. Here each model is built
+Up to one chunk (T <= chunk: the CPU suites' T 25..64 against the chunk 64 of linear, Based,
+Mamba2 and the delta rule), training runs the masked quadratic form alone: no chunk summary,
+no carried-state read, no final state (for the delta rule, the WY solve takes V alone). Here each model is built
 once and its train step (forward + backward, one thread) alternates between the two paths,
 step by step: "state" is the previous forward, which passed the zero state (the ``step`` path,
 kept for decoding), "none" the training path. Prints the median ms/step of each and none/state.
@@ -21,7 +21,8 @@ import torch
 
 from attnbench import Backbone, ModelConfig, linear_attention, linear_init_state
 from attnbench.plugins import linear
-from attnbench.plugins.recurrent import based, mamba2
+from attnbench.plugins.recurrent import based, deltanet, mamba2
+from attnbench.plugins.recurrent.delta_kernel import delta_rule
 from attnbench.registry.loader import load_registry
 
 SHAPES = {  # name: (d_model, n_layer, n_head, T, batch)
@@ -39,6 +40,13 @@ def _linear_from_zero(self, x: torch.Tensor) -> torch.Tensor:
     return self._merge(y)  # (B, T, D)
 
 
+def _delta_from_zero(self, x: torch.Tensor) -> torch.Tensor:
+    q, k, v, beta, g, _ = self._heads(x, None)
+    s0 = torch.zeros(x.shape[0], self.n_head, self.head_dim, self.head_dim)  # (B, H, d_k, d_v)
+    o, _ = delta_rule(q, k, v, beta, g, s0, self.chunk_size, self.head_dim**-0.5)  # (B, H, T, h)
+    return self._out(x, o)  # (B, T, D)
+
+
 def _mix_from_zero(self, x: torch.Tensor) -> torch.Tensor:
     return self._mix(x, self.init_state(x.shape[0], x.shape[1], x.device, x.dtype))[0]  # (B, T, D)
 
@@ -47,6 +55,8 @@ PATHS = {  # variant: (module class, forward from an explicit zero state)
     "linear": (linear.LinearAttention, _linear_from_zero),
     "based": (based.Based, _mix_from_zero),
     "mamba2": (mamba2.Mamba2, _mix_from_zero),
+    "deltanet": (deltanet.DeltaNet, _delta_from_zero),
+    "gated_deltanet": (deltanet.DeltaNet, _delta_from_zero),  # inherits DeltaNet's forward
 }
 
 

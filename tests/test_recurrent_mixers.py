@@ -81,6 +81,26 @@ def test_chunked_kernel_equals_the_float64_recurrence(family, chunk):
     torch.testing.assert_close(s, ref_s, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("chunk", [8, 64])
+@pytest.mark.parametrize("family", ["deltanet", "gated_deltanet"])
+def test_delta_rule_from_no_state_equals_the_recurrence_from_zero(family, chunk):
+    """state None (training): the one-chunk WY form (no W, no state) when the chunk holds the
+    sequence, the chunked scan otherwise; the recurrence from S_0 = 0, and the zero-state
+    kernel's gradients."""
+    q, k, v, beta, g, _, s0 = (t.requires_grad_() for t in _inputs(seed=3, decay=3.0))
+    decay = None if family == "deltanet" else g
+    got, none = delta_rule(q, k, v, beta, decay, None, chunk, DK**-0.5)
+    ref, _ = _loop(q, k, v, torch.zeros_like(g) if decay is None else g, torch.zeros_like(s0), beta)
+    assert none is None
+    torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10)
+    zero, _ = delta_rule(q, k, v, beta, decay, torch.zeros_like(s0), chunk, DK**-0.5)
+    inputs = (q, k, v, beta) if decay is None else (q, k, v, beta, g)
+    for a, b in zip(
+        torch.autograd.grad(got.square().sum(), inputs), torch.autograd.grad(zero.square().sum(), inputs), strict=True
+    ):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
 @pytest.mark.parametrize("family", ["gla", "gated_deltanet"])
 def test_kernels_leave_the_callers_state_alone_and_split_anywhere(family):
     """Any split of the sequence, each piece from the last one's state, gives the whole."""

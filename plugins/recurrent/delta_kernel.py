@@ -19,6 +19,8 @@ chunks. fp32 with autocast off (float64 when given float64); the caller's state 
 
 from __future__ import annotations
 
+from typing import overload
+
 import torch
 import torch.nn.functional as F
 
@@ -35,6 +37,7 @@ def _chunks(x: torch.Tensor, c: int) -> torch.Tensor:
     return F.pad(x, pad).reshape(B, H, N, c, *x.shape[3:])
 
 
+@overload
 def delta_rule(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -44,12 +47,40 @@ def delta_rule(
     state: torch.Tensor,
     chunk: int,
     scale: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    g: torch.Tensor | None,
+    state: None,
+    chunk: int,
+    scale: float,
+) -> tuple[torch.Tensor, None]: ...
+def delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    g: torch.Tensor | None,
+    state: torch.Tensor | None,
+    chunk: int,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """q, k (B, H, T, d_k) (k unit-norm), v (B, H, T, d_v), beta (B, H, T) in (0, 1), g (B, H, T)
     log decays <= 0 or None (no decay), state (B, H, d_k, d_v). Returns o (B, H, T, d_v) in
-    v's dtype and the state after T."""
-    out_dtype, T = v.dtype, v.shape[2]
+    v's dtype and the state after T.
+    state None: training from S_0 = 0, the state after T not wanted (None is returned). Up to
+    one chunk (T <= chunk) U = U~ (W S_0 = 0), so the solve takes V alone and no state is read
+    or formed: O = scale * tril(D * Q K^T) U~."""
+    out_dtype, (B, H, T, d_k) = v.dtype, k.shape
     dt = compute_dtype(q, k, v, beta)
+    if state is None and chunk >= T:  # one chunk holds the whole sequence
+        with torch.autocast(v.device.type, enabled=False):
+            return _one_chunk(q.to(dt), k.to(dt), v.to(dt), beta.to(dt), g, scale).to(out_dtype), None
+    start = state if state is not None else torch.zeros(B, H, d_k, v.shape[-1], device=v.device, dtype=dt)
     with torch.autocast(v.device.type, enabled=False):  # fp32 (fp64): the solve and the running state
         c = min(chunk, T)
         qc, kc, vc = (_chunks(t.to(dt), c) for t in (q, k, v))  # (B, H, N, c, d)
@@ -67,7 +98,7 @@ def delta_rule(
         u_tilde, w = uw[..., :d_v], uw[..., d_v:]  # (B, H, N, c, d_v), (B, H, N, c, d_k)
         k_end = kc * D[..., -1, :, None]  # (B, H, N, c, d_k) decayed to the chunk end
         through = torch.exp(gc.sum(dim=3))[..., None, None]  # (B, H, N, 1, 1) decay across the chunk
-        s, before, us = state.to(dt), [], []
+        s, before, us = start.to(dt), [], []
         # chunks unbound once: s[:, :, n] inside the loop would cost a full-size zero gradient per chunk
         per_chunk = (t.unbind(2) for t in (u_tilde, w, through, k_end.transpose(-1, -2)))
         for u_n, w_n, a_n, kt_n in zip(*per_chunk, strict=True):
@@ -80,7 +111,22 @@ def delta_rule(
         scores = D * (qc @ kc.transpose(-1, -2))  # (B, H, N, c, c) zero above the diagonal
         o = scale * ((qc * gamma) @ carried + scores @ U)  # (B, H, N, c, d_v)
         o = o.flatten(2, 3)[:, :, :T]  # (B, H, T, d_v)
-    return o.to(out_dtype), s.to(state_dtype(state.dtype))
+    return o.to(out_dtype), (s.to(state_dtype(state.dtype)) if state is not None else None)
+
+
+def _one_chunk(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor | None, scale: float
+) -> torch.Tensor:
+    """The WY form of one chunk from S_0 = 0: q, k (B, H, T, d_k), v (B, H, T, d_v), beta (B, H, T)."""
+    b = beta[..., None]  # (B, H, T, 1)
+    if g is None:
+        D = torch.ones(q.shape[2], q.shape[2], dtype=q.dtype, device=q.device).tril()  # (T, T) no decay
+    else:
+        D = torch.exp(segment_sums(g.to(q.dtype)))  # (B, H, T, T) exp(sum_{j<l<=i} g_l), 0 for j > i
+    strict = (b * D * (k @ k.transpose(-1, -2))).tril(-1)  # (B, H, T, T) beta_i D_ij k_i.k_j, j < i
+    eye = torch.eye(q.shape[2], dtype=q.dtype, device=q.device)  # (T, T)
+    u = torch.linalg.solve_triangular(eye + strict, b * v, upper=False, unitriangular=True)  # (B, H, T, d_v) U~ = U
+    return scale * ((D * (q @ k.transpose(-1, -2))) @ u)  # (B, H, T, d_v)
 
 
 def delta_flops_per_token(n_head: int, d_k: int, d_v: int, chunk: int, T: int) -> float:

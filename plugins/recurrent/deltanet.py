@@ -110,10 +110,7 @@ class DeltaNet(nn.Module):
         if self.kernel == "fla":
             require_fla(self.name, x)
             return self._out(x, fla_delta_rule(q, k, v, beta, g, scale))  # (B, T, D)
-        s0 = torch.zeros(
-            x.shape[0], self.n_head, self.head_dim, self.head_dim, device=x.device, dtype=state_dtype(x.dtype)
-        )
-        o, _ = delta_rule(q, k, v, beta, g, s0, self.chunk_size, scale)  # (B, H, T, h)
+        o, _ = delta_rule(q, k, v, beta, g, None, self.chunk_size, scale)  # (B, H, T, h) from S_0 = 0
         return self._out(x, o)
 
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> DeltaState:
