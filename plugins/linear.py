@@ -204,6 +204,7 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
         opts.chunk_size,
         T,
         feature_dim(opts.feature_map, config.head_dim),
+        from_empty=True,  # training passes no state
     )
 
 

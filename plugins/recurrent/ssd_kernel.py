@@ -100,6 +100,8 @@ def ssd_scan(
 
 def ssd_flops_per_token(n_head: int, d_state: int, head_dim: int, chunk: int, T: int) -> float:
     """Per head: c x c scores 2 c N_s, scores @ x 2 c P, chunk summary and carried-state read
-    2 * 2 N_s P (decays, exponentials and the chunk loop's 2 N_s P / c, not counted)."""
+    2 * 2 N_s P (decays, exponentials and the chunk loop's 2 N_s P / c, not counted). Training
+    from S_0 = 0 with T <= chunk (``ssd_scan``'s state None) has no summary or state read."""
     c = min(chunk, max(T, 1))
-    return n_head * (2.0 * c * d_state + 2.0 * c * head_dim + 4.0 * d_state * head_dim)
+    state = 0.0 if chunk >= T else 4.0 * d_state * head_dim
+    return n_head * (2.0 * c * d_state + 2.0 * c * head_dim + state)
