@@ -95,7 +95,8 @@ def taylor_features(x: torch.Tensor) -> torch.Tensor:
     """Based's 2nd-order Taylor map: phi(q).phi(k) = 1 + q.k / sqrt(h) + (q.k)^2 / (2h) > 0."""
     h = x.shape[-1]
     x = x / h**0.25  # (..., h) so that q.k becomes q.k / sqrt(h)
-    outer = (x[..., :, None] * x[..., None, :]).flatten(-2) / math.sqrt(2.0)  # (..., h^2)
+    xs = x * 2.0**-0.25  # (..., h) each factor carries 2^(-1/4): the product's 1/sqrt(2), no pass over h^2
+    outer = (xs[..., :, None] * xs[..., None, :]).flatten(-2)  # (..., h^2) x_a x_b / sqrt(2)
     return torch.cat([torch.ones_like(x[..., :1]), x, outer], dim=-1)  # (..., 1 + h + h^2)
 
 
