@@ -4,7 +4,10 @@
 
 Up to one chunk (T <= chunk: the CPU suites' T 25..64 against the chunk 64 of linear, Based,
 Mamba2 and the delta rule), training runs the masked quadratic form alone: no chunk summary,
-no carried-state read, no final state (for the delta rule, the WY solve takes V alone). Here each model is built
+no carried-state read, no final state (for the delta rule, the WY solve takes V alone); and
+the sliding window (swa, Based's local part) from an empty cache with T <= w is SDPA's causal
+attention instead of the blocked kernel's c + w - 1 keys per query block ("window" rows:
+"state" is the blocked kernel, ``window_kernel.SDPA_UP_TO_WINDOW`` off). Here each model is built
 once and its train step (forward + backward, one thread) alternates between the two paths,
 step by step: "state" is the previous forward, which passed the zero state (the ``step`` path,
 kept for decoding), "none" the training path. Prints the median ms/step of each and none/state.
@@ -21,7 +24,7 @@ import torch
 
 from attnbench import Backbone, ModelConfig, linear_attention, linear_init_state
 from attnbench.plugins import linear
-from attnbench.plugins.recurrent import based, deltanet, mamba2
+from attnbench.plugins.recurrent import based, deltanet, mamba2, window_kernel
 from attnbench.plugins.recurrent.delta_kernel import delta_rule
 from attnbench.registry.loader import load_registry
 
@@ -60,6 +63,24 @@ PATHS = {  # variant: (module class, forward from an explicit zero state)
 }
 
 
+def _alternate(model: Backbone, x: torch.Tensor, paths: dict, repeats: int) -> dict[str, float]:
+    """Median seconds per train step of each path, the paths alternating step by step."""
+    times: dict[str, list[float]] = {p: [] for p in paths}
+    for r in range(repeats + 1):
+        for path, select in paths.items():
+            select()
+            t0 = time.perf_counter()
+            model(x, x).loss.backward()
+            model.zero_grad(set_to_none=True)
+            if r:  # the first round warms up
+                times[path].append(time.perf_counter() - t0)
+    return {p: statistics.median(ts) for p, ts in times.items()}
+
+
+def _sdpa(on: bool) -> None:
+    window_kernel.SDPA_UP_TO_WINDOW = on
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="findings,compare")
@@ -71,25 +92,24 @@ def main() -> None:
     for shape in args.shapes.split(","):
         d, L, H, T, batch = SHAPES[shape]
         x = torch.randint(0, 256, (batch, T), generator=torch.Generator().manual_seed(0))  # (B, T) bytes
+        config = ModelConfig(vocab_size=256, d_model=d, n_layer=L, n_head=H, context=T, dropout=0.0)
         print(f"\n{shape}: d {d}, {L} layers, {H} heads, T {T}, batch {batch}")
-        print(f"{'variant':10s} {'state ms':>9s} {'none ms':>9s} {'none/state':>10s}")
-        for name, (cls, from_zero) in PATHS.items():
-            config = ModelConfig(vocab_size=256, d_model=d, n_layer=L, n_head=H, context=T, dropout=0.0)
+        print(f"{'variant':16s} {'state ms':>9s} {'none ms':>9s} {'none/state':>10s}")
+        rows = [(name, cls, from_zero) for name, (cls, from_zero) in PATHS.items()]
+        rows += [(f"{name} (window)", None, None) for name in ("swa", "based")]
+        for label, cls, from_zero in rows:
             torch.manual_seed(0)
-            model = Backbone(config, registry.get(name).build_mixer).train()
-            none_forward = cls.forward
-            times: dict[str, list[float]] = {"state": [], "none": []}
-            for r in range(args.repeats + 1):
-                for path, fwd in (("state", from_zero), ("none", none_forward)):
-                    cls.forward = fwd
-                    t0 = time.perf_counter()
-                    model(x, x).loss.backward()
-                    model.zero_grad(set_to_none=True)
-                    if r:  # the first round warms up
-                        times[path].append(time.perf_counter() - t0)
-            cls.forward = none_forward
-            s, n = (statistics.median(times[p]) for p in ("state", "none"))
-            print(f"{name:10s} {s * 1e3:9.1f} {n * 1e3:9.1f} {n / s:10.2f}")
+            model = Backbone(config, registry.get(label.split()[0]).build_mixer).train()
+            if cls is None:  # the window: the blocked kernel against SDPA
+                t = _alternate(model, x, {"state": lambda: _sdpa(False), "none": lambda: _sdpa(True)}, args.repeats)
+            else:
+                none_forward = cls.forward
+                paths = {"state": lambda c=cls, f=from_zero: setattr(c, "forward", f),
+                         "none": lambda c=cls, f=none_forward: setattr(c, "forward", f)}  # fmt: skip
+                t = _alternate(model, x, paths, args.repeats)
+                cls.forward = none_forward
+            print(f"{label:16s} {t['state'] * 1e3:9.1f} {t['none'] * 1e3:9.1f} {t['none'] / t['state']:10.2f}")
+        _sdpa(True)
 
 
 if __name__ == "__main__":

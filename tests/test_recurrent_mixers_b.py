@@ -133,6 +133,18 @@ def _window_loop(q, k, v, w):
     return torch.stack(out, dim=2)
 
 
+@pytest.mark.parametrize("window", [5, T, 64])
+def test_window_attention_from_an_empty_cache_equals_the_loop(window):
+    """From an empty cache: the blocked kernel while the window is shorter than the sequence,
+    SDPA's causal attention once it is not (T <= w); the float64 loop either way, and the
+    cache keeps the last w - 1 keys and values."""
+    q, k, v = (torch.randn(B, H, T, P, generator=torch.Generator().manual_seed(i), dtype=F64) for i in range(3))
+    got, cache = window_attention(q, k, v, window_init_cache(B, H, P, dtype=F64), window, 16)
+    torch.testing.assert_close(got, _window_loop(q, k, v, window), **TIGHT)
+    torch.testing.assert_close(cache.k, k[:, :, max(T - (window - 1), 0) :], **TIGHT)
+    torch.testing.assert_close(cache.v, v[:, :, max(T - (window - 1), 0) :], **TIGHT)
+
+
 @fla_naive
 @pytest.mark.parametrize("window,block", [(1, 7), (5, 3), (8, 64), (16, 5), (64, 16)])
 def test_window_attention_equals_fla_naive_parallel_attn_and_the_loop(window, block):

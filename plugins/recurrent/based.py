@@ -36,6 +36,7 @@ from attnbench.plugins.linear import taylor_features
 from attnbench.plugins.recurrent.common import KERNELS, check_kernel, check_positive_int, require_fla
 from attnbench.plugins.recurrent.window_kernel import (
     FLA_WINDOW_OP,
+    SHORT_WINDOW_OP,
     WindowCache,
     fla_window_attention,
     mean_keys,
@@ -110,6 +111,7 @@ class Based(nn.Module):
             "chunk_size": self.chunk_size,
             "window": self.window,
             "feature_dim": self.feature_dim,
+            "window_kernel_up_to_window": FLA_WINDOW_OP if fla else SHORT_WINDOW_OP,  # training, T <= window
         }
 
     def _heads(self, x: torch.Tensor):

@@ -19,6 +19,7 @@ from attnbench import ModelConfig, Variant, hookimpl, mark_residual, merge_heads
 from attnbench.plugins.recurrent.common import KERNELS, check_kernel, check_positive_int, require_fla
 from attnbench.plugins.recurrent.window_kernel import (
     FLA_WINDOW_OP,
+    SHORT_WINDOW_OP,
     WindowCache,
     fla_window_attention,
     mean_keys,
@@ -68,6 +69,7 @@ class SlidingWindowAttention(nn.Module):
             "decode_kernel": "recurrent.window_kernel.window_attention",
             "window": self.window,
             "chunk_size": self.chunk_size,
+            "kernel_up_to_window": SHORT_WINDOW_OP if self.kernel != "fla" else parallel,  # training, T <= window
         }
 
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

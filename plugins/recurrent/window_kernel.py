@@ -5,7 +5,9 @@ positions, itself included (keys j in [i - w + 1, i], fla's and Longformer's con
 
 Queries go in blocks of c; a block reads only its c + w - 1 keys (an unfolded view), so
 time and memory are O(T (c + w)), never O(T^2). Decoding carries the last w - 1 keys and
-values (O(w) state); the same function serves training (empty cache) and ``step``.
+values (O(w) state); the same function serves training (empty cache) and ``step``. From an
+empty cache with t <= w the window masks nothing that causality does not: that case is
+``F.scaled_dot_product_attention(is_causal=True)`` (the CPU suites' T <= 64 at w = 64).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import torch
 import torch.nn.functional as F
 
 FLA_WINDOW_OP = "fla.ops.attn.parallel_attn(window_size=w)"
+SHORT_WINDOW_OP = "torch.nn.functional.scaled_dot_product_attention(is_causal=True)"  # T <= w, empty cache
+SDPA_UP_TO_WINDOW = True  # benchmarks/bench_one_chunk.py turns it off to time the blocked kernel instead
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,10 @@ def window_attention(
     values = torch.cat([cache.v.to(v.dtype), v], dim=2)  # (B, H, P+t, h)
     keep = max(P + t - (w - 1), 0)  # the last w - 1 positions stay, at the cache's own dtype
     new = WindowCache(keys[:, :, keep:].to(cache.k.dtype, copy=True), values[:, :, keep:].to(cache.v.dtype, copy=True))
+    if SDPA_UP_TO_WINDOW and P == 0 and t <= w:  # from an empty cache no query reaches past the window: plain causal attention
+        with torch.autocast(q.device.type, enabled=False):
+            o = F.scaled_dot_product_attention(q.to(dt), k.to(dt), v.to(dt), is_causal=True)  # (B, H, t, h)
+        return o.to(out_dtype), new
     with torch.autocast(q.device.type, enabled=False):  # scores and softmax in fp32 (float64 when given)
         c = min(block, t)
         N = -(-t // c)
