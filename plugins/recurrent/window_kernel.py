@@ -49,7 +49,8 @@ def window_attention(
     values = torch.cat([cache.v.to(v.dtype), v], dim=2)  # (B, H, P+t, h)
     keep = max(P + t - (w - 1), 0)  # the last w - 1 positions stay, at the cache's own dtype
     new = WindowCache(keys[:, :, keep:].to(cache.k.dtype, copy=True), values[:, :, keep:].to(cache.v.dtype, copy=True))
-    if SDPA_UP_TO_WINDOW and P == 0 and t <= w:  # from an empty cache no query reaches past the window: plain causal attention
+    # from an empty cache no query reaches past the window: plain causal attention
+    if SDPA_UP_TO_WINDOW and P == 0 and t <= w:
         with torch.autocast(q.device.type, enabled=False):
             o = F.scaled_dot_product_attention(q.to(dt), k.to(dt), v.to(dt), is_causal=True)  # (B, H, t, h)
         return o.to(out_dtype), new
