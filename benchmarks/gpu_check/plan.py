@@ -220,12 +220,10 @@ def suite(s: Sizes, variants: list[str]) -> dict[str, Any]:
         fla = [v for v in FLA_VARIANTS if v in variants]
         experiments.append(
             {
+                **ours,
                 "name": "speed-fla",
-                "kind": "speed",
-                "variants": [v for v in speed_variants if v == "softmax"] + fla,
+                "variants": ["softmax", *fla],
                 "variant_options": {v: {"kernel": "fla"} for v in fla},
-                "models": [s.speed["model"]],
-                "speed": s.speed["speed"],
             }
         )
         speed_variants = [v for v in speed_variants if v != "softmax"]

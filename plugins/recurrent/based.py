@@ -131,20 +131,23 @@ class Based(nn.Module):
         qf, kf, q, k, v = self._heads(x)  # (B, H, t, f) x 2, (B, H, t, h) x 3
         lin, lin_state = linear_attention(self._phi(qf), self._phi(kf), v, state.linear, self.chunk_size, self.eps)
         swa, cache = window_attention(q, k, v, state.window, self.window, self.chunk_size)  # (B, H, t, h)
-        return self.c_proj(merge_heads(0.5 * (lin + swa))), BasedState(lin_state, cache)  # (B, t, D)
+        return self._combine(lin, swa), BasedState(lin_state, cache)  # (B, t, D)
+
+    def _combine(self, lin: torch.Tensor, swa: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(merge_heads(0.5 * (lin + swa)))  # (B, t, D) the two parts' mean, projected
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel == "fla":
             require_fla("based", x)
-            qf, kf, q, k, v = self._heads(x)  # (B, H, T, f) x 2, (B, H, T, h) x 3
+        qf, kf, q, k, v = self._heads(x)  # (B, H, T, f) x 2, (B, H, T, h) x 3
+        if self.kernel == "fla":
             lin = fla_taylor_attention(qf, kf, v)  # (B, H, T, h)
             swa = fla_window_attention(q, k, v, self.window)  # (B, H, T, h)
-            return self.c_proj(merge_heads(0.5 * (lin + swa)))  # (B, T, D)
-        qf, kf, q, k, v = self._heads(x)  # (B, H, T, f) x 2, (B, H, T, h) x 3
-        lin, _ = linear_attention(self._phi(qf), self._phi(kf), v, None, self.chunk_size, self.eps)  # empty start
-        cache = window_init_cache(x.shape[0], self.n_head, self.head_dim, x.device, x.dtype)
-        swa, _ = window_attention(q, k, v, cache, self.window, self.chunk_size)  # (B, H, T, h)
-        return self.c_proj(merge_heads(0.5 * (lin + swa)))  # (B, T, D)
+        else:  # from the empty state and cache
+            lin, _ = linear_attention(self._phi(qf), self._phi(kf), v, None, self.chunk_size, self.eps)  # (B, H, T, h)
+            cache = window_init_cache(x.shape[0], self.n_head, self.head_dim, x.device, x.dtype)
+            swa, _ = window_attention(q, k, v, cache, self.window, self.chunk_size)  # (B, H, T, h)
+        return self._combine(lin, swa)  # (B, T, D)
 
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> BasedState:
         """Zero S and z (fp32 unless float64 is asked) and an empty window cache."""

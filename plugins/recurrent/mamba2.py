@@ -154,12 +154,12 @@ class Mamba2(nn.Module):
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         if self.kernel == "fla":
             require_fla("mamba2", u)
-            conv = torch.zeros(u.shape[0], self.d_conv - 1, self.conv_dim, device=u.device, dtype=u.dtype)
-            z, x, b, c, dt, log_a, _ = self._ssm_inputs(u, conv)
-            return self._out(fla_ssd(c, b * dt[..., None], x, log_a), x, z)  # (B, T, D)
         conv = torch.zeros(u.shape[0], self.d_conv - 1, self.conv_dim, device=u.device, dtype=u.dtype)
         z, x, b, c, dt, log_a, _ = self._ssm_inputs(u, conv)
-        y, _ = ssd_scan(c, b * dt[..., None], x, log_a, None, self.chunk_size)  # (B, H, T, P) from S_0 = 0
+        if self.kernel == "fla":
+            y = fla_ssd(c, b * dt[..., None], x, log_a)  # (B, H, T, P)
+        else:
+            y, _ = ssd_scan(c, b * dt[..., None], x, log_a, None, self.chunk_size)  # (B, H, T, P) from S_0 = 0
         return self._out(y, x, z)  # (B, T, D)
 
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> Mamba2State:
