@@ -4,7 +4,7 @@
 # GPT-2 small compiled (tokens/s, MFU), speed and memory for T = 1K..32K, the report and a
 # one-page summary, all under OUT; 9 minutes on one H100 or H200. The driver: benchmarks/gpu_check/.
 #
-#   scripts/gpu_check.sh OUT [--dry-run] [--steps env,check,...] [--budget SECONDS]
+#   scripts/gpu_check.sh OUT [--dry-run] [--steps env,check,...] [--budget SECONDS]   (steps: env check smoke gpt2 speed fla report)
 #   scripts/gpu_check.sh --prepare        # here, before a device call: fills .whl/ (below)
 #
 # --dry-run: the same steps on CPU at tiny sizes, under 90 s (tests/test_gpu_check.py runs it).
@@ -27,6 +27,8 @@
 # cp /tmp/gc/summary.* $OUT/; exit $s`, carry [".whl"], timeout_s 600 (the reply's output_tail
 # ends with summary.md; $OUT returns at most 8 files, so the folder travels as one archive).
 # A rerun of some steps into the same folder, on the still-warm machine: --steps speed,report.
+# kernel: fla against SDPA is opt-in, one device call of its own (first use compiles for minutes):
+# --steps env,fla,report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -5,6 +5,7 @@ where it can (CUDA with fla installed)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 import torch
@@ -53,3 +54,21 @@ def test_fla_equals_our_kernel_on_cuda(registry):
     fla.load_state_dict(ours.state_dict())
     x = torch.randint(0, 64, (2, 128), device="cuda")
     torch.testing.assert_close(fla(x).logits, ours(x).logits, rtol=1e-3, atol=1e-3)
+
+
+def test_fla_fp32_dots_follow_torchs_fp32_matmul_precision(monkeypatch):
+    """Triton rounds fp32 dot operands to tf32 unless told; torch's default ("highest") does not.
+    On an H100 the tf32 default put fla's fp32 output 2.4e-4 from ours; ieee, 2.0e-7."""
+    from attnbench.plugins.kernels.fla_linear import TRITON_FP32, follow_torch_fp32_precision
+
+    monkeypatch.delenv(TRITON_FP32, raising=False)
+    previous = torch.get_float32_matmul_precision()
+    try:
+        assert follow_torch_fp32_precision() == "ieee" == os.environ[TRITON_FP32]
+        monkeypatch.delenv(TRITON_FP32)
+        torch.set_float32_matmul_precision("high")  # the user allows tf32 in torch: fla may use it too
+        assert follow_torch_fp32_precision() == "tf32"
+        monkeypatch.setenv(TRITON_FP32, "tf32x3")  # a value the user set is kept
+        assert follow_torch_fp32_precision() == "tf32x3"
+    finally:
+        torch.set_float32_matmul_precision(previous)

@@ -23,7 +23,8 @@ from benchmarks.gpu_check.summary import targets
 from tests.helpers import REPO
 
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
-STEPS = ["env", "check", "smoke", "gpt2", "speed", "report"]
+STEPS = ["env", "check", "smoke", "gpt2", "speed", "report"]  # the default run: all but the opt-in fla step
+LISTED = ["env", "check", "smoke", "gpt2", "speed", "fla", "report"]  # the summary lists every step
 DRY_RUN_CPU_S = 75  # the dry run's cost guard (about 37 CPU-seconds measured on a busy 2-core machine)
 
 
@@ -57,13 +58,14 @@ def test_dry_run_writes_one_folder_and_ends_with_the_summary(dry_run):
 def test_summary_lists_each_step_in_order_and_what_needs_cuda(dry_run):
     _, _, summary = dry_run
     assert (summary["mode"], summary["device"]) == ("dry-run", "cpu")
-    assert [st["name"] for st in summary["steps"]] == STEPS
-    assert all(st["status"] == "ok" for st in summary["steps"]), summary["steps"]
+    assert [st["name"] for st in summary["steps"]] == LISTED
+    status = {st["name"]: st["status"] for st in summary["steps"]}
+    assert status == dict.fromkeys(STEPS, "ok") | {"fla": "not run"}, summary["steps"]
     for st in summary["steps"]:
         if st["cuda_parts"]:  # every step with a CUDA-only part says it was left out, and why
             assert "CUDA" in st["left_out"], st
     assert summary["variants"] == ["linear", "softmax"] and "2 of" in summary["variants_note"]
-    assert sum(st["cpu_s"] for st in summary["steps"]) < DRY_RUN_CPU_S
+    assert sum(st.get("cpu_s", 0) for st in summary["steps"]) < DRY_RUN_CPU_S
     assert all(t["met"] is None and t["note"] == "dry run: not a measurement" for t in summary["targets"])
 
 
@@ -100,9 +102,15 @@ def test_the_gpu_suite_runs_every_variant_a_hybrid_gpt2_small_and_the_fla_kernel
     assert gpt2["train"]["seq_len"] == 1024 and gpt2["data"]["bpe_vocab_size"] == 50257
     assert experiments["speed"]["speed"]["lengths"][0] == 1024 and experiments["speed"]["speed"]["lengths"][-1] == 32768
     assert experiments["speed-fla"]["variant_options"]["linear"] == {"kernel": "fla"}
-    # the fla kernels and their softmax baseline run first, so a short box still meets the 16K target
-    assert experiments["speed-fla"]["variants"][0] == "softmax" and "softmax" not in experiments["speed"]["variants"]
-    assert [e["name"] for e in suite(GPU, variants)["experiments"]][-2:] == ["speed-fla", "speed"]
+    # each speed experiment has its own softmax baseline: the fla step runs in a device call of its own
+    assert experiments["speed-fla"]["variants"][:2] == ["softmax", "linear"]
+    assert "softmax" in experiments["speed"]["variants"]
+    # fla's first use compiles and autotunes (82 s for linear's bf16 forward + backward on an H100): the
+    # gate (fp32, bf16, fp16) and the first speed point each get time for it
+    assert experiments["speed-fla"]["speed"]["time_limit_s"] == GPU.fla_time_limit_s >= 4 * 82
+    assert suite(GPU, variants)["check_time_limit_s"] == GPU.fla_time_limit_s
+    assert experiments["speed"]["speed"]["time_limit_s"] == 60
+    assert "speed-fla" not in {e["name"] for e in suite(DRY, variants)["experiments"]}
     assert sum(st.box_s for st in GPU.steps) >= GPU.budget_s >= sum(st.floor_s for st in GPU.steps)
 
 
@@ -129,7 +137,9 @@ def test_a_step_over_its_box_is_stopped_and_what_it_stored_is_read_back(tmp_path
     assert driver.main([str(tmp_path), "--dry-run"]) == 1
     summary = json.loads((tmp_path / "summary.json").read_text())
     status = {st["name"]: st["status"] for st in summary["steps"]}
-    assert status == {"env": "ok", "check": "ok", "smoke": "timeout", "gpt2": "ok", "speed": "ok", "report": "ok"}
+    assert status == {"env": "ok", "check": "ok", "smoke": "timeout", "gpt2": "ok", "speed": "ok", "fla": "not run"} | {
+        "report": "ok"
+    }
     assert summary["figures"]["smoke"] == {"partial": True}
     assert ["smoke", str(tmp_path), "--dry-run", "--figures-only"] in calls
 
@@ -138,8 +148,17 @@ def test_a_failed_environment_skips_every_later_step_with_its_reason(tmp_path, m
     monkeypatch.setattr(driver, "_run_child", _fake_child({"env": "failed"}, []))
     assert driver.main([str(tmp_path), "--dry-run"]) == 1
     steps = json.loads((tmp_path / "summary.json").read_text())["steps"]
-    assert [st["status"] for st in steps] == ["failed"] + ["skipped"] * 5
-    assert all(st["reason"].startswith("environment step failed") for st in steps[1:])
+    assert [st["status"] for st in steps] == ["failed"] + ["skipped"] * 4 + ["not run", "skipped"]
+    assert all(st["reason"].startswith("environment step failed") for st in steps[1:] if st["name"] != "fla")
+
+
+def test_the_fla_step_runs_only_when_named_and_says_why_it_cannot_run_without_cuda(tmp_path, monkeypatch):
+    calls: list[list[str]] = []
+    monkeypatch.setattr(driver, "_run_child", _fake_child({}, calls))
+    assert driver.main([str(tmp_path), "--dry-run", "--steps", "env,fla,report"]) == 1
+    steps = {st["name"]: st for st in json.loads((tmp_path / "summary.json").read_text())["steps"]}
+    assert steps["fla"]["status"] == "skipped" and "needs CUDA" in steps["fla"]["reason"]
+    assert [c[0] for c in calls] == ["env", "report"] and steps["speed"]["status"] == "not run"
 
 
 def test_time_boxes_keep_the_later_steps_floors_and_scale_with_the_budget():
@@ -173,6 +192,10 @@ def test_targets_are_judged_on_a_gpu_run():
     mfu, fla, gate = targets(steps, dry_run=False)
     assert (mfu["met"], fla["met"], gate["met"]) == (True, True, True)
     assert fla["value"] == {"linear": False, "linear (fla)": True}
+    # the fla step's curves (read later from the same store) count too, and a slower fla kernel fails it
+    steps.append({"name": "fla", "figures": {"curves": {"linear (fla)": {"faster_than_softmax_at_16384": False}}}})
+    _, fla, _ = targets(steps, dry_run=False)
+    assert fla["met"] is False and fla["value"] == {"linear": False, "linear (fla)": False}
 
 
 def test_autocast_figures_are_read_per_dtype_from_the_gate_detail():

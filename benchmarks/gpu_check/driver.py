@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from benchmarks.gpu_check.layout import Layout
-from benchmarks.gpu_check.plan import Sizes, Step, sizes, suite
+from benchmarks.gpu_check.plan import OPT_IN_STEPS, Sizes, Step, sizes, suite
 from benchmarks.gpu_check.summary import write_summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,8 +91,10 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _blocked(step: Step, lay: Layout) -> str | None:
-    """Why a step after the environment cannot run: the environment step did not pass."""
+def _blocked(step: Step, lay: Layout, s: Sizes) -> str | None:
+    """Why a step cannot run: the fla step without CUDA, or the environment step did not pass."""
+    if step.name == "fla" and not s.fla:
+        return "kernel: fla needs CUDA and flash-linear-attention (the dry run has neither)"
     if step.name == "env":
         return None
     env = lay.step_json("env")
@@ -122,7 +124,7 @@ def run_steps(lay: Layout, s: Sizes, chosen: list[str], budget_s: float) -> None
     for i, step in enumerate(steps):
         record: dict[str, Any] = {"name": step.name, "title": step.title, "log": str(lay.log(step.name).name)}
         box = box_s(step, steps[i + 1 :], deadline - time.monotonic(), scale)
-        blocked = _blocked(step, lay)
+        blocked = _blocked(step, lay, s)
         if blocked is None and box < MIN_BOX_S:
             blocked = f"time budget spent ({budget_s:.0f} s in all); rerun with --steps {step.name}"
         lay.step_json(step.name).unlink(missing_ok=True)
@@ -166,12 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/gpu_check.sh", description="One-command GPU check (issue 41).")
     p.add_argument("out", type=Path, help="output folder (store, logs, report, summary.json, summary.md)")
     p.add_argument("--dry-run", action="store_true", help="the same steps on CPU at tiny sizes (logic and layout only)")
-    p.add_argument("--steps", help="comma-separated steps to (re)run into the same folder (default: all)")
+    steps_help = f"comma-separated steps to (re)run into the same folder (default: all but {', '.join(OPT_IN_STEPS)})"
+    p.add_argument("--steps", help=steps_help)
     p.add_argument("--budget", type=float, help="seconds for the whole check (default: 540 on a GPU, 90 dry run)")
     args = p.parse_args(argv)
     s = sizes(args.dry_run)
     names = [st.name for st in s.steps]
-    chosen = [n.strip() for n in args.steps.split(",")] if args.steps else names
+    chosen = [n.strip() for n in args.steps.split(",")] if args.steps else [n for n in names if n not in OPT_IN_STEPS]
     unknown = [n for n in chosen if n not in names]
     if unknown:
         p.error(f"unknown steps {unknown}; the steps are {', '.join(names)}")

@@ -44,9 +44,16 @@ def _figs(steps: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return next((st.get("figures") or {} for st in steps if st["name"] == name), {})
 
 
+def speed_curves(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """The speed and fla steps' figures as one: each reads every speed curve in the store, so the
+    union holds the latest of each whether one step ran or both."""
+    speed, fla = _figs(steps, "speed"), _figs(steps, "fla")
+    return {**speed, **fla, "curves": {**speed.get("curves", {}), **fla.get("curves", {})}}
+
+
 def targets(steps: list[dict[str, Any]], dry_run: bool) -> list[dict[str, Any]]:
     """The issue's targets, each with its value and whether it is met (None: not measured)."""
-    gpt2, speed, check = _figs(steps, "gpt2"), _figs(steps, "speed"), _figs(steps, "check")
+    gpt2, speed, check = _figs(steps, "gpt2"), speed_curves(steps), _figs(steps, "check")
     mfu = gpt2.get("mfu")
     curves = speed.get("curves", {})
     key = f"faster_than_softmax_at_{LONG_T}"
@@ -95,7 +102,7 @@ def write_summary(lay: Layout, s: Sizes, started: float, finished: float, budget
         "variants_note": s.variants_note,
         "steps": [{k: v for k, v in st.items() if k != "figures"} for st in steps],
         "targets": targets(steps, s.mode == "dry-run"),
-        "figures": {st["name"]: st.get("figures") or {} for st in steps},
+        "figures": {st["name"]: st.get("figures") or {} for st in steps} | {"speed": speed_curves(steps)},
         "layout": {
             "store": lay.store.name,
             "suite": lay.suite.name,

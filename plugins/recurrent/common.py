@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbench.plugins.kernels.fla_linear import fla_unavailable
+from attnbench.plugins.kernels.fla_linear import fla_unavailable, follow_torch_fp32_precision
 
 KERNELS = ("chunked", "fla")
 
@@ -39,6 +39,7 @@ def require_fla(name: str, x: torch.Tensor) -> None:
         reason = "the fla kernels have no float64 path"
     if reason:
         raise RuntimeError(f"{name} kernel 'fla' cannot run: {reason}; use kernel: chunked")
+    follow_torch_fp32_precision()  # fla's fp32 dot products as precise as torch's
 
 
 def full_precision_linear(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
