@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench.plugins.kernels.fla_linear import fla_unavailable, follow_torch_fp32_precision
+from attnbench.plugins.kernels.short_conv import causal_depthwise_conv
 
 KERNELS = ("chunked", "fla")
 
@@ -83,7 +84,6 @@ class ShortConv(nn.Module):
         if cache is None:
             cache = self.init_cache(x.shape[0], x.device, x.dtype)
         xx = torch.cat([cache.to(x.dtype), x], dim=1)  # (B, K-1+T, C)
-        xx_ct = xx.transpose(1, 2).contiguous()  # (B, C, K-1+T) channels first: the fast depthwise path
-        y = F.conv1d(xx_ct, self.conv.weight.to(x.dtype), groups=self.conv.in_channels)  # (B, C, T)
+        y = causal_depthwise_conv(xx, self.conv.weight.to(x.dtype))  # (B, T, C)
         new_cache = xx[:, xx.shape[1] - (self.width - 1) :].to(cache.dtype, copy=True)  # (B, K-1, C) its own storage
-        return F.silu(y.transpose(1, 2)), new_cache  # (B, T, C), (B, K-1, C)
+        return F.silu(y), new_cache  # (B, T, C), (B, K-1, C)
