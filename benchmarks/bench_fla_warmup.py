@@ -71,7 +71,7 @@ def fp32_agreement() -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--variants", default="linear,gla,gated_deltanet,mamba2")
     p.add_argument("--lengths", default="1024,4096,16384,32768")
     p.add_argument("--budget", type=float, default=280.0)

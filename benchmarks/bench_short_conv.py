@@ -38,7 +38,7 @@ def ours(xx: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Ten
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--repeats", type=int, default=21)
     args = ap.parse_args()
     torch.set_num_threads(1)

@@ -107,6 +107,34 @@ def test_ssd_scan_from_no_state_equals_the_recurrence_from_zero(chunk):
         torch.testing.assert_close(g_got, g_zero, **TIGHT)
 
 
+@pytest.mark.parametrize(
+    ("groups", "chunk", "length", "with_state"),
+    [(1, 64, 20, False), (2, 8, 20, False), (1, 8, 21, True), (4, 64, 20, True)],
+)
+def test_ssd_scan_with_group_shared_b_and_c_equals_the_per_head_scan(groups, chunk, length, with_state):
+    """Mamba2's B and C per group and dt per head (scores C B^T once per group) give the per-head
+    scan's output, final state and gradients, in every path: one chunk, chunked, with a state."""
+    gen = torch.Generator().manual_seed(5)
+    heads = 4
+    c, b = (torch.randn(1, groups, length, 3, generator=gen, dtype=F64).requires_grad_() for _ in range(2))
+    x = torch.randn(1, heads, length, 2, generator=gen, dtype=F64).requires_grad_()  # (B, H, T, P)
+    dt = torch.rand(1, heads, length, generator=gen, dtype=F64).requires_grad_()  # (B, H, T) > 0
+    log_a = -dt.detach() * 0.7  # (B, H, T)
+    s0 = torch.randn(1, heads, 3, 2, generator=gen, dtype=F64) if with_state else None
+    shared, s_shared = ssd_scan(c, b, x, log_a, s0, chunk, dt)
+    per = heads // groups
+    c_h, b_h = c.repeat_interleave(per, dim=1), b.repeat_interleave(per, dim=1)  # (B, H, T, N_s)
+    ref, s_ref = ssd_scan(c_h, b_h * dt[..., None], x, log_a, s0, chunk)
+    torch.testing.assert_close(shared, ref, **TIGHT)
+    if with_state:
+        torch.testing.assert_close(s_shared, s_ref, **TIGHT)
+    inputs = (c, b, x, dt)
+    for got, want in zip(
+        torch.autograd.grad(shared.square().sum(), inputs), torch.autograd.grad(ref.square().sum(), inputs), strict=True
+    ):
+        torch.testing.assert_close(got, want, **TIGHT)
+
+
 def test_ssd_scan_splits_anywhere_and_leaves_the_callers_state_alone():
     c, b, x, log_a, s0 = _ssd_inputs(seed=1)
     before = s0.clone()
@@ -293,6 +321,7 @@ def test_attention_maps_are_the_weights_the_mixer_applies(name, registry):
     if name == "mamba2":  # the SSD matrix: y = W x before the D skip
         conv = torch.zeros(1, mixer.d_conv - 1, mixer.conv_dim, dtype=F64)
         _, xs, b, c, dt, log_a, _ = mixer._ssm_inputs(x, conv)
+        b, c = mixer.per_head(b), mixer.per_head(c)  # (B, H, T, N_s)
         o, _ = ssd_scan(c, b * dt[..., None], xs, log_a, torch.zeros(1, 3, mixer.d_state, mixer.head_dim, dtype=F64), 8)
         torch.testing.assert_close(w @ xs, o, rtol=1e-5, atol=1e-5)
         return

@@ -116,18 +116,14 @@ class Mamba2(nn.Module):
         return F.silu(y), new  # (B, t, C), (B, d_conv-1, C)
 
     def _ssm_inputs(self, u: torch.Tensor, conv_cache: torch.Tensor):
-        """u (B, t, D) -> z (B, t, inner), x (B, H, t, P), B and C (B, H, t, N_s), dt and log a
-        (B, H, t) in fp32 (float64 when given), and the new convolution cache."""
+        """u (B, t, D) -> z (B, t, inner), x (B, H, t, P), B and C per group (B, G, t, N_s), dt and
+        log a (B, H, t) in fp32 (float64 when given), and the new convolution cache."""
         B_, t, _ = u.shape
         z, xbc, dt = self.in_proj(u).split([self.inner, self.conv_dim, self.n_head], dim=-1)  # (B, t, .)
         xbc, conv_cache = self._conv(xbc, conv_cache)  # (B, t, C_conv)
         x, b, c = xbc.split([self.inner, self.n_groups * self.d_state, self.n_groups * self.d_state], dim=-1)
         x = x.view(B_, t, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, t, P)
-        per_group = self.n_head // self.n_groups
-        b, c = (
-            m.view(B_, t, self.n_groups, self.d_state).transpose(1, 2).repeat_interleave(per_group, dim=1)
-            for m in (b, c)
-        )  # (B, H, t, N_s) each
+        b, c = (m.view(B_, t, self.n_groups, self.d_state).transpose(1, 2) for m in (b, c))  # (B, G, t, N_s) each
         fp = torch.float64 if u.dtype == torch.float64 else torch.float32
         with torch.autocast(u.device.type, enabled=False):  # the decay is exponentiated: fp32 at least
             dt = F.softplus(dt.to(fp) + self.dt_bias.to(fp)).transpose(1, 2)  # (B, H, t) > 0
@@ -146,7 +142,7 @@ class Mamba2(nn.Module):
 
     def _mix(self, u: torch.Tensor, state: Mamba2State) -> tuple[torch.Tensor, Mamba2State]:
         z, x, b, c, dt, log_a, conv = self._ssm_inputs(u, state.conv)
-        y, ssm = ssd_scan(c, b * dt[..., None], x, log_a, state.ssm, self.chunk_size)  # (B, H, t, P) fp32
+        y, ssm = ssd_scan(c, b, x, log_a, state.ssm, self.chunk_size, dt)  # (B, H, t, P) fp32
         return self._out(y, x, z), Mamba2State(conv, ssm)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
@@ -155,10 +151,15 @@ class Mamba2(nn.Module):
         conv = torch.zeros(u.shape[0], self.d_conv - 1, self.conv_dim, device=u.device, dtype=u.dtype)
         z, x, b, c, dt, log_a, _ = self._ssm_inputs(u, conv)
         if self.kernel == "fla":
+            c, b = self.per_head(c), self.per_head(b)  # (B, H, T, N_s)
             y = fla_ssd(c, b * dt[..., None], x, log_a)  # (B, H, T, P)
         else:
-            y, _ = ssd_scan(c, b * dt[..., None], x, log_a, None, self.chunk_size)  # (B, H, T, P) from S_0 = 0
+            y, _ = ssd_scan(c, b, x, log_a, None, self.chunk_size, dt)  # (B, H, T, P) from S_0 = 0
         return self._out(y, x, z)  # (B, T, D)
+
+    def per_head(self, m: torch.Tensor) -> torch.Tensor:
+        """B or C per group (B, G, t, N_s) -> per head (B, H, t, N_s), a copy."""
+        return m.repeat_interleave(self.n_head // self.n_groups, dim=1)
 
     def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> Mamba2State:
         """Zero convolution inputs and S: fp32 unless float64 is asked."""
@@ -195,7 +196,7 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     return (
         proj
         + 2.0 * conv_dim * opts.d_conv
-        + ssd_flops_per_token(config.n_head, opts.d_state, head_dim, opts.chunk_size, T)
+        + ssd_flops_per_token(config.n_head, opts.d_state, head_dim, opts.chunk_size, T, opts.n_groups)
     )
 
 
@@ -204,7 +205,8 @@ def attention_maps(mixer: Mamba2, x: torch.Tensor) -> torch.Tensor:
     """SSD's attention form (the paper's eq. 16): w_ij = (C_i . B_j) dt_j exp(sum_{j<l<=i} dt_l A)
     for j <= i, signed and unnormalised (the D x_i skip not included): (B, H, T, T)."""
     conv = torch.zeros(x.shape[0], mixer.d_conv - 1, mixer.conv_dim, device=x.device, dtype=x.dtype)
-    _, _, b, c, dt, log_a, _ = mixer._ssm_inputs(x, conv)  # (B, H, T, N_s), (B, H, T)
+    _, _, b, c, dt, log_a, _ = mixer._ssm_inputs(x, conv)  # (B, G, T, N_s), (B, H, T)
+    b, c = mixer.per_head(b), mixer.per_head(c)  # (B, H, T, N_s)
     scores = c.float() @ (b.float() * dt.float()[..., None]).transpose(-1, -2)  # (B, H, T, T)
     return scores * torch.exp(segment_sums(log_a.float()))  # (B, H, T, T) zero above the diagonal
 

@@ -50,14 +50,32 @@ def segment_sums(log_a: torch.Tensor) -> torch.Tensor:
 
 @overload
 def ssd_scan(
-    c: torch.Tensor, b: torch.Tensor, x: torch.Tensor, log_a: torch.Tensor, state: torch.Tensor, chunk: int
+    c: torch.Tensor,
+    b: torch.Tensor,
+    x: torch.Tensor,
+    log_a: torch.Tensor,
+    state: torch.Tensor,
+    chunk: int,
+    dt: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]: ...
 @overload
 def ssd_scan(
-    c: torch.Tensor, b: torch.Tensor, x: torch.Tensor, log_a: torch.Tensor, state: None, chunk: int
+    c: torch.Tensor,
+    b: torch.Tensor,
+    x: torch.Tensor,
+    log_a: torch.Tensor,
+    state: None,
+    chunk: int,
+    dt: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, None]: ...
 def ssd_scan(
-    c: torch.Tensor, b: torch.Tensor, x: torch.Tensor, log_a: torch.Tensor, state: torch.Tensor | None, chunk: int
+    c: torch.Tensor,
+    b: torch.Tensor,
+    x: torch.Tensor,
+    log_a: torch.Tensor,
+    state: torch.Tensor | None,
+    chunk: int,
+    dt: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """c, b (B, H, T, N_s) (Mamba2's C and dt * B), x (B, H, T, P), log_a (B, H, T) <= 0,
     state S_0 (B, H, N_s, P). Returns y (B, H, T, P) and the state after T (a new tensor; the
@@ -65,43 +83,66 @@ def ssd_scan(
     out of half precision: it is unnormalised until Mamba2's gated RMSNorm, and its fp16 copy
     overflowed at weights x4 in the gate (an H200, 2026-11-27).
     state None: training from S_0 = 0, the state after T not wanted (None is returned). Up to
-    one chunk (T <= chunk) that is the masked form alone: no chunk summary, no carried state."""
+    one chunk (T <= chunk) that is the masked form alone: no chunk summary, no carried state.
+    dt (B, H, T): c and b are then Mamba2's per group, (B, G, T, N_s) with G dividing H (head h
+    reads group h // (H / G)), and head h's b is dt_h * B: the scores C B^T are computed once
+    per group, not once per head (as Mamba2's own kernel does)."""
     T = x.shape[2]
-    dt = torch.float64 if torch.float64 in (c.dtype, b.dtype, x.dtype, log_a.dtype) else torch.float32
+    dt_ = torch.float64 if torch.float64 in (c.dtype, b.dtype, x.dtype, log_a.dtype) else torch.float32
     if state is None and chunk >= T:  # one chunk holds the whole sequence
         with torch.autocast(x.device.type, enabled=False):
-            c, b, x, log_a = c.to(dt), b.to(dt), x.to(dt), log_a.to(dt)
-            decay = torch.exp(segment_sums(log_a))  # (B, H, T, T) exp(sum_{j<l<=i} log_a_l), 0 for j > i
-            return ((c @ b.transpose(-1, -2)) * decay) @ x, None  # (B, H, T, P)
+            c, b, x, log_a = c.to(dt_), b.to(dt_), x.to(dt_), log_a.to(dt_)
+            decay = _scaled(torch.exp(segment_sums(log_a)), dt, dt_)  # (B, H, T, T) decay_ij (dt_j), 0 for j > i
+            return _per_head(c @ b.transpose(-1, -2), decay) @ x, None  # (B, H, T, P)
     B, H, _, P = x.shape
-    start = state if state is not None else ssd_init_state(B, H, c.shape[-1], P, x.device, dt)  # (B, H, N_s, P)
+    start = state if state is not None else ssd_init_state(B, H, c.shape[-1], P, x.device, dt_)  # (B, H, N_s, P)
     with torch.autocast(x.device.type, enabled=False):  # the state sums the whole sequence
         n = min(chunk, T)
         N = -(-T // n)
         pad = N * n - T  # padded tail: b = x = 0 and log_a = 0 add nothing
-        cc, bc, xc = (F.pad(t.to(dt), (0, 0, 0, pad)).unflatten(2, (N, n)) for t in (c, b, x))  # (B, H, N, n, .)
-        ac = F.pad(log_a.to(dt), (0, pad)).unflatten(2, (N, n))  # (B, H, N, n)
-        decay = torch.exp(segment_sums(ac))  # (B, H, N, n, n) exp(sum_{j<l<=i} log_a_l), 0 for j > i
-        y = ((cc @ bc.transpose(-1, -2)) * decay) @ xc  # (B, H, N, n, P) inside each chunk
-        to_end = decay[..., -1, :]  # (B, H, N, n) exp(sum_{j<l<=end} log_a_l): key j to the chunk's end
+        cc, bc, xc = (F.pad(t.to(dt_), (0, 0, 0, pad)).unflatten(2, (N, n)) for t in (c, b, x))  # (B, ., N, n, .)
+        ac = F.pad(log_a.to(dt_), (0, pad)).unflatten(2, (N, n))  # (B, H, N, n)
+        sc = None if dt is None else F.pad(dt, (0, pad)).unflatten(2, (N, n))  # (B, H, N, n) b's scale per key
+        decay = _scaled(torch.exp(segment_sums(ac)), sc, dt_)  # (B, H, N, n, n) exp(sum_{j<l<=i} log_a_l) (dt_j)
+        y = _per_head(cc @ bc.transpose(-1, -2), decay) @ xc  # (B, H, N, n, P) inside each chunk
+        to_end = decay[..., -1, :]  # (B, H, N, n) exp(sum_{j<l<=end} log_a_l) (dt_j): key j to the chunk's end
         from_start = torch.exp(ac.cumsum(-1))  # (B, H, N, n) exp(sum_{start<=l<=i} log_a_l)
-        summary = (bc * to_end[..., None]).transpose(-1, -2) @ xc  # (B, H, N, N_s, P) chunk's own b x^T
+        summary = _per_head(bc, to_end[..., None]).transpose(-1, -2) @ xc  # (B, H, N, N_s, P) chunk's own b x^T
         through = torch.exp(ac.sum(-1))  # (B, H, N) decay across each chunk, a sum over its own span
-        s, before = start.to(dt), []  # S_{m+1} = through_m S_m + U_m: O(N), not an (N+1) x (N+1) carry
+        s, before = start.to(dt_), []  # S_{m+1} = through_m S_m + U_m: O(N), not an (N+1) x (N+1) carry
         for a_m, u_m in zip(through.unbind(2), summary.unbind(2), strict=True):  # unbound once, never indexed
             before.append(s)
             s = a_m[..., None, None] * s + u_m  # (B, H, N_s, P)
         states = torch.stack(before, dim=2)  # (B, H, N, N_s, P) S before each chunk
-        y = y + from_start[..., None] * (cc @ states)  # (B, H, N, n, P) + carried state
-        y = y.flatten(2, 3)[:, :, :T]  # (B, H, T, P)
+        carried = _per_head(cc, from_start[..., None]) @ states  # (B, H, N, n, P) the state before each chunk
+        y = (y + carried).flatten(2, 3)[:, :, :T]  # (B, H, T, P)
         final = s  # (B, H, N_s, P) a new tensor
     return y, (final if state is not None else None)
 
 
-def ssd_flops_per_token(n_head: int, d_state: int, head_dim: int, chunk: int, T: int) -> float:
-    """Per head: c x c scores 2 c N_s, scores @ x 2 c P, chunk summary and carried-state read
-    2 * 2 N_s P (decays, exponentials and the chunk loop's 2 N_s P / c, not counted). Training
-    from S_0 = 0 with T <= chunk (``ssd_scan``'s state None) has no summary or state read."""
+def _scaled(decay: torch.Tensor, dt: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """decay (..., n, n) with column j times dt_j (..., n): the per-head scale of b; as is without dt."""
+    return decay if dt is None else decay * dt.to(dtype)[..., None, :]
+
+
+def _per_head(shared: torch.Tensor, per_head: torch.Tensor) -> torch.Tensor:
+    """shared (B, G, ...) times per_head (B, H, ...), G dividing H, head h with group h // (H / G):
+    a broadcast view, no copy of the shared tensor per head."""
+    G, H = shared.shape[1], per_head.shape[1]
+    if G == H:
+        return shared * per_head
+    grouped = shared.unsqueeze(2) * per_head.unflatten(1, (G, H // G))  # (B, G, H / G, ...)
+    return grouped.flatten(1, 2)  # (B, H, ...)
+
+
+def ssd_flops_per_token(
+    n_head: int, d_state: int, head_dim: int, chunk: int, T: int, n_groups: int | None = None
+) -> float:
+    """Per head: scores @ x 2 c P, chunk summary and carried-state read 2 * 2 N_s P; the c x c
+    scores C B^T 2 c N_s per group (n_groups; None: one per head) (decays, exponentials, the
+    per-head dt scaling and the chunk loop's 2 N_s P / c, not counted). Training from S_0 = 0
+    with T <= chunk (``ssd_scan``'s state None) has no summary or state read."""
     c = min(chunk, max(T, 1))
     state = 0.0 if chunk >= T else 4.0 * d_state * head_dim
-    return n_head * (2.0 * c * d_state + 2.0 * c * head_dim + state)
+    scores = (n_head if n_groups is None else n_groups) * 2.0 * c * d_state
+    return scores + n_head * (2.0 * c * head_dim + state)
