@@ -88,28 +88,28 @@ def ssd_scan(
     reads group h // (H / G)), and head h's b is dt_h * B: the scores C B^T are computed once
     per group, not once per head (as Mamba2's own kernel does)."""
     T = x.shape[2]
-    dt_ = torch.float64 if torch.float64 in (c.dtype, b.dtype, x.dtype, log_a.dtype) else torch.float32
+    fp = torch.float64 if torch.float64 in (c.dtype, b.dtype, x.dtype, log_a.dtype) else torch.float32
     if state is None and chunk >= T:  # one chunk holds the whole sequence
         with torch.autocast(x.device.type, enabled=False):
-            c, b, x, log_a = c.to(dt_), b.to(dt_), x.to(dt_), log_a.to(dt_)
-            decay = _scaled(torch.exp(segment_sums(log_a)), dt, dt_)  # (B, H, T, T) decay_ij (dt_j), 0 for j > i
+            c, b, x, log_a = c.to(fp), b.to(fp), x.to(fp), log_a.to(fp)
+            decay = _scaled(torch.exp(segment_sums(log_a)), dt, fp)  # (B, H, T, T) decay_ij (dt_j), 0 for j > i
             return _per_head(c @ b.transpose(-1, -2), decay) @ x, None  # (B, H, T, P)
     B, H, _, P = x.shape
-    start = state if state is not None else ssd_init_state(B, H, c.shape[-1], P, x.device, dt_)  # (B, H, N_s, P)
+    start = state if state is not None else ssd_init_state(B, H, c.shape[-1], P, x.device, fp)  # (B, H, N_s, P)
     with torch.autocast(x.device.type, enabled=False):  # the state sums the whole sequence
         n = min(chunk, T)
         N = -(-T // n)
         pad = N * n - T  # padded tail: b = x = 0 and log_a = 0 add nothing
-        cc, bc, xc = (F.pad(t.to(dt_), (0, 0, 0, pad)).unflatten(2, (N, n)) for t in (c, b, x))  # (B, ., N, n, .)
-        ac = F.pad(log_a.to(dt_), (0, pad)).unflatten(2, (N, n))  # (B, H, N, n)
+        cc, bc, xc = (F.pad(t.to(fp), (0, 0, 0, pad)).unflatten(2, (N, n)) for t in (c, b, x))  # (B, ., N, n, .)
+        ac = F.pad(log_a.to(fp), (0, pad)).unflatten(2, (N, n))  # (B, H, N, n)
         sc = None if dt is None else F.pad(dt, (0, pad)).unflatten(2, (N, n))  # (B, H, N, n) b's scale per key
-        decay = _scaled(torch.exp(segment_sums(ac)), sc, dt_)  # (B, H, N, n, n) exp(sum_{j<l<=i} log_a_l) (dt_j)
+        decay = _scaled(torch.exp(segment_sums(ac)), sc, fp)  # (B, H, N, n, n) exp(sum_{j<l<=i} log_a_l) (dt_j)
         y = _per_head(cc @ bc.transpose(-1, -2), decay) @ xc  # (B, H, N, n, P) inside each chunk
         to_end = decay[..., -1, :]  # (B, H, N, n) exp(sum_{j<l<=end} log_a_l) (dt_j): key j to the chunk's end
         from_start = torch.exp(ac.cumsum(-1))  # (B, H, N, n) exp(sum_{start<=l<=i} log_a_l)
         summary = _per_head(bc, to_end[..., None]).transpose(-1, -2) @ xc  # (B, H, N, N_s, P) chunk's own b x^T
         through = torch.exp(ac.sum(-1))  # (B, H, N) decay across each chunk, a sum over its own span
-        s, before = start.to(dt_), []  # S_{m+1} = through_m S_m + U_m: O(N), not an (N+1) x (N+1) carry
+        s, before = start.to(fp), []  # S_{m+1} = through_m S_m + U_m: O(N), not an (N+1) x (N+1) carry
         for a_m, u_m in zip(through.unbind(2), summary.unbind(2), strict=True):  # unbound once, never indexed
             before.append(s)
             s = a_m[..., None, None] * s + u_m  # (B, H, N_s, P)
