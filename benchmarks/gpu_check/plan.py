@@ -51,8 +51,7 @@ GPU_STEPS = (
     Step("check", "attnbench check, fp32 and bf16 autocast", 120, 45, "the bf16/fp16 autocast checks"),
     Step("smoke", "200-step bf16 training smoke", 120, 45, "bf16 autocast"),
     Step("gpt2", "GPT-2 small, bf16, compiled: tokens/s and MFU", 150, 60, "bf16, torch.compile, the bf16 peak"),
-    # speed: on an H200 the softmax cell took 36 s (one process per sweep), and the first fla gate
-    # compiles Triton kernels (at a 30 s limit every fla gate timed out)
+    # speed: on an H200 the softmax cell took 36 s (one process per sweep)
     Step("speed", "speed and memory against length", 270, 60, "SDPA's CUDA kernels"),
     # fla: opt-in, a device call of its own. Its first use compiles and autotunes Triton kernels per
     # dtype and head size: on an H100 (2026-11-27, benchmarks/bench_fla_warmup.py) 82 s for linear's
