@@ -23,7 +23,6 @@ from functools import lru_cache
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 Spending = Literal["obrien_fleming", "pocock"]
 METHOD_TEXT = {
@@ -37,6 +36,8 @@ UNDETERMINED, BETTER, WORSE, EQUIVALENT = 0, 1, 2, 3
 def spent(t: float, alpha: float, spending: Spending) -> float:
     """The two-sided error spent by information fraction ``t`` (0 < t <= 1)."""
     if spending == "obrien_fleming":
+        from scipy import stats  # scipy loads in a second: only when a boundary is computed
+
         return float(2.0 - 2.0 * stats.norm.cdf(stats.norm.ppf(1.0 - alpha / 2.0) / math.sqrt(t)))
     return float(alpha * math.log(1.0 + (math.e - 1.0) * t))
 
@@ -53,6 +54,8 @@ def t_bounds(looks: tuple[int, ...], alpha: float, spending: Spending) -> tuple[
     simulated null paths (a fixed seed: the same design gives the same boundaries)."""
     # spend 4 naive Monte Carlo standard errors less (fitting look by look doubles the error),
     # so calibration noise cannot inflate the rate; one look is the exact t test
+    from scipy import stats  # see spent()
+
     alpha -= 4.0 * math.sqrt(alpha * (1.0 - alpha) / CALIBRATION_PATHS) * min(1, len(looks) - 1)
     rng = np.random.default_rng(20_391)
     x = rng.standard_normal((CALIBRATION_PATHS, looks[-1]))  # (P, max) null differences

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 _CACHE = Path(tempfile.mkdtemp(prefix="attnbench-test-cache-"))
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 for _key, _value in {
     "HF_DATASETS_OFFLINE": "1",
     "HF_HUB_OFFLINE": "1",

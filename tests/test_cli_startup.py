@@ -63,3 +63,24 @@ def test_help_texts_name_the_defaults_filled_in_at_run_time():
     described = " ".join((sub["checkpoints"].description or "").split())
     assert f"'{CHOSEN_RUN}' is the chosen run" in described
     assert f"'{CHOSEN_POINT}' another seed" in described
+
+
+def test_validate_imports_torch_for_the_plugins_and_nothing_heavier():
+    """`validate quick` loads the plugins (torch) and the suite's experiment kinds, but none of
+    the report's, lm-eval's or the speed sweep's libraries (pytest: pytest-benchmark's session)."""
+    proc = python(
+        """
+        import contextlib, io, json, sys
+        from attnbench.cli import main
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main(["validate", "quick"])
+        print(json.dumps({"code": code, "modules": sorted(m.split(".")[0] for m in sys.modules)}))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["code"] == 0
+    assert "torch" in seen["modules"]  # the plugins did load (else this test guards nothing)
+    loaded = sorted((set(HEAVY) - {"torch"} | {"pytest", "_pytest"}) & set(seen["modules"]))
+    assert not loaded, f"validate imported {loaded}: import them inside the code that uses them"

@@ -86,3 +86,37 @@ def test_run_says_where_the_gate_verdict_came_from(tmp_path):
     assert first.returncode == 0 and "trust gate softmax: passed (checks ran now)" in first.stderr, first.stderr
     second = run_cli(*args, "--set", "experiments.text.seeds=[1]", env={"ATTNBENCH_PLUGINS": "softmax"})
     assert "trust gate softmax: passed (verdict cached in the store for this code)" in second.stderr
+
+
+def test_third_party_bars_are_switched_off_without_importing_their_libraries():
+    """`attnbench run` silences datasets' bars through its environment switch (read when
+    datasets is first imported), and tells an already-imported datasets directly."""
+    from tests.helpers import python
+
+    proc = python(
+        """
+        import os, sys
+        for key in ("HF_DATASETS_DISABLE_PROGRESS_BARS", "TQDM_DISABLE"):
+            os.environ.pop(key, None)
+        from attnbench.run.progress import silence_third_party_bars
+        silence_third_party_bars()
+        imported_by_silencing = "datasets" in sys.modules
+        import datasets
+        print(imported_by_silencing, datasets.utils.are_progress_bars_disabled())
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True"]
+    late = python(
+        """
+        import os
+        os.environ.pop("HF_DATASETS_DISABLE_PROGRESS_BARS", None)
+        import datasets
+        datasets.enable_progress_bars()
+        from attnbench.run.progress import silence_third_party_bars
+        silence_third_party_bars()
+        print(datasets.utils.are_progress_bars_disabled())
+        """
+    )
+    assert late.returncode == 0, late.stderr
+    assert late.stdout.split() == ["True"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -20,14 +21,13 @@ QUIET_ENV = {"HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_PROGRESS_
 
 
 def silence_third_party_bars() -> None:
+    """Set the libraries' own switches. They read them when first imported, so only a library
+    already imported is told directly (importing datasets here would cost a second per run)."""
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
-    try:
-        import datasets
-
+    datasets = sys.modules.get("datasets")
+    if datasets is not None:
         datasets.disable_progress_bars()
-    except ImportError:
-        pass
 
 
 def duration(seconds: float | None) -> str:

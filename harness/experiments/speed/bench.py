@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.experiments.speed.timing import PLAN_KEY
+from attnbench.experiments.speed.stash import PLAN_KEY
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -32,9 +32,8 @@ from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
 import torch
 
 from attnbench.experiments.machine import machine_load, under_load
@@ -47,7 +46,9 @@ from attnbench.experiments.speed.points import (
     sdpa_backends,
 )
 
-PLAN_KEY: pytest.StashKey[SweepPlan] = pytest.StashKey()
+if TYPE_CHECKING:
+    import pytest
+
 NOISY_CV = 0.20  # a point whose rounds spread more than this (stddev / mean) is re-measured, then flagged
 BURN_IN_CALLS = 10  # at most this many untimed calls before a sweep's first point, until two agree
 
@@ -111,6 +112,8 @@ class SweepPlan:
         self.burned_in = False
 
     def pytest_configure(self, config: pytest.Config) -> None:
+        from attnbench.experiments.speed.stash import PLAN_KEY  # pytest loads only inside a sweep
+
         config.stash[PLAN_KEY] = self
 
     def lengths(self) -> list[int]:
@@ -204,6 +207,8 @@ def time_sweep(specs: list[PointSpec], options: TimingOptions, workdir: Path) ->
     ]
     log = io.StringIO()
     with redirect_stdout(log), redirect_stderr(log), _not_an_xdist_worker():
+        import pytest  # only a sweep needs it (validate and suites load this module)
+
         code = pytest.main(args, plugins=[plan])
     if plan.interrupted:
         raise KeyboardInterrupt
