@@ -54,8 +54,10 @@ def gated_linear_attention(
         decay = pair_decay(gc)  # (B, H, N, e, c, c) exp(sum_{j<l<=i} g_l), 0 for j > i
         if gc.shape[-1] == 1:  # one decay per head: weight the scores
             scores = (qc @ kc.transpose(-1, -2)) * decay[:, :, :, 0]  # (B, H, N, c, c)
-        else:  # one per key channel: inside the sum over d
-            scores = torch.einsum("bhnid,bhnjd,bhndij->bhnij", qc, kc, decay)  # (B, H, N, c, c)
+        else:  # one per key channel: inside the sum over d, as two broadcast products and one sum
+            q_d = qc.transpose(-1, -2).unsqueeze(-1)  # (B, H, N, d_k, c, 1) q_id
+            k_d = kc.transpose(-1, -2).unsqueeze(-2)  # (B, H, N, d_k, 1, c) k_jd
+            scores = (q_d * decay * k_d).sum(dim=-3)  # (B, H, N, c, c) sum_d q_id decay_dij k_jd
         intra = scale * (scores @ vc)  # (B, H, N, c, d_v)
         k_end = kc * decay[..., -1, :].transpose(-1, -2)  # (B, H, N, c, d_k) decayed to the chunk end
         chunk_kv = k_end.transpose(-1, -2) @ vc  # (B, H, N, d_k, d_v)
