@@ -13,7 +13,8 @@ import torch
 
 pytest.importorskip("transformers")
 from lm_eval.api.instance import Instance  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from transformers.models.auto.modeling_auto import AutoModelForCausalLM  # noqa: E402
+from transformers.models.auto.tokenization_auto import AutoTokenizer  # noqa: E402
 
 from attnbench import ModelConfig  # noqa: E402
 from attnbench.data.builtin import builtin_text  # noqa: E402

@@ -176,7 +176,7 @@ def _checkpoint(runs, variant):
 def test_a_trained_hybrid_exports_inspects_and_scores_in_lm_eval(trained, tmp_path):
     pytest.importorskip("transformers")
     from lm_eval.api.instance import Instance
-    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import AutoModelForCausalLM
 
     from attnbench.experiments.lm_eval.model import AttnbenchLM
 

@@ -71,3 +71,29 @@ def test_ruff_finds_nothing():
 def test_ruff_format_changes_nothing():
     proc = _run(_tool("ruff"), "format", "--check", ".", timeout=120)
     assert proc.returncode == 0, f"ruff format --check: {proc.stdout}{proc.stderr}\nfix: bash scripts/ruff_fix.sh"
+
+
+# Packages whose top-level __init__ Pyright binds slowly (transformers' names thousands of lazy
+# attributes: about 45 s of the type check per run, against 2 s for a defining module).
+SLOW_TO_TYPE_CHECK = ("transformers",)
+
+
+def test_checked_code_imports_slow_packages_from_their_defining_modules():
+    """`from transformers import X` or `import transformers` in checked code costs the type check
+    (and CI) tens of seconds: import X from its module (transformers.modeling_utils, ...) or, where
+    only the package's presence matters, by name with importlib."""
+    import ast
+
+    found = []
+    for root in CHECKED:
+        for path in (REPO / root).rglob("*.py"):
+            if "build" in path.relative_to(REPO).parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                    continue
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module or ""]
+                found += [f"{path.relative_to(REPO)}:{node.lineno}: {n}" for n in names if n in SLOW_TO_TYPE_CHECK]
+    assert not found, "import these from their defining modules:\n" + "\n".join(found)

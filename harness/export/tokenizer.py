@@ -75,7 +75,11 @@ class UsedTokenizer(TypedDict):
 def write_tokenizer(out_dir: Path, tokenizer_json: str | None, context: int) -> UsedTokenizer:
     """Write tokenizer.json and tokenizer_config.json into ``out_dir``; returns what it used."""
     from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
+
+    try:  # the defining module (transformers 5), not the package: see tests/test_tooling.py
+        from transformers.tokenization_utils_tokenizers import PreTrainedTokenizerFast
+    except ImportError:  # transformers 4
+        from transformers.tokenization_utils_fast import PreTrainedTokenizerFast  # pyright: ignore[reportMissingImports]
 
     text = tokenizer_json if tokenizer_json is not None else byte_tokenizer_json()
     tok = Tokenizer.from_str(text)

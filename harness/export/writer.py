@@ -13,6 +13,7 @@ no half-written model, and an existing non-empty OUT_DIR is never overwritten si
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.metadata as md
 import shutil
 import tempfile
@@ -44,7 +45,8 @@ class ExportInfo:
 def _hf_modules() -> tuple[Any, Any]:
     try:
         import safetensors.torch
-        import transformers
+
+        transformers = importlib.import_module("transformers")  # by name: see tests/test_tooling.py
     except ImportError as exc:
         raise ExportError(
             f"export needs the Hugging Face extra ({exc.name} is missing): pip install 'attnbench[hf]'"

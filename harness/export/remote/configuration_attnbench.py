@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformers import PretrainedConfig
+from transformers.configuration_utils import PretrainedConfig
 
 
 class AttnbenchConfig(PretrainedConfig):

@@ -18,13 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
-from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_attnbench import AttnbenchConfig
 
 if TYPE_CHECKING:  # imported when the model is built: this file travels with the exported folder
     from attnbench.nn.model import LanguageModel
+
+    # The two bases are Any to the type checker: checking a subclass of them makes Pyright bind
+    # transformers' whole lazy __init__ (about a third of CI's type check); the export tests run them.
+    GenerationMixin = PreTrainedModel = Any
+else:
+    from transformers.generation.utils import GenerationMixin
+    from transformers.modeling_utils import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
