@@ -84,3 +84,24 @@ def test_validate_imports_torch_for_the_plugins_and_nothing_heavier():
     assert "torch" in seen["modules"]  # the plugins did load (else this test guards nothing)
     loaded = sorted((set(HEAVY) - {"torch"} | {"pytest", "_pytest"}) & set(seen["modules"]))
     assert not loaded, f"validate imported {loaded}: import them inside the code that uses them"
+
+
+def test_the_runner_loads_no_library_a_cell_may_not_need():
+    """`attnbench run` imports the runner and every experiment kind before any cell runs: none of
+    them may pull in scipy (the sequential-seeds rule loads it when a boundary is computed),
+    datasets or pandas (a data source loads them) or pytest (a speed sweep)."""
+    proc = python(
+        """
+        import json, sys
+        import attnbench.cli.cmd_run, attnbench.run.runner
+        from attnbench.experiments.registry import KIND_TABLE, get_kind
+        for kind in KIND_TABLE:
+            get_kind(kind)
+        print(json.dumps(sorted(m.split(".")[0] for m in sys.modules)))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    modules = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert "torch" in modules  # the kinds did load
+    loaded = sorted({"scipy", "datasets", "pandas", "pytest", "_pytest", "lm_eval", "transformers"} & modules)
+    assert not loaded, f"loading the runner imported {loaded}: import them where they are used"
