@@ -7,7 +7,7 @@ import io
 
 from attnbench.plan.suite import load_suite
 from attnbench.run.progress import PLAIN_INTERVAL_S, ProgressLine, cell_label
-from tests.helpers import run_cli, write_suite
+from tests.helpers import python, run_cli, write_suite
 
 SUITE = """
 version: 1
@@ -91,8 +91,6 @@ def test_run_says_where_the_gate_verdict_came_from(tmp_path):
 def test_third_party_bars_are_switched_off_without_importing_their_libraries():
     """`attnbench run` silences datasets' bars through its environment switch (read when
     datasets is first imported), and tells an already-imported datasets directly."""
-    from tests.helpers import python
-
     proc = python(
         """
         import os, sys
