@@ -9,8 +9,9 @@ feature projections, plus a small sliding window of exact softmax attention:
 
 The paper stacks the two as separate layers; here one mixer holds both over a shared v, so
 y mixes the values by (A_lin + A_swa) / 2, rows summing to 1 (that is its attention map).
-Training: the chunked linear kernel and the blocked window kernel; decoding carries the
-Taylor state (S, z) and the last w - 1 keys and values.
+Training: the chunked Taylor kernel (``taylor_kernel``: scores inside a chunk from q~.k~) and
+the blocked window kernel; decoding carries the Taylor state (S, z) and the last w - 1 keys
+and values.
 """
 
 from __future__ import annotations
@@ -26,14 +27,13 @@ from attnbench import (
     ModelConfig,
     Variant,
     hookimpl,
-    linear_attention,
     linear_init_state,
     mark_residual,
     merge_heads,
     split_heads,
 )
-from attnbench.plugins.linear import taylor_features
 from attnbench.plugins.recurrent.common import KERNELS, check_kernel, check_positive_int, require_fla
+from attnbench.plugins.recurrent.taylor_kernel import taylor_attention, taylor_scores
 from attnbench.plugins.recurrent.window_kernel import (
     FLA_WINDOW_OP,
     SHORT_WINDOW_OP,
@@ -106,8 +106,8 @@ class Based(nn.Module):
         return {
             "kernel": f"{FLA_TAYLOR_OP} + {FLA_WINDOW_OP}"
             if fla
-            else "chunked.linear_attention + recurrent.window_kernel.window_attention",
-            "decode_kernel": "chunked.linear_attention + recurrent.window_kernel.window_attention",
+            else "recurrent.taylor_kernel.taylor_attention + recurrent.window_kernel.window_attention",
+            "decode_kernel": "recurrent.taylor_kernel.taylor_attention + recurrent.window_kernel.window_attention",
             "chunk_size": self.chunk_size,
             "window": self.window,
             "feature_dim": self.feature_dim,
@@ -121,15 +121,9 @@ class Based(nn.Module):
         q, k, v = split_heads(self.c_attn(x), self.n_head)  # (B, H, T, h) each
         return qf, kf, q, k, v
 
-    @staticmethod
-    def _phi(x: torch.Tensor) -> torch.Tensor:
-        """Taylor features in fp32 (float64 when given): under autocast x is half precision."""
-        dt = torch.float64 if x.dtype == torch.float64 else torch.float32
-        return taylor_features(x.to(dt))  # (B, H, T, 1 + f + f^2)
-
     def _mix(self, x: torch.Tensor, state: BasedState) -> tuple[torch.Tensor, BasedState]:
         qf, kf, q, k, v = self._heads(x)  # (B, H, t, f) x 2, (B, H, t, h) x 3
-        lin, lin_state = linear_attention(self._phi(qf), self._phi(kf), v, state.linear, self.chunk_size, self.eps)
+        lin, lin_state = taylor_attention(qf, kf, v, state.linear, self.chunk_size, self.eps)  # (B, H, t, h)
         swa, cache = window_attention(q, k, v, state.window, self.window, self.chunk_size)  # (B, H, t, h)
         return self._combine(lin, swa), BasedState(lin_state, cache)  # (B, t, D)
 
@@ -144,7 +138,7 @@ class Based(nn.Module):
             lin = fla_taylor_attention(qf, kf, v)  # (B, H, T, h)
             swa = fla_window_attention(q, k, v, self.window)  # (B, H, T, h)
         else:  # from the empty state and cache
-            lin, _ = linear_attention(self._phi(qf), self._phi(kf), v, None, self.chunk_size, self.eps)  # (B, H, T, h)
+            lin, _ = taylor_attention(qf, kf, v, None, self.chunk_size, self.eps)  # (B, H, T, h)
             cache = window_init_cache(x.shape[0], self.n_head, self.head_dim, x.device, x.dtype)
             swa, _ = window_attention(q, k, v, cache, self.window, self.chunk_size)  # (B, H, T, h)
         return self._combine(lin, swa)  # (B, T, D)
@@ -192,7 +186,7 @@ def attention_maps(mixer: Based, x: torch.Tensor) -> torch.Tensor:
     """The weights y applies to the shared values: (A_lin + A_swa) / 2, rows sum to 1 (up to
     the eps): (B, H, T, T)."""
     qf, kf, q, k, _ = mixer._heads(x)
-    a = (mixer._phi(qf).float() @ mixer._phi(kf).float().transpose(-1, -2)).tril()  # (B, H, T, T) >= 0
+    a = taylor_scores(qf.float(), kf.float())  # (B, H, T, T) phi(q_i).phi(k_j) for j <= i, > 0
     lin = a / (a.sum(-1, keepdim=True) + mixer.eps)  # (B, H, T, T)
     return 0.5 * (lin + window_weights(q, k, mixer.window))  # (B, H, T, T)
 
