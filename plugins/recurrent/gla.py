@@ -37,12 +37,15 @@ from attnbench.plugins.recurrent.gla_kernel import (
 
 @dataclass(frozen=True)
 class GLAOptions:
-    """chunk_size: positions per chunk (the c x c x d_k decays grow with it; 8 measured fastest
-    on a CPU at d 64 / T 64 and d 128 / T 8192: 1.5x and 1.7x faster steps than 16). expand_k: key
-    width over d_model. gate_rank, gate_temperature: the gate's low rank and tau. kernel:
-    chunked (ours) or fla (CUDA only; decoding stays on ours)."""
+    """chunk_size: positions per chunk. Scores inside a chunk are one matmul where its decay
+    spans at most e^-30 per channel, else c x c x d_k pairwise decays (``gla_kernel``); 16 keeps
+    that fallback to channels with gate logits below about -30 for 16 steps running. Train step
+    time against chunk 16, one CPU thread (``benchmarks/bench_gla_chunks.py``, 2026-11-27): chunk
+    8 1.04x and 1.18x at d 64 / T 64 and d 128 / T 8192, chunk 64 0.92x and 0.95x. expand_k: key
+    width over d_model. gate_rank, gate_temperature: the gate's low rank and tau. kernel: chunked
+    (ours) or fla (CUDA only; decoding stays on ours)."""
 
-    chunk_size: int = 8
+    chunk_size: int = 16
     expand_k: float = 0.5
     gate_rank: int = 16
     gate_temperature: float = 16.0

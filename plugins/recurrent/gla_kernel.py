@@ -4,8 +4,9 @@
     S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T,    o_t = scale * S_t^T q_t      (g_t <= 0)
 
 Chunks of c positions: G = the cumulative sum of g inside a chunk; intra-chunk weights
-A_ij = scale * sum_d q_id k_jd exp(G_id - G_jd) for j <= i, built from pairwise exponents
-that are <= 0 (no exp(+G) factor can overflow, whatever the decay); across chunks the state,
+A_ij = scale * sum_d q_id k_jd exp(G_id - G_jd) for j <= i: per channel one matmul of
+q e^G and k e^-G where a chunk's decay spans at most e^-30 (``FACTOR_SPAN``), else built
+from pairwise exponents that are <= 0 (which cannot overflow, whatever the decay); across chunks the state,
 S_{n+1} = diag(exp(G_c)) S_n + (K * exp(G_c - G))^T V, carried by a loop over chunks.
 A decay per head (g of last size 1) needs (c, c) exponents, per channel (c, c, d_k).
 Computes in fp32 with autocast off (float64 when given float64); the caller's state is
@@ -51,15 +52,13 @@ def gated_linear_attention(
         c = min(chunk, T)
         qc, kc, vc = (_chunks(t.to(dt), c) for t in (q, k, v))  # (B, H, N, c, d)
         gc = _chunks(g.to(dt), c)  # (B, H, N, c, e) log decays per step
-        decay = pair_decay(gc)  # (B, H, N, e, c, c) exp(sum_{j<l<=i} g_l), 0 for j > i
+        G = gc.cumsum(dim=3)  # (B, H, N, c, e) log decay from the chunk's start through i, <= 0
         if gc.shape[-1] == 1:  # one decay per head: weight the scores
-            scores = (qc @ kc.transpose(-1, -2)) * decay[:, :, :, 0]  # (B, H, N, c, c)
-        else:  # one per key channel: inside the sum over d, as two broadcast products and one sum
-            q_d = qc.transpose(-1, -2).unsqueeze(-1)  # (B, H, N, d_k, c, 1) q_id
-            k_d = kc.transpose(-1, -2).unsqueeze(-2)  # (B, H, N, d_k, 1, c) k_jd
-            scores = (q_d * decay * k_d).sum(dim=-3)  # (B, H, N, c, c) sum_d q_id decay_dij k_jd
+            scores = (qc @ kc.transpose(-1, -2)) * pair_decay(gc)[:, :, :, 0]  # (B, H, N, c, c)
+        else:  # one per key channel: inside the sum over d
+            scores = _channel_scores(qc, kc, gc, G)  # (B, H, N, c, c)
         intra = scale * (scores @ vc)  # (B, H, N, c, d_v)
-        k_end = kc * decay[..., -1, :].transpose(-1, -2)  # (B, H, N, c, d_k) decayed to the chunk end
+        k_end = kc * torch.exp(_after(gc))  # (B, H, N, c, d_k) decayed to the chunk end
         chunk_kv = k_end.transpose(-1, -2) @ vc  # (B, H, N, d_k, d_v)
         through = torch.exp(gc.sum(dim=3)).unsqueeze(-1)  # (B, H, N, e, 1) decay across a chunk
         s, before = state.to(dt), []
@@ -67,13 +66,46 @@ def gated_linear_attention(
             before.append(s)
             s = a_n * s + kv_n  # (B, H, d_k, d_v); chunks unbound once, never indexed in the loop
         carried = torch.stack(before, dim=2)  # (B, H, N, d_k, d_v) the state entering each chunk
-        inter = scale * ((qc * torch.exp(gc.cumsum(dim=3))) @ carried)  # (B, H, N, c, d_v) exp(G) <= 1
+        inter = scale * ((qc * torch.exp(G)) @ carried)  # (B, H, N, c, d_v) exp(G) <= 1
         o = (intra + inter).flatten(2, 3)[:, :, :T]  # (B, H, T, d_v)
     return o.to(out_dtype), s.to(state_dtype(state.dtype))
 
 
+# Per-channel scores factorise as (q_i e^{G_i}) . (k_j e^{-G_j}) when every factor stays in
+# range: in chunks whose decay spans at most e^-FACTOR_SPAN per channel (e^{-G_j} <= e^30, far
+# from fp32's e^88, and the product's rounding that of two exponentials). Wider chunks (a
+# forget gate near 0 for several steps) take the pairwise exponents, which never overflow.
+FACTOR_SPAN = 30.0
+
+
+def _channel_scores(qc: torch.Tensor, kc: torch.Tensor, gc: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+    """A_ij = sum_d q_id k_jd exp(G_id - G_jd) for j <= i, else 0: (B, H, N, c, c). One small
+    matmul per chunk where the chunk's span allows (see FACTOR_SPAN), the pairwise form elsewhere."""
+    c = qc.shape[3]
+    q_f = qc * torch.exp(G)  # (B, H, N, c, d_k) q_id e^{G_id}, e^G <= 1
+    k_f = kc * torch.exp((-G).clamp_max(FACTOR_SPAN))  # (B, H, N, c, d_k) k_jd e^{-G_jd}; clamped only in wide chunks
+    future = torch.ones(c, c, dtype=torch.bool, device=qc.device).triu(1)  # (c, c) j > i
+    scores = (q_f @ k_f.transpose(-1, -2)).masked_fill(future, 0.0)  # (B, H, N, c, c)
+    wide = (G[:, :, :, -1] < -FACTOR_SPAN).any(dim=-1)  # (B, H, N) chunks whose span leaves the range
+    if not wide.any():
+        return scores
+    at = wide.nonzero(as_tuple=True)  # the wide chunks' (b, h, n) indices
+    q_d = qc[at].transpose(-1, -2).unsqueeze(-1)  # (M, d_k, c, 1) q_id
+    k_d = kc[at].transpose(-1, -2).unsqueeze(-2)  # (M, d_k, 1, c) k_jd
+    exact = (q_d * pair_decay(gc[at]) * k_d).sum(dim=-3)  # (M, c, c) sum_d q_id decay_dij k_jd, exponents <= 0
+    return scores.index_put(at, exact)  # (B, H, N, c, c) a new tensor: the wide chunks replaced
+
+
+def _after(g: torch.Tensor) -> torch.Tensor:
+    """sum_{j<l<=c} g_l for each j of a chunk, (..., c, e): a reverse cumulative sum shifted by one,
+    each entry a sum over its own span (no difference of running sums)."""
+    rev = g.flip(-2).cumsum(dim=-2).flip(-2)  # (..., c, e) sum_{l>=j}
+    return F.pad(rev[..., 1:, :], (0, 0, 0, 1))  # (..., c, e) sum_{l>j}; 0 at the chunk's end
+
+
 def gla_flops_per_token(n_head: int, d_k: int, d_v: int, chunk: int, T: int, per_channel: bool) -> float:
-    """Kernel FLOPs per token: c x c scores 2 c d_k (+ c d_k decays per channel), scores @ V
-    2 c d_v, chunk summary and carried-state read 2 * 2 d_k d_v."""
+    """Kernel FLOPs per token: c x c scores 2 c d_k, their decays (per head c; per channel the
+    factors q e^G and k e^-G, 2 d_k, as chunks within FACTOR_SPAN run), scores @ V 2 c d_v,
+    chunk summary and carried-state read 2 * 2 d_k d_v."""
     c = min(chunk, max(T, 1))
-    return n_head * (2.0 * c * d_k + (c * d_k if per_channel else c) + 2.0 * c * d_v + 4.0 * d_k * d_v)
+    return n_head * (2.0 * c * d_k + (2.0 * d_k if per_channel else c) + 2.0 * c * d_v + 4.0 * d_k * d_v)
