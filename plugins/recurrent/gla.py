@@ -28,6 +28,7 @@ from attnbench.plugins.recurrent.common import (
 )
 from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_gla
 from attnbench.plugins.recurrent.gla_kernel import (
+    FACTOR_SPAN,
     gated_linear_attention,
     gla_flops_per_token,
     gla_init_state,
@@ -99,11 +100,14 @@ class GatedLinearAttention(nn.Module):
 
     def describe_path(self) -> dict[str, object]:
         parallel = FLA_OPS["gla"] if self.kernel == "fla" else "recurrent.gla_kernel.gated_linear_attention"
-        return {
+        path: dict[str, object] = {
             "kernel": parallel,
             "decode_kernel": "recurrent.gla_kernel.gated_linear_attention",
             "chunk_size": self.chunk_size,
         }
+        if self.kernel != "fla":  # ours: per chunk one matmul where its decay spans <= e^-FACTOR_SPAN
+            path["intra_chunk_scores"] = f"factorised within e^-{FACTOR_SPAN:g}, else pairwise"
+        return path
 
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         H = self.n_head
