@@ -4,11 +4,12 @@
     S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T,    o_t = scale * S_t^T q_t      (g_t <= 0)
 
 Chunks of c positions: G = the cumulative sum of g inside a chunk; intra-chunk weights
-A_ij = scale * sum_d q_id k_jd exp(G_id - G_jd) for j <= i: per channel one matmul of
-q e^G and k e^-G where a chunk's decay spans at most e^-30 (``FACTOR_SPAN``), else built
-from pairwise exponents that are <= 0 (which cannot overflow, whatever the decay); across chunks the state,
-S_{n+1} = diag(exp(G_c)) S_n + (K * exp(G_c - G))^T V, carried by a loop over chunks.
-A decay per head (g of last size 1) needs (c, c) exponents, per channel (c, c, d_k).
+A_ij = scale * sum_d q_id k_jd exp(G_id - G_jd) for j <= i. A decay per head weighs the
+(c, c) scores by pairwise exponents; a decay per key channel takes one matmul of q e^G and
+k e^-G in chunks whose decay spans at most e^-30 (``FACTOR_SPAN``), and pairwise (c, c, d_k)
+exponents, all <= 0, in the others (no factor can overflow, whatever the decay). Across
+chunks the state, S_{n+1} = diag(exp(G_c)) S_n + (K * exp(G_c - G))^T V, is carried by a
+loop over chunks.
 Computes in fp32 with autocast off (float64 when given float64); the caller's state is
 never modified.
 """
