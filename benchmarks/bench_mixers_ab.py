@@ -6,9 +6,10 @@
 On a shared machine two runs of ``bench_mixers.py`` minutes apart differ by 2x at equal code.
 Here each mixer's model is built once and its train step (forward + backward, one thread)
 alternates between the old and the new kernels step by step: the old ``delta_kernel``,
-``gla_kernel``, ``ssd_kernel``, Mamba2's convolution and the short convolution are loaded
-from ``--old`` under other names and patched in. Prints the best-of-repeats ms/step of each
-and new/old; a mixer whose code did not change (softmax, linear, based) is the control.
+``gla_kernel``, ``ssd_kernel``, Mamba2's convolution, the short convolution and DeltaNet's
+``_heads`` are loaded from ``--old`` under other names and patched in. Prints the
+best-of-repeats ms/step of each and new/old; a mixer whose code did not change (softmax,
+linear) is the control.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def _load(old: Path, name: str) -> ModuleType:
 
 def kernel_sets(old: Path) -> dict[str, list[tuple[object, str, object]]]:
     """new/old: (owner, attribute, value) patches that select each checkout's kernels."""
-    od, og, om, oc, os_ = (_load(old, n) for n in ("delta_kernel", "gla_kernel", "mamba2", "common", "ssd_kernel"))
+    modules = ("delta_kernel", "gla_kernel", "mamba2", "common", "ssd_kernel", "deltanet")
+    od, og, om, oc, os_, odn = (_load(old, n) for n in modules)
     names = [
         (deltanet, "delta_rule"),
         (gla, "gated_linear_attention"),
@@ -49,9 +51,10 @@ def kernel_sets(old: Path) -> dict[str, list[tuple[object, str, object]]]:
         (mamba2, "ssd_scan"),
         (mamba2.Mamba2, "_conv"),
         (common.ShortConv, "forward"),
+        (deltanet.DeltaNet, "_heads"),
     ]
     olds = [od.delta_rule, og.gated_linear_attention, og.gated_linear_attention, os_.ssd_scan, om.Mamba2._conv]
-    olds.append(oc.ShortConv.forward)
+    olds += [oc.ShortConv.forward, odn.DeltaNet._heads]
     return {
         "new": [(owner, attr, getattr(owner, attr)) for owner, attr in names],
         "old": [(owner, attr, value) for (owner, attr), value in zip(names, olds, strict=True)],

@@ -90,7 +90,7 @@ def delta_rule(
         # of two running sums, which cancels in fp32 once the chunk's total log decay is large
         D = torch.exp(segment_sums(gc))  # (B, H, N, c, c) exp(sum_{j<l<=i} g_l), 0 for j > i
         gamma = torch.exp(gc.cumsum(dim=3))[..., None]  # (B, H, N, c, 1) decay since the chunk start, <= 1
-        strict = (bc * D * (kc @ kc.transpose(-1, -2))).tril(-1)  # (B, H, N, c, c) beta_i D_ij k_i.k_j, j < i
+        strict = (D * ((bc * kc) @ kc.transpose(-1, -2))).tril(-1)  # (B, H, N, c, c) beta_i D_ij k_i.k_j, j < i
         eye = torch.eye(c, dtype=dt, device=v.device)  # (c, c)
         rhs = bc * torch.cat([vc, gamma * kc], dim=-1)  # (B, H, N, c, d_v + d_k)
         uw = torch.linalg.solve_triangular(eye + strict, rhs, upper=False, unitriangular=True)  # (B, H, N, c, d_v+d_k)
@@ -119,14 +119,16 @@ def _one_chunk(
 ) -> torch.Tensor:
     """The WY form of one chunk from S_0 = 0: q, k (B, H, T, d_k), v (B, H, T, d_v), beta (B, H, T)."""
     b = beta[..., None]  # (B, H, T, 1)
-    if g is None:
-        D = torch.ones(q.shape[2], q.shape[2], dtype=q.dtype, device=q.device).tril()  # (T, T) no decay
+    kk = (b * k) @ k.transpose(-1, -2)  # (B, H, T, T) beta_i k_i.k_j
+    qk = q @ k.transpose(-1, -2)  # (B, H, T, T) q_i.k_j
+    if g is None:  # no decay: D is the causal mask
+        strict, scores = kk.tril(-1), qk.tril()  # (B, H, T, T) j < i, j <= i
     else:
         D = torch.exp(segment_sums(g.to(q.dtype)))  # (B, H, T, T) exp(sum_{j<l<=i} g_l), 0 for j > i
-    strict = (b * D * (k @ k.transpose(-1, -2))).tril(-1)  # (B, H, T, T) beta_i D_ij k_i.k_j, j < i
+        strict, scores = (D * kk).tril(-1), D * qk  # (B, H, T, T) beta_i D_ij k_i.k_j for j < i; D_ij q_i.k_j
     eye = torch.eye(q.shape[2], dtype=q.dtype, device=q.device)  # (T, T)
     u = torch.linalg.solve_triangular(eye + strict, b * v, upper=False, unitriangular=True)  # (B, H, T, d_v) U~ = U
-    return scale * ((D * (q @ k.transpose(-1, -2))) @ u)  # (B, H, T, d_v)
+    return scale * (scores @ u)  # (B, H, T, d_v)
 
 
 def delta_flops_per_token(n_head: int, d_k: int, d_v: int, chunk: int, T: int) -> float:

@@ -7,8 +7,9 @@ the Delta Rule over Sequence Length", section 3 and the architecture of section 
 
 Training runs the WY-form chunked kernel (``delta_kernel``); decoding carries S and the
 short convolution's last K - 1 inputs. ``gated_deltanet`` builds on this module.
-q and k are normalised exactly (``F.normalize``: x / ||x||), where fla divides by
-sqrt(||x||^2 + 1e-6): a relative difference of about 5e-7 / ||x||^2.
+q and k are normalised exactly (x / ||x||, as ``F.normalize``, taken as x * rsqrt(||x||^2): a
+product's backward is cheaper than a quotient's), where fla divides by sqrt(||x||^2 + 1e-6):
+a relative difference of about 5e-7 / ||x||^2.
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ def _options(config: ModelConfig) -> DeltaOptions:
     return config.options if isinstance(config.options, DeltaOptions) else DeltaOptions()
 
 
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    """x / ||x|| over the last dim, as ``F.normalize`` (norm floored at 1e-12): (..., h)."""
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True).clamp_min(1e-24))  # (..., h)
+
+
 class DeltaNet(nn.Module):
     name = "deltanet"
 
@@ -100,7 +106,7 @@ class DeltaNet(nn.Module):
         qkv, conv = self.conv(qkv, conv) if self.conv is not None else (F.silu(qkv), None)  # (B, T, 3D)
         q, k, v = split_heads(qkv, self.n_head)  # 3 x (B, H, T, h)
         dt = compute_dtype(q)
-        q, k = F.normalize(q.to(dt), dim=-1), F.normalize(k.to(dt), dim=-1)  # (B, H, T, h) unit norm, fp32
+        q, k = _unit(q.to(dt)), _unit(k.to(dt))  # (B, H, T, h) unit norm, fp32
         beta = torch.sigmoid(full_precision_linear(self.b_proj, x)).transpose(1, 2)  # (B, H, T) in (0, 1), fp32
         return q, k, v, beta, self.log_decay(x), conv
 
