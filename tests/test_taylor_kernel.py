@@ -25,12 +25,28 @@ def _inputs(T: int, seed: int) -> tuple[torch.Tensor, ...]:
 
 
 def _start(seed: int) -> LinearState:
-    """A non-empty state, as a prefix would leave it (z > 0)."""
+    """A non-empty state as a prefix leaves it: the rows of x_a x_b and x_b x_a equal, z > 0."""
     gen = torch.Generator().manual_seed(seed)
-    F_ = 1 + f + f * f
-    return LinearState(
-        torch.randn(B, H, F_, h, generator=gen, dtype=F64), torch.rand(B, H, F_, generator=gen, dtype=F64) + 1
+    s, z = (
+        torch.randn(B, H, 1 + f + f * f, h, generator=gen, dtype=F64),
+        torch.rand(B, H, 1 + f + f * f, generator=gen, dtype=F64),
     )
+    pairs_s, pairs_z = s[:, :, 1 + f :].unflatten(2, (f, f)), z[:, :, 1 + f :].unflatten(2, (f, f))  # (B, H, f, f, .)
+    s[:, :, 1 + f :] = ((pairs_s + pairs_s.transpose(2, 3)) / 2).flatten(2, 3)
+    z[:, :, 1 + f :] = ((pairs_z + pairs_z.transpose(2, 3)) / 2).flatten(2, 3)
+    return LinearState(s, z + 1)
+
+
+def test_a_state_with_unequal_pair_rows_reads_as_their_sum():
+    """Only rows (a, b) + (b, a) reach an output: moving mass between them changes nothing."""
+    qf, kf, v = _inputs(11, seed=5)
+    start = _start(5)
+    shifted = start.s.clone()
+    shifted[:, :, 1 + f + 1] += 3.0  # row (0, 1)
+    shifted[:, :, 1 + f + f] -= 3.0  # row (1, 0)
+    a, _ = taylor_attention(qf, kf, v, start, 4, EPS)
+    b, _ = taylor_attention(qf, kf, v, LinearState(shifted, start.z), 4, EPS)
+    torch.testing.assert_close(a, b, **TIGHT)
 
 
 def _loop(qf, kf, v, start: LinearState) -> torch.Tensor:

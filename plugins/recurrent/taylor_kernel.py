@@ -6,10 +6,13 @@ f-dimensional dot product instead of the 1 + f + f^2 features (as fla's parallel
 
 Inside a chunk of c positions: the (c, c) scores above, 2 c f FLOPs per token and head
 instead of 2 c (1 + f + f^2) (f = 16: 17x fewer). Across chunks: the carried state
-S = sum_j phi(k_j) [v_j, 1]^T over the features, as in ``attnbench.linear_attention``, read by
-phi(q_i). Training from the empty state with T <= c (the CPU suites' T 64, c 64) needs no
-features at all. The same function serves training and decoding (``LinearState`` in, a new
-one out; the given one is never modified). fp32 with autocast off (float64 when given).
+S = sum_j phi(k_j) [v_j, 1]^T, read by phi(q_i), over the features with each unordered pair
+(a, b) once (``symmetric_features``: 1 + f + f (f + 1) / 2, 153 for f = 16, not 273; the same
+dot products). The state handed in and out keeps the full 1 + f + f^2 rows (what
+``state_size`` counts, as the paper does), the rows of (a, b) and (b, a) equal. Training from
+the empty state with T <= c (the CPU suites' T 64, c 64) needs no features at all. The same
+function serves training and decoding (``LinearState`` in, a new one out; the given one is
+never modified). fp32 with autocast off (float64 when given).
 """
 
 from __future__ import annotations
@@ -19,8 +22,7 @@ from typing import overload
 import torch
 import torch.nn.functional as F
 
-from attnbench import LinearState, linear_init_state
-from attnbench.plugins.linear import taylor_features
+from attnbench import LinearState
 
 
 def _chunks(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -65,15 +67,45 @@ def taylor_attention(
         num = taylor_scores(qc, kc) @ vx  # (B, H, N, c, h+1) inside each chunk
         new = None
         if state is not None or c < T:  # a carried state: the features, over chunks
-            F_ = 1 + f + f * f
-            start = state if state is not None else linear_init_state(B, H, F_, h, v.device, dt)
-            s0 = torch.cat([start.s, start.z[..., None]], dim=-1).to(dt)  # (B, H, F, h+1) [S_0, z_0]
-            kv = taylor_features(kc).transpose(-1, -2) @ vx  # (B, H, N, F, h+1) chunk sums; padded rows of vx are 0
-            incl = s0[:, :, None] + kv.cumsum(dim=2)  # (B, H, N, F, h+1) state after chunk n
-            before = torch.cat([s0[:, :, None], incl[:, :, :-1]], dim=2)  # (B, H, N, F, h+1) entering chunk n
-            num = num + taylor_features(qc) @ before  # (B, H, N, c, h+1) + the carried state
+            fold, unfold = _folds(f, dt, v.device)  # (F_s, F), (F, F_s)
+            if state is not None:  # [S_0, z_0] over the full features, folded onto the symmetric ones
+                s0 = fold @ torch.cat([state.s, state.z[..., None]], dim=-1).to(dt)  # (B, H, F_s, h+1)
+            else:
+                s0 = vx.new_zeros(B, H, fold.shape[0], h + 1)  # (B, H, F_s, h+1)
+            kv = symmetric_features(kc).transpose(-1, -2) @ vx  # (B, H, N, F_s, h+1) chunk sums; padded vx rows are 0
+            incl = s0[:, :, None] + kv.cumsum(dim=2)  # (B, H, N, F_s, h+1) state after chunk n
+            before = torch.cat([s0[:, :, None], incl[:, :, :-1]], dim=2)  # (B, H, N, F_s, h+1) entering chunk n
+            num = num + symmetric_features(qc) @ before  # (B, H, N, c, h+1) + the carried state
             if state is not None:
-                final = incl[:, :, -1]  # (B, H, F, h+1)
+                final = unfold @ incl[:, :, -1]  # (B, H, F, h+1) back on the full features
                 new = LinearState(final[..., :h].contiguous(), final[..., h].contiguous())
         o = num[..., :h] / (num[..., h:] + eps)  # (B, H, N, c, h) eps after the dot product
     return o.flatten(2, 3)[:, :, :T].to(out_dtype), new
+
+
+def symmetric_features(x: torch.Tensor) -> torch.Tensor:
+    """Based's Taylor map with each unordered pair once, x' = x / f^(1/4):
+    [1, x', x'_a^2 / sqrt 2, x'_a x'_b for a < b], (..., f) -> (..., 1 + f + f (f + 1) / 2).
+    Dot products equal ``taylor_features``': (x'.y')^2 / 2 = sum_a x'_a^2 y'_a^2 / 2 + sum_{a<b} x'_a x'_b y'_a y'_b."""
+    f = x.shape[-1]
+    x = x / f**0.25  # (..., f)
+    a, b = torch.triu_indices(f, f, offset=1, device=x.device)  # (f (f - 1) / 2,) each, a < b
+    return torch.cat([torch.ones_like(x[..., :1]), x, x * x * 2**-0.5, x[..., a] * x[..., b]], dim=-1)
+
+
+def _folds(f: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """fold (F_s, F): a state over the full features (rows 1, x', x'_a x'_b / sqrt 2 for all a, b)
+    onto the symmetric ones; a read only sees rows (a, b) + (b, a), so pair row = their sum /
+    sqrt 2. unfold (F, F_s): back, each pair row split evenly over (a, b) and (b, a)."""
+    F_, F_s = 1 + f + f * f, 1 + f + f * (f + 1) // 2
+    fold = torch.zeros(F_s, F_, dtype=dtype, device=device)  # (F_s, F)
+    keep = torch.arange(1 + f, device=device)  # (1 + f,) the constant and linear rows
+    fold[keep, keep] = 1.0
+    diag = torch.arange(f, device=device)  # (f,)
+    fold[1 + f + diag, 1 + f + diag * f + diag] = 1.0  # x'_a^2 / sqrt 2 in both maps
+    a, b = torch.triu_indices(f, f, offset=1, device=device)  # (P,) pairs a < b
+    pair = 1 + 2 * f + torch.arange(a.numel(), device=device)  # (P,) their rows in the symmetric map
+    fold[pair, 1 + f + a * f + b] = 2**-0.5
+    fold[pair, 1 + f + b * f + a] = 2**-0.5
+    unfold = fold.T.clone()  # (F, F_s) constant, linear and diagonal rows 1; each pair 1 / sqrt 2 twice
+    return fold, unfold
