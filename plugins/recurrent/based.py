@@ -169,15 +169,15 @@ def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
 
 
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
-    """Projections (q~, k~: 4 d H f; q, k, v, out: 8 d^2), the chunked Taylor part per head
-    (c x c scores from q~.k~ 2 c f, as ``taylor_attention`` computes them, not over the F
-    features; scores @ [v, 1] 2 c (h+1); state over the F features 4 F (h+1)) and the window
-    part (2 * 2 d per key seen). Training with T <= chunk starts empty in one chunk: no state
-    term."""
+    """Projections (q~, k~: 4 d H f; q, k, v, out: 8 d^2), the chunked Taylor part per head as
+    ``taylor_attention`` computes it (c x c scores from q~.k~ 2 c f; scores @ [v, 1] 2 c (h+1);
+    the state over the F_s = 1 + f + f (f + 1) / 2 symmetric features 4 F_s (h+1)) and the
+    window part (2 * 2 d per key seen). Training with T <= chunk starts empty in one chunk: no
+    state term."""
     opts = _options(config)
     d, H, h, f = config.d_model, config.n_head, config.head_dim, opts.feature_dim
-    F_, c = n_features(f), min(opts.chunk_size, max(T, 1))
-    state = 0.0 if opts.chunk_size >= T else 4.0 * F_ * (h + 1)
+    F_s, c = 1 + f + f * (f + 1) // 2, min(opts.chunk_size, max(T, 1))
+    state = 0.0 if opts.chunk_size >= T else 4.0 * F_s * (h + 1)
     taylor = H * (2.0 * c * f + 2.0 * c * (h + 1) + state)
     return 4.0 * d * H * f + 8.0 * d * d + taylor + 4.0 * d * mean_keys(T, opts.window)
 
