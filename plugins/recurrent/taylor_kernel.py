@@ -89,8 +89,8 @@ def symmetric_features(x: torch.Tensor) -> torch.Tensor:
     Dot products equal ``taylor_features``': (x'.y')^2 / 2 = sum_a x'_a^2 y'_a^2 / 2 + sum_{a<b} x'_a x'_b y'_a y'_b."""
     f = x.shape[-1]
     x = x / f**0.25  # (..., f)
-    a, b = torch.triu_indices(f, f, offset=1, device=x.device)  # (f (f - 1) / 2,) each, a < b
-    return torch.cat([torch.ones_like(x[..., :1]), x, x * x * 2**-0.5, x[..., a] * x[..., b]], dim=-1)
+    pairs = [x[..., a : a + 1] * x[..., a + 1 :] for a in range(f - 1)]  # (..., f - 1 - a) x'_a x'_b, b > a
+    return torch.cat([torch.ones_like(x[..., :1]), x, x * x * 2**-0.5, *pairs], dim=-1)  # pairs in triu order
 
 
 def _folds(f: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
