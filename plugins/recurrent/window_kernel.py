@@ -3,8 +3,9 @@ positions, itself included (keys j in [i - w + 1, i], fla's and Longformer's con
 
     o_i = softmax_j(q_i . k_j / sqrt(h) + M_ij) v_j,   M_ij = 0 for i - w < j <= i, else -inf
 
-Queries go in blocks of c; a block reads only its c + w - 1 keys (an unfolded view), so
-time and memory are O(T (c + w)), never O(T^2). Decoding carries the last w - 1 keys and
+Queries go in blocks of c; a block reads only the ceil((w - 1) / c) blocks before it and
+its own (copied side by side, not overlapping views), so time and memory are O(T (c + w)),
+never O(T^2). Decoding carries the last w - 1 keys and
 values (O(w) state); the same function serves training (empty cache) and ``step``. From an
 empty cache with t <= w the window masks nothing that causality does not: that case is
 ``F.scaled_dot_product_attention(is_causal=True)`` (the CPU suites' T <= 64 at w = 64).
@@ -57,20 +58,23 @@ def window_attention(
     with torch.autocast(q.device.type, enabled=False):  # scores and softmax in fp32 (float64 when given)
         c = min(block, t)
         N = -(-t // c)
-        S = c + w - 1  # keys one block reads
-        front, back = w - 1 - P, N * c - t  # zero keys before position 0 (masked), tail padding
-        kp = F.pad(keys.to(dt), (0, 0, front, back))  # (B, H, w-1+N*c, h) cached/new key a at index a + front
-        vp = F.pad(values.to(dt), (0, 0, front, back))  # (B, H, w-1+N*c, h)
-        kb = kp.unfold(2, S, c)  # (B, H, N, h, S) block n: padded keys [n c, n c + S)
-        vb = vp.unfold(2, S, c).transpose(-1, -2)  # (B, H, N, S, h)
-        qb = F.pad(q.to(dt), (0, 0, 0, back)).unflatten(2, (N, c))  # (B, H, N, c, h)
-        scores = (qb @ kb) * h**-0.5  # (B, H, N, c, S)
+        prev = -(-(w - 1) // c)  # whole blocks before a block that its queries can reach
+        front = prev * c - P  # zero keys before position 0 (masked): the cache and the front fill `prev` blocks
+        back = N * c - t  # tail padding
+        kp = F.pad(keys.to(dt), (0, 0, front, back)).unflatten(2, (N + prev, c))  # (B, H, N+prev, c, h)
+        vp = F.pad(values.to(dt), (0, 0, front, back)).unflatten(2, (N + prev, c))  # (B, H, N+prev, c, h)
+        # block n reads blocks n .. n + prev of the padded keys: a copy per block, not overlapping views
+        kb = torch.cat([kp[:, :, j : j + N] for j in range(prev + 1)], dim=3)  # (B, H, N, S, h), S = (prev+1) c
+        vb = torch.cat([vp[:, :, j : j + N] for j in range(prev + 1)], dim=3)  # (B, H, N, S, h)
+        qb = F.pad(q.to(dt) * h**-0.5, (0, 0, 0, back)).unflatten(2, (N, c))  # (B, H, N, c, h) scaled once
+        scores = qb @ kb.transpose(-1, -2)  # (B, H, N, c, S)
         i = torch.arange(c, device=q.device)[:, None]  # (c, 1) query offset in its block
-        r = torch.arange(S, device=q.device)[None, :]  # (1, S) key offset in the block's span
+        r = torch.arange((prev + 1) * c, device=q.device)[None, :]  # (1, S) key offset in the block's span
         start = torch.arange(N, device=q.device)[:, None, None] * c  # (N, 1, 1) block start
-        # Key r of block n sits w - 1 - (r - i) places before query i; it is a real key (not front
-        # padding) when n c + r >= front.
-        seen = (r >= i) & (r <= i + w - 1) & (start + r >= front)  # (N, c, S)
+        # Query i of block n sits at span offset prev c + i; key r is seen when 0 <= prev c + i - r < w, and
+        # it is a real key (not front padding) when n c + r >= front.
+        gap = prev * c + i - r  # (c, S) positions from key to query
+        seen = (gap >= 0) & (gap < w) & (start + r >= front)  # (N, c, S)
         p = scores.masked_fill(~seen, float("-inf")).softmax(dim=-1)  # (B, H, N, c, S) every real row sees itself
         o = (p @ vb).flatten(2, 3)[:, :, :t]  # (B, H, t, h)
     return o.to(out_dtype), new
