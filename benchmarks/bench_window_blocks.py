@@ -66,17 +66,17 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for B, H, T, h, w, c in SHAPES:
         gen = torch.Generator().manual_seed(0)
-        exact = [torch.randn(B, H, T, h, generator=gen, dtype=torch.float64) for _ in range(3)]
-        diff = (unfolded(*exact, w, c) - blocked(*exact, w, c)).abs().max().item()
-        data = [t.float().requires_grad_() for t in exact]
+        q, k, v = (torch.randn(B, H, T, h, generator=gen, dtype=torch.float64) for _ in range(3))
+        diff = (unfolded(q, k, v, w, c) - blocked(q, k, v, w, c)).abs().max().item()
+        data = tuple(t.float().requires_grad_() for t in (q, k, v))
         for kernel in ways.values():
-            kernel(*data, w, c).sum().backward()  # warm-up
+            kernel(data[0], data[1], data[2], w, c).sum().backward()  # warm-up
         times: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(args.repeats):
             for name, kernel in ways.items():
 
                 def step(kernel=kernel, data=data, w=w, c=c) -> None:
-                    kernel(*data, w, c).sum().backward()
+                    kernel(data[0], data[1], data[2], w, c).sum().backward()
 
                 times[name].append(timed(step))
         old, new = (1e3 * statistics.median(times[name]) for name in ways)
