@@ -101,6 +101,25 @@ def _legend(ax: Axes, **kwargs: Any) -> None:
         ax.legend(handles, labels, fontsize="small", **kwargs)
 
 
+LEGEND_COLUMNS = 4  # a shared legend's columns, below the panels
+LEGEND_ROW_INCHES = 0.22
+
+
+def _shared_legend(fig: MplFigure, axes: list[Axes]) -> None:
+    """One legend for all panels, below them, the figure taller by its rows: a legend per panel
+    with every variant (28 entries for 14 variants and two splits) squeezed the axes to nothing."""
+    entries: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)  # the first panel's handle for each label
+    if not entries:
+        return
+    rows = -(-len(entries) // LEGEND_COLUMNS)
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(width, height + rows * LEGEND_ROW_INCHES)
+    fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncol=LEGEND_COLUMNS, fontsize="small")
+
+
 def loss_curves(curves: pd.DataFrame, palette: Palette, labels: dict[str, str], title: str, slug: str) -> Figure | None:
     """Loss against training tokens and against training seconds, one line per seed.
 
@@ -130,7 +149,9 @@ def loss_curves(curves: pd.DataFrame, palette: Palette, labels: dict[str, str], 
                         label=f"{labels.get(variant, variant)} ({split})" if i == 0 else None,
                     )
         ax.set(xlabel=xlabel, ylabel="loss (nats/token)")
-        _legend(ax)
+        if (legend := ax.get_legend()) is not None:
+            legend.remove()  # seaborn adds one per panel: the shared one below replaces them
+    _shared_legend(fig, axes)
     fig.suptitle(title)
     return Figure(
         slug,
@@ -180,7 +201,7 @@ def equal_budget(
             )
             ax.fill_between(g["x"], g["lo"], g["hi"], color=palette[variant], alpha=0.2, linewidth=0)
         ax.set(xlabel=xlabel, ylabel="held-out loss (nats/token)")
-        _legend(ax)
+    _shared_legend(fig, axes)
     fig.suptitle(title)
     missing = (
         f" FLOPs not declared by: {', '.join(labels.get(str(v), str(v)) for v in undeclared)}." if undeclared else ""
