@@ -1,4 +1,4 @@
-"""Pieces the recurrent mixers share: the compute dtype, a per-head RMS norm, a causal
+"""Pieces the recurrent mixers share: chunking a sequence, the compute dtype, a per-head RMS norm, a causal
 short convolution with its decode cache, option checks, and the fla kernel guard."""
 
 from __future__ import annotations
@@ -11,6 +11,15 @@ from attnbench.plugins.kernels.fla_linear import fla_unavailable, follow_torch_f
 from attnbench.plugins.kernels.short_conv import causal_depthwise_conv
 
 KERNELS = ("chunked", "fla")
+
+
+def chunks(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(B, H, T, e) -> (B, H, N, c, e), N = ceil(T / c), the tail padded with zeros (a zero key,
+    value or log decay adds nothing to a chunk's state; the causal mask keeps padded keys from
+    every real query)."""
+    B, H, T, e = x.shape
+    N = -(-T // c)
+    return F.pad(x, (0, 0, 0, N * c - T)).reshape(B, H, N, c, e)
 
 
 def compute_dtype(*xs: torch.Tensor) -> torch.dtype:

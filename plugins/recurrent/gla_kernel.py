@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attnbench.plugins.recurrent.common import compute_dtype, state_dtype
+from attnbench.plugins.recurrent.common import chunks, compute_dtype, state_dtype
 from attnbench.plugins.recurrent.ssd_kernel import segment_sums
 
 
@@ -27,13 +27,6 @@ def gla_init_state(
     batch: int, n_head: int, d_k: int, d_v: int, device=None, dtype: torch.dtype | None = None
 ) -> torch.Tensor:
     return torch.zeros(batch, n_head, d_k, d_v, device=device, dtype=state_dtype(dtype))  # (B, H, d_k, d_v)
-
-
-def _chunks(x: torch.Tensor, c: int) -> torch.Tensor:
-    """(B, H, T, e) -> (B, H, N, c, e), the tail padded with zeros (k = 0, g = 0: no effect)."""
-    B, H, T, e = x.shape
-    N = -(-T // c)
-    return F.pad(x, (0, 0, 0, N * c - T)).reshape(B, H, N, c, e)
 
 
 def pair_decay(g: torch.Tensor) -> torch.Tensor:
@@ -51,8 +44,8 @@ def gated_linear_attention(
     dt = compute_dtype(q, k, v, g)
     with torch.autocast(v.device.type, enabled=False):  # fp32 (fp64): decays and running sums
         c = min(chunk, T)
-        qc, kc, vc = (_chunks(t.to(dt), c) for t in (q, k, v))  # (B, H, N, c, d)
-        gc = _chunks(g.to(dt), c)  # (B, H, N, c, e) log decays per step
+        qc, kc, vc = (chunks(t.to(dt), c) for t in (q, k, v))  # (B, H, N, c, d)
+        gc = chunks(g.to(dt), c)  # (B, H, N, c, e) log decays per step
         G = gc.cumsum(dim=3)  # (B, H, N, c, e) log decay from the chunk's start through i, <= 0
         if gc.shape[-1] == 1:  # one decay per head: weight the scores
             scores = (qc @ kc.transpose(-1, -2)) * pair_decay(gc)[:, :, :, 0]  # (B, H, N, c, c)

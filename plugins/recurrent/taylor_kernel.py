@@ -23,15 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench import LinearState
-
-
-def _chunks(x: torch.Tensor, c: int) -> torch.Tensor:
-    """(B, H, T, e) -> (B, H, N, c, e), the tail padded with zeros. A zero key still scores 1,
-    but padded keys sit after every real query (the causal mask drops them) and their value
-    rows [v, 1] are all zero (they add nothing to a chunk's sum)."""
-    B, H, T, e = x.shape
-    N = -(-T // c)
-    return F.pad(x, (0, 0, 0, N * c - T)).reshape(B, H, N, c, e)
+from attnbench.plugins.recurrent.common import chunks
 
 
 def taylor_scores(qc: torch.Tensor, kc: torch.Tensor) -> torch.Tensor:
@@ -62,22 +54,23 @@ def taylor_attention(
     dt = torch.float64 if torch.float64 in (qf.dtype, kf.dtype, v.dtype) else torch.float32
     with torch.autocast(v.device.type, enabled=False):  # fp32 (fp64): the state sums the whole sequence
         c = min(chunk, T)
-        qc, kc = _chunks(qf.to(dt), c), _chunks(kf.to(dt), c)  # (B, H, N, c, f)
-        vx = _chunks(F.pad(v.to(dt), (0, 1), value=1.0), c)  # (B, H, N, c, h+1) [v, 1]: numerator and normaliser
+        qc, kc = chunks(qf.to(dt), c), chunks(kf.to(dt), c)  # (B, H, N, c, f)
+        vx = chunks(F.pad(v.to(dt), (0, 1), value=1.0), c)  # (B, H, N, c, h+1) [v, 1]: numerator and normaliser
         num = taylor_scores(qc, kc) @ vx  # (B, H, N, c, h+1) inside each chunk
         new = None
         if state is not None or c < T:  # a carried state: the features, over chunks
-            fold, unfold = _folds(f, dt, v.device)  # (F_s, F), (F, F_s)
+            kv = symmetric_features(kc).transpose(-1, -2) @ vx  # (B, H, N, F_s, h+1) chunk sums; padded vx rows are 0
+            fold = None  # (F_s, F): only a given state needs it
             if state is not None:  # [S_0, z_0] over the full features, folded onto the symmetric ones
+                fold = _fold(f, dt, v.device)
                 s0 = fold @ torch.cat([state.s, state.z[..., None]], dim=-1).to(dt)  # (B, H, F_s, h+1)
             else:
-                s0 = vx.new_zeros(B, H, fold.shape[0], h + 1)  # (B, H, F_s, h+1)
-            kv = symmetric_features(kc).transpose(-1, -2) @ vx  # (B, H, N, F_s, h+1) chunk sums; padded vx rows are 0
+                s0 = vx.new_zeros(B, H, kv.shape[3], h + 1)  # (B, H, F_s, h+1)
             incl = s0[:, :, None] + kv.cumsum(dim=2)  # (B, H, N, F_s, h+1) state after chunk n
             before = torch.cat([s0[:, :, None], incl[:, :, :-1]], dim=2)  # (B, H, N, F_s, h+1) entering chunk n
             num = num + symmetric_features(qc) @ before  # (B, H, N, c, h+1) + the carried state
-            if state is not None:
-                final = unfold @ incl[:, :, -1]  # (B, H, F, h+1) back on the full features
+            if fold is not None:
+                final = fold.T @ incl[:, :, -1]  # (B, H, F, h+1) back on the full features, pair rows split evenly
                 new = LinearState(final[..., :h].contiguous(), final[..., h].contiguous())
         o = num[..., :h] / (num[..., h:] + eps)  # (B, H, N, c, h) eps after the dot product
     return o.flatten(2, 3)[:, :, :T].to(out_dtype), new
@@ -93,10 +86,11 @@ def symmetric_features(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.ones_like(x[..., :1]), x, x * x * 2**-0.5, *pairs], dim=-1)  # pairs in triu order
 
 
-def _folds(f: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """fold (F_s, F): a state over the full features (rows 1, x', x'_a x'_b / sqrt 2 for all a, b)
-    onto the symmetric ones; a read only sees rows (a, b) + (b, a), so pair row = their sum /
-    sqrt 2. unfold (F, F_s): back, each pair row split evenly over (a, b) and (b, a)."""
+def _fold(f: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(F_s, F): a state over the full features (rows 1, x', x'_a x'_b / sqrt 2 for all a, b) onto
+    the symmetric ones; a read only sees rows (a, b) + (b, a), so pair row = their sum / sqrt 2.
+    Its transpose maps back: constant, linear and diagonal rows as they are, each pair row split
+    evenly over (a, b) and (b, a)."""
     F_, F_s = 1 + f + f * f, 1 + f + f * (f + 1) // 2
     fold = torch.zeros(F_s, F_, dtype=dtype, device=device)  # (F_s, F)
     keep = torch.arange(1 + f, device=device)  # (1 + f,) the constant and linear rows
@@ -107,5 +101,4 @@ def _folds(f: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tens
     pair = 1 + 2 * f + torch.arange(a.numel(), device=device)  # (P,) their rows in the symmetric map
     fold[pair, 1 + f + a * f + b] = 2**-0.5
     fold[pair, 1 + f + b * f + a] = 2**-0.5
-    unfold = fold.T.clone()  # (F, F_s) constant, linear and diagonal rows 1; each pair 1 / sqrt 2 twice
-    return fold, unfold
+    return fold
