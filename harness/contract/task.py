@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from attnbench.contract.option_types import type_problem
+
+if TYPE_CHECKING:  # torch for the checker only: a plugin registers (and a suite validates) without it
+    import torch
 
 IGNORE = -100  # target value of positions that are not scored
 

@@ -23,20 +23,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, runtime_checkable
 
-import torch
-from torch import nn
-
 from attnbench.contract.config import ModelConfig
 from attnbench.contract.option_types import type_problem
 from attnbench.errors import quoted, shortened
 
-if TYPE_CHECKING:  # the contract names the model base for the checker only: nn depends on contract
-    from attnbench.nn.model import LanguageModel
+if TYPE_CHECKING:  # torch for the checker only: a plugin registers (and a suite validates) without it
+    import torch
+    from torch import nn
+
+    from attnbench.nn.model import LanguageModel  # nn depends on contract
 
 DecodeKind = Literal["kv_cache", "recurrent", "window", "none"]
 DECODE_KINDS: tuple[str, ...] = ("kv_cache", "recurrent", "window", "none")
 
-MixerBuilder = Callable[[ModelConfig, int], nn.Module]
+MixerBuilder = Callable[[ModelConfig, int], "nn.Module"]
 ModelBuilder = Callable[[ModelConfig], "LanguageModel"]
 # (config, layer_idx, T) -> number of state elements one sequence holds after T tokens.
 StateSize = Callable[[ModelConfig, int, int], int]
@@ -46,7 +46,7 @@ FlopsPerToken = Callable[[ModelConfig, int, int], float]
 # (mixer, x (B, T, D) the mixer's input) -> what each head attends to, no gradient:
 # pairwise weights (B, H, T, T), row i over keys j <= i, or per-token importances (B, H, T).
 # The mixer is one this variant's build_mixer made (its own class: Any here).
-AttentionMaps = Callable[[Any, torch.Tensor], torch.Tensor]
+AttentionMaps = Callable[[Any, "torch.Tensor"], "torch.Tensor"]
 
 
 @runtime_checkable
@@ -160,6 +160,8 @@ class Variant:
 
 def state_tensors(state: Any) -> list[torch.Tensor]:
     """All tensors held by a decode state (dataclass, tuple, list or dict, nested)."""
+    import torch  # a state holds tensors: torch is loaded already
+
     if state is None:
         return []
     if isinstance(state, torch.Tensor):

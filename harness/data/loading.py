@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from attnbench.data.corpus import Corpus, load_text_corpus
 from attnbench.data.spec import DataSpec
-from attnbench.data.tasks import TaskData, load_task_data, task_vocab
-from attnbench.data.tokenizers import ByteTokenizer, pretrained, pretrained_name
+from attnbench.data.tasks import TaskData, load_task_data
 
 
 def load_corpus(spec: DataSpec, registry=None) -> Corpus | TaskData:
@@ -14,14 +13,3 @@ def load_corpus(spec: DataSpec, registry=None) -> Corpus | TaskData:
     if spec.source == "task":
         return load_task_data(spec, registry)
     return load_text_corpus(spec)
-
-
-def vocab_size_for(spec: DataSpec, registry=None) -> int:
-    """Vocabulary the model must embed, known without loading text (except pretrained)."""
-    if spec.source == "task":
-        return task_vocab(spec, registry)
-    if spec.tokenizer == "bpe":
-        return spec.bpe_vocab_size
-    if spec.tokenizer == "pretrained":
-        return pretrained(pretrained_name(spec)).vocab_size
-    return ByteTokenizer.vocab_size

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:  # a suite validates without torch
+    import torch
+
+
+BYTE_VOCAB = 256  # UTF-8 bytes: the vocabulary of text read as bytes (tokenizer "bytes") and of byte-token tasks
 
 
 class DataSpec(BaseModel):

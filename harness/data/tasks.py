@@ -13,6 +13,7 @@ import torch
 from attnbench.contract.task import IGNORE, Task, TaskBatch
 from attnbench.data.spec import DataSpec, EvalSet
 from attnbench.data.tokenizers import TokenIdsTokenizer
+from attnbench.data.vocab import task_of, task_options, task_vocab
 from attnbench.errors import DataError
 
 _CACHE: dict[str, TaskData] = {}
@@ -56,59 +57,25 @@ class TaskData:
         return sets
 
 
-def _task(spec: DataSpec, registry) -> Task:
-    if registry is None:
-        from attnbench.registry.loader import load_registry
-
-        registry = load_registry()
-    if spec.task is None:
-        raise DataError("data source 'task' needs 'task' (a registered task name; see `attnbench list`)")
-    return registry.get_task(spec.task)
-
-
-def _options(task: Task, base: dict[str, Any], override: dict[str, Any]) -> Any:
-    try:
-        return task.make_options({**base, **override})
-    except ValueError as exc:
-        raise DataError(str(exc)) from None
-
-
-def task_vocab(spec: DataSpec, registry) -> int:
-    task = _task(spec, registry)
-    settings = spec.train_settings or [{}]
-    return max(task.vocab_size(_options(task, spec.task_options, s)) for s in [*settings, *spec.eval_settings])
-
-
-def task_seq_len(spec: DataSpec, registry) -> int:
-    task = _task(spec, registry)
-    lengths = {
-        task.seq_len(_options(task, spec.task_options, s))
-        for s in [*(spec.train_settings or [{}]), *spec.eval_settings]
-    }
-    if len(lengths) != 1:
-        raise DataError(f"task {spec.task!r}: all train/eval settings must share one seq_len, got {sorted(lengths)}")
-    return lengths.pop()
-
-
 def load_task_data(spec: DataSpec, registry) -> TaskData:
     key = json.dumps(spec.model_dump(), sort_keys=True)
     if key in _CACHE:
         return _CACHE[key]
-    task = _task(spec, registry)
-    base = _options(task, spec.task_options, {})
+    task = task_of(spec, registry)
+    base = task_options(task, spec.task_options, {})
     settings = spec.train_settings or [{}]
     per = -(-spec.train_examples // len(settings))  # ceil: equal parts of the mixture
-    parts = [task.generate(_options(task, spec.task_options, s), per, 2 * i) for i, s in enumerate(settings)]
+    parts = [task.generate(task_options(task, spec.task_options, s), per, 2 * i) for i, s in enumerate(settings)]
     inputs = torch.cat([p.inputs for p in parts])[: spec.train_examples]  # (N, T)
     targets = torch.cat([p.targets for p in parts])[: spec.train_examples]  # (N, T)
     evals = []
     for j, s in enumerate(spec.eval_settings or [{}]):
-        options = _options(task, spec.task_options, s)
+        options = task_options(task, spec.task_options, s)
         evals.append((options, task.generate(options, spec.val_examples, _VAL_SEED_OFFSET + j)))
     tests = []
     for j, s in enumerate(spec.eval_settings or [{}]):
         if spec.test_examples is not None:
-            options = _options(task, spec.task_options, s)
+            options = task_options(task, spec.task_options, s)
             tests.append((options, task.generate(options, spec.test_examples, _TEST_SEED_OFFSET + j)))
     if not (targets != IGNORE).any():
         raise DataError(f"task {task.name!r} produced no scored positions")

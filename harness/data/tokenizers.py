@@ -7,19 +7,16 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
+from attnbench.data.spec import BYTE_VOCAB, DataSpec
 from attnbench.errors import DataError
-
-if TYPE_CHECKING:
-    from attnbench.data.spec import DataSpec
 
 
 class ByteTokenizer:
     name = "bytes"
-    vocab_size = 256
+    vocab_size = BYTE_VOCAB
 
     def encode(self, text: str) -> torch.Tensor:
         data = bytearray(text.encode("utf-8"))

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from attnbench.store.database import Metric, Result
+
+if TYPE_CHECKING:  # a suite's cells are expanded and linked without torch
+    import torch
 
 # (step, total, last train loss, *, val=last val loss, label=e.g. "forward T=256")
 Progress = Callable[..., None]
@@ -47,12 +48,10 @@ KindRunner = Callable[..., CellOutcome]
 Finalizer = Callable[..., None]
 
 
-Linker = Callable[..., list]  # (suite, cells) -> cells: pairs cells with the cells they read
-
-
 @dataclass(frozen=True)
 class Kind:
-    """An experiment kind: how its cells run, what code they run, and what follows them.
+    """An experiment kind: how its cells run, what code they run, and what follows them
+    (a kind that pairs its cells with those they read is linked from ``registry.LINK_TABLE``).
 
     ``code`` names the harness packages and modules whose code a cell of this kind runs;
     their contents are hashed into its cell keys, so editing any of them re-runs exactly
@@ -63,7 +62,6 @@ class Kind:
     run: KindRunner
     code: Sequence[str]
     finalize: Finalizer | None = None  # derived rows once every cell of an experiment is stored
-    link: Linker | None = None  # called on the expanded (and keyed) cells of a suite
     data_parallel: bool = False  # trains under torchrun on every rank
     on_driver: bool = False  # runs in the driver process (reads earlier cells' results)
     timed: bool = False  # measures the machine: runs with no other cell in flight here

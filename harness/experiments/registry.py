@@ -23,14 +23,24 @@ KIND_TABLE: dict[str, str] = {
     "lm_eval": "attnbench.experiments.lm_eval.cell:KIND",
     "finetune": "attnbench.experiments.finetune.cell:KIND",
 }
+# The kinds whose expanded cells are paired with the cells they read ((suite, cells) -> cells,
+# idempotent): apart from the kinds, whose modules load torch, so a suite validates without it.
+LINK_TABLE: dict[str, str] = {
+    "lm_eval": "attnbench.experiments.lm_eval.cell:link_lm_eval_cells",
+    "finetune": "attnbench.experiments.finetune.link:link_finetune_cells",
+}
+
+
+def _attribute(reference: str) -> Any:
+    module, _, attr = reference.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 @functools.cache
 def get_kind(name: str) -> Kind:
     if name not in KIND_TABLE:
         raise SuiteError(f"unknown experiment kind {name!r}; kinds: {sorted(KIND_TABLE)}")
-    module, _, attr = KIND_TABLE[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return _attribute(KIND_TABLE[name])
 
 
 @functools.cache
@@ -57,9 +67,8 @@ def expand_suite(
         kind_code=kind_code_hash if corpus_hash else None,
     )
     for name in dict.fromkeys(c.kind for c in cells):
-        kind = get_kind(name)
-        if kind.link is not None:
-            cells = kind.link(suite, cells)
+        if name in LINK_TABLE:
+            cells = _attribute(LINK_TABLE[name])(suite, cells)
     return cells
 
 

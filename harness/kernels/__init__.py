@@ -2,18 +2,46 @@
 
 ``linear_attention`` (causal (phi(q) . phi(k)) v in chunks with a carried ``LinearState``) and
 ``log_attention`` (the same in log space with running max stabilisers, ``LogState``) run one code
-path for training and for ``step``; ``attnbench.__all__`` re-exports them.
+path for training and for ``step``; ``attnbench.__all__`` re-exports them. The names load on
+first use (PEP 562): ``chunked_flops_per_token`` needs no torch, so a plugin's registration that
+counts FLOPs does not import it.
 """
 
-from attnbench.kernels.chunked import (
-    LinearState,
-    LogState,
-    chunked_flops_per_token,
-    linear_attention,
-    linear_init_state,
-    log_attention,
-    log_init_state,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnbench.kernels.chunked import (
+        LinearState,
+        LogState,
+        linear_attention,
+        linear_init_state,
+        log_attention,
+        log_init_state,
+    )
+    from attnbench.kernels.flops import chunked_flops_per_token
+
+# public name -> the module that defines it (read by registry.identity without importing it)
+HOMES: dict[str, str] = {
+    **dict.fromkeys(
+        ("LinearState", "LogState", "linear_attention", "linear_init_state", "log_attention", "log_init_state"),
+        "attnbench.kernels.chunked",
+    ),
+    "chunked_flops_per_token": "attnbench.kernels.flops",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use and keep the name here."""
+    home = HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'attnbench.kernels' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "LinearState",

@@ -15,9 +15,8 @@ from pydantic import BaseModel
 from attnbench.contract.config import ModelConfig
 from attnbench.contract.variant import Variant
 from attnbench.data.files import check_data_files
-from attnbench.data.loading import vocab_size_for
-from attnbench.data.spec import DataSpec
-from attnbench.data.tasks import task_seq_len
+from attnbench.data.spec import BYTE_VOCAB, DataSpec
+from attnbench.data.vocab import task_seq_len, vocab_size_for
 from attnbench.errors import DataError, UnknownVariantError, quoted, shortened
 from attnbench.plan.base import LayerPattern, ModelSpec, Protocol, SpecT, option_key, spec_as, variant_point
 from attnbench.plan.sizes import matched_config
@@ -26,8 +25,6 @@ from attnbench.registry.hybrid import is_hybrid_name, make_part
 from attnbench.registry.identity import variant_identity
 from attnbench.registry.loader import Registry, unknown_variant_message
 from attnbench.store.provenance import content_key, library_versions
-
-BYTE_VOCAB = 256
 
 
 def _data_vocab(suite: Suite, ei: int, data: DataSpec | None, registry: Registry) -> int:

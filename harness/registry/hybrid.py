@@ -15,13 +15,14 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-from torch import nn
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from attnbench.contract.config import ModelConfig
 from attnbench.contract.variant import Variant
 from attnbench.errors import UnknownVariantError
+
+if TYPE_CHECKING:
+    from torch import nn  # a hybrid is named and validated without torch
 
 SEP = " + "  # between runs of layers in a hybrid's name
 PART_ATTR = "attnbench_hybrid_part"  # set on each built mixer: the index of the part that built it
@@ -80,6 +81,8 @@ class _PerLayer:
 
 class _BuildMixer(_PerLayer):
     def __call__(self, config: ModelConfig, layer_idx: int) -> nn.Module:
+        from torch import nn  # building a model: torch is loaded already
+
         k, part, cfg = self.at(config, layer_idx)
         mixer = part.variant.build_mixer(cfg, layer_idx)
         if isinstance(mixer, nn.Module):

@@ -36,8 +36,15 @@ def file_sha256(path: str | Path) -> str:
 
 
 def _origin(name: str) -> Path | None:
-    """The .py file of an importable module or package, or None (not found, not Python)."""
+    """The .py file of an importable module or package, or None (not found, not Python).
+    A name defined in a module (``pkg.mod.Name`` from ``from pkg.mod import Name``) is None
+    without running ``pkg.mod``, as ``find_spec`` would (a plugin's model module imports torch)."""
+    parent = name.rpartition(".")[0]
     try:
+        if parent:
+            parent_spec = importlib.util.find_spec(parent)
+            if parent_spec is None or parent_spec.submodule_search_locations is None:
+                return None  # the parent is no package: name is an attribute of a module, or nothing
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):
         return None
@@ -151,12 +158,9 @@ def _shared_kernel_modules(path: Path) -> Iterable[str]:
     for level, module, names in _imports_of(path):
         if level != 0:  # `import x` or a relative import
             continue
-        if module == "attnbench":
-            shared = importlib.import_module(SHARED_KERNELS)  # attnbench re-exports these names
-            for name in names:
-                home = getattr(getattr(shared, name, None), "__module__", None)
-                if home and home.startswith(SHARED_KERNELS):
-                    yield home
+        if module == "attnbench":  # attnbench re-exports these names: their homes, without importing them
+            homes: dict[str, str] = importlib.import_module(SHARED_KERNELS).HOMES
+            yield from (homes[name] for name in names if name in homes)
         elif module.startswith(SHARED_KERNELS):
             yield module
 

@@ -10,12 +10,13 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from attnbench import __version__
 from attnbench.errors import DeviceError
+
+if TYPE_CHECKING:  # content keys and versions need no torch; devices do (imported where used)
+    import torch
 
 _PACKAGES = ("torch", "numpy", "pluggy", "datasets", "lm_eval", "pytest-benchmark")
 _HARNESS_DIR = Path(__file__).resolve().parent
@@ -61,6 +62,8 @@ def git_commit() -> dict[str, Any]:
 
 def resolve_device(requested: str | None = None) -> torch.device:
     """The device named (``auto``: CUDA when there is one); one this machine lacks is an error."""
+    import torch
+
     if requested in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     have = ["auto", "cpu"] + (
@@ -84,6 +87,8 @@ def resolve_device(requested: str | None = None) -> torch.device:
 
 def device_name(device: torch.device) -> str:
     """A stable description of the hardware, e.g. 'cuda:NVIDIA H100 80GB HBM3' or 'cpu:x86_64'."""
+    import torch
+
     if device.type == "cuda":
         return f"cuda:{torch.cuda.get_device_name(device)}"
     cpu = platform.processor() or platform.machine()
@@ -98,6 +103,8 @@ def device_name(device: torch.device) -> str:
 
 
 def provenance(device: torch.device) -> dict[str, Any]:
+    import torch
+
     return {
         "git": git_commit(),
         "versions": library_versions(),

@@ -20,7 +20,7 @@ from attnbench.data.spec import DataSpec
 from attnbench.errors import CheckpointError, FinetuneError
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext, trained_run
 from attnbench.experiments.finetune.adapters import add_lora, capped_ranks, target_names, trainable_params
-from attnbench.experiments.finetune.link import link_finetune_cells, peft_version
+from attnbench.experiments.finetune.link import peft_version
 from attnbench.experiments.finetune.vocab import unseen_answer_tokens
 from attnbench.experiments.train.evaluate import evaluate, headline
 from attnbench.experiments.train.setup import lr_at, make_optimizer, planned_steps
@@ -163,6 +163,5 @@ KIND = Kind(
     "finetune",
     run_finetune_cell,
     code=(*COMMON_CODE, "attnbench.experiments.finetune", "attnbench.experiments.train"),
-    link=link_finetune_cells,
     on_driver=True,
 )

@@ -300,6 +300,5 @@ KIND = Kind(
     "lm_eval",
     run_lm_eval_cell,
     code=(*COMMON_CODE, "attnbench.experiments.lm_eval", "attnbench.export"),
-    link=link_lm_eval_cells,
     on_driver=True,
 )
