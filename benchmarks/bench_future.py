@@ -3,7 +3,7 @@
     python benchmarks/bench_future.py [--quick]
 
 Measures one ``FutureAttention`` mixer (not the whole backbone) in training mode, forward
-plus backward of  mean(y^2) + coeff * aux,  for the lean path (``attnbench.plugins.future``: blocked
+plus backward of  mean(y^2) + coeff * aux,  for the lean path (``attnbench.plugins.future_model``: blocked
 causal kernel with LSE, O(T fd) band, band target) and the straightforward explicit
 formulation (``tests.references.future_reference``: full (T, T_w) matrices). A plain softmax layer
 (fused SDPA, no future band, no auxiliary loss) is listed for scale.
@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.references
 
 from attnbench import MixerOutput, ModelConfig  # noqa: E402
 from attnbench.experiments.speed.memory import measure_peak  # noqa: E402
-from attnbench.plugins import future  # noqa: E402
+from attnbench.plugins import future, future_model  # noqa: E402
 from attnbench.plugins.kernels import lse_merge  # noqa: E402
-from attnbench.plugins.softmax import SoftmaxAttention  # noqa: E402
+from attnbench.plugins.softmax_model import SoftmaxAttention  # noqa: E402
 from tests.references.future_reference import reference_forward  # noqa: E402
 
 IMPLS = ("lean", "explicit", "softmax")
@@ -42,7 +42,7 @@ def setup(impl: str, T: int, d: int, heads: int, fd: int, batch: int, threads: i
     config = ModelConfig(
         d_model=d, n_head=heads, context=T, n_layer=1, bias=False, options=future.FutureOptions(future_dim=fd)
     )
-    mixer = (SoftmaxAttention if impl == "softmax" else future.FutureAttention)(config, 0)
+    mixer = (SoftmaxAttention if impl == "softmax" else future_model.FutureAttention)(config, 0)
     mixer = mixer.to(device).train()
     x = torch.randn(batch, T, d, device=device, requires_grad=True)
     forward = (lambda x: reference_forward(mixer, x)) if impl == "explicit" else mixer

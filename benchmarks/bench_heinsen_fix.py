@@ -42,7 +42,7 @@ from attnbench.kernels.chunked import (  # noqa: E402,F401
     log_attention,
     log_init_state,
 )
-from attnbench.plugins import heinsen  # noqa: E402
+from attnbench.plugins import heinsen_model  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def memory_setup(impl: str, T: int):
 
 def use_kernel(impl: str) -> None:
     """Point the heinsen mixer at one kernel (it looks both names up at call time)."""
-    heinsen.log_attention, heinsen.log_init_state = KERNELS[impl]
+    heinsen_model.log_attention, heinsen_model.log_init_state = KERNELS[impl]
 
 
 def fig_memory(T: int) -> None:

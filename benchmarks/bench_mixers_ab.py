@@ -25,7 +25,7 @@ from types import ModuleType
 import torch
 
 from attnbench import Backbone, ModelConfig
-from attnbench.plugins.recurrent import common, deltanet, gla, mamba2, retnet
+from attnbench.plugins.recurrent import common, deltanet_model, gla_model, mamba2_model, retnet_model
 from attnbench.registry.loader import load_registry
 
 SHAPES = {"findings": (64, 2, 2, 64, 64), "long": (128, 2, 4, 8192, 1)}  # d, layers, heads, T, batch
@@ -42,16 +42,21 @@ def _load(old: Path, name: str) -> ModuleType:
 
 def kernel_sets(old: Path) -> dict[str, list[tuple[object, str, object]]]:
     """new/old: (owner, attribute, value) patches that select each checkout's kernels."""
-    modules = ("delta_kernel", "gla_kernel", "mamba2", "common", "ssd_kernel", "deltanet")
+    # the mixers are in <name>_model.py since their registrations import no torch; before, in <name>.py
+    models = {
+        n: f"{n}_model" if (old / "plugins" / "recurrent" / f"{n}_model.py").exists() else n
+        for n in ("mamba2", "deltanet")
+    }
+    modules = ("delta_kernel", "gla_kernel", models["mamba2"], "common", "ssd_kernel", models["deltanet"])
     od, og, om, oc, os_, odn = (_load(old, n) for n in modules)
     names = [
-        (deltanet, "delta_rule"),
-        (gla, "gated_linear_attention"),
-        (retnet, "gated_linear_attention"),
-        (mamba2, "ssd_scan"),
-        (mamba2.Mamba2, "_conv"),
+        (deltanet_model, "delta_rule"),
+        (gla_model, "gated_linear_attention"),
+        (retnet_model, "gated_linear_attention"),
+        (mamba2_model, "ssd_scan"),
+        (mamba2_model.Mamba2, "_conv"),
         (common.ShortConv, "forward"),
-        (deltanet.DeltaNet, "_heads"),
+        (deltanet_model.DeltaNet, "_heads"),
     ]
     olds = [od.delta_rule, og.gated_linear_attention, og.gated_linear_attention, os_.ssd_scan, om.Mamba2._conv]
     olds += [oc.ShortConv.forward, odn.DeltaNet._heads]

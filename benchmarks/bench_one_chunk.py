@@ -23,8 +23,8 @@ import time
 import torch
 
 from attnbench import Backbone, ModelConfig, linear_attention, linear_init_state
-from attnbench.plugins import linear
-from attnbench.plugins.recurrent import based, deltanet, mamba2, window_kernel
+from attnbench.plugins import linear_model
+from attnbench.plugins.recurrent import based_model, deltanet_model, mamba2_model, window_kernel
 from attnbench.plugins.recurrent.delta_kernel import delta_rule
 from attnbench.registry.loader import load_registry
 
@@ -55,11 +55,11 @@ def _mix_from_zero(self, x: torch.Tensor) -> torch.Tensor:
 
 
 PATHS = {  # variant: (module class, forward from an explicit zero state)
-    "linear": (linear.LinearAttention, _linear_from_zero),
-    "based": (based.Based, _mix_from_zero),
-    "mamba2": (mamba2.Mamba2, _mix_from_zero),
-    "deltanet": (deltanet.DeltaNet, _delta_from_zero),
-    "gated_deltanet": (deltanet.DeltaNet, _delta_from_zero),  # inherits DeltaNet's forward
+    "linear": (linear_model.LinearAttention, _linear_from_zero),
+    "based": (based_model.Based, _mix_from_zero),
+    "mamba2": (mamba2_model.Mamba2, _mix_from_zero),
+    "deltanet": (deltanet_model.DeltaNet, _delta_from_zero),
+    "gated_deltanet": (deltanet_model.DeltaNet, _delta_from_zero),  # inherits DeltaNet's forward
 }
 
 

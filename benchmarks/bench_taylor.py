@@ -21,12 +21,12 @@ from collections.abc import Callable
 import torch
 
 from attnbench import Backbone, ModelConfig, linear_attention
-from attnbench.plugins.linear import taylor_features
-from attnbench.plugins.recurrent import based
+from attnbench.plugins.linear_model import taylor_features
+from attnbench.plugins.recurrent import based_model
 from attnbench.registry.loader import load_registry
 
 SHAPES = {"findings": (64, 2, 2, 64, 64), "long": (128, 2, 4, 8192, 1)}  # d, layers, heads, T, batch
-NEW = based.taylor_attention
+NEW = based_model.taylor_attention
 
 
 def feature_space(qf, kf, v, state, chunk, eps):
@@ -50,7 +50,7 @@ def bench(shape: str, repeats: int) -> None:
 
     def step(name: str, kernel=NEW) -> Callable[[], None]:
         def run() -> None:
-            based.taylor_attention = kernel
+            based_model.taylor_attention = kernel
             models[name](x, x).loss.backward()
             models[name].zero_grad(set_to_none=True)
 
@@ -64,7 +64,7 @@ def bench(shape: str, repeats: int) -> None:
     for _ in range(repeats):
         for name, run in steps.items():
             times[name].append(timed(run))
-    based.taylor_attention = NEW
+    based_model.taylor_attention = NEW
     med = {name: statistics.median(t) for name, t in times.items()}
     soft = med["softmax (control)"]
     print(f"\n## {shape}: d {d}, {L} layers, {H} heads, T {T}, batch {batch}; load1 {os.getloadavg()[0]:.2f}")

@@ -13,19 +13,25 @@ Both register the reference whole model (``build_model``: token + learned positi
 attention's own LayerNorm, bias-free GELU MLP, tied ``proj_logits`` with its own bias).
 Published configurations (d 128, 6 layers, 4 heads, context 2048): ``additive`` with
 ``{rescale: 15}``; ``windowed`` with ``{windows: [4, 8, 16, 32, 64, 2048], rescale: 10}``.
+
+The layer and the model (torch) are in ``attnbench.plugins.additive_model``, the pooling kernel
+in ``attnbench.plugins.kernels.additive``; this module holds the options, the analytic sizes
+and the registration.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeGuard, TypeVar
-
-import torch
+from typing import TYPE_CHECKING, TypeGuard, TypeVar
 
 from attnbench import ModelConfig, Variant, hookimpl
-from attnbench.plugins.additive_model import FastformerLM, FastSelfAttention, state_elements
-from attnbench.plugins.kernels.additive import MAX_RESCALE, PoolSpec, normalise
+from attnbench.plugins.kernels.additive_spec import MAX_RESCALE, PoolSpec
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench.plugins.additive_model import FastformerLM, FastSelfAttention
 
 
 def _rule_seeds(n_layer: int, context: int) -> tuple[int, ...]:
@@ -159,21 +165,35 @@ def windowed_windows(config: ModelConfig) -> tuple[int, ...]:
 
 
 def build_additive_mixer(config: ModelConfig, layer_idx: int) -> FastSelfAttention:
+    from attnbench.plugins.additive_model import FastSelfAttention  # torch loads with the model, not the registration
+
     spec = _options(config, AdditiveOptions).pool_spec()
     return FastSelfAttention(config, additive_windows(config)[layer_idx], spec, pre_norm=False)
 
 
 def build_windowed_mixer(config: ModelConfig, layer_idx: int) -> FastSelfAttention:
+    from attnbench.plugins.additive_model import FastSelfAttention
+
     spec = _options(config, WindowedOptions).pool_spec()
     return FastSelfAttention(config, windowed_windows(config)[layer_idx], spec, pre_norm=False)
 
 
 def build_additive_model(config: ModelConfig) -> FastformerLM:
+    from attnbench.plugins.additive_model import FastformerLM
+
     return FastformerLM(config, additive_windows(config), _options(config, AdditiveOptions).pool_spec())
 
 
 def build_windowed_model(config: ModelConfig) -> FastformerLM:
+    from attnbench.plugins.additive_model import FastformerLM
+
     return FastformerLM(config, windowed_windows(config), _options(config, WindowedOptions).pool_spec())
+
+
+def state_elements(config: ModelConfig, window: int, T: int) -> int:
+    """Decode-state elements of one layer for one sequence after T tokens (two poolings)."""
+    per_entry = config.n_head * (config.head_dim + 1)  # [e x^ (h), e (1)] per head
+    return 2 * per_entry * (window if window < min(T, config.context) else 1)
 
 
 def additive_state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
@@ -191,16 +211,11 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     return 6.0 * d * d + 2 * 12.0 * d + 2.0 * d
 
 
-@torch.no_grad()
 def attention_maps(mixer: FastSelfAttention, x: torch.Tensor) -> torch.Tensor:
-    """Per-token importance alpha_j of the query pooling (the seeds' alpha): logits
-    a_j = s norm(q_j).norm(w_q) / h, normalised over the whole sequence (the weights the
-    last position pools with under global pooling): (B, H, T)."""
-    q, _, _ = mixer._qkv(x)  # (B, T, H, h)
-    q_hat, _ = normalise(q.float().clone())  # (B, T, H, h)
-    w_hat, _ = normalise(mixer.query_attn.float())  # (H, h)
-    a = mixer.spec.rescale * (q_hat * w_hat).sum(-1) / q.size(-1)  # (B, T, H) |a| < s
-    return a.transpose(1, 2).softmax(-1)  # (B, H, T) sums to 1 over tokens
+    """Per-token importance alpha_j of the query pooling (the seeds' alpha): (B, H, T)."""
+    from attnbench.plugins import additive_model
+
+    return additive_model.attention_maps(mixer, x)
 
 
 @hookimpl

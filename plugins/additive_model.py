@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import LanguageModel, ModelConfig, ModelOutput, embed_with_positions, lm_loss
-from attnbench.plugins.kernels.additive import PoolSpec, compute_dtype, pool, step_global, step_window
+from attnbench.plugins.kernels.additive import compute_dtype, normalise, pool, step_global, step_window
+from attnbench.plugins.kernels.additive_spec import PoolSpec
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,6 @@ class FastSelfAttention(nn.Module):
             gk, sk = step_global(gq * k, self.key_attn, self.spec, state.key)
         y = (self.drop(gk) * v).to(v.dtype).flatten(2)  # (B, t, D)
         return y, AdditiveState(sq, sk)
-
-
-def state_elements(config: ModelConfig, window: int, T: int) -> int:
-    """Decode-state elements of one layer for one sequence after T tokens (two poolings)."""
-    per_entry = config.n_head * (config.head_dim + 1)  # [e x^ (h), e (1)] per head
-    return 2 * per_entry * (window if window < min(T, config.context) else 1)
 
 
 class FastformerBlock(nn.Module):
@@ -178,3 +173,15 @@ class FastformerLM(LanguageModel):
             new_layers.append(layer_state)
         logits = self.proj_logits(self.ln_f(u))  # (B, t, V)
         return logits, FastformerState(state.pos + idx.size(1), tuple(new_layers))
+
+
+@torch.no_grad()
+def attention_maps(mixer: FastSelfAttention, x: torch.Tensor) -> torch.Tensor:
+    """Per-token importance alpha_j of the query pooling (the seeds' alpha): logits
+    a_j = s norm(q_j).norm(w_q) / h, normalised over the whole sequence (the weights the
+    last position pools with under global pooling): (B, H, T)."""
+    q, _, _ = mixer._qkv(x)  # (B, T, H, h)
+    q_hat, _ = normalise(q.float().clone())  # (B, T, H, h)
+    w_hat, _ = normalise(mixer.query_attn.float())  # (H, h)
+    a = mixer.spec.rescale * (q_hat * w_hat).sum(-1) / q.size(-1)  # (B, T, H) |a| < s
+    return a.transpose(1, 2).softmax(-1)  # (B, H, T) sums to 1 over tokens

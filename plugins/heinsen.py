@@ -23,29 +23,23 @@ mixture and goes straight into the output projection, as the reference model fee
 to its Linear -> GLU; nothing exponentiates it back (that could overflow, and a linear
 map of the log-output is what the reference learns with).
 
-``build_model`` gives the variant's own reference model (``attnbench.plugins.heinsen_model``).
+The mixer (``LogAttention``) and the variant's own reference model (``build_model``:
+``HeinsenLM``) are in ``attnbench.plugins.heinsen_model`` (torch); this module holds the
+options, the analytic sizes and the registration.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+from attnbench import ModelConfig, Variant, chunked_flops_per_token, hookimpl
 
-from attnbench import (
-    LogState,
-    ModelConfig,
-    Variant,
-    chunked_flops_per_token,
-    hookimpl,
-    log_attention,
-    log_init_state,
-    mark_residual,
-    merge_heads,
-    split_heads,
-)
-from attnbench.plugins.heinsen_model import HeinsenLM
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from attnbench.plugins.heinsen_model import HeinsenLM, LogAttention
 
 
 @dataclass(frozen=True)
@@ -65,42 +59,15 @@ def _options(config: ModelConfig) -> HeinsenOptions:
     return config.options if isinstance(config.options, HeinsenOptions) else HeinsenOptions()
 
 
-class LogAttention(nn.Module):
-    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
-        super().__init__()
-        self.n_head, self.chunk_size = config.n_head, _options(config).chunk_size
-        self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
-        self.c_proj = mark_residual(nn.Linear(config.d_model, config.d_model, bias=config.bias))
+def _build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:
+    from attnbench.plugins.heinsen_model import LogAttention  # torch loads with the model, not the registration
 
-    def extra_repr(self) -> str:
-        return f"n_head={self.n_head}, chunk_size={self.chunk_size}"
-
-    def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return split_heads(self.c_attn(x), self.n_head)  # q, k, log v: 3 x (B, H, T, h)
-
-    def _merge(self, y: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(merge_heads(y))  # (B, T, D) from the log-output
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, log_v = self._heads(x)  # (B, H, T, h)
-        B, H, _, h = q.shape
-        y, _ = log_attention(
-            q, k, log_v, log_init_state(B, H, h, h, x.device, q.dtype), self.chunk_size
-        )  # (B, H, T, h)
-        return self._merge(y)
-
-    def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> LogState:
-        """Empty state (log sums -inf); fp32 unless float64 is asked: running sums."""
-        h = self.c_attn.out_features // 3 // self.n_head
-        return log_init_state(batch_size, self.n_head, h, h, device, dtype)
-
-    def step(self, x: torch.Tensor, state: LogState) -> tuple[torch.Tensor, LogState]:
-        q, k, log_v = self._heads(x)  # (B, H, t, h)
-        y, new = log_attention(q, k, log_v, state, self.chunk_size)  # (B, H, t, h)
-        return self._merge(y), new
+    return LogAttention(config, layer_idx)
 
 
 def build_model(config: ModelConfig) -> HeinsenLM:
+    from attnbench.plugins.heinsen_model import HeinsenLM
+
     return HeinsenLM(config, _options(config).chunk_size)
 
 
@@ -113,15 +80,12 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     return chunked_flops_per_token(config.d_model, config.n_head, config.head_dim, _options(config).chunk_size, T)
 
 
-@torch.no_grad()
 def attention_maps(mixer: LogAttention, x: torch.Tensor) -> torch.Tensor:
     """Implied weights w_ij = softmax_{j<=i}(LSE_d(q_id + k_jd)) (linear attention with
     phi = exp): (B, H, T, T)."""
-    q, k, _ = mixer._heads(x)  # (B, H, T, h)
-    T = q.size(2)
-    s = torch.logsumexp(q.float()[:, :, :, None, :] + k.float()[:, :, None, :, :], -1)  # (B, H, T, T)
-    future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # (T, T) j > i
-    return s.masked_fill(future, float("-inf")).softmax(-1)  # (B, H, T, T) max-shifted exp
+    from attnbench.plugins import heinsen_model
+
+    return heinsen_model.attention_maps(mixer, x)
 
 
 @hookimpl
@@ -129,7 +93,7 @@ def attnbench_register_variants(register) -> None:
     register(
         Variant(
             name="heinsen",
-            build_mixer=LogAttention,
+            build_mixer=_build_mixer,
             description="Heinsen log-space attention (linear attention, phi = exp), chunked, max-stabilised",
             options=HeinsenOptions,
             build_model=build_model,

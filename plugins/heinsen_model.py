@@ -10,6 +10,9 @@ value (EmbedPosition's last log x_t and each layer's log-space LogState, each te
 owning only its own storage) instead of module attributes holding a view of a
 [B, H, T, h_k, h_v] tensor; the position recurrence and the attention run in fp32 in eval
 too, and the recurrence never forms an unbounded cumulative sum (see ``log_linear_scan``).
+
+Also here: ``LogAttention``, the variant's mixer for the shared backbone, and its
+``attention_maps`` (the equations are in ``attnbench.plugins.heinsen``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbench import LanguageModel, LogState, ModelConfig, ModelOutput, lm_loss, log_attention, log_init_state
+from attnbench import (
+    LanguageModel,
+    LogState,
+    ModelConfig,
+    ModelOutput,
+    lm_loss,
+    log_attention,
+    log_init_state,
+    mark_residual,
+    merge_heads,
+    split_heads,
+)
+from attnbench.plugins.heinsen import _options
 
 # Positions per chunk of the position recurrence: within a chunk the log-decay is summed
 # over at most this many steps, so its fp32 rounding stays bounded whatever T is.
@@ -149,3 +164,52 @@ class HeinsenLM(LanguageModel):
         state = self.init_state(idx.size(0), idx.size(1), idx.device, self.embed.weight.dtype)
         logits, _ = self.step(idx, state)  # (B, T, V)
         return lm_loss(logits, targets)
+
+
+# ----------------------------------------------------------------------------- backbone mixer
+
+
+class LogAttention(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.n_head, self.chunk_size = config.n_head, _options(config).chunk_size
+        self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
+        self.c_proj = mark_residual(nn.Linear(config.d_model, config.d_model, bias=config.bias))
+
+    def extra_repr(self) -> str:
+        return f"n_head={self.n_head}, chunk_size={self.chunk_size}"
+
+    def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return split_heads(self.c_attn(x), self.n_head)  # q, k, log v: 3 x (B, H, T, h)
+
+    def _merge(self, y: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(merge_heads(y))  # (B, T, D) from the log-output
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, log_v = self._heads(x)  # (B, H, T, h)
+        B, H, _, h = q.shape
+        y, _ = log_attention(
+            q, k, log_v, log_init_state(B, H, h, h, x.device, q.dtype), self.chunk_size
+        )  # (B, H, T, h)
+        return self._merge(y)
+
+    def init_state(self, batch_size: int, max_len: int, device=None, dtype=None) -> LogState:
+        """Empty state (log sums -inf); fp32 unless float64 is asked: running sums."""
+        h = self.c_attn.out_features // 3 // self.n_head
+        return log_init_state(batch_size, self.n_head, h, h, device, dtype)
+
+    def step(self, x: torch.Tensor, state: LogState) -> tuple[torch.Tensor, LogState]:
+        q, k, log_v = self._heads(x)  # (B, H, t, h)
+        y, new = log_attention(q, k, log_v, state, self.chunk_size)  # (B, H, t, h)
+        return self._merge(y), new
+
+
+@torch.no_grad()
+def attention_maps(mixer: LogAttention, x: torch.Tensor) -> torch.Tensor:
+    """Implied weights w_ij = softmax_{j<=i}(LSE_d(q_id + k_jd)) (linear attention with
+    phi = exp): (B, H, T, T)."""
+    q, k, _ = mixer._heads(x)  # (B, H, T, h)
+    T = q.size(2)
+    s = torch.logsumexp(q.float()[:, :, :, None, :] + k.float()[:, :, None, :, :], -1)  # (B, H, T, T)
+    future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # (T, T) j > i
+    return s.masked_fill(future, float("-inf")).softmax(-1)  # (B, H, T, T) max-shifted exp

@@ -5,7 +5,9 @@ Every task returns ``TaskBatch(inputs, targets)``, (N, T) int64, generated with 
 torch ops from a local ``torch.Generator(seed)``; ``targets[i, t]`` is the token predicted
 from ``inputs[i, :t+1]`` at answer positions and ``IGNORE`` everywhere else. T (``seq_len``)
 is always the model's input length. MAD's sixth task, selective copying, is the existing
-``selective_copy`` task (plugins/synthetic.py).
+``selective_copy`` task (plugins/synthetic.py). The generators live in
+``attnbench.plugins.mad_data``; this module holds the options and registers the tasks
+without importing torch.
 
 * ``mad_recall`` (in-context recall): ``k v k v ...`` pairs; keys from the lower half of
   the vocabulary, each bound to one value (upper half) for the whole sequence; keys
@@ -32,20 +34,13 @@ is always the model's input length. MAD's sixth task, selective copying, is the 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from attnbench import IGNORE, Task, TaskBatch, hookimpl
+from attnbench import Task, hookimpl
 from attnbench.plugins.synthetic import check_int, check_prob
 
-
-def _generator(n: int, seed: int) -> torch.Generator:
-    check_int("n (number of examples)", n, 0)
-    check_int("seed", seed, -(2**63))
-    gen = torch.Generator(device="cpu")
-    gen.manual_seed(seed)
-    return gen
+if TYPE_CHECKING:
+    from attnbench import TaskBatch
 
 
 def _check_even(name: str, value: int) -> None:
@@ -93,35 +88,6 @@ class NoisyRecallOptions(RecallOptions):
     frac_noise: float = 0.2
 
 
-def generate_recall(options: RecallOptions, n: int, seed: int) -> TaskBatch:
-    gen = _generator(n, seed)
-    V, T, Vz = options.vocab_size, options.seq_len, options.noise_vocab_size
-    Vk, P = (V - Vz) // 2, T // 2  # keys [0, Vk), values [Vk, 2Vk); P pairs
-    rows = torch.arange(n)
-    keys = torch.randint(0, Vk, (n, P), generator=gen)  # (n, P)
-    table = torch.randint(Vk, 2 * Vk, (n, Vk), generator=gen)  # (n, Vk) each key's value here
-    noise = torch.rand(n, P, generator=gen) < options.frac_noise  # (n, P)
-    noise[rows, torch.randint(0, P - 1, (n,), generator=gen)] = False  # >= 1 real pair before the last
-    noise[:, -1] = False
-    earlier = torch.multinomial((~noise[:, :-1]).float(), 1, generator=gen)  # (n, 1) a real pair
-    keys[:, -1:] = keys.gather(1, earlier)  # the last pair repeats it: >= 1 query per example
-    values = table.gather(1, keys)  # (n, P)
-    seen = torch.zeros(n, Vk, dtype=torch.bool)  # (n, Vk) keys shown in a real pair so far
-    query = torch.zeros(n, P, dtype=torch.bool)  # (n, P) real pair whose key was shown before
-    for j in range(P):
-        real = ~noise[:, j]
-        query[:, j] = seen[rows, keys[:, j]] & real
-        seen[rows, keys[:, j]] |= real
-    inputs = torch.empty(n, T, dtype=torch.long)  # (n, T)
-    inputs[:, 0::2], inputs[:, 1::2] = keys, values
-    if Vz:
-        filler = torch.randint(V - Vz, V, (n, T), generator=gen)  # (n, T) noise tokens
-        inputs = torch.where(noise.repeat_interleave(2, dim=1), filler, inputs)
-    targets = torch.full((n, T), IGNORE, dtype=torch.long)  # (n, T)
-    targets[:, 0::2] = torch.where(query, values, IGNORE)  # at a repeated key: its value
-    return TaskBatch(inputs, targets)
-
-
 # Fuzzy in-context recall ---------------------------------------------------------------------
 
 
@@ -152,55 +118,6 @@ class FuzzyRecallOptions:
             )
 
 
-def _first_occurrence(codes: torch.Tensor) -> torch.Tensor:
-    """(n, P) -> (n, P): index of the first pair in the row with the same code."""
-    s, order = codes.sort(dim=1, stable=True)  # (n, P) equal codes keep pair order
-    start = torch.ones_like(s, dtype=torch.bool)
-    start[:, 1:] = s[:, 1:] != s[:, :-1]  # (n, P) first of a run of equal codes
-    at = torch.where(start, torch.arange(s.size(1)).expand_as(s), 0).cummax(dim=1).values  # (n, P)
-    return torch.empty_like(order).scatter_(1, order, order.gather(1, at))
-
-
-def _then_row(x: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
-    """(n, P, ...) -> (n, P+1, ...): ``x`` with its pair ``row`` (n, 1) appended."""
-    index = row.view(row.size(0), 1, *[1] * (x.dim() - 2)).expand(x.size(0), 1, *x.shape[2:])
-    return torch.cat([x, x.gather(1, index)], dim=1)
-
-
-def generate_fuzzy_recall(options: FuzzyRecallOptions, n: int, seed: int) -> TaskBatch:
-    gen = _generator(n, seed)
-    V, T, K, M = options.vocab_size, options.seq_len, options.key_len, options.value_len
-    Vk, W, P = (V - 1) // 2, K + M, T // 2  # W: slots per pair; P: pairs drawn (>= what fits)
-    lk = torch.randint(1, K + 1, (n, P), generator=gen)  # (n, P) key lengths
-    slot = torch.arange(K)  # (K,)
-    ktok = torch.randint(0, Vk, (n, P, K), generator=gen) * (slot < lk[..., None])  # (n, P, K) unused slots 0
-    codes = (ktok * Vk**slot).sum(-1) * K + (lk - 1)  # (n, P) one int64 code per (length, tokens)
-    first = _first_occurrence(codes)  # (n, P)
-    lv = torch.randint(1, M + 1, (n, P), generator=gen).gather(1, first)  # (n, P) a key's value motif is fixed
-    vtok = torch.randint(Vk, 2 * Vk, (n, P, M), generator=gen).gather(1, first[..., None].expand(n, P, M))
-    length = lk + lv  # (n, P)
-    kept = length.cumsum(1) <= T - W  # (n, P) pairs that fit before the final query
-    probe = torch.multinomial(kept.float(), 1, generator=gen)  # (n, 1) a kept pair, repeated last
-    lk, lv, ktok, vtok, length = (_then_row(x, probe) for x in (lk, lv, ktok, vtok, length))  # (n, P+1, ...)
-    kept = torch.cat([kept, torch.ones(n, 1, dtype=torch.bool)], 1)  # (n, P+1)
-    query = torch.cat([first < torch.arange(P), torch.ones(n, 1, dtype=torch.bool)], 1)  # (n, P+1) repeats
-    length = length * kept
-    pad = T - length.sum(1, keepdim=True)  # (n, 1) left padding that right-aligns the row
-    start = pad + length.cumsum(1) - length  # (n, P+1) first position of each pair
-    s = torch.arange(W)  # (W,) slot within a pair: key tokens, then value tokens
-    is_key = s < lk[..., None]  # (n, P+1, W)
-    used = (s < length[..., None]) & kept[..., None]  # (n, P+1, W)
-    tok = torch.where(is_key, ktok.gather(2, s.clamp(max=K - 1).expand(n, P + 1, W)), 0)
-    vslot = (s - lk[..., None]).clamp(0, M - 1)  # (n, P+1, W)
-    tok = torch.where(is_key, tok, vtok.gather(2, vslot))  # (n, P+1, W)
-    pos = torch.where(used, start[..., None] + s, T).view(n, -1)  # (n, (P+1)W); T is a dump column
-    inputs = torch.full((n, T + 1), V - 1, dtype=torch.long).scatter_(1, pos, tok.view(n, -1))[:, :T]
-    answer = used & ~is_key & query[..., None]  # (n, P+1, W) value tokens of a repeated key
-    tpos = torch.where(answer, start[..., None] + s - 1, T).view(n, -1)  # predicted one position earlier
-    targets = torch.full((n, T + 1), IGNORE, dtype=torch.long).scatter_(1, tpos, tok.view(n, -1))[:, :T]
-    return TaskBatch(inputs, targets)
-
-
 # Compression ----------------------------------------------------------------------------------
 
 BLANK, COMPRESS = 0, 1  # compression special tokens; data tokens are [2, V)
@@ -217,18 +134,6 @@ class CompressionOptions:
         check_int("vocab_size", self.vocab_size, 4)
         check_int("seq_len", self.seq_len, 4)
         _check_even("seq_len", self.seq_len)
-
-
-def generate_compression(options: CompressionOptions, n: int, seed: int) -> TaskBatch:
-    gen = _generator(n, seed)
-    T, L = options.seq_len, options.seq_len // 2
-    data = torch.randint(2, options.vocab_size, (n, L), generator=gen)  # (n, L)
-    inputs = torch.full((n, T), BLANK, dtype=torch.long)  # (n, T)
-    inputs[:, :L] = data
-    inputs[:, L] = COMPRESS
-    targets = torch.full((n, T), IGNORE, dtype=torch.long)  # (n, T)
-    targets[:, L:] = data  # from the compression token on: the tokens in order
-    return TaskBatch(inputs, targets)
 
 
 # Memorization ---------------------------------------------------------------------------------
@@ -248,23 +153,6 @@ class MemorizationOptions:
         check_int("seq_len", self.seq_len, 2)
         _check_even("seq_len", self.seq_len)
         check_int("map_seed", self.map_seed, 0)
-
-
-def memorization_map(options: MemorizationOptions) -> torch.Tensor:
-    """(Vk,) the value of each key: a bijection onto [Vk, 2Vk), fixed by map_seed alone."""
-    Vk = (options.vocab_size - 1) // 2
-    return Vk + torch.randperm(Vk, generator=_generator(0, options.map_seed))
-
-
-def generate_memorization(options: MemorizationOptions, n: int, seed: int) -> TaskBatch:
-    gen = _generator(n, seed)
-    V, T = options.vocab_size, options.seq_len
-    keys = torch.randint(0, (V - 1) // 2, (n, T // 2), generator=gen)  # (n, T/2)
-    inputs = torch.full((n, T), V - 1, dtype=torch.long)  # (n, T) insert tokens at odd positions
-    inputs[:, 0::2] = keys
-    targets = torch.full((n, T), IGNORE, dtype=torch.long)  # (n, T)
-    targets[:, 1::2] = memorization_map(options)[keys]  # at each insert token: the key's value
-    return TaskBatch(inputs, targets)
 
 
 # Registration ---------------------------------------------------------------------------------
@@ -296,6 +184,30 @@ def _task(
     )
 
 
+def _generate_recall(options: Any, n: int, seed: int) -> TaskBatch:
+    from attnbench.plugins.mad_data import generate_recall  # torch loads with the data, not the registration
+
+    return generate_recall(options, n, seed)
+
+
+def _generate_fuzzy_recall(options: Any, n: int, seed: int) -> TaskBatch:
+    from attnbench.plugins.mad_data import generate_fuzzy_recall
+
+    return generate_fuzzy_recall(options, n, seed)
+
+
+def _generate_compression(options: Any, n: int, seed: int) -> TaskBatch:
+    from attnbench.plugins.mad_data import generate_compression
+
+    return generate_compression(options, n, seed)
+
+
+def _generate_memorization(options: Any, n: int, seed: int) -> TaskBatch:
+    from attnbench.plugins.mad_data import generate_memorization
+
+    return generate_memorization(options, n, seed)
+
+
 # Values are uniform over Vk tokens and independent of what is shown, so no guess beats 1/Vk.
 _RECALL_GUESS = (lambda o: 1.0 / ((o.vocab_size - o.noise_vocab_size) // 2), "uniform over the Vk values")
 _COMPRESSION_GUESS = (lambda o: 1.0 / (o.vocab_size - 2), "uniform over the V - 2 data tokens")
@@ -309,7 +221,7 @@ def attnbench_register_tasks(register) -> None:
         _task(
             "mad_recall",
             RecallOptions,
-            generate_recall,
+            _generate_recall,
             base,
             "MAD in-context recall (every repeat queried)",
             _RECALL_GUESS,
@@ -319,7 +231,7 @@ def attnbench_register_tasks(register) -> None:
         _task(
             "mad_noisy_recall",
             NoisyRecallOptions,
-            generate_recall,
+            _generate_recall,
             (*base, "noise_vocab_size", "frac_noise"),
             "MAD noisy recall: in-context recall with pairs of noise tokens",
             _RECALL_GUESS,
@@ -329,7 +241,7 @@ def attnbench_register_tasks(register) -> None:
         _task(
             "mad_fuzzy_recall",
             FuzzyRecallOptions,
-            generate_fuzzy_recall,
+            _generate_fuzzy_recall,
             (*base, "key_len", "value_len"),
             "MAD fuzzy recall: keys and values of 1..key_len / 1..value_len tokens",
             None,  # motifs of varying length: measured
@@ -339,7 +251,7 @@ def attnbench_register_tasks(register) -> None:
         _task(
             "mad_compression",
             CompressionOptions,
-            generate_compression,
+            _generate_compression,
             base,
             "MAD compression (LM framing): reproduce T/2 tokens after a compression token",
             _COMPRESSION_GUESS,
@@ -349,7 +261,7 @@ def attnbench_register_tasks(register) -> None:
         _task(
             "mad_memorization",
             MemorizationOptions,
-            generate_memorization,
+            _generate_memorization,
             base,
             "MAD memorization: a fixed key->value map recalled without context",
             _MEMORIZATION_GUESS,

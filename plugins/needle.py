@@ -8,18 +8,19 @@ Each example is ``seq_len + 1`` bytes of text (layout: ``attnbench.data.needle``
 haystack holding ``n_keys`` needles, then the question, then the queried value. Inputs are
 the first ``seq_len`` bytes, targets the next byte, and only the value's bytes are scored,
 so accuracy is per answer byte; an example counts as retrieved when all its answer bytes
-are right under teacher forcing (the ``exact`` rows of a length evaluation).
+are right under teacher forcing (the ``exact`` rows of a length evaluation). The generator
+lives in ``attnbench.plugins.needle_data``; this module registers the tasks without torch.
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+from attnbench import NEEDLE_DEFAULTS, NEEDLE_KINDS, Task, hookimpl, layout_chars
 
-from attnbench import IGNORE, NEEDLE_DEFAULTS, NEEDLE_KINDS, Task, TaskBatch, hookimpl, layout_chars, needle_example
+if TYPE_CHECKING:
+    from attnbench import TaskBatch
 
 BYTE_VOCAB = 256
 HAYSTACKS = ("repeat", "corpus")
@@ -84,20 +85,10 @@ class UuidOptions(NeedleOptions):
     haystack: str = NEEDLE_DEFAULTS["uuid"][1]
 
 
-def generate(options: NeedleOptions, n: int, seed: int) -> TaskBatch:
-    rng = random.Random(seed)
-    depths = options.depth if isinstance(options.depth, tuple) else (options.depth,)
-    texts, answer = [], 0
-    for _ in range(n):
-        ex = needle_example(
-            rng, options.KIND, options.seq_len, rng.choice(depths), options.n_keys, options.value_len, options.haystack
-        )
-        texts.append(list(ex.text.encode("ascii")))
-        answer = len(ex.answer)
-    data = torch.tensor(texts, dtype=torch.long).view(n, options.seq_len + 1)  # (N, T + 1) bytes
-    inputs, targets = data[:, :-1], data[:, 1:].clone()  # (N, T), (N, T): target t is byte t + 1
-    targets[:, : options.seq_len - answer] = IGNORE  # only the value's bytes are scored
-    return TaskBatch(inputs, targets)
+def _generate(options: Any, n: int, seed: int) -> TaskBatch:
+    from attnbench.plugins.needle_data import generate  # torch loads with the data, not the registration
+
+    return generate(options, n, seed)
 
 
 def coords(options: NeedleOptions) -> dict[str, Any]:
@@ -109,7 +100,7 @@ def _task(name: str, options: type[NeedleOptions], description: str) -> Task:
     return Task(
         name,
         options,
-        generate,
+        _generate,
         vocab_size=lambda o: BYTE_VOCAB,
         seq_len=lambda o: o.seq_len,
         description=description,

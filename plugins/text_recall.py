@@ -9,16 +9,19 @@ read as bytes (vocabulary 256), so a model trained on this task in a suite can t
 scored by the multiple-choice lm-eval task `attnbench_recall` on the same format (its
 documents come from a seed stream that training never uses). Only the answers (the value
 byte after each queried key) are scored, so accuracy is recall accuracy; every row is
-tagged with ``n_pairs`` and ``n_queries``.
+tagged with ``n_pairs`` and ``n_queries``. The generator and the guessing accuracy live in
+``attnbench.plugins.text_recall_data``; this module registers the task without torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
+from attnbench import RecallOptions, Task, hookimpl, recall_line
 
-from attnbench import RecallOptions, Task, TaskBatch, hookimpl, recall_line, recall_training_tensors
+if TYPE_CHECKING:
+    from attnbench import TaskBatch
 
 BYTE_VOCAB = 256
 
@@ -29,20 +32,16 @@ class TextRecallOptions(RecallOptions):
     it (1..n_pairs). The line length, and so seq_len, follows from both."""
 
 
-def generate(options: TextRecallOptions, n: int, seed: int) -> TaskBatch:
-    inputs, targets = recall_training_tensors(
-        n, seed=seed, n_pairs=options.n_pairs, n_queries=options.n_queries
-    )  # (n, T), (n, T)
-    return TaskBatch(inputs, targets)
+def _generate(options: Any, n: int, seed: int) -> TaskBatch:
+    from attnbench.plugins.text_recall_data import generate  # torch loads with the data, not the registration
+
+    return generate(options, n, seed)
 
 
-def guess_accuracy(options: TextRecallOptions, batch: TaskBatch) -> float:
-    """Expected accuracy of guessing uniformly among the distinct values of the line's pairs
-    (every answer is one of them): the mean of 1 / (distinct values) over the lines, whose
-    answers are equally many."""
-    values = batch.inputs[:, 1 : 3 * options.n_pairs : 3]  # (N, n_pairs) the value byte of each pair
-    present = torch.zeros(values.size(0), BYTE_VOCAB, dtype=torch.bool).scatter_(1, values, True)  # (N, 256)
-    return float((1.0 / present.sum(dim=1).double()).mean())
+def _guess_accuracy(options: Any, batch: TaskBatch) -> float:
+    from attnbench.plugins.text_recall_data import guess_accuracy
+
+    return guess_accuracy(options, batch)
 
 
 def seq_len(options: TextRecallOptions) -> int:
@@ -59,12 +58,12 @@ def attnbench_register_tasks(register) -> None:
         Task(
             name="text_recall",
             options=TextRecallOptions,
-            generate=generate,
+            generate=_generate,
             vocab_size=lambda options: BYTE_VOCAB,
             seq_len=seq_len,
             version="1",
             tokens="bytes",
-            guess_accuracy=guess_accuracy,
+            guess_accuracy=_guess_accuracy,
             guess_rule="uniform over the distinct values present in the line's pairs",
             description="associative recall as text bytes (trains for the attnbench_recall lm-eval task)",
         )

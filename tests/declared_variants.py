@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from attnbench import Backbone, ModelConfig, Variant, hookimpl, mark_residual
-from attnbench.plugins import softmax
+from attnbench.plugins import softmax, softmax_model
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class FullOptions:
     gain: float = 1.0  # scales the attention output
 
 
-class GainedAttention(softmax.SoftmaxAttention):
+class GainedAttention(softmax_model.SoftmaxAttention):
     """Softmax attention with its output scaled:  y = gain * softmax(Q K^T / sqrt(h)) V W_o."""
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:

@@ -63,10 +63,12 @@ def test_the_backbone_compiles_in_one_graph_with_ignored_targets():
 
     from attnbench import ModelConfig
     from attnbench.nn.backbone import Backbone
-    from attnbench.plugins import softmax
+    from attnbench.plugins import softmax_model
 
     torch.manual_seed(0)
-    model = Backbone(ModelConfig(vocab_size=64, d_model=32, n_layer=2, n_head=2, context=64), softmax.SoftmaxAttention)
+    model = Backbone(
+        ModelConfig(vocab_size=64, d_model=32, n_layer=2, n_head=2, context=64), softmax_model.SoftmaxAttention
+    )
     idx = torch.randint(0, 64, (2, 16))  # (B, T)
     targets = idx.roll(-1, dims=1).masked_fill(torch.arange(16) < 5, -100)  # (B, T) the first 5 positions ignored
     explained = torch._dynamo.explain(model)(idx, targets)

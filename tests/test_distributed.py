@@ -217,7 +217,8 @@ CRASHY = """
     import ray
 
     from harness import Variant, hookimpl
-    from attnbench.plugins.softmax import SoftmaxAttention, flops_per_token, state_size
+    from attnbench.plugins.softmax import flops_per_token, state_size
+    from attnbench.plugins.softmax_model import SoftmaxAttention
 
 
     def build_mixer(config, layer_idx):

@@ -11,7 +11,7 @@ import torch
 
 from attnbench.contract.task import IGNORE, Task, TaskBatch
 from attnbench.data.floors import MEASURED, guess_method, measured_guess, ngram_cross_entropy, task_guess_accuracy
-from attnbench.plugins import synthetic, text_recall
+from attnbench.plugins import synthetic, synthetic_data, text_recall, text_recall_data
 
 TRAIN = b"abracadabra abracadabra cab"
 TEST = b"cadabra bac"
@@ -60,7 +60,7 @@ def test_ngram_floors_equal_a_hand_computation_on_a_tiny_corpus():
 
 def test_text_recall_guessing_is_uniform_over_the_values_in_the_line():
     options = text_recall.TextRecallOptions(n_pairs=7, n_queries=1)
-    batch = text_recall.generate(options, 400, 5)
+    batch = text_recall_data.generate(options, 400, 5)
     lines = [bytes(row.tolist()).decode("ascii") for row in batch.inputs]
     exact = sum(1 / len({line[3 * i + 1] for i in range(7)}) for line in lines) / len(lines)
     task = _registered(text_recall, "text_recall")
@@ -71,7 +71,7 @@ def test_text_recall_guessing_is_uniform_over_the_values_in_the_line():
 
 def test_mqar_guessing_is_one_over_the_pairs():
     options = synthetic.MQAROptions(vocab_size=64, seq_len=32, num_kv_pairs=4)
-    batch = synthetic.generate_mqar(options, 200, 1)
+    batch = synthetic_data.generate_mqar(options, 200, 1)
     values = batch.targets[batch.targets != IGNORE].view(200, 4)  # (N, K) every pair queried once
     assert all(len(set(row.tolist())) == 4 for row in values)  # K distinct values: one in K
     task = _registered(synthetic, "mqar")
@@ -82,7 +82,7 @@ def test_a_task_without_a_declaration_is_measured_by_the_majority_answer():
     train = torch.tensor([[IGNORE, 3, 5], [IGNORE, 3, 6], [IGNORE, 4, 5]])  # position 1: 3, position 2: 5
     test = TaskBatch(torch.zeros(2, 3, dtype=torch.long), torch.tensor([[IGNORE, 3, 6], [IGNORE, 4, 5]]))
     assert measured_guess(train, test, 8) == 0.5
-    plain = Task("plain", synthetic.MQAROptions, synthetic.generate_mqar, lambda o: 8, lambda o: 3)
+    plain = Task("plain", synthetic.MQAROptions, synthetic_data.generate_mqar, lambda o: 8, lambda o: 3)
     assert task_guess_accuracy(plain, None, test, train, 8) == 0.5 and guess_method(plain) == MEASURED
 
 

@@ -209,7 +209,8 @@ def test_identity_changes_when_a_parts_source_changes(tmp_path, monkeypatch):
     source.write_text(
         textwrap.dedent("""
         from attnbench import Variant, hookimpl
-        from attnbench.plugins.softmax import SoftmaxAttention, flops_per_token, state_size
+        from attnbench.plugins.softmax import flops_per_token, state_size
+        from attnbench.plugins.softmax_model import SoftmaxAttention
 
         @hookimpl
         def attnbench_register_variants(register):

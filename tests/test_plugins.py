@@ -10,7 +10,7 @@ import pytest
 
 from attnbench import Variant, hookimpl
 from attnbench.errors import PluginError, UnknownVariantError
-from attnbench.plugins import softmax
+from attnbench.plugins import softmax, softmax_model
 from attnbench.registry.loader import get_plugin_manager, load_registry
 from tests.helpers import fake_distribution as _fake_distribution
 from tests.helpers import python, run_cli
@@ -66,7 +66,7 @@ def test_duplicate_variant_name_names_both_plugins():
 
     @hookimpl
     def attnbench_register_variants(register):
-        register(Variant(name="softmax", build_mixer=softmax.SoftmaxAttention))
+        register(Variant(name="softmax", build_mixer=softmax_model.SoftmaxAttention))
 
     vars(clone).update(attnbench_register_variants=attnbench_register_variants)
     loaded = get_plugin_manager([("softmax", softmax), ("clone", clone)], entry_points=False)
@@ -110,7 +110,7 @@ class _ScaledOptions:
 
 
 def test_an_option_of_the_wrong_type_is_named():
-    variant = Variant(name="scaled", build_mixer=softmax.SoftmaxAttention, options=_ScaledOptions)
+    variant = Variant(name="scaled", build_mixer=softmax_model.SoftmaxAttention, options=_ScaledOptions)
     with pytest.raises(ValueError) as err:
         variant.make_options({"scale": "2"})
     assert str(err.value) == "invalid options for variant 'scaled': scale must be a number, got '2'"

@@ -19,7 +19,7 @@ from attnbench.experiments.speed.points import describe_path
 from attnbench.gate.checks import run_checks
 from attnbench.plugins.recurrent.delta_kernel import delta_rule
 from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention
-from attnbench.plugins.recurrent.retnet import log_decay
+from attnbench.plugins.recurrent.retnet_model import log_decay
 from tests.helpers import Tolerance, grad
 
 VARIANTS = ("retnet", "gla", "deltanet", "gated_deltanet")

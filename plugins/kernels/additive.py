@@ -24,31 +24,17 @@ Numerics, against the reference's difference of two long prefix sums:
 Memory: the pooling is one autograd Function that keeps only its input x, the denominators
 Z (one scalar per head and position) and its output g, and recomputes the rest in backward;
 the plain-autograd reference keeps about four more tensors of the size of x.
+
+The constants and ``PoolSpec`` are in ``additive_spec`` (torch-free, for option checks).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-NORM_EPS = 1e-5  # added to the unbiased std (not inside a sqrt), as in the reference
-COMPAT_EPS = 1e-5  # the reference's eps in the pooling denominator (eps_compat only)
-MAX_RESCALE = 40.0  # e^{a - s} >= e^{-2s} must stay a normal fp32 number (> e^{-87})
-
-
-@dataclass(frozen=True)
-class PoolSpec:
-    """Settings shared by both poolings of a layer."""
-
-    rescale: float  # s: logits are bounded by |a| < s
-    eps_compat: bool  # add the reference's 1e-5 to the (unshifted) denominator
-    block: int  # block length of the two-level prefix scan of global sums (rounding only)
-
-    def eps_shifted(self) -> float:
-        """The compat eps in the units of the shifted weights e^{a - s}: 1e-5 * e^{-s}."""
-        return COMPAT_EPS * math.exp(-self.rescale) if self.eps_compat else 0.0
+from attnbench.plugins.kernels.additive_spec import NORM_EPS, PoolSpec
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -1,5 +1,6 @@
 """Pieces the recurrent mixers share: chunking a sequence, the compute dtype, a per-head RMS norm, a causal
-short convolution with its decode cache, option checks, and the fla kernel guard."""
+short convolution with its decode cache, and the fla kernel guard. The option checks, which need no
+torch, are in ``checks``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ from torch import nn
 from attnbench.plugins.kernels.fla_linear import fla_unavailable, follow_torch_fp32_precision
 from attnbench.plugins.kernels.short_conv import causal_depthwise_conv
 
-KERNELS = ("chunked", "fla")
+# Re-exported: older checkouts' mixer modules import the checks from here, and benchmarks load
+# them beside this package (bench_mixers_ab.py, bench_mamba2_groups.py).
+from attnbench.plugins.recurrent.checks import KERNELS as KERNELS
+from attnbench.plugins.recurrent.checks import check_kernel as check_kernel
+from attnbench.plugins.recurrent.checks import check_positive_int as check_positive_int
 
 
 def chunks(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -30,16 +35,6 @@ def compute_dtype(*xs: torch.Tensor) -> torch.dtype:
 def state_dtype(dtype: torch.dtype | None) -> torch.dtype:
     """Recurrent states are running sums: fp32 unless float64 is asked."""
     return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def check_positive_int(name: str, value: object, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def check_kernel(value: object) -> None:
-    if value not in KERNELS:
-        raise ValueError(f"kernel must be one of {list(KERNELS)}, got {value!r}")
 
 
 def require_fla(name: str, x: torch.Tensor) -> None:

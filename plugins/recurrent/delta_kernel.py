@@ -25,6 +25,9 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.plugins.recurrent.common import compute_dtype, state_dtype
+
+# re-exported for older checkouts' modules (see common.py)
+from attnbench.plugins.recurrent.flops import delta_flops_per_token as delta_flops_per_token
 from attnbench.plugins.recurrent.ssd_kernel import segment_sums
 
 
@@ -129,13 +132,3 @@ def _one_chunk(
     eye = torch.eye(q.shape[2], dtype=q.dtype, device=q.device)  # (T, T)
     u = torch.linalg.solve_triangular(eye + strict, b * v, upper=False, unitriangular=True)  # (B, H, T, d_v) U~ = U
     return scale * (scores @ u)  # (B, H, T, d_v)
-
-
-def delta_flops_per_token(n_head: int, d_k: int, d_v: int, chunk: int, T: int) -> float:
-    """Kernel FLOPs per token: K K^T and Q K^T 2 * 2 c d_k, the triangular solve c (d_v + d_k),
-    scores @ U 2 c d_v, W S, Q S and K^T U 3 * 2 d_k d_v. Training from S_0 = 0 with T <=
-    chunk (``delta_rule``'s state None): the solve c d_v, and no W S, Q S or K^T U."""
-    c = min(chunk, max(T, 1))
-    if chunk >= T:
-        return n_head * (4.0 * c * d_k + c * d_v + 2.0 * c * d_v)
-    return n_head * (4.0 * c * d_k + c * (d_v + d_k) + 2.0 * c * d_v + 6.0 * d_k * d_v)

@@ -7,41 +7,20 @@ block of section 3.4): DeltaNet (``deltanet``) with a scalar decay per head and 
 
 A_log ~ log U(1, 16) and dt ~ logU(1e-3, 1e-1) (dt_bias = softplus^-1(dt)), as in Mamba2.
 q and k are normalised exactly, as in ``deltanet``, where fla divides by sqrt(||x||^2 + 1e-6).
+The mixer (``GatedDeltaNet``) is in ``gated_deltanet_model``; this module registers it without
+importing torch.
 """
 
 from __future__ import annotations
 
-import math
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-from attnbench import ModelConfig, Variant, hookimpl, merge_heads
+from attnbench import ModelConfig, Variant, hookimpl
 from attnbench.plugins.recurrent import deltanet
-from attnbench.plugins.recurrent.common import full_precision_linear
-from attnbench.plugins.recurrent.deltanet import DeltaNet, DeltaOptions
+from attnbench.plugins.recurrent.deltanet import DeltaOptions
 
-
-class GatedDeltaNet(DeltaNet):
-    name = "gated_deltanet"
-
-    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
-        super().__init__(config, layer_idx)
-        D, H = config.d_model, config.n_head
-        self.a_proj = nn.Linear(D, H, bias=False)
-        self.g_proj = nn.Linear(D, D, bias=config.bias)
-        self.A_log = nn.Parameter(torch.empty(H).uniform_(1.0, 16.0).log())  # (H,)
-        dt = torch.exp(torch.empty(H).uniform_(math.log(1e-3), math.log(1e-1)))  # (H,)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # (H,) softplus(dt_bias) = dt
-
-    def log_decay(self, x: torch.Tensor) -> torch.Tensor:
-        a = full_precision_linear(self.a_proj, x)  # (B, T, H) fp32 even under autocast
-        rate = F.softplus(a + self.dt_bias.to(a.dtype))  # (B, T, H) > 0
-        return (-torch.exp(self.A_log.to(a.dtype)) * rate).transpose(1, 2)  # (B, H, T) log a_t < 0
-
-    def _out(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(merge_heads(self.norm(o)) * F.silu(self.g_proj(x)))  # (B, T, D)
+if TYPE_CHECKING:
+    from torch import nn
 
 
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
@@ -51,12 +30,19 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     )
 
 
+def _build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:
+    # torch loads with the model, not the registration
+    from attnbench.plugins.recurrent.gated_deltanet_model import GatedDeltaNet
+
+    return GatedDeltaNet(config, layer_idx)
+
+
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
         Variant(
             name="gated_deltanet",
-            build_mixer=GatedDeltaNet,
+            build_mixer=_build_mixer,
             options=DeltaOptions,
             decode="recurrent",
             description=(

@@ -17,6 +17,9 @@ from typing import overload
 import torch
 import torch.nn.functional as F
 
+# re-exported for older checkouts' modules (see common.py)
+from attnbench.plugins.recurrent.flops import ssd_flops_per_token as ssd_flops_per_token
+
 
 def ssd_init_state(
     batch: int, n_head: int, d_state: int, head_dim: int, device=None, dtype: torch.dtype | None = None
@@ -133,16 +136,3 @@ def _per_head(shared: torch.Tensor, per_head: torch.Tensor) -> torch.Tensor:
         return shared * per_head
     grouped = shared.unsqueeze(2) * per_head.unflatten(1, (G, H // G))  # (B, G, H / G, ...)
     return grouped.flatten(1, 2)  # (B, H, ...)
-
-
-def ssd_flops_per_token(
-    n_head: int, d_state: int, head_dim: int, chunk: int, T: int, n_groups: int | None = None
-) -> float:
-    """Per head: scores @ x 2 c P, chunk summary and carried-state read 2 * 2 N_s P; the c x c
-    scores C B^T 2 c N_s per group (n_groups; None: one per head) (decays, exponentials, the
-    per-head dt scaling and the chunk loop's 2 N_s P / c, not counted). Training from S_0 = 0
-    with T <= chunk (``ssd_scan``'s state None) has no summary or state read."""
-    c = min(chunk, max(T, 1))
-    state = 0.0 if chunk >= T else 4.0 * d_state * head_dim
-    scores = (n_head if n_groups is None else n_groups) * 2.0 * c * d_state
-    return scores + n_head * (2.0 * c * head_dim + state)

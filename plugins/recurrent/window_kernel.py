@@ -89,14 +89,6 @@ def window_weights(q: torch.Tensor, k: torch.Tensor, window: int) -> torch.Tenso
     return scores.masked_fill((gap < 0) | (gap >= window), float("-inf")).softmax(-1)  # (B, H, T, T)
 
 
-def mean_keys(T: int, window: int) -> float:
-    """Average keys a query sees over positions 0..T-1: min(i + 1, w)."""
-    T = max(T, 1)
-    if window >= T:
-        return (T + 1) / 2
-    return (window * (window + 1) / 2 + (T - window) * window) / T
-
-
 def fla_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> torch.Tensor:
     """fla's Triton kernel for the same equation, from an empty cache: (B, H, T, h) in and out."""
     from fla.ops.attn import parallel_attn
