@@ -1,17 +1,21 @@
 """Start-up cost of the `attnbench` command: CPU time (user + system) of each command's
 process, median of several runs, against the targets of issue 43.
 
-    python benchmarks/bench_startup.py [--repeats 5] [--attnbench PATH] [--compare PATH]
+    python benchmarks/bench_startup.py [--repeats 5] [--attnbench PATH] [--compare PATH] [--all-plugins]
 
 CPU time of the child (resource.getrusage(RUSAGE_CHILDREN)) moves far less with the load of
 a shared machine than wall time does (printed beside it for reference); `--compare` times a
 second console script (another checkout's) in the same rounds, interleaved, so both see the
-same load. `import torch` alone is timed too: the floor of any command that needs torch.
+same load. `import torch` alone is timed too: the floor of any command that needs torch. Only the
+built-in plugins load (ATTNBENCH_PLUGINS), as in the README's main install, unless
+`--all-plugins`: a plugin that imports torch at the top (the tests' toy plugin) adds torch's
+import to every command that loads plugins.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata as md
 import os
 import resource
 import shutil
@@ -56,6 +60,12 @@ def medians(argvs: list[list[str]], repeats: int, env: dict[str, str], cwd: str)
     return [(statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs)) for rs in runs]
 
 
+def plugins() -> tuple[list[str], list[str]]:
+    """Entry-point names of the built-in plugins and of the other installed ones."""
+    names = [(ep.name, ep.value.startswith("attnbench.")) for ep in md.entry_points(group="attnbench")]
+    return sorted(n for n, ours in names if ours), sorted(n for n, ours in names if not ours)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="CPU time of attnbench start-up, per command")
     parser.add_argument("--repeats", type=int, default=5)
@@ -65,6 +75,11 @@ def main() -> int:
         help="the console script to time (default: the one beside this Python)",
     )
     parser.add_argument("--compare", metavar="PATH", help="another attnbench console script to time alongside")
+    parser.add_argument(
+        "--all-plugins",
+        action="store_true",
+        help="load every installed plugin (default: the built-ins alone, what the README's main install has)",
+    )
     args = parser.parse_args()
     cache = tempfile.mkdtemp(prefix="attnbench-startup-")
     env = {
@@ -74,8 +89,13 @@ def main() -> int:
         "HF_HOME": os.path.join(cache, "hf"),
         "MPLCONFIGDIR": os.path.join(cache, "mpl"),
     }
+    builtin, others = plugins()
+    if not args.all_plugins and others:  # e.g. the tests' toy plugin, which imports torch at the top
+        env["ATTNBENCH_PLUGINS"] = ",".join(builtin)
     exes = [args.attnbench, *([args.compare] if args.compare else [])]
     print(f"{' vs '.join(exes)}; median of {args.repeats} runs; load average {os.getloadavg()[0]:.1f}")
+    loaded = "every installed plugin" if args.all_plugins or not others else f"built-ins only (not {', '.join(others)})"
+    print(f"plugins: {loaded}")
     head = f"{'command':<28}{'CPU s':>8}{'wall s':>9}{'target':>9}  ok"
     print(head + (f"{'compare CPU s':>16}{'wall s':>9}" if args.compare else ""))
     (torch_cpu, torch_wall), *_ = medians([[sys.executable, "-c", "import torch"]], args.repeats, env, cache)
