@@ -110,17 +110,33 @@ def ssd_scan(
         y = _per_head(cc @ bc.transpose(-1, -2), decay) @ xc  # (B, H, N, n, P) inside each chunk
         to_end = decay[..., -1, :]  # (B, H, N, n) exp(sum_{j<l<=end} log_a_l) (dt_j): key j to the chunk's end
         from_start = torch.exp(ac.cumsum(-1))  # (B, H, N, n) exp(sum_{start<=l<=i} log_a_l)
-        summary = _per_head(bc, to_end[..., None]).transpose(-1, -2) @ xc  # (B, H, N, N_s, P) chunk's own b x^T
-        through = torch.exp(ac.sum(-1))  # (B, H, N) decay across each chunk, a sum over its own span
-        s, before = start.to(fp), []  # S_{m+1} = through_m S_m + U_m: O(N), not an (N+1) x (N+1) carry
+        # Across chunks a group's H/G heads sit side by side in the columns of one state (B, G, ., H/G P),
+        # so each product with the group's shared b or c is one matmul for all of them, and the
+        # decays scale x and the output rows (P wide), never a per-head copy of b or c (N_s wide).
+        G = cc.shape[1]
+        summary = bc.transpose(-1, -2) @ _side_by_side(xc * to_end[..., None], G)  # (B, G, N, N_s, H/G P) b^T x
+        through = torch.exp(ac.sum(-1)).unflatten(1, (G, -1)).transpose(2, 3)  # (B, G, N, H/G) across each chunk
+        s, before = start.to(fp).unflatten(1, (G, -1)).transpose(2, 3), []  # (B, G, N_s, H/G, P) S_0, a view
         for a_m, u_m in zip(through.unbind(2), summary.unbind(2), strict=True):  # unbound once, never indexed
-            before.append(s)
-            s = a_m[..., None, None] * s + u_m  # (B, H, N_s, P)
-        states = torch.stack(before, dim=2)  # (B, H, N, N_s, P) S before each chunk
-        carried = _per_head(cc, from_start[..., None]) @ states  # (B, H, N, n, P) the state before each chunk
+            before.append(s)  # S_{m+1} = through_m S_m + U_m: O(N), not an (N+1) x (N+1) carry
+            s = a_m[:, :, None, :, None] * s + u_m.unflatten(-1, (-1, P))  # (B, G, N_s, H/G, P)
+        states = torch.stack(before, dim=2).flatten(-2)  # (B, G, N, N_s, H/G P) S before each chunk
+        carried = _one_per_head(cc @ states, P) * from_start[..., None]  # (B, H, N, n, P) c_i^T S, decayed to i
         y = (y + carried).flatten(2, 3)[:, :, :T]  # (B, H, T, P)
-        final = s  # (B, H, N_s, P) a new tensor
+        final = s.transpose(2, 3).flatten(1, 2)  # (B, H, N_s, P) a new tensor
     return y, (final if state is not None else None)
+
+
+def _side_by_side(per_head: torch.Tensor, G: int) -> torch.Tensor:
+    """(B, H, N, r, P) -> (B, G, N, r, H/G P): group g's heads h = g H/G + k in columns k P .. (k+1) P."""
+    B, H, N, r, P = per_head.shape
+    return per_head.unflatten(1, (G, H // G)).permute(0, 1, 3, 4, 2, 5).reshape(B, G, N, r, H // G * P)
+
+
+def _one_per_head(side_by_side: torch.Tensor, P: int) -> torch.Tensor:
+    """(B, G, N, r, H/G P) -> (B, H, N, r, P), the inverse of ``_side_by_side``."""
+    B, G, N, r, _ = side_by_side.shape
+    return side_by_side.unflatten(-1, (-1, P)).permute(0, 1, 4, 2, 3, 5).reshape(B, -1, N, r, P)
 
 
 def _scaled(decay: torch.Tensor, dt: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
