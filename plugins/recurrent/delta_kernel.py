@@ -14,7 +14,9 @@ gamma_i = exp(G_i) and D_ij = exp(G_i - G_j) (j <= i, exponents <= 0):
     S_{n+1} = gamma_c S_n + (K * exp(G_c - G))^T U
 
 The unit lower-triangular solve replaces the token loop; only the state S_n loops over
-chunks. fp32 with autocast off (float64 when given float64); the caller's state is untouched.
+chunks. D * (A B^T) is one matmul of (A e^G)(B e^-G)^T in chunks whose decay spans at most
+e^-30, and takes D from segment sums in wider ones (``_decayed``, GLA's rule). fp32 with autocast off (float64
+when given float64); the caller's state is untouched.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from attnbench.plugins.recurrent.common import compute_dtype, state_dtype
 
 # re-exported for older checkouts' modules (see common.py)
 from attnbench.plugins.recurrent.flops import delta_flops_per_token as delta_flops_per_token
+from attnbench.plugins.recurrent.gla_kernel import FACTOR_SPAN, after_sums
 from attnbench.plugins.recurrent.ssd_kernel import segment_sums
 
 
@@ -89,17 +92,16 @@ def delta_rule(
         qc, kc, vc = (_chunks(t.to(dt), c) for t in (q, k, v))  # (B, H, N, c, d)
         bc = _chunks(beta.to(dt), c)[..., None]  # (B, H, N, c, 1)
         gc = torch.zeros_like(bc[..., 0]) if g is None else _chunks(g.to(dt), c)  # (B, H, N, c) log a_t
-        # every decay is a direct sum of log a over its own span (segment sums), never a difference
-        # of two running sums, which cancels in fp32 once the chunk's total log decay is large
-        D = torch.exp(segment_sums(gc))  # (B, H, N, c, c) exp(sum_{j<l<=i} g_l), 0 for j > i
-        gamma = torch.exp(gc.cumsum(dim=3))[..., None]  # (B, H, N, c, 1) decay since the chunk start, <= 1
-        strict = (D * ((bc * kc) @ kc.transpose(-1, -2))).tril(-1)  # (B, H, N, c, c) beta_i D_ij k_i.k_j, j < i
+        G = gc.cumsum(dim=3)  # (B, H, N, c) log decay from the chunk's start through i, <= 0
+        gamma = torch.exp(G)[..., None]  # (B, H, N, c, 1) decay since the chunk start, <= 1
+        decays = None if g is None else (gc, G)
+        strict = _decayed(bc * kc, kc, decays, diagonal=False)  # (B, H, N, c, c) beta_i D_ij k_i.k_j, j < i
         eye = torch.eye(c, dtype=dt, device=v.device)  # (c, c)
         rhs = bc * torch.cat([vc, gamma * kc], dim=-1)  # (B, H, N, c, d_v + d_k)
         uw = torch.linalg.solve_triangular(eye + strict, rhs, upper=False, unitriangular=True)  # (B, H, N, c, d_v+d_k)
         d_v = vc.shape[-1]
         u_tilde, w = uw[..., :d_v], uw[..., d_v:]  # (B, H, N, c, d_v), (B, H, N, c, d_k)
-        k_end = kc * D[..., -1, :, None]  # (B, H, N, c, d_k) decayed to the chunk end
+        k_end = kc * torch.exp(after_sums(gc[..., None]))  # (B, H, N, c, d_k) decayed to the chunk end
         through = torch.exp(gc.sum(dim=3))[..., None, None]  # (B, H, N, 1, 1) decay across the chunk
         s, before, us = start.to(dt), [], []
         # chunks unbound once: s[:, :, n] inside the loop would cost a full-size zero gradient per chunk
@@ -111,10 +113,34 @@ def delta_rule(
             s = a_n * s + kt_n @ u  # (B, H, d_k, d_v)
         carried = torch.stack(before, dim=2)  # (B, H, N, d_k, d_v)
         U = torch.stack(us, dim=2)  # (B, H, N, c, d_v)
-        scores = D * (qc @ kc.transpose(-1, -2))  # (B, H, N, c, c) zero above the diagonal
+        scores = _decayed(qc, kc, decays, diagonal=True)  # (B, H, N, c, c) D_ij q_i.k_j, zero above the diagonal
         o = scale * ((qc * gamma) @ carried + scores @ U)  # (B, H, N, c, d_v)
         o = o.flatten(2, 3)[:, :, :T]  # (B, H, T, d_v)
     return o.to(out_dtype), (s.to(state_dtype(state.dtype)) if state is not None else None)
+
+
+def _decayed(
+    a: torch.Tensor, b: torch.Tensor, decays: tuple[torch.Tensor, torch.Tensor] | None, diagonal: bool
+) -> torch.Tensor:
+    """D_ij a_i.b_j for j < i (j <= i with ``diagonal``), else 0: a, b (B, H, N, c, d); decays the
+    log decays g and their cumulative sums G (B, H, N, c), None for none (D is the causal mask).
+    D_ij = exp(G_i - G_j) factorises, one matmul of a e^G and b e^-G, in chunks whose decay spans at
+    most e^-FACTOR_SPAN (every factor within e^30, the product's rounding that of two exponentials:
+    GLA's rule); wider chunks take D from segment sums (exponents <= 0: no overflow, whatever the gate)."""
+    c = a.shape[3]
+    hidden = torch.ones(c, c, dtype=torch.bool, device=a.device).triu(1 if diagonal else 0)  # (c, c) masked pairs
+    if decays is None:
+        return (a @ b.transpose(-1, -2)).masked_fill(hidden, 0.0)  # (B, H, N, c, c)
+    g, G = decays
+    a_f = a * torch.exp(G)[..., None]  # (B, H, N, c, d) a_i e^{G_i}, e^G <= 1
+    b_f = b * torch.exp((-G).clamp_max(FACTOR_SPAN))[..., None]  # (B, H, N, c, d) b_j e^{-G_j}, clamped in wide chunks
+    out = (a_f @ b_f.transpose(-1, -2)).masked_fill(hidden, 0.0)  # (B, H, N, c, c)
+    wide = G[..., -1] < -FACTOR_SPAN  # (B, H, N) chunks whose span leaves the range
+    if not wide.any():
+        return out
+    at = wide.nonzero(as_tuple=True)  # the wide chunks' (b, h, n) indices
+    exact = (a[at] @ b[at].transpose(-1, -2)) * torch.exp(segment_sums(g[at]))  # (M, c, c) exponents <= 0
+    return out.index_put(at, exact.masked_fill(hidden, 0.0))  # (B, H, N, c, c) the wide chunks replaced
 
 
 def _one_chunk(

@@ -52,7 +52,7 @@ def gated_linear_attention(
         else:  # one per key channel: inside the sum over d
             scores = _channel_scores(qc, kc, gc, G)  # (B, H, N, c, c)
         intra = scale * (scores @ vc)  # (B, H, N, c, d_v)
-        k_end = kc * torch.exp(_after(gc))  # (B, H, N, c, d_k) decayed to the chunk end
+        k_end = kc * torch.exp(after_sums(gc))  # (B, H, N, c, d_k) decayed to the chunk end
         chunk_kv = k_end.transpose(-1, -2) @ vc  # (B, H, N, d_k, d_v)
         through = torch.exp(gc.sum(dim=3)).unsqueeze(-1)  # (B, H, N, e, 1) decay across a chunk
         s, before = state.to(dt), []
@@ -90,7 +90,7 @@ def _channel_scores(qc: torch.Tensor, kc: torch.Tensor, gc: torch.Tensor, G: tor
     return scores.index_put(at, exact)  # (B, H, N, c, c) a new tensor: the wide chunks replaced
 
 
-def _after(g: torch.Tensor) -> torch.Tensor:
+def after_sums(g: torch.Tensor) -> torch.Tensor:
     """sum_{j<l<=c} g_l for each j of a chunk, (..., c, e): a reverse cumulative sum shifted by one,
     each entry a sum over its own span (no difference of running sums)."""
     rev = g.flip(-2).cumsum(dim=-2).flip(-2)  # (..., c, e) sum_{l>=j}
