@@ -15,8 +15,8 @@ gamma_i = exp(G_i) and D_ij = exp(G_i - G_j) (j <= i, exponents <= 0):
 
 The unit lower-triangular solve replaces the token loop; only the state S_n loops over
 chunks. D * (A B^T) is one matmul of (A e^G)(B e^-G)^T in chunks whose decay spans at most
-e^-30, and takes D from segment sums in wider ones (``_decayed``, GLA's rule). fp32 with autocast off (float64
-when given float64); the caller's state is untouched.
+e^-30, and takes D from segment sums in wider ones (``_decayed``, GLA's rule). fp32 with
+autocast off (float64 when given float64); the caller's state is untouched.
 """
 
 from __future__ import annotations
