@@ -6,7 +6,7 @@
 On a shared machine two runs of ``bench_mixers.py`` minutes apart differ by 2x at equal code.
 Here each mixer's model is built once and its train step (forward + backward, one thread)
 alternates between the old and the new kernels step by step: the old ``delta_kernel``,
-``gla_kernel``, ``ssd_kernel``, Mamba2's convolution, the short convolution and DeltaNet's
+``gla_kernel``, ``ssd_kernel``, ``taylor_kernel``, Mamba2's convolution, the short convolution and DeltaNet's
 ``_heads`` are loaded from ``--old`` under other names and patched in. Prints the
 best-of-repeats ms/step of each and new/old; a mixer whose code did not change (softmax,
 linear) is the control.
@@ -25,7 +25,7 @@ from types import ModuleType
 import torch
 
 from attnbench import Backbone, ModelConfig
-from attnbench.plugins.recurrent import common, deltanet_model, gla_model, mamba2_model, retnet_model
+from attnbench.plugins.recurrent import based_model, common, deltanet_model, gla_model, mamba2_model, retnet_model
 from attnbench.registry.loader import load_registry
 
 SHAPES = {"findings": (64, 2, 2, 64, 64), "long": (128, 2, 4, 8192, 1)}  # d, layers, heads, T, batch
@@ -49,6 +49,7 @@ def kernel_sets(old: Path) -> dict[str, list[tuple[object, str, object]]]:
     }
     modules = ("delta_kernel", "gla_kernel", models["mamba2"], "common", "ssd_kernel", models["deltanet"])
     od, og, om, oc, os_, odn = (_load(old, n) for n in modules)
+    ot = _load(old, "taylor_kernel")
     names = [
         (deltanet_model, "delta_rule"),
         (gla_model, "gated_linear_attention"),
@@ -57,9 +58,10 @@ def kernel_sets(old: Path) -> dict[str, list[tuple[object, str, object]]]:
         (mamba2_model.Mamba2, "_conv"),
         (common.ShortConv, "forward"),
         (deltanet_model.DeltaNet, "_heads"),
+        (based_model, "taylor_attention"),
     ]
     olds = [od.delta_rule, og.gated_linear_attention, og.gated_linear_attention, os_.ssd_scan, om.Mamba2._conv]
-    olds += [oc.ShortConv.forward, odn.DeltaNet._heads]
+    olds += [oc.ShortConv.forward, odn.DeltaNet._heads, ot.taylor_attention]
     return {
         "new": [(owner, attr, getattr(owner, attr)) for owner, attr in names],
         "old": [(owner, attr, value) for (owner, attr), value in zip(names, olds, strict=True)],

@@ -8,11 +8,12 @@ Inside a chunk of c positions: the (c, c) scores above, 2 c f FLOPs per token an
 instead of 2 c (1 + f + f^2) (f = 16: 17x fewer). Across chunks: the carried state
 S = sum_j phi(k_j) [v_j, 1]^T, read by phi(q_i), over the features with each unordered pair
 (a, b) once (``symmetric_features``: 1 + f + f (f + 1) / 2, 153 for f = 16, not 273; the same
-dot products). The state handed in and out keeps the full 1 + f + f^2 rows (what
-``state_size`` counts, as the paper does), the rows of (a, b) and (b, a) equal. Training from
-the empty state with T <= c (the CPU suites' T 64, c 64) needs no features at all. The same
-function serves training and decoding (``LinearState`` in, a new one out; the given one is
-never modified). fp32 with autocast off (float64 when given).
+dot products), summed over earlier chunks by one matmul. The state handed in and out keeps
+the full 1 + f + f^2 rows (what ``state_size`` counts, as the paper does), the rows of (a, b)
+and (b, a) equal. Training from the empty state with T <= c (the CPU suites' T 64, c 64)
+needs no features at all. The same function serves training and decoding (``LinearState``
+in, a new one out; the given one is never modified). fp32 with autocast off (float64 when
+given).
 """
 
 from __future__ import annotations
@@ -66,11 +67,14 @@ def taylor_attention(
                 s0 = fold @ torch.cat([state.s, state.z[..., None]], dim=-1).to(dt)  # (B, H, F_s, h+1)
             else:
                 s0 = vx.new_zeros(B, H, kv.shape[3], h + 1)  # (B, H, F_s, h+1)
-            incl = s0[:, :, None] + kv.cumsum(dim=2)  # (B, H, N, F_s, h+1) state after chunk n
-            before = torch.cat([s0[:, :, None], incl[:, :, :-1]], dim=2)  # (B, H, N, F_s, h+1) entering chunk n
+            N = kv.shape[2]
+            earlier = torch.ones(N, N, dtype=dt, device=v.device).tril(-1)  # (N, N) 1 where chunk m < n
+            # the state entering chunk n: S_0 + sum_{m<n} kv_m, one matmul (a cumsum over the chunk
+            # axis of this (F_s, h+1) state, and its backward, took 4x as long on a CPU)
+            before = s0[:, :, None] + (earlier @ kv.flatten(-2)).unflatten(-1, kv.shape[-2:])  # (B, H, N, F_s, h+1)
             num = num + symmetric_features(qc) @ before  # (B, H, N, c, h+1) + the carried state
             if fold is not None:
-                final = fold.T @ incl[:, :, -1]  # (B, H, F, h+1) back on the full features, pair rows split evenly
+                final = fold.T @ (before[:, :, -1] + kv[:, :, -1])  # (B, H, F, h+1) on the full features, pairs split
                 new = LinearState(final[..., :h].contiguous(), final[..., h].contiguous())
         o = num[..., :h] / (num[..., h:] + eps)  # (B, H, N, c, h) eps after the dot product
     return o.flatten(2, 3)[:, :, :T].to(out_dtype), new
