@@ -27,6 +27,13 @@ def chunks(x: torch.Tensor, c: int) -> torch.Tensor:
     return F.pad(x, (0, 0, 0, N * c - T)).reshape(B, H, N, c, e)
 
 
+def causal(c: int, like: torch.Tensor, strict: bool = False) -> torch.Tensor:
+    """(c, c) 1 where key j may reach query i (j <= i; j < i when ``strict``), else 0, in ``like``'s
+    dtype: a product with it masks scores in one pass each way (masked_fill copies, then fills:
+    its fwd + bwd took 1.5-1.8x as long at a chunk of 64 on a CPU). Only for finite scores."""
+    return torch.ones(c, c, dtype=like.dtype, device=like.device).tril(-1 if strict else 0)
+
+
 def compute_dtype(*xs: torch.Tensor) -> torch.dtype:
     """float64 when any input is float64 (reference runs, the gate), else fp32."""
     return torch.float64 if any(x.dtype == torch.float64 for x in xs) else torch.float32

@@ -26,7 +26,7 @@ from typing import overload
 import torch
 import torch.nn.functional as F
 
-from attnbench.plugins.recurrent.common import compute_dtype, state_dtype
+from attnbench.plugins.recurrent.common import causal, compute_dtype, state_dtype
 
 # re-exported for older checkouts' modules (see common.py)
 from attnbench.plugins.recurrent.flops import delta_flops_per_token as delta_flops_per_token
@@ -128,19 +128,19 @@ def _decayed(
     most e^-FACTOR_SPAN (every factor within e^30, the product's rounding that of two exponentials:
     GLA's rule); wider chunks take D from segment sums (exponents <= 0: no overflow, whatever the gate)."""
     c = a.shape[3]
-    hidden = torch.ones(c, c, dtype=torch.bool, device=a.device).triu(1 if diagonal else 0)  # (c, c) masked pairs
+    seen = causal(c, a, strict=not diagonal)  # (c, c) the pairs kept
     if decays is None:
-        return (a @ b.transpose(-1, -2)).masked_fill(hidden, 0.0)  # (B, H, N, c, c)
+        return (a @ b.transpose(-1, -2)) * seen  # (B, H, N, c, c)
     g, G = decays
     a_f = a * torch.exp(G)[..., None]  # (B, H, N, c, d) a_i e^{G_i}, e^G <= 1
     b_f = b * torch.exp((-G).clamp_max(FACTOR_SPAN))[..., None]  # (B, H, N, c, d) b_j e^{-G_j}, clamped in wide chunks
-    out = (a_f @ b_f.transpose(-1, -2)).masked_fill(hidden, 0.0)  # (B, H, N, c, c)
+    out = (a_f @ b_f.transpose(-1, -2)) * seen  # (B, H, N, c, c) finite: every factor within e^30
     wide = G[..., -1] < -FACTOR_SPAN  # (B, H, N) chunks whose span leaves the range
     if not wide.any():
         return out
     at = wide.nonzero(as_tuple=True)  # the wide chunks' (b, h, n) indices
     exact = (a[at] @ b[at].transpose(-1, -2)) * torch.exp(segment_sums(g[at]))  # (M, c, c) exponents <= 0
-    return out.index_put(at, exact.masked_fill(hidden, 0.0))  # (B, H, N, c, c) the wide chunks replaced
+    return out.index_put(at, exact * seen)  # (B, H, N, c, c) the wide chunks replaced
 
 
 def _one_chunk(

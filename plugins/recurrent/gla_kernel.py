@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attnbench.plugins.recurrent.common import chunks, compute_dtype, state_dtype
+from attnbench.plugins.recurrent.common import causal, chunks, compute_dtype, state_dtype
 from attnbench.plugins.recurrent.ssd_kernel import segment_sums
 
 
@@ -78,8 +78,7 @@ def _channel_scores(qc: torch.Tensor, kc: torch.Tensor, gc: torch.Tensor, G: tor
     c = qc.shape[3]
     q_f = qc * torch.exp(G)  # (B, H, N, c, d_k) q_id e^{G_id}, e^G <= 1
     k_f = kc * torch.exp((-G).clamp_max(FACTOR_SPAN))  # (B, H, N, c, d_k) k_jd e^{-G_jd}; clamped only in wide chunks
-    future = torch.ones(c, c, dtype=torch.bool, device=qc.device).triu(1)  # (c, c) j > i
-    scores = (q_f @ k_f.transpose(-1, -2)).masked_fill(future, 0.0)  # (B, H, N, c, c)
+    scores = (q_f @ k_f.transpose(-1, -2)) * causal(c, qc)  # (B, H, N, c, c) finite: every factor within e^30
     wide = (G[:, :, :, -1] < -FACTOR_SPAN).any(dim=-1)  # (B, H, N) chunks whose span leaves the range
     if not wide.any():
         return scores

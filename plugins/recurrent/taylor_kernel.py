@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench import LinearState
-from attnbench.plugins.recurrent.common import chunks
+from attnbench.plugins.recurrent.common import causal, chunks
 
 
 def taylor_scores(qc: torch.Tensor, kc: torch.Tensor) -> torch.Tensor:
@@ -32,8 +32,7 @@ def taylor_scores(qc: torch.Tensor, kc: torch.Tensor) -> torch.Tensor:
     f, c = qc.shape[-1], qc.shape[-2]
     s = (qc @ kc.transpose(-1, -2)) * f**-0.5  # (..., c, c) q.k / sqrt(f)
     a = 1.0 + s + 0.5 * s * s  # (..., c, c) = ((s + 1)^2 + 1) / 2 >= 1/2: no cancellation
-    future = torch.ones(c, c, dtype=torch.bool, device=qc.device).triu(1)  # (c, c) True where j > i
-    return a.masked_fill(future, 0.0)  # (..., c, c) causal
+    return a * causal(c, a)  # (..., c, c) causal
 
 
 @overload
