@@ -6,10 +6,10 @@
 On a shared machine two runs of ``bench_mixers.py`` minutes apart differ by 2x at equal code.
 Here each mixer's model is built once and its train step (forward + backward, one thread)
 alternates between the old and the new kernels step by step: the old ``delta_kernel``,
-``gla_kernel``, ``ssd_kernel``, ``taylor_kernel``, Mamba2's convolution, the short convolution and DeltaNet's
-``_heads`` are loaded from ``--old`` under other names and patched in. Prints the
-best-of-repeats ms/step of each and new/old; a mixer whose code did not change (softmax,
-linear) is the control.
+``gla_kernel``, ``ssd_kernel``, ``taylor_kernel``, ``window_kernel``, Mamba2's convolution,
+the short convolution and DeltaNet's ``_heads`` are loaded from ``--old`` under other names
+and patched in. Prints the best-of-repeats ms/step of each and new/old; a mixer whose code did
+not change (softmax, linear) is the control.
 """
 
 from __future__ import annotations
@@ -25,7 +25,15 @@ from types import ModuleType
 import torch
 
 from attnbench import Backbone, ModelConfig
-from attnbench.plugins.recurrent import based_model, common, deltanet_model, gla_model, mamba2_model, retnet_model
+from attnbench.plugins.recurrent import (
+    based_model,
+    common,
+    deltanet_model,
+    gla_model,
+    mamba2_model,
+    retnet_model,
+    swa_model,
+)
 from attnbench.registry.loader import load_registry
 
 SHAPES = {"findings": (64, 2, 2, 64, 64), "long": (128, 2, 4, 8192, 1)}  # d, layers, heads, T, batch
@@ -49,7 +57,7 @@ def kernel_sets(old: Path) -> dict[str, list[tuple[object, str, object]]]:
     }
     modules = ("delta_kernel", "gla_kernel", models["mamba2"], "common", "ssd_kernel", models["deltanet"])
     od, og, om, oc, os_, odn = (_load(old, n) for n in modules)
-    ot = _load(old, "taylor_kernel")
+    ot, ow = _load(old, "taylor_kernel"), _load(old, "window_kernel")
     names = [
         (deltanet_model, "delta_rule"),
         (gla_model, "gated_linear_attention"),
@@ -59,9 +67,11 @@ def kernel_sets(old: Path) -> dict[str, list[tuple[object, str, object]]]:
         (common.ShortConv, "forward"),
         (deltanet_model.DeltaNet, "_heads"),
         (based_model, "taylor_attention"),
+        (based_model, "window_attention"),
+        (swa_model, "window_attention"),
     ]
     olds = [od.delta_rule, og.gated_linear_attention, og.gated_linear_attention, os_.ssd_scan, om.Mamba2._conv]
-    olds += [oc.ShortConv.forward, odn.DeltaNet._heads, ot.taylor_attention]
+    olds += [oc.ShortConv.forward, odn.DeltaNet._heads, ot.taylor_attention, ow.window_attention, ow.window_attention]
     return {
         "new": [(owner, attr, getattr(owner, attr)) for owner, attr in names],
         "old": [(owner, attr, value) for (owner, attr), value in zip(names, olds, strict=True)],
@@ -72,7 +82,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--old", type=Path, required=True)
     ap.add_argument("--shape", default="findings", choices=list(SHAPES))
-    ap.add_argument("--variants", default="softmax,linear,based,retnet,gla,deltanet,gated_deltanet,mamba2")
+    ap.add_argument("--variants", default="softmax,linear,based,swa,retnet,gla,deltanet,gated_deltanet,mamba2")
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(1)

@@ -67,7 +67,6 @@ def window_attention(
         kb = torch.cat([kp[:, :, j : j + N] for j in range(prev + 1)], dim=3)  # (B, H, N, S, h), S = (prev+1) c
         vb = torch.cat([vp[:, :, j : j + N] for j in range(prev + 1)], dim=3)  # (B, H, N, S, h)
         qb = F.pad(q.to(dt) * h**-0.5, (0, 0, 0, back)).unflatten(2, (N, c))  # (B, H, N, c, h) scaled once
-        scores = qb @ kb.transpose(-1, -2)  # (B, H, N, c, S)
         i = torch.arange(c, device=q.device)[:, None]  # (c, 1) query offset in its block
         r = torch.arange((prev + 1) * c, device=q.device)[None, :]  # (1, S) key offset in the block's span
         start = torch.arange(N, device=q.device)[:, None, None] * c  # (N, 1, 1) block start
@@ -75,7 +74,8 @@ def window_attention(
         # it is a real key (not front padding) when n c + r >= front.
         gap = prev * c + i - r  # (c, S) positions from key to query
         seen = (gap >= 0) & (gap < w) & (start + r >= front)  # (N, c, S)
-        p = scores.masked_fill(~seen, float("-inf")).softmax(dim=-1)  # (B, H, N, c, S) every real row sees itself
+        mask = torch.zeros(seen.shape, dtype=dt, device=q.device).masked_fill(~seen, float("-inf"))  # (N, c, S) M
+        p = (qb @ kb.transpose(-1, -2) + mask).softmax(dim=-1)  # (B, H, N, c, S) every real row sees itself
         o = (p @ vb).flatten(2, 3)[:, :, :t]  # (B, H, t, h)
     return o.to(out_dtype), new
 
