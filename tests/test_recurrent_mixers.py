@@ -17,8 +17,9 @@ from attnbench import ModelConfig
 from attnbench.contract.variant import state_tensors
 from attnbench.experiments.speed.points import describe_path
 from attnbench.gate.checks import run_checks
+from attnbench.plugins.recurrent.decays import FACTOR_SPAN
 from attnbench.plugins.recurrent.delta_kernel import delta_rule
-from attnbench.plugins.recurrent.gla_kernel import FACTOR_SPAN, gated_linear_attention
+from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention
 from attnbench.plugins.recurrent.retnet_model import log_decay
 from tests.helpers import Tolerance, grad
 

@@ -20,6 +20,7 @@ from attnbench.experiments.speed.points import describe_path
 from attnbench.gate.checks import run_checks
 from attnbench.kernels.chunked import linear_attention, linear_init_state
 from attnbench.plugins.linear_model import taylor_features
+from attnbench.plugins.recurrent.decays import FACTOR_SPAN
 from attnbench.plugins.recurrent.ssd_kernel import ssd_scan
 from attnbench.plugins.recurrent.window_kernel import window_attention, window_init_cache
 from tests.helpers import Tolerance, grad
@@ -71,6 +72,39 @@ def test_ssd_scan_equals_the_float64_recurrence(chunk, decay):
     assert got.dtype == F64 and s.dtype == F64
     torch.testing.assert_close(got, ref, **TIGHT)
     torch.testing.assert_close(s, ref_s, **TIGHT)
+
+
+@pytest.mark.parametrize("chunk", [8, 64])
+def test_ssd_scan_factorised_and_segment_sum_chunks_mixed_equal_the_recurrence_with_gradients(chunk):
+    """Inside a chunk the decay factorises, exp(G_i) exp(-G_j), where it spans at most
+    e^-FACTOR_SPAN, else segment sums: one call with both kinds (one step that forgets, a tail
+    that forgets everything), B and C shared by groups of heads with dt, in the one-chunk and
+    the chunked paths, matches the float64 recurrence in values, state and gradients."""
+    gen = torch.Generator().manual_seed(6)
+    heads, groups, length = 4, 2, 29
+    c, b = (torch.randn(2, groups, length, 3, generator=gen, dtype=F64) for _ in range(2))  # (B, G, T, N_s)
+    x = torch.randn(2, heads, length, 2, generator=gen, dtype=F64)  # (B, H, T, P)
+    dt = torch.rand(2, heads, length, generator=gen, dtype=F64) + 0.1  # (B, H, T)
+    log_a = -0.2 * torch.rand(2, heads, length, generator=gen, dtype=F64)  # (B, H, T) mild
+    log_a[0, 1, 10] = -2.5 * FACTOR_SPAN  # one step of one head forgets: its chunk is wide
+    log_a[1, 3, 25:] = -1e4  # the tail forgets everything
+    s0 = torch.randn(2, heads, 3, 2, generator=gen, dtype=F64)
+    inputs = [t.requires_grad_() for t in (c, b, x, dt, log_a, s0)]
+    state = s0 if chunk < length else None  # the one-chunk path runs from no state
+    got, got_s = ssd_scan(c, b, x, log_a, state, chunk, dt)
+    per = heads // groups
+    b_h = b.repeat_interleave(per, dim=1) * dt[..., None]  # (B, H, T, N_s) head h's dt_h B
+    ref, ref_s = _ssd_loop(c.repeat_interleave(per, dim=1), b_h, x, log_a, s0 if state is not None else 0 * s0)
+    torch.testing.assert_close(got, ref, **TIGHT)
+    weights = torch.randn_like(ref)
+    loss, want = (got * weights).sum(), (ref * weights).sum()
+    if got_s is not None:
+        torch.testing.assert_close(got_s, ref_s, **TIGHT)
+        loss, want = loss + got_s.sum(), want + ref_s.sum()
+    for a, b_ in zip(
+        torch.autograd.grad(loss, inputs, allow_unused=True), torch.autograd.grad(want, inputs), strict=True
+    ):
+        torch.testing.assert_close(a if a is not None else torch.zeros_like(b_), b_, rtol=1e-9, atol=1e-9)
 
 
 @fla_naive

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from attnbench import ModelConfig
-from attnbench.plugins.recurrent.gla_kernel import FACTOR_SPAN, gated_linear_attention
+from attnbench.plugins.recurrent.decays import FACTOR_SPAN
+from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention
 
 F64 = torch.float64
 

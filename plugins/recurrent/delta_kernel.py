@@ -27,11 +27,10 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.plugins.recurrent.common import causal, compute_dtype, state_dtype
+from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, segment_sums
 
 # re-exported for older checkouts' modules (see common.py)
 from attnbench.plugins.recurrent.flops import delta_flops_per_token as delta_flops_per_token
-from attnbench.plugins.recurrent.gla_kernel import FACTOR_SPAN, after_sums
-from attnbench.plugins.recurrent.ssd_kernel import segment_sums
 
 
 def _chunks(x: torch.Tensor, c: int) -> torch.Tensor:

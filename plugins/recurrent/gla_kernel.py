@@ -17,10 +17,9 @@ never modified.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from attnbench.plugins.recurrent.common import causal, chunks, compute_dtype, state_dtype
-from attnbench.plugins.recurrent.ssd_kernel import segment_sums
+from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, segment_sums
 
 
 def gla_init_state(
@@ -65,13 +64,6 @@ def gated_linear_attention(
     return o.to(out_dtype), s.to(state_dtype(state.dtype))
 
 
-# Per-channel scores factorise as (q_i e^{G_i}) . (k_j e^{-G_j}) when every factor stays in
-# range: in chunks whose decay spans at most e^-FACTOR_SPAN per channel (e^{-G_j} <= e^30, far
-# from fp32's e^88, and the product's rounding that of two exponentials). Wider chunks (a
-# forget gate near 0 for several steps) take the pairwise exponents, which never overflow.
-FACTOR_SPAN = 30.0
-
-
 def _channel_scores(qc: torch.Tensor, kc: torch.Tensor, gc: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
     """A_ij = sum_d q_id k_jd exp(G_id - G_jd) for j <= i, else 0: (B, H, N, c, c). One small
     matmul per chunk where the chunk's span allows (see FACTOR_SPAN), the pairwise form elsewhere."""
@@ -87,10 +79,3 @@ def _channel_scores(qc: torch.Tensor, kc: torch.Tensor, gc: torch.Tensor, G: tor
     k_d = kc[at].transpose(-1, -2).unsqueeze(-2)  # (M, d_k, 1, c) k_jd
     exact = (q_d * pair_decay(gc[at]) * k_d).sum(dim=-3)  # (M, c, c) sum_d q_id decay_dij k_jd, exponents <= 0
     return scores.index_put(at, exact)  # (B, H, N, c, c) a new tensor: the wide chunks replaced
-
-
-def after_sums(g: torch.Tensor) -> torch.Tensor:
-    """sum_{j<l<=c} g_l for each j of a chunk, (..., c, e): a reverse cumulative sum shifted by one,
-    each entry a sum over its own span (no difference of running sums)."""
-    rev = g.flip(-2).cumsum(dim=-2).flip(-2)  # (..., c, e) sum_{l>=j}
-    return F.pad(rev[..., 1:, :], (0, 0, 0, 1))  # (..., c, e) sum_{l>j}; 0 at the chunk's end

@@ -9,9 +9,10 @@ from torch import nn
 
 from attnbench import ModelConfig, mark_residual, merge_heads
 from attnbench.plugins.recurrent.common import HeadRMSNorm, full_precision_linear, require_fla
+from attnbench.plugins.recurrent.decays import FACTOR_SPAN
 from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_gla
 from attnbench.plugins.recurrent.gla import _options, key_width
-from attnbench.plugins.recurrent.gla_kernel import FACTOR_SPAN, gated_linear_attention, gla_init_state, pair_decay
+from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention, gla_init_state, pair_decay
 
 
 def _split(t: torch.Tensor, n_head: int) -> torch.Tensor:

@@ -13,8 +13,9 @@ from torch import nn
 from attnbench import ModelConfig, mark_residual
 from attnbench.plugins.kernels.short_conv import causal_depthwise_conv
 from attnbench.plugins.recurrent.common import require_fla
+from attnbench.plugins.recurrent.decays import segment_sums
 from attnbench.plugins.recurrent.mamba2 import FLA_SSD_OP, _dims, _options
-from attnbench.plugins.recurrent.ssd_kernel import segment_sums, ssd_init_state, ssd_scan
+from attnbench.plugins.recurrent.ssd_kernel import ssd_init_state, ssd_scan
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,12 @@
     S_t = a_t S_{t-1} + b_t x_t^T,   y_t = S_t^T c_t       (a_t = exp(log_a_t) in (0, 1])
 
 i.e. y_i = sum_{j<=i} exp(sum_{j<l<=i} log_a_l) (c_i . b_j) x_j + exp(sum_{l<=i} log_a_l) S_0^T c_i.
-Inside a chunk of c positions the masked c x c form; across chunks the carried state, by a
-loop over chunks. Every decay is a direct sum of log_a over its own span (a segment sum,
-never a difference of two prefix sums, which cancels in fp32 on long sequences). fp32 with
-autocast off, float64 when given.
+Inside a chunk of c positions the masked c x c form, its decay factorised as exp(G_i) exp(-G_j)
+(G the cumulative log decay inside the chunk) where the chunk's decay spans at most
+e^-FACTOR_SPAN, from segment sums (each a sum over its own span) where it spans more; across
+chunks the carried state, by a loop over chunks, its decays sums over their own spans (never
+a difference of prefix sums over the sequence, which cancels in fp32). fp32 with autocast
+off, float64 when given.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from typing import overload
 import torch
 import torch.nn.functional as F
 
+from attnbench.plugins.recurrent.common import causal
+from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, segment_sums
+
 # re-exported for older checkouts' modules (see common.py)
+from attnbench.plugins.recurrent.decays import segment_sums as segment_sums  # noqa: F811
 from attnbench.plugins.recurrent.flops import ssd_flops_per_token as ssd_flops_per_token
 
 
@@ -27,28 +33,6 @@ def ssd_init_state(
     """S_0 = 0 (B, H, N_s, P): fp32 unless float64 is asked (a running sum)."""
     dt = torch.float64 if dtype == torch.float64 else torch.float32
     return torch.zeros(batch, n_head, d_state, head_dim, device=device, dtype=dt)
-
-
-SPAN_MATMUL_MAX = 64  # up to this L, segment sums are one matmul with an (L*L, L) 0/1 matrix; above, a cumsum
-
-
-def segment_sums(log_a: torch.Tensor) -> torch.Tensor:
-    """(..., L) -> (..., L, L): entry [i, j] = sum_{j<l<=i} log_a_l for j <= i, -inf above
-    the diagonal (exp gives the causal decay matrix; no inf * 0). Each entry sums exactly its
-    own terms: for chunk-sized L one matmul with the 0/1 span matrix (its backward one matmul
-    too), for longer L a masked cumulative sum (the span matrix grows as L^3)."""
-    L = log_a.shape[-1]
-    above = torch.full((L, L), float("-inf"), dtype=log_a.dtype, device=log_a.device).triu(1)  # (L, L) j > i
-    if L > SPAN_MATMUL_MAX:
-        keep = torch.ones(L, L, dtype=torch.bool, device=log_a.device).tril(-1)  # (L, L) l > j
-        rep = log_a[..., :, None].expand(*log_a.shape, L)  # (..., L, L) [l, j] = log_a_l
-        return rep.masked_fill(~keep, 0.0).cumsum(dim=-2) + above  # (..., L, L) [i, j] = sum_{j<l<=i}
-    pos = torch.arange(L, device=log_a.device)  # (L,)
-    row, col, step = pos[:, None, None], pos[None, :, None], pos[None, None, :]  # [i, j, l] index grids
-    span = ((col < step) & (step <= row)).to(log_a.dtype).reshape(L * L, L)  # (L*L, L) 1 where j < l <= i
-    finite = log_a.clamp_min(torch.finfo(log_a.dtype).min / L)  # (..., L) a -inf step would give 0 * inf
-    seg = finite.reshape(-1, L) @ span.T  # (rows, L*L) one 2-D matmul, not a batch of 1-row ones
-    return seg.reshape(*log_a.shape[:-1], L, L) + above  # (..., L, L)
 
 
 @overload
@@ -92,10 +76,12 @@ def ssd_scan(
     per group, not once per head (as Mamba2's own kernel does)."""
     T = x.shape[2]
     fp = torch.float64 if torch.float64 in (c.dtype, b.dtype, x.dtype, log_a.dtype) else torch.float32
-    if state is None and chunk >= T:  # one chunk holds the whole sequence
+    if state is None and chunk >= T:  # one chunk holds the whole sequence: the pairwise decays, fewer
+        # and larger ops than the factorised form (which ran the findings shape's step 1.11x slower)
         with torch.autocast(x.device.type, enabled=False):
             c, b, x, log_a = c.to(fp), b.to(fp), x.to(fp), log_a.to(fp)
-            decay = _scaled(torch.exp(segment_sums(log_a)), dt, fp)  # (B, H, T, T) decay_ij (dt_j), 0 for j > i
+            decay = torch.exp(segment_sums(log_a))  # (B, H, T, T) exp(sum_{j<l<=i} log_a_l), 0 for j > i
+            decay = decay if dt is None else decay * dt.to(fp)[..., None, :]  # (B, H, T, T) times dt_j
             return _per_head(c @ b.transpose(-1, -2), decay) @ x, None  # (B, H, T, P)
     B, H, _, P = x.shape
     start = state if state is not None else ssd_init_state(B, H, c.shape[-1], P, x.device, fp)  # (B, H, N_s, P)
@@ -105,11 +91,13 @@ def ssd_scan(
         pad = N * n - T  # padded tail: b = x = 0 and log_a = 0 add nothing
         cc, bc, xc = (F.pad(t.to(fp), (0, 0, 0, pad)).unflatten(2, (N, n)) for t in (c, b, x))  # (B, ., N, n, .)
         ac = F.pad(log_a.to(fp), (0, pad)).unflatten(2, (N, n))  # (B, H, N, n)
-        sc = None if dt is None else F.pad(dt, (0, pad)).unflatten(2, (N, n))  # (B, H, N, n) b's scale per key
-        decay = _scaled(torch.exp(segment_sums(ac)), sc, fp)  # (B, H, N, n, n) exp(sum_{j<l<=i} log_a_l) (dt_j)
-        y = _per_head(cc @ bc.transpose(-1, -2), decay) @ xc  # (B, H, N, n, P) inside each chunk
-        to_end = decay[..., -1, :]  # (B, H, N, n) exp(sum_{j<l<=end} log_a_l) (dt_j): key j to the chunk's end
-        from_start = torch.exp(ac.cumsum(-1))  # (B, H, N, n) exp(sum_{start<=l<=i} log_a_l)
+        sc = (
+            torch.ones_like(ac) if dt is None else F.pad(dt.to(fp), (0, pad)).unflatten(2, (N, n))
+        )  # (B, H, N, n) b's scale
+        G = ac.cumsum(-1)  # (B, H, N, n) log decay from the chunk's start through i
+        y = _inside(cc, bc, xc, ac, G, sc)  # (B, H, N, n, P) inside each chunk
+        to_end = torch.exp(after_sums(ac[..., None])[..., 0]) * sc  # (B, H, N, n) key j to the chunk's end (dt_j)
+        from_start = torch.exp(G)  # (B, H, N, n) exp(sum_{start<=l<=i} log_a_l)
         # Across chunks a group's H/G heads sit side by side in the columns of one state (B, G, ., H/G P),
         # so each product with the group's shared b or c is one matmul for all of them, and the
         # decays scale x and the output rows (P wide), never a per-head copy of b or c (N_s wide).
@@ -139,9 +127,26 @@ def _one_per_head(side_by_side: torch.Tensor, P: int) -> torch.Tensor:
     return side_by_side.unflatten(-1, (-1, P)).permute(0, 1, 4, 2, 3, 5).reshape(B, -1, N, r, P)
 
 
-def _scaled(decay: torch.Tensor, dt: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-    """decay (..., n, n) with column j times dt_j (..., n): the per-head scale of b; as is without dt."""
-    return decay if dt is None else decay * dt.to(dtype)[..., None, :]
+def _inside(
+    cc: torch.Tensor, bc: torch.Tensor, xc: torch.Tensor, ac: torch.Tensor, G: torch.Tensor, sc: torch.Tensor
+) -> torch.Tensor:
+    """y_i = sum_{j<=i} (c_i . b_j) exp(sum_{j<l<=i} log_a_l) dt_j x_j inside each chunk: cc, bc
+    (B, G, N, n, N_s) per group, xc (B, H, N, n, P), the log decays ac, their cumulative sums G
+    and the scales dt sc (B, H, N, n). The decay factorises, exp(G_i) exp(-G_j), in chunks whose
+    decay spans at most e^-FACTOR_SPAN: one masked C B^T per group, x scaled per head, and a
+    group's heads side by side in one matmul. Wider chunks take segment-sum decays (exponents
+    <= 0), so no factor can overflow."""
+    groups, n, P = cc.shape[1], cc.shape[3], xc.shape[-1]
+    scores = (cc @ bc.transpose(-1, -2)) * causal(n, cc)  # (B, G, N, n, n) c_i . b_j for j <= i
+    xs = xc * (torch.exp((-G).clamp_max(FACTOR_SPAN)) * sc)[..., None]  # (B, H, N, n, P) e^-G_j dt_j x_j
+    y = _one_per_head(scores @ _side_by_side(xs, groups), P) * torch.exp(G)[..., None]  # (B, H, N, n, P)
+    wide = G[..., -1] < -FACTOR_SPAN  # (B, H, N) chunks whose span leaves the range
+    if not wide.any():
+        return y
+    at = wide.nonzero(as_tuple=True)  # the wide chunks' (b, h, n) indices
+    shared = scores[at[0], at[1] // (xc.shape[1] // groups), at[2]]  # (M, n, n) their group's scores
+    decay = torch.exp(segment_sums(ac[at])) * sc[at][..., None, :]  # (M, n, n) decay_ij dt_j, exponents <= 0
+    return y.index_put(at, (shared * decay) @ xc[at])  # (B, H, N, n, P) the wide chunks replaced
 
 
 def _per_head(shared: torch.Tensor, per_head: torch.Tensor) -> torch.Tensor:
