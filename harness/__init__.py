@@ -7,8 +7,9 @@ The names load on first use (PEP 562), so ``attnbench --help`` does not import t
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from attnbench.lazy import lazy_getattr
 
 __version__ = "0.2.0"
 
@@ -62,14 +63,7 @@ _HOMES: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name's module on first use and keep the name here."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'attnbench' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _HOMES, globals())
 
 
 def __dir__() -> list[str]:

@@ -9,8 +9,9 @@ counts FLOPs does not import it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from attnbench.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from attnbench.kernels.chunked import (
@@ -33,14 +34,7 @@ HOMES: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name's module on first use and keep the name here."""
-    home = HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'attnbench.kernels' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, HOMES, globals())
 
 
 __all__ = [
