@@ -78,11 +78,11 @@ class Mamba2(nn.Module):
     def _out(self, y: torch.Tensor, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """y + D x, gated RMSNorm over each group's channels (as official Mamba2's RMSNormGated with
         group_size = inner / n_groups; fp32 inside), output projection."""
-        y = y + self.D.to(y.dtype)[:, None, None] * x  # (B, H, t, P) skip
+        y = torch.addcmul(y, self.D.to(y.dtype)[:, None, None], x)  # (B, H, t, P) y + D x, the skip
         y = y.transpose(1, 2).flatten(2)  # (B, t, inner)
         fp = torch.float64 if y.dtype == torch.float64 else torch.float32
         g = (y.to(fp) * F.silu(z.to(fp))).unflatten(-1, (self.n_groups, -1))  # (B, t, n_groups, inner / n_groups)
-        g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-5)  # (B, t, n_groups, .) unit RMS per group
+        g = F.rms_norm(g, (g.shape[-1],), eps=1e-5)  # (B, t, n_groups, .) unit RMS per group, torch's fused norm
         return self.out_proj((g.flatten(2) * self.norm_weight.to(fp)).to(z.dtype))  # (B, t, D)
 
     def _mix(self, u: torch.Tensor, state: Mamba2State) -> tuple[torch.Tensor, Mamba2State]:
