@@ -47,6 +47,32 @@ def test_lazy_public_api_resolves_every_name():
     assert attnbench.split_heads.__module__ == "attnbench.nn.backbone"
 
 
+# the public names that need torch (docs/plugins.md, "Registering without torch"): a plugin's
+# registration may use every other name without importing it
+NEED_TORCH = {
+    "Backbone", "LanguageModel", "ModelOutput", "lm_loss", "embed_with_positions", "mark_residual", "split_heads",
+    "merge_heads", "linear_attention", "log_attention", "LinearState", "LogState", "linear_init_state",
+    "log_init_state",
+}  # fmt: skip
+
+
+def test_public_names_other_than_the_model_and_kernels_import_no_torch():
+    light = sorted(set(attnbench.__all__) - NEED_TORCH)
+    proc = python(
+        f"""
+        import json, sys
+        import attnbench
+        for name in {light!r}:
+            getattr(attnbench, name)
+        print(json.dumps(sorted(m.split(".")[0] for m in sys.modules)))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded = sorted({"torch", "numpy"} & set(json.loads(proc.stdout.strip().splitlines()[-1])))
+    assert not loaded, f"a public name a registration may use imported {loaded}"
+    assert set(attnbench.__all__) >= NEED_TORCH  # the list names real public names
+
+
 def test_help_texts_name_the_defaults_filled_in_at_run_time():
     """check's --long-T / --time-limit defaults and checkpoints' 'chosen' marks are written
     in the help (so --help needs no gate or report import): they match the code's."""
