@@ -110,3 +110,33 @@ def test_gla_scores_factorised_and_pairwise_chunks_mixed_equal_the_recurrence_wi
     theirs = torch.autograd.grad((ref * weights).sum() + ref_s.sum(), inputs)
     for a, b in zip(ours, theirs, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("kernel", ["gla", "gated_delta", "ssd"])
+def test_a_later_gate_in_the_chunk_leaves_every_earlier_output_unchanged_to_the_bit(kernel):
+    """Where a chunk's decay leaves FACTOR_SPAN, the rows past that point take the segment-sum
+    form: the choice is per row, from the row's own span. A gate that forgets at position 12 of a
+    chunk of 16 then changes no output before 12, not even in the last bit (deciding per chunk,
+    from the chunk's total, let a later key pick an earlier row's rounding: the fp16 gate saw it)."""
+    from attnbench.plugins.recurrent.delta_kernel import delta_rule
+    from attnbench.plugins.recurrent.ssd_kernel import ssd_scan
+
+    gen = torch.Generator().manual_seed(7)
+    B, H, T, d = 1, 2, 32, 4
+    q, k, v = (torch.randn(B, H, T, d, generator=gen) for _ in range(3))
+    decay = -0.1 * torch.rand(B, H, T, generator=gen)  # (B, H, T) mild: no chunk leaves the span
+    forget = decay.clone()
+    forget[:, :, 12] = -2.5 * FACTOR_SPAN  # a later key of the first chunk forgets
+
+    def run(g: torch.Tensor) -> torch.Tensor:
+        if kernel == "gla":
+            out, _ = gated_linear_attention(q, k, v, g[..., None].expand(B, H, T, d), torch.zeros(B, H, d, d), 16, 0.5)
+        elif kernel == "gated_delta":
+            out, _ = delta_rule(q, F.normalize(k, dim=-1), v, torch.sigmoid(v[..., 0]), g, None, 16, 0.5)
+        else:
+            out, _ = ssd_scan(q, k, v, g, None, 16)
+        return out  # (B, H, T, d)
+
+    before, after = run(decay), run(forget)
+    assert torch.equal(before[:, :, :12], after[:, :, :12])
+    assert not torch.equal(before[:, :, 12:16], after[:, :, 12:16])  # the forgetting did act

@@ -8,11 +8,12 @@ import torch
 import torch.nn.functional as F
 
 # Scores weighted by decays factorise as (q_i e^{G_i}) . (k_j e^{-G_j}), G the cumulative log decay
-# inside a chunk, when every factor stays in range: in chunks whose decay spans at most
-# e^-FACTOR_SPAN (per channel where it has channels), e^{-G_j} <= e^30, far from fp32's e^88,
-# and the product's rounding is that of two exponentials (a difference of running sums over at
-# most 30 nats). Wider chunks (a forget gate near 0 for several steps) take the segment sums,
-# which never overflow.
+# inside a chunk, when every factor stays in range: for the rows i whose decay since the chunk's
+# start spans at most e^-FACTOR_SPAN (per channel where it has channels), every e^{-G_j}, j <= i,
+# is <= e^30, far from fp32's e^88, and the product's rounding is that of two exponentials (a
+# difference of running sums over at most 30 nats). Rows beyond (a forget gate near 0 for
+# several steps) take the segment sums, which never overflow. The choice is made per row, from
+# the row's own span: never from a later key's gate, so each output stays causal to the bit.
 FACTOR_SPAN = 30.0
 SPAN_MATMUL_MAX = 64  # up to this L, segment sums are one matmul with an (L*L, L) 0/1 matrix; above, a cumsum
 

@@ -14,8 +14,8 @@ gamma_i = exp(G_i) and D_ij = exp(G_i - G_j) (j <= i, exponents <= 0):
     S_{n+1} = gamma_c S_n + (K * exp(G_c - G))^T U
 
 The unit lower-triangular solve replaces the token loop; only the state S_n loops over
-chunks. D * (A B^T) is one matmul of (A e^G)(B e^-G)^T in chunks whose decay spans at most
-e^-30, and takes D from segment sums in wider ones (``_decayed``, GLA's rule). fp32 with
+chunks. D * (A B^T) is one matmul of (A e^G)(B e^-G)^T, and takes D from segment sums for
+the rows whose decay since the chunk's start spans more than e^-30 (``_decayed``, GLA's rule). fp32 with
 autocast off (float64 when given float64); the caller's state is untouched.
 """
 
@@ -123,23 +123,24 @@ def _decayed(
 ) -> torch.Tensor:
     """D_ij a_i.b_j for j < i (j <= i with ``diagonal``), else 0: a, b (B, H, N, c, d); decays the
     log decays g and their cumulative sums G (B, H, N, c), None for none (D is the causal mask).
-    D_ij = exp(G_i - G_j) factorises, one matmul of a e^G and b e^-G, in chunks whose decay spans at
-    most e^-FACTOR_SPAN (every factor within e^30, the product's rounding that of two exponentials:
-    GLA's rule); wider chunks take D from segment sums (exponents <= 0: no overflow, whatever the gate)."""
+    D_ij = exp(G_i - G_j) factorises, one matmul of a e^G and b e^-G, for the rows whose decay
+    since the chunk's start spans at most e^-FACTOR_SPAN (every factor within e^30: GLA's rule);
+    the other rows take D from segment sums (exponents <= 0: no overflow, whatever the gate)."""
     c = a.shape[3]
     seen = causal(c, a, strict=not diagonal)  # (c, c) the pairs kept
     if decays is None:
         return (a @ b.transpose(-1, -2)) * seen  # (B, H, N, c, c)
     g, G = decays
     a_f = a * torch.exp(G)[..., None]  # (B, H, N, c, d) a_i e^{G_i}, e^G <= 1
-    b_f = b * torch.exp((-G).clamp_max(FACTOR_SPAN))[..., None]  # (B, H, N, c, d) b_j e^{-G_j}, clamped in wide chunks
+    b_f = b * torch.exp((-G).clamp_max(FACTOR_SPAN))[..., None]  # (B, H, N, c, d) b_j e^{-G_j}, clamped past kept rows
     out = (a_f @ b_f.transpose(-1, -2)) * seen  # (B, H, N, c, c) finite: every factor within e^30
-    wide = G[..., -1] < -FACTOR_SPAN  # (B, H, N) chunks whose span leaves the range
+    inside = G >= -FACTOR_SPAN  # (B, H, N, c) rows whose factors stay in range (causal: G_i's own span)
+    wide = ~inside[..., -1]  # (B, H, N) chunks with a row out of range (G falls along the chunk: the last one)
     if not wide.any():
         return out
     at = wide.nonzero(as_tuple=True)  # the wide chunks' (b, h, n) indices
-    exact = (a[at] @ b[at].transpose(-1, -2)) * torch.exp(segment_sums(g[at]))  # (M, c, c) exponents <= 0
-    return out.index_put(at, exact * seen)  # (B, H, N, c, c) the wide chunks replaced
+    exact = (a[at] @ b[at].transpose(-1, -2)) * torch.exp(segment_sums(g[at])) * seen  # (M, c, c) exponents <= 0
+    return out.index_put(at, torch.where(inside[at][..., None], out[at], exact))  # far rows replaced, row by row
 
 
 def _one_chunk(

@@ -6,8 +6,8 @@
 Chunks of c positions: G = the cumulative sum of g inside a chunk; intra-chunk weights
 A_ij = scale * sum_d q_id k_jd exp(G_id - G_jd) for j <= i. A decay per head weighs the
 (c, c) scores by pairwise exponents; a decay per key channel takes one matmul of q e^G and
-k e^-G in chunks whose decay spans at most e^-30 (``FACTOR_SPAN``), and pairwise (c, c, d_k)
-exponents, all <= 0, in the others (no factor can overflow, whatever the decay). Across
+k e^-G, and pairwise (c, c, d_k) exponents, all <= 0, for the rows whose decay since the chunk's
+start spans more than e^-30 (``FACTOR_SPAN``): no factor can overflow, whatever the decay. Across
 chunks the state, S_{n+1} = diag(exp(G_c)) S_n + (K * exp(G_c - G))^T V, is carried by a
 loop over chunks.
 Computes in fp32 with autocast off (float64 when given float64); the caller's state is
@@ -66,16 +66,19 @@ def gated_linear_attention(
 
 def _channel_scores(qc: torch.Tensor, kc: torch.Tensor, gc: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
     """A_ij = sum_d q_id k_jd exp(G_id - G_jd) for j <= i, else 0: (B, H, N, c, c). One small
-    matmul per chunk where the chunk's span allows (see FACTOR_SPAN), the pairwise form elsewhere."""
+    matmul per chunk, and the pairwise form for the rows whose own decay leaves FACTOR_SPAN: a
+    row's path depends on its own span only, never on a later key's gate (causal to the bit)."""
     c = qc.shape[3]
     q_f = qc * torch.exp(G)  # (B, H, N, c, d_k) q_id e^{G_id}, e^G <= 1
-    k_f = kc * torch.exp((-G).clamp_max(FACTOR_SPAN))  # (B, H, N, c, d_k) k_jd e^{-G_jd}; clamped only in wide chunks
+    k_f = kc * torch.exp((-G).clamp_max(FACTOR_SPAN))  # (B, H, N, c, d_k) k_jd e^{-G_jd}; clamped beyond the rows kept
     scores = (q_f @ k_f.transpose(-1, -2)) * causal(c, qc)  # (B, H, N, c, c) finite: every factor within e^30
-    wide = (G[:, :, :, -1] < -FACTOR_SPAN).any(dim=-1)  # (B, H, N) chunks whose span leaves the range
+    inside = G.amin(dim=-1) >= -FACTOR_SPAN  # (B, H, N, c) rows whose factors stay in range (G_i's own span)
+    wide = ~inside[..., -1]  # (B, H, N) chunks with a row out of range (G falls along the chunk: the last one)
     if not wide.any():
         return scores
     at = wide.nonzero(as_tuple=True)  # the wide chunks' (b, h, n) indices
     q_d = qc[at].transpose(-1, -2).unsqueeze(-1)  # (M, d_k, c, 1) q_id
     k_d = kc[at].transpose(-1, -2).unsqueeze(-2)  # (M, d_k, 1, c) k_jd
     exact = (q_d * pair_decay(gc[at]) * k_d).sum(dim=-3)  # (M, c, c) sum_d q_id decay_dij k_jd, exponents <= 0
-    return scores.index_put(at, exact)  # (B, H, N, c, c) a new tensor: the wide chunks replaced
+    rows = torch.where(inside[at][..., None], scores[at], exact)  # (M, c, c) per row, as its own span decides
+    return scores.index_put(at, rows)  # (B, H, N, c, c) a new tensor: the wide chunks' far rows replaced

@@ -5,11 +5,11 @@
 
 i.e. y_i = sum_{j<=i} exp(sum_{j<l<=i} log_a_l) (c_i . b_j) x_j + exp(sum_{l<=i} log_a_l) S_0^T c_i.
 Inside a chunk of c positions the masked c x c form, its decay factorised as exp(G_i) exp(-G_j)
-(G the cumulative log decay inside the chunk) where the chunk's decay spans at most
-e^-FACTOR_SPAN, from segment sums (each a sum over its own span) where it spans more; across
-chunks the carried state, by a loop over chunks, its decays sums over their own spans (never
-a difference of prefix sums over the sequence, which cancels in fp32). fp32 with autocast
-off, float64 when given.
+(G the cumulative log decay inside the chunk) for the rows whose decay since the chunk's start
+spans at most e^-FACTOR_SPAN, from segment sums (each a sum over its own span) for the others;
+across chunks the carried state, by a loop over chunks, its decays sums over their own spans
+(never a difference of prefix sums over the sequence, which cancels in fp32). fp32 with
+autocast off, float64 when given.
 """
 
 from __future__ import annotations
@@ -132,21 +132,23 @@ def _inside(
 ) -> torch.Tensor:
     """y_i = sum_{j<=i} (c_i . b_j) exp(sum_{j<l<=i} log_a_l) dt_j x_j inside each chunk: cc, bc
     (B, G, N, n, N_s) per group, xc (B, H, N, n, P), the log decays ac, their cumulative sums G
-    and the scales dt sc (B, H, N, n). The decay factorises, exp(G_i) exp(-G_j), in chunks whose
-    decay spans at most e^-FACTOR_SPAN: one masked C B^T per group, x scaled per head, and a
-    group's heads side by side in one matmul. Wider chunks take segment-sum decays (exponents
-    <= 0), so no factor can overflow."""
+    and the scales dt sc (B, H, N, n). The decay factorises, exp(G_i) exp(-G_j), for the rows
+    whose decay since the chunk's start spans at most e^-FACTOR_SPAN: one masked C B^T per group,
+    x scaled per head, and a group's heads side by side in one matmul. The other rows take
+    segment-sum decays (exponents <= 0), so no factor can overflow."""
     groups, n, P = cc.shape[1], cc.shape[3], xc.shape[-1]
     scores = (cc @ bc.transpose(-1, -2)) * causal(n, cc)  # (B, G, N, n, n) c_i . b_j for j <= i
     xs = xc * (torch.exp((-G).clamp_max(FACTOR_SPAN)) * sc)[..., None]  # (B, H, N, n, P) e^-G_j dt_j x_j
     y = _one_per_head(scores @ _side_by_side(xs, groups), P) * torch.exp(G)[..., None]  # (B, H, N, n, P)
-    wide = G[..., -1] < -FACTOR_SPAN  # (B, H, N) chunks whose span leaves the range
+    inside = G >= -FACTOR_SPAN  # (B, H, N, n) rows whose factors stay in range (causal: G_i's own span)
+    wide = ~inside[..., -1]  # (B, H, N) chunks with a row out of range (G falls along the chunk: the last one)
     if not wide.any():
         return y
     at = wide.nonzero(as_tuple=True)  # the wide chunks' (b, h, n) indices
     shared = scores[at[0], at[1] // (xc.shape[1] // groups), at[2]]  # (M, n, n) their group's scores
     decay = torch.exp(segment_sums(ac[at])) * sc[at][..., None, :]  # (M, n, n) decay_ij dt_j, exponents <= 0
-    return y.index_put(at, (shared * decay) @ xc[at])  # (B, H, N, n, P) the wide chunks replaced
+    rows = torch.where(inside[at][..., None], y[at], (shared * decay) @ xc[at])  # (M, n, P) per row
+    return y.index_put(at, rows)  # (B, H, N, n, P) the wide chunks' far rows replaced
 
 
 def _per_head(shared: torch.Tensor, per_head: torch.Tensor) -> torch.Tensor:
