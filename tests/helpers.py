@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -26,6 +27,27 @@ def grad(t: torch.Tensor) -> torch.Tensor:
     """``t.grad``, which a backward pass has filled."""
     assert t.grad is not None, "no gradient: backward() has not reached this tensor"
     return t.grad
+
+
+def assert_same_with_gradients(
+    got: Sequence[torch.Tensor | None], want: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]
+) -> None:
+    """``got`` equals ``want`` tensor by tensor (1e-10; a None in got is left out, as its partner),
+    and so do their gradients with respect to ``inputs`` (1e-9), taken through one random
+    weighting of the outputs; an input got does not reach has gradient 0."""
+    import torch
+
+    pairs = [(a, b) for a, b in zip(got, want, strict=True) if a is not None]
+    loss_got, loss_want = torch.zeros(()), torch.zeros(())
+    for a, b in pairs:
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+        weights = torch.randn_like(b)
+        loss_got, loss_want = loss_got + (a * weights).sum(), loss_want + (b * weights).sum()
+    ours = torch.autograd.grad(loss_got, inputs, allow_unused=True)
+    theirs = torch.autograd.grad(loss_want, inputs, allow_unused=True)
+    for a, b in zip(ours, theirs, strict=True):
+        assert b is not None, "an input the reference does not reach: leave it out of inputs"
+        torch.testing.assert_close(torch.zeros_like(b) if a is None else a, b, rtol=1e-9, atol=1e-9)
 
 
 class Tolerance(TypedDict):

@@ -21,7 +21,7 @@ from attnbench.plugins.recurrent.decays import FACTOR_SPAN
 from attnbench.plugins.recurrent.delta_kernel import delta_rule
 from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention
 from attnbench.plugins.recurrent.retnet_model import log_decay
-from tests.helpers import Tolerance, grad
+from tests.helpers import Tolerance, assert_same_with_gradients, grad
 
 VARIANTS = ("retnet", "gla", "deltanet", "gated_deltanet")
 F64 = torch.float64
@@ -83,22 +83,16 @@ def test_chunked_kernel_equals_the_float64_recurrence(family, chunk):
 
 
 def test_gated_delta_rule_factorised_and_segment_sum_chunks_mixed_equal_the_recurrence_with_gradients():
-    """D * (A B^T) is one matmul of A e^G and B e^-G in chunks whose decay spans at most
-    e^-FACTOR_SPAN and takes segment-sum decays in wider ones: one call with both kinds (and a
-    gate that forgets everything) matches the float64 recurrence in values and gradients."""
+    """D * (A B^T) is one matmul of A e^G and B e^-G for the rows whose decay since the chunk's
+    start spans at most e^-FACTOR_SPAN and takes segment-sum decays for the others: one call with
+    both kinds (and a gate that forgets everything) matches the float64 recurrence in values and
+    gradients."""
     q, k, v, beta, g, _, s0 = _inputs(seed=5, decay=0.5)  # mild decays: chunks of 8 span about e^-2
-    g[0, 1, 10] = -2.5 * FACTOR_SPAN  # one step of one chunk forgets: that chunk is wide
+    g[0, 1, 10] = -2.5 * FACTOR_SPAN  # one step of one chunk forgets: the rows after it leave the span
     g[1, 2, 33:] = -1e4  # the short last chunk forgets everything
     inputs = [t.requires_grad_() for t in (q, k, v, beta, g, s0)]
-    got, got_s = delta_rule(q, k, v, beta, g, s0, 8, DK**-0.5)
-    ref, ref_s = _loop(q, k, v, g, s0, beta)
-    torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(got_s, ref_s, rtol=1e-10, atol=1e-10)
-    weights = torch.randn_like(ref)
-    ours = torch.autograd.grad((got * weights).sum() + got_s.sum(), inputs)
-    theirs = torch.autograd.grad((ref * weights).sum() + ref_s.sum(), inputs)
-    for a, b in zip(ours, theirs, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+    got = delta_rule(q, k, v, beta, g, s0, 8, DK**-0.5)
+    assert_same_with_gradients(got, _loop(q, k, v, g, s0, beta), inputs)
 
 
 @pytest.mark.parametrize("chunk", [8, 64])

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from attnbench import ModelConfig
 from attnbench.plugins.recurrent.decays import FACTOR_SPAN
 from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention
+from tests.helpers import assert_same_with_gradients
 
 F64 = torch.float64
 
@@ -91,25 +92,19 @@ def _gla_loop(q, k, v, g, s0, scale):
 
 
 def test_gla_scores_factorised_and_pairwise_chunks_mixed_equal_the_recurrence_with_gradients():
-    """Chunks whose decay spans more than e^-FACTOR_SPAN (a forget gate near 0) take the pairwise
-    exponents, the rest one matmul: in one call both, values and gradients as the recurrence's."""
+    """Rows whose decay since the chunk's start spans more than e^-FACTOR_SPAN (a forget gate near
+    0) take the pairwise exponents, the rest one matmul: in one call both, values and gradients as
+    the recurrence's."""
     gen = torch.Generator().manual_seed(4)
     B, H, T, dk, dv, chunk = 2, 2, 29, 4, 3, 8
     q, k = (torch.randn(B, H, T, dk, generator=gen, dtype=F64) for _ in range(2))
     v, s0 = torch.randn(B, H, T, dv, generator=gen, dtype=F64), torch.randn(B, H, dk, dv, generator=gen, dtype=F64)
     g = F.logsigmoid(torch.randn(B, H, T, dk, generator=gen, dtype=F64))  # (B, H, T, d_k) mild decays
-    g[0, 1, 9, 2] = -2.5 * FACTOR_SPAN  # one channel of one chunk forgets: that chunk is wide
+    g[0, 1, 9, 2] = -2.5 * FACTOR_SPAN  # one channel of one chunk forgets: the rows after it leave the span
     g[1, 0, 25:, :] = -1e4  # the short last chunk forgets everything
     inputs = [t.requires_grad_() for t in (q, k, v, g, s0)]
-    got, got_s = gated_linear_attention(q, k, v, g, s0, chunk, dk**-0.5)
-    ref, ref_s = _gla_loop(q, k, v, g, s0, dk**-0.5)
-    torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(got_s, ref_s, rtol=1e-10, atol=1e-10)
-    weights = torch.randn_like(ref)
-    ours = torch.autograd.grad((got * weights).sum() + got_s.sum(), inputs)
-    theirs = torch.autograd.grad((ref * weights).sum() + ref_s.sum(), inputs)
-    for a, b in zip(ours, theirs, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+    got = gated_linear_attention(q, k, v, g, s0, chunk, dk**-0.5)
+    assert_same_with_gradients(got, _gla_loop(q, k, v, g, s0, dk**-0.5), inputs)
 
 
 @pytest.mark.parametrize("kernel", ["gla", "gated_delta", "ssd"])
