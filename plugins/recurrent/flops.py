@@ -7,7 +7,7 @@ from __future__ import annotations
 
 def gla_flops_per_token(n_head: int, d_k: int, d_v: int, chunk: int, T: int, per_channel: bool) -> float:
     """Kernel FLOPs per token: c x c scores 2 c d_k, their decays (per head c; per channel the
-    factors q e^G and k e^-G, 2 d_k, as chunks within ``gla_kernel.FACTOR_SPAN`` run), scores @ V 2 c d_v,
+    factors q e^G and k e^-G, 2 d_k, as rows within ``decays.FACTOR_SPAN`` run), scores @ V 2 c d_v,
     chunk summary and carried-state read 2 * 2 d_k d_v."""
     c = min(chunk, max(T, 1))
     return n_head * (2.0 * c * d_k + (2.0 * d_k if per_channel else c) + 2.0 * c * d_v + 4.0 * d_k * d_v)
