@@ -4,6 +4,8 @@ end, and the span up to which a chunk's decay may instead be factorised into e^G
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -42,3 +44,18 @@ def after_sums(g: torch.Tensor) -> torch.Tensor:
     each entry a sum over its own span (no difference of running sums)."""
     rev = g.flip(-2).cumsum(dim=-2).flip(-2)  # (..., c, e) sum_{l>=j}
     return F.pad(rev[..., 1:, :], (0, 0, 0, 1))  # (..., c, e) sum_{l>j}; 0 at the chunk's end
+
+
+def exact_past_span(
+    out: torch.Tensor, G_rows: torch.Tensor, exact: Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
+) -> torch.Tensor:
+    """``out`` (B, H, N, c, ...), computed factorised, with the rows whose log decay since the
+    chunk's start, ``G_rows`` (B, H, N, c), fell below -FACTOR_SPAN taken from ``exact(at)``
+    ((M, c, ...) for the chunks ``at`` = (b, h, n) indices that hold such a row). Each row keeps
+    one form or the other by its own span alone, never a later key's gate: causal to the bit."""
+    inside = G_rows >= -FACTOR_SPAN  # (B, H, N, c) rows whose factors stay in range
+    wide = ~inside[..., -1]  # (B, H, N) chunks with a row out of range (G falls along the chunk: the last one)
+    if not wide.any():
+        return out
+    at = wide.nonzero(as_tuple=True)  # the wide chunks' (b, h, n) indices
+    return out.index_put(at, torch.where(inside[at][..., None], out[at], exact(at)))  # far rows replaced

@@ -15,8 +15,8 @@ gamma_i = exp(G_i) and D_ij = exp(G_i - G_j) (j <= i, exponents <= 0):
 
 The unit lower-triangular solve replaces the token loop; only the state S_n loops over
 chunks. D * (A B^T) is one matmul of (A e^G)(B e^-G)^T, and takes D from segment sums for
-the rows whose decay since the chunk's start spans more than e^-30 (``_decayed``, GLA's rule). fp32 with
-autocast off (float64 when given float64); the caller's state is untouched.
+the rows whose decay since the chunk's start spans more than e^-30 (``_decayed``, GLA's
+rule). fp32 with autocast off (float64 when given float64); the caller's state is untouched.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.plugins.recurrent.common import causal, compute_dtype, state_dtype
-from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, segment_sums
+from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, exact_past_span, segment_sums
 
 # re-exported for older checkouts' modules (see common.py)
 from attnbench.plugins.recurrent.flops import delta_flops_per_token as delta_flops_per_token
@@ -134,13 +134,11 @@ def _decayed(
     a_f = a * torch.exp(G)[..., None]  # (B, H, N, c, d) a_i e^{G_i}, e^G <= 1
     b_f = b * torch.exp((-G).clamp_max(FACTOR_SPAN))[..., None]  # (B, H, N, c, d) b_j e^{-G_j}, clamped past kept rows
     out = (a_f @ b_f.transpose(-1, -2)) * seen  # (B, H, N, c, c) finite: every factor within e^30
-    inside = G >= -FACTOR_SPAN  # (B, H, N, c) rows whose factors stay in range (causal: G_i's own span)
-    wide = ~inside[..., -1]  # (B, H, N) chunks with a row out of range (G falls along the chunk: the last one)
-    if not wide.any():
-        return out
-    at = wide.nonzero(as_tuple=True)  # the wide chunks' (b, h, n) indices
-    exact = (a[at] @ b[at].transpose(-1, -2)) * torch.exp(segment_sums(g[at])) * seen  # (M, c, c) exponents <= 0
-    return out.index_put(at, torch.where(inside[at][..., None], out[at], exact))  # far rows replaced, row by row
+
+    def exact(at: tuple[torch.Tensor, ...]) -> torch.Tensor:  # (M, c, c) segment-sum decays, exponents <= 0
+        return (a[at] @ b[at].transpose(-1, -2)) * torch.exp(segment_sums(g[at])) * seen
+
+    return exact_past_span(out, G, exact)  # (B, H, N, c, c)
 
 
 def _one_chunk(

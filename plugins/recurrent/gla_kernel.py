@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from attnbench.plugins.recurrent.common import causal, chunks, compute_dtype, state_dtype
-from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, segment_sums
+from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, exact_past_span, segment_sums
 
 
 def gla_init_state(
@@ -72,13 +72,10 @@ def _channel_scores(qc: torch.Tensor, kc: torch.Tensor, gc: torch.Tensor, G: tor
     q_f = qc * torch.exp(G)  # (B, H, N, c, d_k) q_id e^{G_id}, e^G <= 1
     k_f = kc * torch.exp((-G).clamp_max(FACTOR_SPAN))  # (B, H, N, c, d_k) k_jd e^{-G_jd}; clamped beyond the rows kept
     scores = (q_f @ k_f.transpose(-1, -2)) * causal(c, qc)  # (B, H, N, c, c) finite: every factor within e^30
-    inside = G.amin(dim=-1) >= -FACTOR_SPAN  # (B, H, N, c) rows whose factors stay in range (G_i's own span)
-    wide = ~inside[..., -1]  # (B, H, N) chunks with a row out of range (G falls along the chunk: the last one)
-    if not wide.any():
-        return scores
-    at = wide.nonzero(as_tuple=True)  # the wide chunks' (b, h, n) indices
-    q_d = qc[at].transpose(-1, -2).unsqueeze(-1)  # (M, d_k, c, 1) q_id
-    k_d = kc[at].transpose(-1, -2).unsqueeze(-2)  # (M, d_k, 1, c) k_jd
-    exact = (q_d * pair_decay(gc[at]) * k_d).sum(dim=-3)  # (M, c, c) sum_d q_id decay_dij k_jd, exponents <= 0
-    rows = torch.where(inside[at][..., None], scores[at], exact)  # (M, c, c) per row, as its own span decides
-    return scores.index_put(at, rows)  # (B, H, N, c, c) a new tensor: the wide chunks' far rows replaced
+
+    def exact(at: tuple[torch.Tensor, ...]) -> torch.Tensor:  # (M, c, c) sum_d q_id decay_dij k_jd, exponents <= 0
+        q_d = qc[at].transpose(-1, -2).unsqueeze(-1)  # (M, d_k, c, 1) q_id
+        k_d = kc[at].transpose(-1, -2).unsqueeze(-2)  # (M, d_k, 1, c) k_jd
+        return (q_d * pair_decay(gc[at]) * k_d).sum(dim=-3)
+
+    return exact_past_span(scores, G.amin(dim=-1), exact)  # (B, H, N, c, c) a row's span: its widest channel

@@ -20,10 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.plugins.recurrent.common import causal
-from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, segment_sums
+from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, exact_past_span, segment_sums
 
-# re-exported for older checkouts' modules (see common.py)
-from attnbench.plugins.recurrent.decays import segment_sums as segment_sums  # noqa: F811
+# re-exported for older checkouts' modules (see common.py); segment_sums, imported above, too
 from attnbench.plugins.recurrent.flops import ssd_flops_per_token as ssd_flops_per_token
 
 
@@ -91,9 +90,7 @@ def ssd_scan(
         pad = N * n - T  # padded tail: b = x = 0 and log_a = 0 add nothing
         cc, bc, xc = (F.pad(t.to(fp), (0, 0, 0, pad)).unflatten(2, (N, n)) for t in (c, b, x))  # (B, ., N, n, .)
         ac = F.pad(log_a.to(fp), (0, pad)).unflatten(2, (N, n))  # (B, H, N, n)
-        sc = (
-            torch.ones_like(ac) if dt is None else F.pad(dt.to(fp), (0, pad)).unflatten(2, (N, n))
-        )  # (B, H, N, n) b's scale
+        sc = torch.ones_like(ac) if dt is None else F.pad(dt.to(fp), (0, pad)).unflatten(2, (N, n))  # (B, H, N, n)
         G = ac.cumsum(-1)  # (B, H, N, n) log decay from the chunk's start through i
         y = _inside(cc, bc, xc, ac, G, sc)  # (B, H, N, n, P) inside each chunk
         to_end = torch.exp(after_sums(ac[..., None])[..., 0]) * sc  # (B, H, N, n) key j to the chunk's end (dt_j)
@@ -101,10 +98,10 @@ def ssd_scan(
         # Across chunks a group's H/G heads sit side by side in the columns of one state (B, G, ., H/G P),
         # so each product with the group's shared b or c is one matmul for all of them, and the
         # decays scale x and the output rows (P wide), never a per-head copy of b or c (N_s wide).
-        G = cc.shape[1]
-        summary = bc.transpose(-1, -2) @ _side_by_side(xc * to_end[..., None], G)  # (B, G, N, N_s, H/G P) b^T x
-        through = torch.exp(ac.sum(-1)).unflatten(1, (G, -1)).transpose(2, 3)  # (B, G, N, H/G) across each chunk
-        s, before = start.to(fp).unflatten(1, (G, -1)).transpose(2, 3), []  # (B, G, N_s, H/G, P) S_0, a view
+        groups = cc.shape[1]
+        summary = bc.transpose(-1, -2) @ _side_by_side(xc * to_end[..., None], groups)  # (B, G, N, N_s, H/G P) b^T x
+        through = torch.exp(ac.sum(-1)).unflatten(1, (groups, -1)).transpose(2, 3)  # (B, G, N, H/G) across a chunk
+        s, before = start.to(fp).unflatten(1, (groups, -1)).transpose(2, 3), []  # (B, G, N_s, H/G, P) S_0, a view
         for a_m, u_m in zip(through.unbind(2), summary.unbind(2), strict=True):  # unbound once, never indexed
             before.append(s)  # S_{m+1} = through_m S_m + U_m: O(N), not an (N+1) x (N+1) carry
             s = a_m[:, :, None, :, None] * s + u_m.unflatten(-1, (-1, P))  # (B, G, N_s, H/G, P)
@@ -140,15 +137,13 @@ def _inside(
     scores = (cc @ bc.transpose(-1, -2)) * causal(n, cc)  # (B, G, N, n, n) c_i . b_j for j <= i
     xs = xc * (torch.exp((-G).clamp_max(FACTOR_SPAN)) * sc)[..., None]  # (B, H, N, n, P) e^-G_j dt_j x_j
     y = _one_per_head(scores @ _side_by_side(xs, groups), P) * torch.exp(G)[..., None]  # (B, H, N, n, P)
-    inside = G >= -FACTOR_SPAN  # (B, H, N, n) rows whose factors stay in range (causal: G_i's own span)
-    wide = ~inside[..., -1]  # (B, H, N) chunks with a row out of range (G falls along the chunk: the last one)
-    if not wide.any():
-        return y
-    at = wide.nonzero(as_tuple=True)  # the wide chunks' (b, h, n) indices
-    shared = scores[at[0], at[1] // (xc.shape[1] // groups), at[2]]  # (M, n, n) their group's scores
-    decay = torch.exp(segment_sums(ac[at])) * sc[at][..., None, :]  # (M, n, n) decay_ij dt_j, exponents <= 0
-    rows = torch.where(inside[at][..., None], y[at], (shared * decay) @ xc[at])  # (M, n, P) per row
-    return y.index_put(at, rows)  # (B, H, N, n, P) the wide chunks' far rows replaced
+
+    def exact(at: tuple[torch.Tensor, ...]) -> torch.Tensor:  # (M, n, P) segment-sum decays, exponents <= 0
+        shared = scores[at[0], at[1] // (xc.shape[1] // groups), at[2]]  # (M, n, n) their group's scores
+        decay = torch.exp(segment_sums(ac[at])) * sc[at][..., None, :]  # (M, n, n) decay_ij dt_j
+        return (shared * decay) @ xc[at]
+
+    return exact_past_span(y, G, exact)  # (B, H, N, n, P)
 
 
 def _per_head(shared: torch.Tensor, per_head: torch.Tensor) -> torch.Tensor:
