@@ -7,9 +7,9 @@ On a shared machine two runs of ``bench_mixers.py`` minutes apart differ by 2x a
 Here each mixer's model is built once and its train step (forward + backward, one thread)
 alternates between the old and the new kernels step by step: the old ``delta_kernel``,
 ``gla_kernel``, ``ssd_kernel``, ``taylor_kernel``, ``window_kernel``, Mamba2's convolution,
-the short convolution and DeltaNet's ``_heads`` are loaded from ``--old`` under other names
-and patched in. Prints the best-of-repeats ms/step of each and new/old; a mixer whose code did
-not change (softmax, linear) is the control.
+the short convolution (``ShortConv`` and ``kernels/short_conv``) and DeltaNet's ``_heads`` are
+loaded from ``--old`` under other names and patched in. Prints the best-of-repeats ms/step of each
+and new/old; a mixer whose code did not change (softmax, linear) is the control.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from attnbench.registry.loader import load_registry
 SHAPES = {"findings": (64, 2, 2, 64, 64), "long": (128, 2, 4, 8192, 1)}  # d, layers, heads, T, batch
 
 
-def _load(old: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"old_{name}", old / "plugins" / "recurrent" / f"{name}.py")
+def _load(old: Path, name: str, package: str = "recurrent") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"old_{name}", old / "plugins" / package / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -58,6 +58,9 @@ def kernel_sets(old: Path) -> dict[str, list[tuple[object, str, object]]]:
     modules = ("delta_kernel", "gla_kernel", models["mamba2"], "common", "ssd_kernel", models["deltanet"])
     od, og, om, oc, os_, odn = (_load(old, n) for n in modules)
     ot, ow = _load(old, "taylor_kernel"), _load(old, "window_kernel")
+    osc = _load(old, "short_conv", "kernels")
+    for module in (om, oc):  # the old _conv and ShortConv.forward call the old convolution, always
+        setattr(module, "causal_depthwise_conv", osc.causal_depthwise_conv)  # noqa: B010
     names = [
         (deltanet_model, "delta_rule"),
         (gla_model, "gated_linear_attention"),

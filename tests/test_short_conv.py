@@ -15,7 +15,16 @@ def _reference(xx: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> tor
     return F.conv1d(xx.transpose(1, 2), w, b, groups=w.shape[0]).transpose(1, 2)  # (B, T, C)
 
 
-@pytest.mark.parametrize(("B", "T", "C", "K", "bias"), [(3, 17, 5, 4, False), (2, 9, 6, 4, True), (1, 40, 3, 2, True)])
+@pytest.mark.parametrize(
+    ("B", "T", "C", "K", "bias"),
+    [
+        (3, 17, 5, 4, False),
+        (2, 9, 6, 4, True),
+        (1, 40, 3, 2, True),
+        (2, 600, 512, 4, False),  # the weight's gradient by blocks of 256 positions, the last one short
+        (9, 40, 512, 3, True),  # by blocks of 6 whole sequences, the last one 3
+    ],
+)
 def test_output_and_gradients_equal_conv1d_in_float64(B, T, C, K, bias):
     g = torch.Generator().manual_seed(0)
     xx = torch.randn(B, T + K - 1, C, dtype=torch.float64, generator=g)

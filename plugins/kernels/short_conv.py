@@ -14,6 +14,10 @@ flipped kernel, the weight's is K dot products. Forward + backward with SiLU, on
 (B, T, C) = (64, 64, 192), 0.66x at (64, 64, 384) with bias, 0.32x at (1, 8192, 384), 0.28x at
 (1, 8192, 512). Other devices keep conv1d (cuDNN's depthwise kernels: the GPU check measured
 that path, not this one).
+
+The weight's gradient reads xx and the output gradient by blocks of rows that stay in a core's
+cache for all K taps: K whole-tensor products, each written out and summed, took 3-5x as long at
+(1, 8192, 512), where these are 16 MiB tensors read cold (benchmarks/bench_short_conv.py).
 """
 
 from __future__ import annotations
@@ -45,11 +49,31 @@ class _DepthwiseConvCPU(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         xx, w = ctx.saved_tensors
-        K, T = w.shape[1], grads[0].shape[1]
+        K = w.shape[1]
         gy = grads[0].to(xx.dtype).contiguous()  # (B, T, C) in the input's dtype (autocast ran the forward lower)
         gp = F.pad(gy, (0, 0, K - 1, K - 1))  # (B, T + 2K - 2, C) zeros around: every t + j lands somewhere
         # dL/dxx[s] = sum_j w[j] gy[s - j]: the convolution of the padded gradient with the flipped kernel
         gx = F.conv2d(_as_image(gp), w.flip(-1)[:, None, None, :].to(xx.dtype), groups=w.shape[0])  # (B, C, 1, T')
-        # dL/dw[c, j] = sum_{b, t} xx[b, t + j, c] gy[b, t, c]
-        gw = torch.stack([(xx[:, j : j + T] * gy).sum((0, 1)) for j in range(K)], dim=1)  # (C, K)
+        gw = _weight_grad(xx, gy, K)  # (C, K)
         return gx.squeeze(2).transpose(1, 2), gw.to(w.dtype)  # (B, T', C), (C, K)
+
+
+BLOCK_FLOATS = 2**17  # rows x channels per block: 512 KiB of fp32, a core's L2 on the CPUs measured
+
+
+def _weight_grad(xx: torch.Tensor, gy: torch.Tensor, K: int) -> torch.Tensor:
+    """dL/dw[c, j] = sum_{b, t} xx[b, t + j, c] gy[b, t, c], xx (B, T + K - 1, C), gy (B, T, C) -> (C, K),
+    summed block by block: about BLOCK_FLOATS / C rows at a time (whole sequences when T is short,
+    part of one when long), each block's products for the K taps made while it is in cache, and
+    accumulated in fp32 at least."""
+    B, T, C = gy.shape
+    acc = torch.zeros(K, C, dtype=torch.promote_types(xx.dtype, torch.float32), device=xx.device)  # (K, C)
+    rows = max(1, BLOCK_FLOATS // C)  # rows per block
+    span = min(T, rows)  # positions per block
+    seqs = max(1, rows // T) if span == T else 1  # sequences per block
+    for b in range(0, B, seqs):
+        for s in range(0, T, span):
+            g = gy[b : b + seqs, s : s + span]  # (b', t', C)
+            for j in range(K):
+                acc[j] += (xx[b : b + seqs, s + j : s + j + g.shape[1]] * g).sum((0, 1), dtype=acc.dtype)  # (C,)
+    return acc.T  # (C, K)

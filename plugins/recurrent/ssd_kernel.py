@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import overload
 
 import torch
-import torch.nn.functional as F
 
 from attnbench.plugins.recurrent.common import causal
 from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, exact_past_span, segment_sums
@@ -88,62 +87,89 @@ def ssd_scan(
         n = min(chunk, T)
         N = -(-T // n)
         pad = N * n - T  # padded tail: b = x = 0 and log_a = 0 add nothing
-        cc, bc, xc = (F.pad(t.to(fp), (0, 0, 0, pad)).unflatten(2, (N, n)) for t in (c, b, x))  # (B, ., N, n, .)
-        ac = F.pad(log_a.to(fp), (0, pad)).unflatten(2, (N, n))  # (B, H, N, n)
-        sc = torch.ones_like(ac) if dt is None else F.pad(dt.to(fp), (0, pad)).unflatten(2, (N, n))  # (B, H, N, n)
+        groups = c.shape[1]
+        cc, bc = (_pad_time(t.to(fp), pad, 2).unflatten(2, (N, n)) for t in (c, b))  # (B, G, N, n, N_s)
+        xc = _by_group(_pad_time(x.to(fp).transpose(1, 2), pad, 1).unflatten(1, (N, n)), groups)  # (B, G, N, n, H/G, P)
+        ac = _pad_time(log_a.to(fp), pad, 2).unflatten(2, (N, n))  # (B, H, N, n)
+        sc = torch.ones_like(ac) if dt is None else _pad_time(dt.to(fp), pad, 2).unflatten(2, (N, n))  # (B, H, N, n)
         G = ac.cumsum(-1)  # (B, H, N, n) log decay from the chunk's start through i
-        y = _inside(cc, bc, xc, ac, G, sc)  # (B, H, N, n, P) inside each chunk
         to_end = torch.exp(after_sums(ac[..., None])[..., 0]) * sc  # (B, H, N, n) key j to the chunk's end (dt_j)
-        from_start = torch.exp(G)  # (B, H, N, n) exp(sum_{start<=l<=i} log_a_l)
         # Across chunks a group's H/G heads sit side by side in the columns of one state (B, G, ., H/G P),
         # so each product with the group's shared b or c is one matmul for all of them, and the
         # decays scale x and the output rows (P wide), never a per-head copy of b or c (N_s wide).
-        groups = cc.shape[1]
-        summary = bc.transpose(-1, -2) @ _side_by_side(xc * to_end[..., None], groups)  # (B, G, N, N_s, H/G P) b^T x
+        summary = bc.transpose(-1, -2) @ (xc * _scales(to_end, groups)).flatten(-2)  # (B, G, N, N_s, H/G P) b^T x
         through = torch.exp(ac.sum(-1)).unflatten(1, (groups, -1)).transpose(2, 3)  # (B, G, N, H/G) across a chunk
         s, before = start.to(fp).unflatten(1, (groups, -1)).transpose(2, 3), []  # (B, G, N_s, H/G, P) S_0, a view
         for a_m, u_m in zip(through.unbind(2), summary.unbind(2), strict=True):  # unbound once, never indexed
             before.append(s)  # S_{m+1} = through_m S_m + U_m: O(N), not an (N+1) x (N+1) carry
             s = a_m[:, :, None, :, None] * s + u_m.unflatten(-1, (-1, P))  # (B, G, N_s, H/G, P)
         states = torch.stack(before, dim=2).flatten(-2)  # (B, G, N, N_s, H/G P) S before each chunk
-        carried = _one_per_head(cc @ states, P) * from_start[..., None]  # (B, H, N, n, P) c_i^T S, decayed to i
-        y = (y + carried).flatten(2, 3)[:, :, :T]  # (B, H, T, P)
+        carried = cc @ states  # (B, G, N, n, H/G P) c_i^T S, not yet decayed to i
+        y = _inside(cc, bc, xc, carried, ac, G, sc)  # (B, H, N, n, P) chunk and carried state, decayed to i
+        y = y.flatten(2, 3)[:, :, :T]  # (B, H, T, P)
         final = s.transpose(2, 3).flatten(1, 2)  # (B, H, N_s, P) a new tensor
     return y, (final if state is not None else None)
 
 
-def _side_by_side(per_head: torch.Tensor, G: int) -> torch.Tensor:
-    """(B, H, N, r, P) -> (B, G, N, r, H/G P): group g's heads h = g H/G + k in columns k P .. (k+1) P."""
-    B, H, N, r, P = per_head.shape
-    return per_head.unflatten(1, (G, H // G)).permute(0, 1, 3, 4, 2, 5).reshape(B, G, N, r, H // G * P)
+def _pad_time(t: torch.Tensor, pad: int, dim: int) -> torch.Tensor:
+    """Zeros after the last position of time axis ``dim`` (the layout kept; no copy when pad is 0)."""
+    return t if pad == 0 else torch.cat([t, t.new_zeros(*t.shape[:dim], pad, *t.shape[dim + 1 :])], dim=dim)
 
 
-def _one_per_head(side_by_side: torch.Tensor, P: int) -> torch.Tensor:
-    """(B, G, N, r, H/G P) -> (B, H, N, r, P), the inverse of ``_side_by_side``."""
-    B, G, N, r, _ = side_by_side.shape
-    return side_by_side.unflatten(-1, (-1, P)).permute(0, 1, 4, 2, 3, 5).reshape(B, -1, N, r, P)
+def _by_group(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """x (B, N, n, H, P), time-major -> (B, G, N, n, H/G, P), head h = g H/G + k: a view. Where x is
+    time-major in memory (Mamba2's x is a slice of the convolution's output) and G is 1, a group's
+    heads side by side, (B, G, N, n, H/G P), is a view too, and so is the output the scan returns."""
+    return x.unflatten(3, (groups, -1)).permute(0, 3, 1, 2, 4, 5)  # (B, G, N, n, H/G, P)
+
+
+def _scales(per_head: torch.Tensor, groups: int) -> torch.Tensor:
+    """A factor per head and position (B, H, N, n) -> (B, G, N, n, H/G, 1), to scale x by groups."""
+    return per_head.unflatten(1, (groups, -1)).permute(0, 1, 3, 4, 2)[..., None]
+
+
+def _heads(by_group: torch.Tensor) -> torch.Tensor:
+    """(B, G, N, n, H/G, P) -> (B, H, N, n, P), head h = g H/G + k: a view when G is 1."""
+    return by_group.permute(0, 1, 4, 2, 3, 5).flatten(1, 2)
 
 
 def _inside(
-    cc: torch.Tensor, bc: torch.Tensor, xc: torch.Tensor, ac: torch.Tensor, G: torch.Tensor, sc: torch.Tensor
+    cc: torch.Tensor,
+    bc: torch.Tensor,
+    xc: torch.Tensor,
+    carried: torch.Tensor,
+    ac: torch.Tensor,
+    G: torch.Tensor,
+    sc: torch.Tensor,
 ) -> torch.Tensor:
-    """y_i = sum_{j<=i} (c_i . b_j) exp(sum_{j<l<=i} log_a_l) dt_j x_j inside each chunk: cc, bc
-    (B, G, N, n, N_s) per group, xc (B, H, N, n, P), the log decays ac, their cumulative sums G
-    and the scales dt sc (B, H, N, n). The decay factorises, exp(G_i) exp(-G_j), for the rows
-    whose decay since the chunk's start spans at most e^-FACTOR_SPAN: one masked C B^T per group,
-    x scaled per head, and a group's heads side by side in one matmul. The other rows take
+    """y_i = exp(G_i) c_i^T S + sum_{j<=i} (c_i . b_j) exp(sum_{j<l<=i} log_a_l) dt_j x_j inside each
+    chunk: cc, bc (B, G, N, n, N_s) per group, xc (B, G, N, n, H/G, P), carried = c_i^T S (B, G, N,
+    n, H/G P), the log decays ac, their cumulative sums G and the scales dt sc (B, H, N, n). The
+    decay factorises, exp(G_i) exp(-G_j), for the rows whose decay since the chunk's start spans
+    at most e^-FACTOR_SPAN: one masked C B^T per group, x scaled per head, a group's heads side by
+    side in one matmul that adds the carried state, then one scale by exp(G_i). The other rows take
     segment-sum decays (exponents <= 0), so no factor can overflow."""
-    groups, n, P = cc.shape[1], cc.shape[3], xc.shape[-1]
-    scores = (cc @ bc.transpose(-1, -2)) * causal(n, cc)  # (B, G, N, n, n) c_i . b_j for j <= i
-    xs = xc * (torch.exp((-G).clamp_max(FACTOR_SPAN)) * sc)[..., None]  # (B, H, N, n, P) e^-G_j dt_j x_j
-    y = _one_per_head(scores @ _side_by_side(xs, groups), P) * torch.exp(G)[..., None]  # (B, H, N, n, P)
+    groups = cc.shape[1]
+    scores = (cc @ bc.transpose(-1, -2)) * causal(cc.shape[3], cc)  # (B, G, N, n, n) c_i . b_j for j <= i
+    xs = xc * _scales(torch.exp((-G).clamp_max(FACTOR_SPAN)) * sc, groups)  # (B, G, N, n, H/G, P) e^-G_j dt_j x_j
+    both = _add_matmul(carried, scores, xs.flatten(-2))  # (B, G, N, n, H/G P) c_i^T S + sum_j scores_ij xs_j
+    y = _heads(both.unflatten(-1, xc.shape[-2:]) * _scales(torch.exp(G), groups))  # (B, H, N, n, P) times e^G_i
+    carried_h, x_h = _heads(carried.unflatten(-1, xc.shape[-2:])), _heads(xc)  # (B, H, N, n, P) views when G is 1
 
     def exact(at: tuple[torch.Tensor, ...]) -> torch.Tensor:  # (M, n, P) segment-sum decays, exponents <= 0
-        shared = scores[at[0], at[1] // (xc.shape[1] // groups), at[2]]  # (M, n, n) their group's scores
+        shared = scores[at[0], at[1] // (ac.shape[1] // groups), at[2]]  # (M, n, n) their group's scores
         decay = torch.exp(segment_sums(ac[at])) * sc[at][..., None, :]  # (M, n, n) decay_ij dt_j
-        return (shared * decay) @ xc[at]
+        return (shared * decay) @ x_h[at] + carried_h[at] * torch.exp(G[at])[..., None]
 
     return exact_past_span(y, G, exact)  # (B, H, N, n, P)
+
+
+def _add_matmul(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """acc + a @ b over leading batch dims, the sum made inside the matmul (baddbmm): one pass fewer
+    over the (.., n, H/G P) output than a product then an add."""
+    lead = acc.shape[:-2]
+    flat = (t.reshape(-1, *t.shape[-2:]) for t in (acc, a, b))  # views where the batch dims collapse
+    return torch.baddbmm(*flat).view(*lead, *acc.shape[-2:])
 
 
 def _per_head(shared: torch.Tensor, per_head: torch.Tensor) -> torch.Tensor:
