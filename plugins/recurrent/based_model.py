@@ -14,6 +14,7 @@ from attnbench.plugins.recurrent.common import require_fla
 from attnbench.plugins.recurrent.taylor_kernel import taylor_attention, taylor_scores
 from attnbench.plugins.recurrent.window_kernel import (
     FLA_WINDOW_OP,
+    SDPA_BLOCKED_OP,
     SHORT_WINDOW_OP,
     WindowCache,
     fla_window_attention,
@@ -56,6 +57,7 @@ class Based(nn.Module):
             "window": self.window,
             "feature_dim": self.feature_dim,
             "window_kernel_up_to_window": FLA_WINDOW_OP if fla else SHORT_WINDOW_OP,  # training, T <= window
+            "window_kernel_blocks": FLA_WINDOW_OP if fla else SDPA_BLOCKED_OP,  # inside window_attention
         }
 
     def _heads(self, x: torch.Tensor):

@@ -11,6 +11,7 @@ from attnbench.plugins.recurrent.common import require_fla
 from attnbench.plugins.recurrent.swa import _options
 from attnbench.plugins.recurrent.window_kernel import (
     FLA_WINDOW_OP,
+    SDPA_BLOCKED_OP,
     SHORT_WINDOW_OP,
     WindowCache,
     fla_window_attention,
@@ -40,6 +41,7 @@ class SlidingWindowAttention(nn.Module):
             "window": self.window,
             "chunk_size": self.chunk_size,
             "kernel_up_to_window": SHORT_WINDOW_OP if self.kernel != "fla" else parallel,  # training, T <= window
+            "kernel_blocks": SDPA_BLOCKED_OP if self.kernel != "fla" else parallel,  # inside window_attention
         }
 
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
