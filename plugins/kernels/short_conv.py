@@ -7,9 +7,10 @@ xx (B, T + K - 1, C) holds the K - 1 inputs before the T new ones (zeros at the 
 On a CPU, torch's conv1d wants channels first, so the (B, T, C) activations are copied to
 (B, C, T) and back, and its depthwise backward is slow (issue 42's profiles: 10-15% of a
 findings-shape train step). Here the (B, T, C) tensor is read in place as a channels-last
-(B, C, 1, T) image for conv2d, whose depthwise kernel is fast, and the backward is two plain
-steps: the input's gradient is the same convolution of the padded output gradient with the
-flipped kernel, the weight's is K dot products. Forward + backward with SiLU, one thread
+(B, C, 1, T) image for conv2d, whose depthwise kernel is fast and adds the bias in the same
+pass, and the backward is plain steps: the input's gradient is the same convolution of the
+output gradient (zero-padded by conv2d itself) with the flipped kernel, the weight's is K dot
+products, the bias's a sum. Forward + backward with SiLU, one thread
 (benchmarks/bench_short_conv.py, 2026-11-27, loaded 2-core Xeon): 0.57x conv1d's time at
 (B, T, C) = (64, 64, 192), 0.66x at (64, 64, 384) with bias, 0.32x at (1, 8192, 384), 0.28x at
 (1, 8192, 512). Other devices keep conv1d (cuDNN's depthwise kernels: the GPU check measured
@@ -31,8 +32,9 @@ def causal_depthwise_conv(xx: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     if xx.device.type != "cpu":
         y = F.conv1d(xx.transpose(1, 2).contiguous(), weight, bias, groups=weight.shape[0])  # (B, C, T)
         return y.transpose(1, 2).contiguous()  # (B, T, C)
-    y = _DepthwiseConvCPU.apply(xx, weight[:, 0, :])  # (B, T, C)
-    return y if bias is None else y + bias  # (B, T, C)
+    if bias is None:
+        return _DepthwiseConvCPU.apply(xx, weight[:, 0, :])  # (B, T, C)
+    return _DepthwiseConvCPU.apply(xx, weight[:, 0, :], bias.to(xx.dtype))  # (B, T, C) the bias added by the conv
 
 
 def _as_image(x: torch.Tensor) -> torch.Tensor:
@@ -41,21 +43,24 @@ def _as_image(x: torch.Tensor) -> torch.Tensor:
 
 class _DepthwiseConvCPU(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, xx: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # xx (B, T', C), w (C, K)
+    def forward(ctx, xx: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         ctx.save_for_backward(xx, w)
-        y = F.conv2d(_as_image(xx), w[:, None, None, :], groups=w.shape[0])  # (B, C, 1, T)
+        y = F.conv2d(_as_image(xx), w[:, None, None, :], bias, groups=w.shape[0])  # (B, C, 1, T) bias in the pass
         return y.squeeze(2).transpose(1, 2)  # (B, T, C), contiguous (channels last)
 
     @staticmethod
-    def backward(ctx, *grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def backward(ctx, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         xx, w = ctx.saved_tensors
         K = w.shape[1]
         gy = grads[0].to(xx.dtype).contiguous()  # (B, T, C) in the input's dtype (autocast ran the forward lower)
-        gp = F.pad(gy, (0, 0, K - 1, K - 1))  # (B, T + 2K - 2, C) zeros around: every t + j lands somewhere
-        # dL/dxx[s] = sum_j w[j] gy[s - j]: the convolution of the padded gradient with the flipped kernel
-        gx = F.conv2d(_as_image(gp), w.flip(-1)[:, None, None, :].to(xx.dtype), groups=w.shape[0])  # (B, C, 1, T')
+        # dL/dxx[s] = sum_j w[j] gy[s - j]: the convolution of the gradient, K - 1 zeros each side (the
+        # convolution's own padding, not a padded copy: 0.35-0.45x the time), with the flipped kernel
+        flipped = w.flip(-1)[:, None, None, :].to(xx.dtype)  # (C, 1, 1, K)
+        gx = F.conv2d(_as_image(gy), flipped, groups=w.shape[0], padding=(0, K - 1))  # (B, C, 1, T')
         gw = _weight_grad(xx, gy, K)  # (C, K)
-        return gx.squeeze(2).transpose(1, 2), gw.to(w.dtype)  # (B, T', C), (C, K)
+        out = (gx.squeeze(2).transpose(1, 2), gw.to(w.dtype))  # (B, T', C), (C, K)
+        with_bias = len(ctx.needs_input_grad) == 3
+        return (*out, gy.sum((0, 1)) if ctx.needs_input_grad[2] else None) if with_bias else out  # and (C,)
 
 
 BLOCK_FLOATS = 2**17  # rows x channels per block: 512 KiB of fp32, a core's L2 on the CPUs measured
