@@ -11,13 +11,17 @@ mixers alike), tokens/s, achieved FLOP/s = 3 x the declared forward FLOPs per to
 tokens/s, its fraction of the fp32 matmul peak measured in this process (best of the runs
 at start and end), and the ratios the issue's targets name: achieved FLOP/s over softmax's
 and speed-up over softmax. The 1-minute load average is printed with each table: the
-machine is shared, so compare ratios from one run, never absolute times across runs.
+machine is shared, so compare ratios from one run, never absolute times across runs. Minor
+page faults per step count memory the kernel handed back mid-step (each page zeroed). The
+C heap keeps freed memory, as in a cell's process (``attnbench.run.heap``; ATTNBENCH_HEAP=system
+to time the C library's defaults).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import time
 
@@ -27,6 +31,7 @@ from attnbench import Backbone, ModelConfig
 from attnbench.nn.flops import model_facts
 from attnbench.nn.peak import matmul_peak
 from attnbench.registry.loader import load_registry
+from attnbench.run.heap import keep_freed_heap
 
 SHAPES = {  # name: (d_model, n_layer, n_head, T, batch)
     "findings": (64, 2, 2, 64, 64),
@@ -58,19 +63,22 @@ def bench_shape(shape: str, names: list[str], repeats: int) -> list[dict]:
         facts[name] = model_facts(variant, config, T)
         train_step(models[name], x)  # warm-up
     times: dict[str, list[float]] = {n: [] for n in names}
+    faults = dict.fromkeys(names, 0)  # minor page faults: memory the kernel hands back (and zeroes) mid-step
     inner = max(1, int(8192 // (batch * T)))  # several steps per timing at small shapes
     for _ in range(repeats):
         for name in names:
-            t0 = time.perf_counter()
+            f0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
             for _ in range(inner):
                 train_step(models[name], x)
             times[name].append((time.perf_counter() - t0) / inner)
+            faults[name] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
     rows = []
     for name in names:
         s = statistics.median(times[name])
         flops = facts[name]["train_flops_per_token"]
         rows.append({"variant": name, "s": s, "spread": max(times[name]) / min(times[name]) - 1, "tok_s": batch * T / s,
-                     "flop_s": None if flops is None else flops * batch * T / s})  # fmt: skip
+                     "flop_s": None if flops is None else flops * batch * T / s,
+                     "faults": faults[name] / (repeats * inner)})  # fmt: skip
     return rows
 
 
@@ -79,16 +87,17 @@ def print_table(shape: str, rows: list[dict], peak: float, load: tuple[float, fl
     soft = next((r for r in rows if r["variant"] == "softmax"), None)
     print(f"\n## {shape}: d {d}, {L} layers, {H} heads, T {T}, batch {batch}; load1 {load[0]:.2f} -> {load[1]:.2f}")
     print(
-        "| variant | ms/step | spread | tokens/s | GFLOP/s | of fp32 peak | FLOP/s vs softmax | speed-up vs softmax |"
+        "| variant | ms/step | spread | tokens/s | GFLOP/s | of fp32 peak | FLOP/s vs softmax | speed-up vs softmax "
+        "| page faults/step |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: r["s"]):
         gf = "-" if r["flop_s"] is None else f"{r['flop_s'] / 1e9:.2f}"
         frac = "-" if r["flop_s"] is None else f"{100 * r['flop_s'] / peak:.1f}%"
         rel = "-" if soft is None or r["flop_s"] is None else f"{r['flop_s'] / soft['flop_s']:.2f}"
         up = "-" if soft is None else f"{soft['s'] / r['s']:.2f}x"
         print(f"| {r['variant']} | {r['s'] * 1e3:.1f} | {100 * r['spread']:.0f}% | {r['tok_s']:,.0f} | {gf} | {frac} "
-              f"| {rel} | {up} |")  # fmt: skip
+              f"| {rel} | {up} | {r['faults']:,.0f} |")  # fmt: skip
 
 
 def main() -> None:
@@ -98,6 +107,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(1)
+    heap = keep_freed_heap()  # as a cell's process runs (ATTNBENCH_HEAP=system: the C library's defaults)
     names = [n for n in (args.variants.split(",") if args.variants else load_registry().names()) if n not in SKIP]
     peaks = [fp32_peak()]
     results = []
@@ -107,7 +117,7 @@ def main() -> None:
         results.append((shape, rows, (before, os.getloadavg()[0])))
     peaks.append(fp32_peak())
     peak = max(peaks)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, fp32; cpus {os.cpu_count()}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, fp32; cpus {os.cpu_count()}; heap {heap}")
     print(f"fp32 matmul peak (1024^3, best of 8, start / end): {peaks[0] / 1e9:.1f} / {peaks[1] / 1e9:.1f} GFLOP/s")
     for shape, rows, load in results:
         print_table(shape, rows, peak, load)

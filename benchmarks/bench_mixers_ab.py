@@ -35,6 +35,7 @@ from attnbench.plugins.recurrent import (
     swa_model,
 )
 from attnbench.registry.loader import load_registry
+from attnbench.run.heap import keep_freed_heap
 
 SHAPES = {"findings": (64, 2, 2, 64, 64), "long": (128, 2, 4, 8192, 1)}  # d, layers, heads, T, batch
 
@@ -89,6 +90,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(1)
+    keep_freed_heap()  # as a cell's process runs; both sides alike
     sets, registry = kernel_sets(args.old), load_registry()
     d, L, H, T, batch = SHAPES[args.shape]
     x = torch.randint(0, 256, (batch, T), generator=torch.Generator().manual_seed(0))  # (B, T) bytes

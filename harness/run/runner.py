@@ -31,6 +31,7 @@ from attnbench.plan.seed_rounds import next_seed_cells, sequential
 from attnbench.plan.suite import Suite
 from attnbench.registry.loader import Registry
 from attnbench.run.executors import Executor, Finished, InProcessExecutor, Task, WorkerDeath
+from attnbench.run.heap import heap_choice, heap_record, keep_freed_heap
 from attnbench.run.progress import ProgressLine
 from attnbench.store.database import RunRecord, Store
 from attnbench.store.provenance import device_name, provenance, resolve_device
@@ -75,6 +76,7 @@ def cell_record(job: CellJob, outcome: CellOutcome, started: float, finished: fl
         config={**cell.config_dict(), "key_inputs": cell.key_inputs},
         provenance={
             **provenance(torch.device(job.device)),
+            "heap": heap_record(),
             **job.context,
             "variant": cell.key_inputs.get("variant"),
             "corpus_sha256": cell.key_inputs.get("corpus_sha256"),
@@ -112,6 +114,7 @@ def run_cell(
     """Run one cell where this is called (the driver, a Ray worker, each torchrun rank) and
     return its record; None on torchrun ranks other than 0, which store nothing."""
     cell, dev = job.cell, torch.device(job.device)
+    keep_freed_heap()  # once per process: recorded with the cell (heap_record)
     stream: TextIO = out if out is not None else sys.stderr
     parallel = distributed.active() and get_kind(cell.kind).data_parallel
     if distributed.active() and not parallel and not distributed.is_main():
@@ -364,6 +367,7 @@ def run_suite(
     ``out``: progress and gate lines (default: sys.stderr as it is at the call, not at import).
     """
     stream: TextIO = sys.stderr if out is None else out
+    heap_choice()  # a bad ATTNBENCH_HEAP stops the run here, not in a worker
     require_packages(suite)  # before any data loads or cell trains
     dev = resolve_device(device or suite.device)
     cells = _plan(suite, registry, dev, only_variants)

@@ -1,5 +1,6 @@
-"""Pieces the recurrent mixers share: chunking a sequence, the compute dtype, a per-head RMS norm, a causal
-short convolution with its decode cache, and the fla kernel guard. The option checks, which need no
+"""Pieces the recurrent mixers share: chunking a sequence, a causal mask, a fused matmul-add, the
+compute dtype, a per-head RMS norm, a causal short convolution with its decode cache, and the fla
+kernel guard. The option checks, which need no
 torch, are in ``checks``."""
 
 from __future__ import annotations
@@ -32,6 +33,14 @@ def causal(c: int, like: torch.Tensor, strict: bool = False) -> torch.Tensor:
     dtype: a product with it masks scores in one pass each way (masked_fill copies, then fills:
     its fwd + bwd took 1.5-1.8x as long at a chunk of 64 on a CPU). Only for finite scores."""
     return torch.ones(c, c, dtype=like.dtype, device=like.device).tril(-1 if strict else 0)
+
+
+def add_matmul(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """scale (acc + a @ b) over any leading batch dims (..., m, n), as one baddbmm: the sum and the
+    scale made inside the matmul, not two more passes over the output. Views where the batch dims
+    collapse; a copy where they do not."""
+    flat = (t.reshape(-1, *t.shape[-2:]) for t in (acc, a, b))  # (batch, ., .)
+    return torch.baddbmm(*flat, beta=scale, alpha=scale).view(acc.shape)
 
 
 def compute_dtype(*xs: torch.Tensor) -> torch.dtype:

@@ -26,7 +26,7 @@ from typing import overload
 import torch
 import torch.nn.functional as F
 
-from attnbench.plugins.recurrent.common import causal, compute_dtype, state_dtype
+from attnbench.plugins.recurrent.common import add_matmul, causal, compute_dtype, state_dtype
 from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, exact_past_span, segment_sums
 
 # re-exported for older checkouts' modules (see common.py)
@@ -114,7 +114,7 @@ def delta_rule(
         carried = torch.stack(before, dim=1)  # (BH, N, d_k, d_v) S before each chunk
         U = torch.stack(us, dim=1)  # (BH, N, c, d_v)
         scores = _decayed(q_g, k_inv, (qc,), kc, decays, causal(c, qc))  # (B, H, N, c, c) D_ij q_i.k_j, j <= i
-        o = _add_matmul(scores.flatten(0, 1) @ U, q_g.flatten(0, 1), carried, scale)  # (BH, N, c, d_v)
+        o = add_matmul(scores.flatten(0, 1) @ U, q_g.flatten(0, 1), carried, scale)  # (BH, N, c, d_v)
         o = o.view(B, H, -1, d_v)[:, :, :T]  # (B, H, T, d_v)
     return o.to(out_dtype), (s.view(start.shape).to(state_dtype(state.dtype)) if state is not None else None)
 
@@ -166,12 +166,6 @@ def _solve_unit_lower(L: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
     hands LAPACK's column-major solver the row-major tensors as they are (no copies): the forward
     took 0.4x the time of the direct call at (1, 4, 128, 64, 64) on one CPU thread."""
     return torch.linalg.solve_triangular(L.mT, rhs.mT, upper=True, left=False, unitriangular=True).mT
-
-
-def _add_matmul(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
-    """scale (acc + a @ b) over one batch dim and N, (BH, N, c, e): one baddbmm, no separate add and scale."""
-    flat = (t.reshape(-1, *t.shape[-2:]) for t in (acc, a, b))  # (BH N, ., .) views where contiguous
-    return torch.baddbmm(*flat, beta=scale, alpha=scale).view(acc.shape)
 
 
 def _one_chunk(

@@ -18,7 +18,7 @@ from typing import overload
 
 import torch
 
-from attnbench.plugins.recurrent.common import causal
+from attnbench.plugins.recurrent.common import add_matmul, causal
 from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, exact_past_span, segment_sums
 
 # re-exported for older checkouts' modules (see common.py); segment_sums, imported above, too
@@ -102,7 +102,7 @@ def ssd_scan(
         s, before = start.to(fp).unflatten(1, (groups, -1)).transpose(2, 3), []  # (B, G, N_s, H/G, P) S_0, a view
         for a_m, u_m in zip(through.unbind(2), summary.unbind(2), strict=True):  # unbound once, never indexed
             before.append(s)  # S_{m+1} = through_m S_m + U_m: O(N), not an (N+1) x (N+1) carry
-            s = a_m[:, :, None, :, None] * s + u_m.unflatten(-1, (-1, P))  # (B, G, N_s, H/G, P)
+            s = torch.addcmul(u_m.unflatten(-1, (-1, P)), a_m[:, :, None, :, None], s)  # (B, G, N_s, H/G, P) one op
         states = torch.stack(before, dim=2).flatten(-2)  # (B, G, N, N_s, H/G P) S before each chunk
         carried = cc @ states  # (B, G, N, n, H/G P) c_i^T S, not yet decayed to i
         y = _inside(cc, bc, xc, carried, ac, G, sc)  # (B, H, N, n, P) chunk and carried state, decayed to i
@@ -152,7 +152,7 @@ def _inside(
     groups = cc.shape[1]
     scores = (cc @ bc.transpose(-1, -2)) * causal(cc.shape[3], cc)  # (B, G, N, n, n) c_i . b_j for j <= i
     xs = xc * _scales(torch.exp((-G).clamp_max(FACTOR_SPAN)) * sc, groups)  # (B, G, N, n, H/G, P) e^-G_j dt_j x_j
-    both = _add_matmul(carried, scores, xs.flatten(-2))  # (B, G, N, n, H/G P) c_i^T S + sum_j scores_ij xs_j
+    both = add_matmul(carried, scores, xs.flatten(-2))  # (B, G, N, n, H/G P) c_i^T S + sum_j scores_ij xs_j
     y = _heads(both.unflatten(-1, xc.shape[-2:]) * _scales(torch.exp(G), groups))  # (B, H, N, n, P) times e^G_i
     carried_h, x_h = _heads(carried.unflatten(-1, xc.shape[-2:])), _heads(xc)  # (B, H, N, n, P) views when G is 1
 
@@ -162,14 +162,6 @@ def _inside(
         return (shared * decay) @ x_h[at] + carried_h[at] * torch.exp(G[at])[..., None]
 
     return exact_past_span(y, G, exact)  # (B, H, N, n, P)
-
-
-def _add_matmul(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """acc + a @ b over leading batch dims, the sum made inside the matmul (baddbmm): one pass fewer
-    over the (.., n, H/G P) output than a product then an add."""
-    lead = acc.shape[:-2]
-    flat = (t.reshape(-1, *t.shape[-2:]) for t in (acc, a, b))  # views where the batch dims collapse
-    return torch.baddbmm(*flat).view(*lead, *acc.shape[-2:])
 
 
 def _per_head(shared: torch.Tensor, per_head: torch.Tensor) -> torch.Tensor:
