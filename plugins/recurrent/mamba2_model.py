@@ -97,7 +97,10 @@ class Mamba2(nn.Module):
         fp = torch.float64 if y.dtype == torch.float64 else torch.float32
         g = (y.to(fp) * F.silu(z.to(fp))).unflatten(-1, (self.n_groups, -1))  # (B, t, n_groups, inner / n_groups)
         g = F.rms_norm(g, (g.shape[-1],), eps=1e-5)  # (B, t, n_groups, .) unit RMS per group, torch's fused norm
-        return self.out_proj((g.flatten(2) * self.norm_weight.to(fp)).to(z.dtype))  # (B, t, D)
+        # W_out (g * w) = g W'^T with W' = W_out diag(w): the gain folded into the (D, inner) weight, not a
+        # pass over the (B, t, inner) activations each way
+        weight = self.out_proj.weight * self.norm_weight.to(self.out_proj.weight.dtype)  # (D, inner)
+        return F.linear(g.flatten(2).to(z.dtype), weight, self.out_proj.bias)  # (B, t, D)
 
     def _mix(self, u: torch.Tensor, state: Mamba2State) -> tuple[torch.Tensor, Mamba2State]:
         z, x, b, c, dt, log_a, conv = self._ssm_inputs(u, state.conv)
