@@ -7,9 +7,10 @@ On a shared machine two runs of ``bench_mixers.py`` minutes apart differ by 2x a
 Here each mixer's model is built once and its train step (forward + backward, one thread)
 alternates between the old and the new kernels step by step: the old ``delta_kernel``,
 ``gla_kernel``, ``ssd_kernel``, ``taylor_kernel``, ``window_kernel``, Mamba2's convolution,
-the short convolution (``ShortConv`` and ``kernels/short_conv``) and DeltaNet's ``_heads`` are
-loaded from ``--old`` under other names and patched in. Prints the best-of-repeats ms/step of each
-and new/old; a mixer whose code did not change (softmax, linear) is the control.
+input and output paths, the short convolution (``ShortConv`` and ``kernels/short_conv``) and
+DeltaNet's ``_heads`` are loaded from ``--old`` under other names and patched in. Prints the
+best-of-repeats ms/step of each and new/old; a mixer whose code did not change (softmax,
+linear) is the control.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def kernel_sets(old: Path) -> dict[str, list[tuple[object, str, object]]]:
         (retnet_model, "gated_linear_attention"),
         (mamba2_model, "ssd_scan"),
         (mamba2_model.Mamba2, "_conv"),
+        (mamba2_model.Mamba2, "_ssm_inputs"),  # the projections, the split and x's layout
+        (mamba2_model.Mamba2, "_out"),  # the skip, the gated norm and the output projection
         (common.ShortConv, "forward"),
         (deltanet_model.DeltaNet, "_heads"),
         (based_model, "taylor_attention"),
@@ -75,6 +78,7 @@ def kernel_sets(old: Path) -> dict[str, list[tuple[object, str, object]]]:
         (swa_model, "window_attention"),
     ]
     olds = [od.delta_rule, og.gated_linear_attention, og.gated_linear_attention, os_.ssd_scan, om.Mamba2._conv]
+    olds += [om.Mamba2._ssm_inputs, om.Mamba2._out]
     olds += [oc.ShortConv.forward, odn.DeltaNet._heads, ot.taylor_attention, ow.window_attention, ow.window_attention]
     return {
         "new": [(owner, attr, getattr(owner, attr)) for owner, attr in names],
