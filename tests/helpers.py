@@ -62,6 +62,23 @@ def write_suite(path: Path, body: str) -> Path:
     return path
 
 
+def tiny_train_suite(name: str, train_extra: str = "") -> str:
+    """One 2-step softmax training cell on the shipped corpus, suite ``name``; ``train_extra`` adds
+    train keys (", precision: bf16")."""
+    return f"""
+version: 1
+name: {name}
+experiments:
+  - name: t
+    kind: train
+    variants: [softmax]
+    data: {{source: builtin, max_bytes: 50000}}
+    models: [{{d_model: 16, n_layer: 1, n_head: 2}}]
+    train: {{batch_size: 2, seq_len: 16, budget: {{steps: 2}}, eval_interval: 2, eval_tokens: 64,
+            log_interval: 1, checkpoint: false{train_extra}}}
+"""
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run the installed `attnbench` console script in a clean subprocess."""
     full_env = {**os.environ, **(env or {})}

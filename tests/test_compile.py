@@ -6,20 +6,9 @@ from __future__ import annotations
 import pytest
 
 from attnbench.store.database import Store
-from tests.helpers import run_cli, write_suite
+from tests.helpers import run_cli, tiny_train_suite, write_suite
 
-SUITE = """
-version: 1
-name: compile-check
-experiments:
-  - name: t
-    kind: train
-    variants: [softmax]
-    data: {source: builtin, max_bytes: 50000}
-    models: [{d_model: 16, n_layer: 1, n_head: 2}]
-    train: {batch_size: 2, seq_len: 16, budget: {steps: 2}, eval_interval: 2, eval_tokens: 64,
-            log_interval: 1, checkpoint: false}
-"""
+SUITE = tiny_train_suite("compile-check")
 
 
 @pytest.mark.slow

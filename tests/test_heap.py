@@ -12,7 +12,7 @@ import pytest
 from attnbench.cli import main
 from attnbench.run.heap import HEAP_ENV, heap_record
 from attnbench.store.database import Store
-from tests.helpers import python, write_suite
+from tests.helpers import python, tiny_train_suite, write_suite
 
 # A fresh process, as a worker is: what it runs with once it has asked, and that it asked once.
 ASK = """
@@ -43,18 +43,7 @@ def test_glibc_takes_the_kept_heap_settings_and_system_leaves_them():
     assert system["first"] == {"heap": "system", "why": f"{HEAP_ENV}=system"}
 
 
-SUITE = """
-version: 1
-name: heap-check
-experiments:
-  - name: t
-    kind: train
-    variants: [softmax]
-    data: {source: builtin, max_bytes: 50000}
-    models: [{d_model: 16, n_layer: 1, n_head: 2}]
-    train: {batch_size: 2, seq_len: 16, budget: {steps: 2}, eval_interval: 2, eval_tokens: 64,
-            log_interval: 1, checkpoint: false}
-"""
+SUITE = tiny_train_suite("heap-check")
 
 
 def test_every_cell_records_the_heap_its_process_ran_with(tmp_path):

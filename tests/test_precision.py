@@ -8,6 +8,7 @@ import torch
 
 from attnbench.nn import precision
 from attnbench.nn.precision import autocast_for, compute_dtype, resolve
+from tests.helpers import tiny_train_suite
 
 CPU = torch.device("cpu")
 
@@ -68,18 +69,7 @@ def test_the_probe_reports_the_cpu_it_ran_on():
     assert set(features["cpu_flags"]) <= set(precision.CPU_FLAGS)
 
 
-SUITE = """
-version: 1
-name: precision-check
-experiments:
-  - name: t
-    kind: train
-    variants: [softmax]
-    data: {source: builtin, max_bytes: 50000}
-    models: [{d_model: 16, n_layer: 1, n_head: 2}]
-    train: {batch_size: 2, seq_len: 16, budget: {steps: 2}, eval_interval: 2, eval_tokens: 64,
-            log_interval: 1, checkpoint: false, precision: bf16}
-"""
+SUITE = tiny_train_suite("precision-check", ", precision: bf16")
 
 
 @pytest.mark.parametrize("setting", ["bf16", "auto"])
