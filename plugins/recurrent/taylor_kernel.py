@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench import LinearState
-from attnbench.plugins.recurrent.common import causal, chunks
+from attnbench.plugins.recurrent.common import add_matmul, causal, chunks
 
 
 def taylor_scores(qc: torch.Tensor, kc: torch.Tensor) -> torch.Tensor:
@@ -50,7 +50,7 @@ def taylor_attention(
     Taylor state (S (B, H, 1 + f + f^2, h), z (B, H, 1 + f + f^2)) or None (training from the
     empty state, no state after T wanted). Returns o (B, H, T, h) in v's dtype and the state
     after T (None when given None)."""
-    out_dtype, (B, H, T, f), h = v.dtype, qf.shape, v.shape[-1]
+    out_dtype, T, f, h = v.dtype, qf.shape[2], qf.shape[3], v.shape[-1]
     dt = torch.float64 if torch.float64 in (qf.dtype, kf.dtype, v.dtype) else torch.float32
     with torch.autocast(v.device.type, enabled=False):  # fp32 (fp64): the state sums the whole sequence
         c = min(chunk, T)
@@ -61,17 +61,16 @@ def taylor_attention(
         if state is not None or c < T:  # a carried state: the features, over chunks
             kv = symmetric_features(kc) @ vx  # (B, H, N, F_s, h+1) chunk sums; padded vx rows are 0
             fold = None  # (F_s, F): only a given state needs it
-            if state is not None:  # [S_0, z_0] over the full features, folded onto the symmetric ones
-                fold = _fold(f, dt, v.device)
-                s0 = fold @ torch.cat([state.s, state.z[..., None]], dim=-1).to(dt)  # (B, H, F_s, h+1)
-            else:
-                s0 = vx.new_zeros(B, H, kv.shape[3], h + 1)  # (B, H, F_s, h+1)
             N = kv.shape[2]
             earlier = torch.ones(N, N, dtype=dt, device=v.device).tril(-1)  # (N, N) 1 where chunk m < n
             # the state entering chunk n: S_0 + sum_{m<n} kv_m, one matmul (a cumsum over the chunk
             # axis of this (F_s, h+1) state, and its backward, took 4x as long on a CPU)
-            before = s0[:, :, None] + (earlier @ kv.flatten(-2)).unflatten(-1, kv.shape[-2:])  # (B, H, N, F_s, h+1)
-            num = num + symmetric_features(qc).transpose(-1, -2) @ before  # (B, H, N, c, h+1) + the carried state
+            before = (earlier @ kv.flatten(-2)).unflatten(-1, kv.shape[-2:])  # (B, H, N, F_s, h+1) from S_0 = 0
+            if state is not None:  # [S_0, z_0] over the full features, folded onto the symmetric ones
+                fold = _fold(f, dt, v.device)
+                s0 = fold @ torch.cat([state.s, state.z[..., None]], dim=-1).to(dt)  # (B, H, F_s, h+1)
+                before = s0[:, :, None] + before  # (B, H, N, F_s, h+1)
+            num = add_matmul(num, symmetric_features(qc).transpose(-1, -2), before)  # (B, H, N, c, h+1) + carried
             if fold is not None:
                 final = fold.T @ (before[:, :, -1] + kv[:, :, -1])  # (B, H, F, h+1) on the full features, pairs split
                 new = LinearState(final[..., :h].contiguous(), final[..., h].contiguous())
