@@ -58,9 +58,10 @@ class _DepthwiseConvCPU(torch.autograd.Function):
         flipped = w.flip(-1)[:, None, None, :].to(xx.dtype)  # (C, 1, 1, K)
         gx = F.conv2d(_as_image(gy), flipped, groups=w.shape[0], padding=(0, K - 1))  # (B, C, 1, T')
         gw = _weight_grad(xx, gy, K)  # (C, K)
-        out = (gx.squeeze(2).transpose(1, 2), gw.to(w.dtype))  # (B, T', C), (C, K)
-        with_bias = len(ctx.needs_input_grad) == 3
-        return (*out, gy.sum((0, 1)) if ctx.needs_input_grad[2] else None) if with_bias else out  # and (C,)
+        out: list[torch.Tensor | None] = [gx.squeeze(2).transpose(1, 2), gw.to(w.dtype)]  # (B, T', C), (C, K)
+        if len(ctx.needs_input_grad) == 3:  # called with a bias
+            out.append(gy.sum((0, 1)) if ctx.needs_input_grad[2] else None)  # (C,)
+        return tuple(out)
 
 
 BLOCK_FLOATS = 2**17  # rows x channels per block: 512 KiB of fp32, a core's L2 on the CPUs measured

@@ -1,7 +1,6 @@
 """Pieces the recurrent mixers share: chunking a sequence, a causal mask, a fused matmul-add, the
 compute dtype, a per-head RMS norm, a causal short convolution with its decode cache, and the fla
-kernel guard. The option checks, which need no
-torch, are in ``checks``."""
+kernel guard. The option checks, which need no torch, are in ``checks``."""
 
 from __future__ import annotations
 

@@ -65,12 +65,9 @@ class Mamba2(nn.Module):
         same numbers as one product split, and the backward sums three input gradients (D wide)
         instead of concatenating the outputs' gradients (inner + C_conv + H wide, a strided copy
         that took 11-14 ms per layer at T 8192 on one CPU thread)."""
-        w, bias, rows = self.in_proj.weight, self.in_proj.bias, (self.inner, self.conv_dim, self.n_head)
-        ends = [sum(rows[: i + 1]) for i in range(len(rows))]
-        return tuple(
-            F.linear(u, w[end - r : end], None if bias is None else bias[end - r : end])  # (B, t, r)
-            for r, end in zip(rows, ends, strict=True)
-        )
+        rows = (self.inner, self.conv_dim, self.n_head)
+        biases = [None] * len(rows) if self.in_proj.bias is None else self.in_proj.bias.split(rows)
+        return tuple(F.linear(u, w, b) for w, b in zip(self.in_proj.weight.split(rows), biases, strict=True))
 
     def _ssm_inputs(self, u: torch.Tensor, conv_cache: torch.Tensor):
         """u (B, t, D) -> z (B, t, inner), x (B, H, t, P), B and C per group (B, G, t, N_s), dt and
