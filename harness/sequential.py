@@ -8,10 +8,14 @@ two-sided error is spent by a Lan-DeMets alpha-spending function (Lan & DeMets 1
 Each look compares the paired t statistic with a boundary c_k that spends a(t_k) - a(t_{k-1}).
 The variance is estimated, so the boundaries are calibrated on simulated null t paths (whose law
 does not depend on the variance); z boundaries moved to t quantiles gave 5.8% at 2-9 degrees of
-freedom. Decisions read repeated confidence intervals (RCIs), whose coverage holds over every
-look at once, whatever the stopping rule:
+freedom. The paths are normal and skewed (gamma, skewness 1): a paired t at 3 seeds from skewed
+differences is called better or worse up to 2-3x as often as the Student-t level says, so each
+boundary is the larger of the two laws' (one look of n seeds is the fixed-seed test). Decisions
+read repeated confidence intervals (RCIs), whose coverage holds over every look at once, whatever
+the stopping rule:
   better / worse   the (1 - alpha) RCI of mean(d) excludes 0;
-  equivalent       the (1 - 2 alpha) RCI lies inside (-margin, +margin) (sequential TOST);
+  equivalent       each one-sided (1 - alpha) bound lies inside (-margin, +margin) (sequential
+                   TOST, the one-sided boundary set on the heavier tail);
   undetermined     neither (another seed, until max).
 Pure numpy/scipy; plan/ (next seed round) and report/ (decisions) both read it."""
 
@@ -42,40 +46,76 @@ def spent(t: float, alpha: float, spending: Spending) -> float:
     return float(alpha * math.log(1.0 + (math.e - 1.0) * t))
 
 
-CALIBRATION_PATHS = 200_000  # null paths the t boundaries are calibrated on (fixed seed)
+CALIBRATION_PATHS = 200_000  # null paths the t boundaries are calibrated on per law (fixed seed)
+# The per-seed difference laws the boundaries hold under: normal, and a centred gamma of shape 4
+# (skewness 1 in either direction: a variant that is sometimes much worse, or much better). Under
+# skew the paired t statistic is itself skewed (three seeds that miss the long tail sit close
+# together), so the boundary is the larger of the laws' boundaries; a one-sided boundary (the
+# equivalence tests) is set on the heavier tail.
+CALIBRATION_LAWS = ("normal", "gamma4")
+SKEW_BOUND = 1.0  # the skewness of gamma(4): the largest the calibration covers
+ASSUMPTION_TEXT = (
+    "valid (simulated) for per-seed differences that are normal, heavy-tailed, or skewed up to "
+    f"skewness {SKEW_BOUND:g} either way; three seeds cannot show stronger skew, and seeds that split "
+    "across the null level are decided on the share learned instead"
+)
+Sides = Literal["two", "one"]
 
 
-@lru_cache(maxsize=64)
-def t_bounds(looks: tuple[int, ...], alpha: float, spending: Spending) -> tuple[float, ...]:
-    """Two-sided boundaries for |t| = |mean(d)| / (sd(d) / sqrt(n)) at cumulative seed counts
-    ``looks`` (the last is the maximum), each spending a(t_k) - a(t_{k-1}) of the error:
-    P(|t_j| < c_j for j < k, |t_k| >= c_k) under no difference. The path of t statistics is
-    free of the unknown variance under normal differences, so the boundaries are calibrated on
-    simulated null paths (a fixed seed: the same design gives the same boundaries)."""
-    # spend 4 naive Monte Carlo standard errors less (fitting look by look doubles the error),
-    # so calibration noise cannot inflate the rate; one look is the exact t test
-    from scipy import stats  # see spent()
+def _null_paths(law: str, paths: int, n: int) -> np.ndarray:
+    """(paths, n) per-seed differences of mean 0 under ``law`` (a fixed seed per law)."""
+    rng = np.random.default_rng(20_391 + CALIBRATION_LAWS.index(law))
+    if law == "normal":
+        return rng.standard_normal((paths, n))
+    return (rng.standard_gamma(4.0, (paths, n)) - 4.0) / 2.0  # mean 0, sd 1, skewness 1
 
-    alpha -= 4.0 * math.sqrt(alpha * (1.0 - alpha) / CALIBRATION_PATHS) * min(1, len(looks) - 1)
-    rng = np.random.default_rng(20_391)
-    x = rng.standard_normal((CALIBRATION_PATHS, looks[-1]))  # (P, max) null differences
+
+def _bound(t: np.ndarray, count: int, sides: Sides) -> float:
+    """The smallest c with at most ``count`` of ``t`` beyond it: |t| > c (two-sided), or on each
+    side, t > c and t < -c (one-sided, the heavier side decides)."""
+    if len(t) == 0:
+        return math.inf
+    if count <= 0:
+        return float(np.max(np.abs(t))) * (1 + 1e-9)
+    k = min(count, len(t) - 1)
+    tails = [np.abs(t)] if sides == "two" else [t, -t]
+    return max(float((s[k - 1] + s[k]) / 2) for s in (np.sort(x)[::-1] for x in tails))
+
+
+def _law_bounds(law: str, looks: tuple[int, ...], alpha: float, spending: Spending, sides: Sides) -> list[float]:
+    """One law's boundaries: at each look the paths still open cross with the error spent there."""
+    from scipy import stats  # scipy loads in a second: only when a boundary is computed
+
+    x = _null_paths(law, CALIBRATION_PATHS, looks[-1])  # (P, max) null differences
     total, prev, bounds = looks[-1], 0.0, []
     open_ = np.ones(CALIBRATION_PATHS, dtype=bool)
     for n in looks:
         y = x[:, :n]  # (P, n)
-        t = np.abs(y.mean(axis=1) / (y.std(axis=1, ddof=1) / math.sqrt(n)))  # (P,)
+        t = y.mean(axis=1) / (y.std(axis=1, ddof=1) / math.sqrt(n))  # (P,) signed paired t
         share = spent(n / total, alpha, spending)
         cross, prev = int(round((share - prev) * CALIBRATION_PATHS)), share
-        inside = np.sort(t[open_])[::-1]  # open paths, largest |t| first
-        if n == looks[0]:  # nothing stopped yet: the exact Student-t quantile
-            c = float(stats.t.isf(share / 2.0, n - 1))
-        elif cross <= 0:
-            c = float(inside[0]) * (1 + 1e-9) if len(inside) else math.inf
-        else:  # exactly ``cross`` open paths reach it: midway between the cross-th and the next
-            c = float((inside[cross - 1] + inside[min(cross, len(inside) - 1)]) / 2)
+        if law == "normal" and n == looks[0]:  # nothing stopped yet: the exact Student-t quantile
+            c = float(stats.t.isf(share / 2.0 if sides == "two" else share, n - 1))
+        else:
+            c = _bound(t[open_], cross, sides)
         bounds.append(c)
-        open_ &= t < c
-    return tuple(bounds)
+        open_ &= np.abs(t) < c
+    return bounds
+
+
+@lru_cache(maxsize=64)
+def t_bounds(looks: tuple[int, ...], alpha: float, spending: Spending, sides: Sides = "two") -> tuple[float, ...]:
+    """Boundaries for the paired t = mean(d) / (sd(d) / sqrt(n)) at cumulative seed counts ``looks``
+    (the last is the maximum), each spending a(t_k) - a(t_{k-1}) of the error: P(|t_j| < c_j for
+    j < k, |t_k| >= c_k) (two-sided), or that on each side separately (one-sided), under every law
+    of CALIBRATION_LAWS (the larger boundary of the laws). A t path is free of the unknown scale,
+    so the boundaries are calibrated on simulated null paths (fixed seeds: the same design gives
+    the same boundaries)."""
+    # spend 4 naive Monte Carlo standard errors less (fitting look by look doubles the error),
+    # so calibration noise cannot inflate the rate
+    alpha -= 4.0 * math.sqrt(alpha * (1.0 - alpha) / CALIBRATION_PATHS)
+    per_law = [_law_bounds(law, looks, alpha, spending, sides) for law in CALIBRATION_LAWS]
+    return tuple(max(cs) for cs in zip(*per_law, strict=True))
 
 
 @dataclass(frozen=True)
@@ -91,14 +131,23 @@ class Design:
     def looks(self) -> tuple[int, ...]:
         return tuple(range(self.min, self.max + 1))
 
-    def t_crit(self, n: int, alpha: float | None = None) -> float:
-        """The Student-t critical value at a look of ``n`` seeds (two-sided level ``alpha``)."""
+    def t_crit(self, n: int, alpha: float | None = None, sides: Sides = "two") -> float:
+        """The critical |t| at a look of ``n`` seeds (level ``alpha``, two-sided or on each side)."""
         a = self.alpha if alpha is None else alpha
         if n < 2:
             return math.inf
         if n < self.min or n > self.max:
             raise ValueError(f"{n} paired seeds is outside this design's looks {self.min}..{self.max}")
-        return t_bounds(self.looks, a, self.spending)[n - self.min]
+        return t_bounds(self.looks, a, self.spending, sides)[n - self.min]
+
+    def look_alpha(self, n: int) -> float:
+        """The error a test at the look of ``n`` seeds may spend: the spending function's increment
+        there (a union bound over the looks: a test repeated at every look, such as the share
+        test of seeds that split, keeps the design's level)."""
+        if n < self.min or n > self.max:
+            return 0.0
+        before = spent((n - 1) / self.max, self.alpha, self.spending) if n > self.min else 0.0
+        return spent(n / self.max, self.alpha, self.spending) - before
 
     def method(self) -> str:
         return f"{METHOD_TEXT[self.spending]} over {self.min}..{self.max} seeds (repeated confidence intervals)"
@@ -119,7 +168,7 @@ def decide_arrays(
     lo, hi = mean - half, mean + half
     out = np.full(np.shape(mean), UNDETERMINED, dtype=np.int8)
     if margin is not None:
-        half_eq = design.t_crit(n, 2.0 * design.alpha) * se
+        half_eq = design.t_crit(n, design.alpha, "one") * se  # each one-sided test at alpha
         out[(mean - half_eq > -margin) & (mean + half_eq < margin)] = EQUIVALENT
     up, down = (BETTER, WORSE) if higher_is_better else (WORSE, BETTER)
     out[lo > 0] = up

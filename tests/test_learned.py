@@ -10,7 +10,7 @@ import pytest
 
 from attnbench.cli import main
 from attnbench.report.floors import Floor
-from attnbench.report.learned import LEARNED, NOT_LEARNED, UNKNOWN, learned
+from attnbench.report.learned import LEARNED, NOT_LEARNED, SPLIT, UNKNOWN, learned
 from attnbench.store.database import Result, Store
 from tests.report_store import protocol_dict, record
 
@@ -18,6 +18,7 @@ SUITE = "chance"
 SEEDS = (0, 1, 2)
 PAIRS = (4, 8)
 GUESS = {4: 0.25, 8: 0.125}  # mqar: 1/K
+ANSWERS = 512.0  # answers scored per test set: the n behind each seed's exact test against the null
 # Test accuracy per seed at each K: softmax at chance everywhere, linear learned at K=4 only.
 RECALL = {
     "softmax": {4: (0.26, 0.24, 0.27), 8: (0.12, 0.13, 0.11)},
@@ -42,7 +43,11 @@ def _recall(v: str, seed: int, i: int) -> tuple[dict, list[Result]]:
     results = []
     for k in PAIRS:
         tags = {"split": "test", "task": "mqar", "num_kv_pairs": k}
-        results += [Result("accuracy", RECALL[v][k][i], "", tags), Result("guess_accuracy", GUESS[k], "", tags)]
+        results += [
+            Result("accuracy", RECALL[v][k][i], "", tags),
+            Result("guess_accuracy", GUESS[k], "", tags),
+            Result("answers", ANSWERS, "count", tags),
+        ]
     acc = sum(RECALL[v][k][i] for k in PAIRS) / len(PAIRS)
     summary = {
         "val_loss": 2.0,
@@ -50,6 +55,7 @@ def _recall(v: str, seed: int, i: int) -> tuple[dict, list[Result]]:
         "state_elements": STATE[v],
         "test_accuracy": acc,
         "test_guess_accuracy": sum(GUESS.values()) / len(GUESS),
+        "test_answers_total": ANSWERS * len(PAIRS),
         "val_guess_accuracy": sum(GUESS.values()) / len(GUESS),
         "floor_method": "declared: uniform over the K distinct values shown in the pairs",
         "protocol": protocol_dict("accuracy", EXPECT, None),
@@ -111,44 +117,59 @@ def test_a_baseline_at_chance_yields_not_learned_and_no_decision(out):
         assert row["decision"] == "not learned"
         assert row["decision_text"].startswith("baseline not learned (softmax ")
     assert rows[("recall", "linear", "num_kv_pairs=4")]["decision_text"] == (
-        "baseline not learned (softmax 0.257, guessing 0.250)"
+        "baseline not learned (softmax 0.257, null 0.250, 0 of 3 seeds beyond it)"
     )
     assert rows[("recall", "softmax", "all test sets")]["learned"] == NOT_LEARNED
     assert rows[("recall", "linear", "num_kv_pairs=4")]["learned"] == LEARNED
     assert rows[("recall", "linear", "num_kv_pairs=8")]["learned"] == NOT_LEARNED
     # Text: softmax learned (below the bigram), linear at 2.50 is not: no decision either.
     text = rows[("text", "linear", "all test sets")]
-    assert text["decision"] == "not learned" and text["decision_text"] == "not learned (linear 2.503, bigram 2.450)"
+    assert (
+        text["decision"] == "not learned"
+        and text["decision_text"] == "not learned (linear 2.503, bigram 2.450, 0 of 3 seeds beyond it)"
+    )
     assert text["floors"].startswith("unigram 3.360 / bigram 2.450 / trigram 2.100 nats/token (4.85 / 3.53 / 3.03")
 
 
 def test_the_first_screen_and_the_findings_say_not_learned(out):
     md = (out / "report.md").read_text(encoding="utf-8").replace("\\", "")  # Markdown escapes
-    assert "recall accuracy 0.37 (baseline not learned (softmax 0.188, guessing 0.188))" in md
+    assert "recall accuracy 0.37 (baseline not learned (softmax 0.188, null 0.188, 0 of 3 seeds beyond it))" in md
     assert (
         "by num_kv_pairs 4 / 8: +0.37 baseline not learned / +0.01 baseline not learned [not learned at this budget]"
         in md
     )
-    assert "text loss 2.503 (not learned (linear 2.503, bigram 2.450)) [not learned at this budget]" in md
+    assert (
+        "text loss 2.503 (not learned (linear 2.503, bigram 2.450, 0 of 3 seeds beyond it)) "
+        "[not learned at this budget]" in md
+    )
     assert "[learned: beyond bigram 2.450]" in md  # softmax's own text loss, in the baseline's sentence
-    assert "(guessing 0.25 / 0.12) [not learned at this budget: guessing 0.19]" in md
+    assert "(null 0.25 / 0.12) [not learned at this budget: null 0.19]" in md
     assert " better" not in md.split("## ")[1] and " worse" not in md.split("## ")[1]  # no decision on the first screen
     found = pd.read_parquet(out / "tables" / "expectations.parquet")
     assert list(found["verdict"]) == ["not testable at this budget"]
     assert "Null levels (val split" in md  # beside the held-out losses of the training section
 
 
+ACC = Floor("guessing", 0.25, True)
+
+
 @pytest.mark.parametrize(
-    "values, floor, status",
+    "values, floor, answers, status",
     [
-        ((0.26, 0.24, 0.27), Floor("guessing", 0.25, True), NOT_LEARNED),  # interval spans the floor
-        ((0.60, 0.62, 0.65), Floor("guessing", 0.25, True), LEARNED),
-        ((0.20,), Floor("guessing", 0.25, True), NOT_LEARNED),  # one seed, not even beyond it
-        ((0.90,), Floor("guessing", 0.25, True), UNKNOWN),  # one seed beyond it: no interval
-        ((2.10, 2.12, 2.11), Floor("bigram", 2.45, False), LEARNED),  # lower is better
-        ((2.44, 2.46, 2.45), Floor("bigram", 2.45, False), NOT_LEARNED),
-        ((0.5, 0.6), None, UNKNOWN),  # no floor stored
+        ((0.26, 0.24, 0.27), ACC, 512, NOT_LEARNED),  # no seed's answers beyond the floor (exact binomial)
+        ((0.26, 0.24, 0.27), ACC, None, SPLIT),  # no counts: the values alone, on both sides of it
+        ((0.60, 0.62, 0.65), ACC, 512, LEARNED),
+        ((0.97, 0.33, 0.34), Floor("null", 0.333, True), 512, SPLIT),  # a circuit formed on one seed of three
+        ((0.20,), ACC, 512, NOT_LEARNED),
+        ((0.90,), ACC, 512, LEARNED),  # one seed, far beyond it
+        ((2.10, 2.12, 2.11), Floor("bigram", 2.45, False), None, LEARNED),  # lower is better
+        ((2.46, 2.47, 2.45), Floor("bigram", 2.45, False), None, NOT_LEARNED),
+        ((2.44, 2.46, 2.45), Floor("bigram", 2.45, False), None, SPLIT),
+        ((0.5, 0.6), None, None, UNKNOWN),  # no floor stored
     ],
 )
-def test_learned_needs_the_interval_beyond_the_floor(values, floor, status):
-    assert learned(values, floor).status == status
+def test_each_seed_is_judged_against_the_floor(values, floor, answers, status):
+    got = learned(
+        dict(enumerate(values)), floor, None if answers is None else dict.fromkeys(range(len(values)), answers)
+    )
+    assert got.status == status

@@ -2,9 +2,10 @@
 stored outcomes. The first round (seeds 0..min-1) is planned with the suite; once every cell of
 an experiment is stored, each row (variant, model size, options) still undetermined against the
 baseline gets the next seed at its chosen grid point, and the baseline gets that seed too (pairs
-need the same seeds). Decided rows stop; no row goes past ``max``; and a row stops where it or its
-baseline sits at or below its null level (no comparison is made with a model that has not learned,
-so more seeds there could not decide anything).
+need the same seeds). Decided rows stop (equivalent within the protocol's margin among them); no
+row goes past ``max``; a row stops where it or its baseline learned on no seed (no comparison is
+made with a model that has not learned, so more seeds there could not decide anything); and a row
+whose seeds split across the null level goes on while the share test is undecided.
 
 The decision is the one the report prints: the group-sequential rule of attnbench.sequential on
 the paired test metric of the finished seeds. Like halving.next_cells it is a pure function of
@@ -14,10 +15,12 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from attnbench.learning import NOT_LEARNED, SPLIT, row_learned, share_test
 from attnbench.plan.cells import Cell, rekey
 from attnbench.plan.halving import Lookup, grid_point_of, group_key, val_loss
 from attnbench.plan.specs import TrainExperiment
@@ -41,46 +44,63 @@ def _chosen(cells: list[Cell], lookup: Lookup) -> list[Cell]:
     return by_point[min(by_point, key=score)]
 
 
-def _values(cells: list[Cell], lookup: Lookup, metric: str) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for c in cells:
-        o = lookup(c.key)
-        v = o[1].get(f"test_{metric}") if o is not None and o[0] == "done" else None
-        if isinstance(v, (int, float)) and math.isfinite(v):
-            out[c.seed] = float(v)
-    return out
-
-
 FLOOR_FIELD = {"loss": "test_floor_bigram_loss", "accuracy": "test_guess_accuracy"}  # as report.floors reads
 
 
-def at_floor(cells: list[Cell], lookup: Lookup, metric: str) -> bool:
-    """Whether a row's mean test metric is not beyond its stored null level (text: the bigram's
-    loss; tasks: guessing). Rows stored without floors are never at it."""
-    values, floors = [], []
+@dataclass(frozen=True)
+class Arm:
+    """One row's finished seeds: test value, null level and answer count per seed."""
+
+    values: dict[int, float]
+    floors: dict[int, float]
+    answers: dict[int, float]
+
+    def floor(self) -> float | None:
+        return statistics.fmean(self.floors.values()) if self.floors else None
+
+
+def arm_of(cells: list[Cell], lookup: Lookup, metric: str) -> Arm:
+    """The stored outcomes of a row's cells (floors and counts where the summaries hold them)."""
+    values, floors, answers = {}, {}, {}
     for c in cells:
         o = lookup(c.key)
         if o is None or o[0] != "done":
             continue
-        value, floor = o[1].get(f"test_{metric}"), o[1].get(FLOOR_FIELD[metric])
-        if isinstance(value, (int, float)) and isinstance(floor, (int, float)):
-            values.append(float(value))
-            floors.append(float(floor))
-    if not values:
-        return False
-    beyond = statistics.fmean(values) - statistics.fmean(floors)
-    return beyond <= 0 if HIGHER_IS_BETTER[metric] else beyond >= 0
+        value, floor, count = (o[1].get(k) for k in (f"test_{metric}", FLOOR_FIELD[metric], "test_answers_total"))
+        if _finite(value):
+            values[c.seed] = float(value)
+            if _finite(floor):
+                floors[c.seed] = float(floor)
+            if _finite(count):
+                answers[c.seed] = float(count)
+    return Arm(values, floors, answers)
 
 
-def undetermined(mine: dict[int, float], base: dict[int, float], design: Design, metric: str) -> bool:
-    """Whether the paired comparison of two rows' per-seed values is still undetermined."""
-    diffs = np.array([mine[s] - base[s] for s in sorted(set(mine) & set(base))])
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def still_open(mine: Arm, base: Arm, design: Design, metric: str, margin: float | None) -> bool:
+    """Whether another seed could still decide a row against its baseline, by the report's rule:
+    no row where either has not learned on any seed (no comparison is made with it); where the
+    seeds of either split across the null level, while the share test at this look is undecided;
+    else while the paired decision (with the protocol's margin: an equivalent row is decided) is
+    undetermined. Never past ``max``."""
+    higher = HIGHER_IS_BETTER[metric]
+    floor = mine.floor() if mine.floor() is not None else base.floor()
+    a = row_learned(mine.values, floor, higher, mine.answers)
+    b = row_learned(base.values, floor, higher, base.answers)
+    if NOT_LEARNED in (a.status, b.status):
+        return False  # not learned at this budget: no seed count decides against it
+    diffs = np.array([mine.values[s] - base.values[s] for s in sorted(set(mine.values) & set(base.values))])
     n = len(diffs)
     if n < design.min:
         return True  # a seed failed: the first look needs ``min`` pairs
-    if n > design.max:
+    if n >= design.max:
         return False
-    code, _, _ = decide_arrays(diffs.mean(), diffs.std(ddof=1), n, design, None, HIGHER_IS_BETTER[metric])
+    if SPLIT in (a.status, b.status):
+        return not share_test(a.k, a.n, b.k, b.n, design.look_alpha(n)).decided
+    code, _, _ = decide_arrays(diffs.mean(), diffs.std(ddof=1), n, design, margin, higher)
     return int(code) == UNDETERMINED
 
 
@@ -105,10 +125,8 @@ def _experiment_round(exp: TrainExperiment, cells: list[Cell], lookup: Lookup) -
         planned = {c.seed for c in picked}
         if len(planned) >= rule.max:
             continue
-        if at_floor(picked, lookup, metric) or at_floor(chosen[base_row], lookup, metric):
-            continue  # not learned at this budget: no seed count decides against it
-        mine, base = _values(picked, lookup, metric), _values(chosen[base_row], lookup, metric)
-        if not undetermined(mine, base, design, metric):
+        mine, base = arm_of(picked, lookup, metric), arm_of(chosen[base_row], lookup, metric)
+        if not still_open(mine, base, design, metric, protocol.margin):
             continue
         seed = next(s for s in range(rule.max + len(planned) + 1) if s not in planned)
         for group in (picked, chosen[base_row]):

@@ -1,10 +1,12 @@
 """Every paired comparison ends in a decision: better, worse, equivalent within a stated margin
 (two one-sided t tests, TOST), or undetermined.
 
-On the per-seed differences d = variant - baseline (n seeds, Student t with n - 1 df):
+On the per-seed differences d = variant - baseline (n seeds), the paired t statistic with
+critical values that hold for normal and skewed differences (attnbench.sequential: one look of
+n seeds; Student t alone called skewed variants better or worse in 11-15% of null comparisons):
   better / worse   the 95% interval of mean(d) excludes 0 (direction by the metric's sense);
-  equivalent       the 90% interval lies inside (-margin, +margin): both one-sided tests at
-                   5% reject |mean(d)| >= margin (Schuirmann 1987);
+  equivalent       both one-sided 95% bounds lie inside (-margin, +margin): both one-sided tests
+                   at 5% reject |mean(d)| >= margin (Schuirmann 1987);
   undetermined     neither: the run cannot tell, at this n and spread.
 A difference that is both detected and inside the margin is reported as the difference
 (better / worse) with "within the margin" added."""
@@ -16,12 +18,13 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy import stats
+from attnbench import sequential as seq
 
 BETTER, WORSE, EQUIVALENT, UNDETERMINED = "better", "worse", "equivalent", "undetermined"
 TEST_TEXT = (
-    "paired t on per-seed differences (95% interval for a difference; equivalence: two one-sided "
-    "t tests at 5%, i.e. the 90% interval inside ±margin)"
+    "paired t on per-seed differences with critical values calibrated on normal and skewed differences "
+    "(95% interval for a difference; equivalence: two one-sided tests at 5%, each bound inside ±margin); "
+    + seq.ASSUMPTION_TEXT
 )
 
 
@@ -50,29 +53,27 @@ class Decision:
         return f"{head}, n={self.n}, {tail}"
 
 
-def _interval(diffs: Sequence[float], level: float) -> tuple[float, float] | tuple[None, None]:
-    n = len(diffs)
-    if n < 2:
-        return None, None
-    mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
-    return mean - half, mean + half
+_OUTCOME = {seq.BETTER: BETTER, seq.WORSE: WORSE, seq.EQUIVALENT: EQUIVALENT}
 
 
-def decide(diffs: Sequence[float], margin: float | None, higher_is_better: bool) -> Decision:
-    """The decision on per-seed differences ``diffs`` (variant - baseline)."""
+def decide(
+    diffs: Sequence[float], margin: float | None, higher_is_better: bool, design: seq.Design | None = None
+) -> Decision:
+    """The decision on per-seed differences ``diffs`` (variant - baseline) at the look of
+    len(diffs) seeds of ``design`` (None: fixed seeds, one look); the interval shown is the
+    two-sided 95% one (a repeated one for a sequential design)."""
     diffs = [float(d) for d in diffs if d is not None and math.isfinite(d)]
-    if not diffs:
+    n = len(diffs)
+    if n == 0:
         return Decision(UNDETERMINED, None, None, None, 0, margin)
     mean = statistics.fmean(diffs)
-    lo, hi = _interval(diffs, 0.95)
-    lo90, hi90 = _interval(diffs, 0.90)
-    if lo is None or hi is None or lo90 is None or hi90 is None:
-        return Decision(UNDETERMINED, mean, None, None, len(diffs), margin)
-    within = margin is not None and -margin < lo90 and hi90 < margin
-    if lo > 0 or hi < 0:
-        good = (lo > 0) == higher_is_better
-        return Decision(BETTER if good else WORSE, mean, lo, hi, len(diffs), margin, within)
-    if within:
-        return Decision(EQUIVALENT, mean, lo, hi, len(diffs), margin, True)
-    return Decision(UNDETERMINED, mean, lo, hi, len(diffs), margin)
+    design = design or seq.Design(n, n)
+    if n < max(2, design.min) or n > design.max:  # no look of the design at this n
+        return Decision(UNDETERMINED, mean, None, None, n, margin)
+    sd = statistics.stdev(diffs)
+    code, lo, hi = seq.decide_arrays(mean, sd, n, design, margin, higher_is_better)
+    within = False
+    if margin is not None:
+        half = design.t_crit(n, design.alpha, "one") * sd / math.sqrt(n)
+        within = -margin < mean - half and mean + half < margin
+    return Decision(_OUTCOME.get(int(code), UNDETERMINED), mean, float(lo), float(hi), n, margin, within)

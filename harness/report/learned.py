@@ -1,58 +1,71 @@
-"""Learned before compared: a variant whose test metric is not beyond its null level (text: the
-bigram's cross-entropy; tasks: guessing) with 95% confidence has not learned at this budget, and
-no comparison with it is better, worse or equivalent.
-
-Test: the two-sided 95% Student-t interval of the mean over seeds (as the tables show it) lies
-wholly on the better side of the floor, i.e. a one-sided one-sample t test at 2.5%."""
+"""Learned before compared: a row whose seeds are not beyond their null level (text: the
+bigram's cross-entropy; tasks: the best binding-free predictor) has not learned at this budget,
+and no comparison with it is better, worse or equivalent. A row whose seeds split (some beyond
+the level, some not) is compared on the share of seeds that learned, never on a mean over the
+two populations (attnbench.learning holds the rules)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from attnbench.learning import LEARNED, LEARNED_RULE_TEXT, NOT_LEARNED, SPLIT, UNKNOWN, row_learned, share_test
 from attnbench.report.decision import Decision
 from attnbench.report.floors import Floor
 from attnbench.report.values import mean_ci
 
-LEARNED, NOT_LEARNED, UNKNOWN = "learned", "not learned", "unknown"
+__all__ = [
+    "LEARNED",
+    "LEARNED_TEST_TEXT",
+    "NOT_LEARNED",
+    "NOT_TESTABLE",
+    "SPLIT",
+    "UNKNOWN",
+    "Learned",
+    "NotLearned",
+    "gate",
+    "learned",
+]
 NOT_TESTABLE = "not testable at this budget"
-LEARNED_TEST_TEXT = "learned: the 95% interval of the mean over seeds (Student t) lies beyond the null level"
+LEARNED_TEST_TEXT = LEARNED_RULE_TEXT
 
 
 @dataclass(frozen=True)
 class Learned:
-    """Whether one selection cleared its floor: ``status`` learned / not learned / unknown."""
+    """Whether one selection cleared its floor: ``status`` learned / not learned / learned on some
+    seeds / unknown, with ``k`` of its ``n`` seeds beyond the floor."""
 
     status: str
     mean: float | None
     n: int
     floor: Floor | None
+    k: int = 0
 
     def value_text(self, who: str) -> str:
-        """'softmax 0.221, guessing 0.183' (three decimals: these sit close to the floor)."""
+        """'softmax 0.221, null 0.183, 0 of 3 seeds' (three decimals: these sit close to the floor)."""
         if self.mean is None or self.floor is None:
             return who
-        return f"{who} {self.mean:.3f}, {self.floor.text()}"
+        return f"{who} {self.mean:.3f}, {self.floor.text()}, {self.k} of {self.n} seeds beyond it"
+
+    def seeds_text(self) -> str:
+        """'learned on 1 of 3 seeds' for a split row, else the status."""
+        return f"learned on {self.k} of {self.n} seeds" if self.status == SPLIT else self.status
 
 
-def learned(values: Iterable[float], floor: Floor | None) -> Learned:
-    """Learned when the interval clears ``floor``; not learned when it does not (or, with one seed,
-    when the value is not even beyond it); unknown without a floor or with one seed beyond it."""
-    m = mean_ci(values)
-    if floor is None or m.mean is None:
+def learned(values: Mapping[int, float], floor: Floor | None, answers: Mapping[int, float] | None = None) -> Learned:
+    """How many of a selection's seeds (seed -> test value) cleared ``floor`` (``answers``: the
+    answer count behind each seed's accuracy, for the per-seed exact test)."""
+    m = mean_ci(values.values())
+    if floor is None:
         return Learned(UNKNOWN, m.mean, m.n, floor)
-    sign = 1.0 if floor.higher_is_better else -1.0
-    if sign * (m.mean - floor.value) <= 0:
-        return Learned(NOT_LEARNED, m.mean, m.n, floor)
-    if m.lo is None or m.hi is None:
-        return Learned(UNKNOWN, m.mean, m.n, floor)
-    bound = m.lo if floor.higher_is_better else m.hi
-    return Learned(LEARNED if sign * (bound - floor.value) > 0 else NOT_LEARNED, m.mean, m.n, floor)
+    seeds = row_learned(values, floor.value, floor.higher_is_better, answers)
+    return Learned(seeds.status, m.mean, m.n, floor, seeds.k)
 
 
 @dataclass(frozen=True)
 class NotLearned(Decision):
-    """A comparison that is not made: the baseline or the variant has not learned."""
+    """A comparison that is not made on the metric: the baseline or the variant has not learned,
+    or the seeds of one of them split across the null level (then decided on the share learned)."""
 
     reason: str = ""
 
@@ -60,14 +73,22 @@ class NotLearned(Decision):
         return self.reason
 
 
-def gate(decision: Decision, mine: Learned, theirs: Learned, variant: str, baseline: str) -> Decision:
-    """``decision`` unless the baseline (first) or the variant has not learned: then a ``NotLearned``
-    reading e.g. "baseline not learned (softmax 0.22, guessing 0.18)"."""
+def gate(
+    decision: Decision, mine: Learned, theirs: Learned, variant: str, baseline: str, alpha: float = 0.05
+) -> Decision:
+    """``decision`` when both rows learned on every seed; else a ``NotLearned`` reading e.g.
+    "baseline not learned (softmax 0.22, null 0.18, 0 of 3 seeds beyond it)", or, where seeds split,
+    the share test "learned on 1 of 3 seeds (softmax 3 of 3): cannot decide with 3 vs 3 seeds"
+    (``alpha``: the share test's level at this look)."""
+    d = decision
     if theirs.status == NOT_LEARNED:
-        reason = f"baseline not learned ({theirs.value_text(baseline)})"
+        reason, outcome = f"baseline not learned ({theirs.value_text(baseline)})", NOT_LEARNED
     elif mine.status == NOT_LEARNED:
-        reason = f"not learned ({mine.value_text(variant)})"
+        reason, outcome = f"not learned ({mine.value_text(variant)})", NOT_LEARNED
+    elif SPLIT in (mine.status, theirs.status):
+        test = share_test(mine.k, mine.n, theirs.k, theirs.n, alpha)
+        reason, outcome = test.text(baseline), SPLIT
     else:
         return decision
-    d = decision
-    return NotLearned(NOT_LEARNED, d.mean, d.lo, d.hi, d.n, d.margin, False, reason)
+    mean = None if outcome == SPLIT else d.mean  # no mean over two populations of seeds
+    return NotLearned(outcome, mean, None, None, d.n, d.margin, False, reason)

@@ -7,12 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from attnbench.report.decision import Decision, decide
-from attnbench.report.floors import floor_of
+from attnbench.report.floors import Floor, floor_of
 from attnbench.report.learned import Learned, gate, learned
 from attnbench.report.load import StoreData
 from attnbench.report.selection import Selection
-from attnbench.report.sequential import decide_sequential, design_of
+from attnbench.report.sequential import design_of
 from attnbench.report.values import is_number
+from attnbench.sequential import Design
 
 HIGHER_IS_BETTER = {"loss": False, "accuracy": True}
 
@@ -68,6 +69,39 @@ def seed_values(
     return out
 
 
+def seed_answers(data: StoreData, sel: Selection, setting: dict[str, Any] | None = None) -> dict[int, float]:
+    """The answer count behind each seed's test accuracy (summed over the test sets, or at one
+    evaluation ``setting``); empty where none was stored (text, or older stores)."""
+    done = sel.runs[sel.runs["status"] == "done"]
+    seeds = dict(zip(done["id"], done["seed"], strict=True))
+    res = data.results[data.results["run_id"].isin(seeds) & (data.results["name"] == "answers")]
+    out: dict[int, float] = {}
+    for run_id, value, tags in zip(res["run_id"], res["value"], res["tags"], strict=True):
+        at = tags.get("split") == "test" and all(tags.get(k) == v for k, v in (setting or {}).items())
+        if at and is_number(value):
+            out[int(seeds[run_id])] = out.get(int(seeds[run_id]), 0.0) + float(value)
+    return out
+
+
+def compare_rows(
+    mine: dict[int, float],
+    theirs: dict[int, float],
+    floor: Floor | None,
+    higher_is_better: bool,
+    margin: float | None,
+    design: Design | None = None,
+    answers: tuple[dict[int, float], dict[int, float]] = ({}, {}),
+    labels: tuple[str, str] = ("variant", "baseline"),
+) -> Decision:
+    """The decision on two rows' per-seed test values (seed -> value), paired by seed: gated by
+    whether each learned (``answers``: the counts behind per-seed accuracies), on the share of
+    learned seeds where seeds split, else the paired decision of ``design`` (None: fixed seeds)."""
+    diffs = [mine[s] - theirs[s] for s in sorted(set(mine) & set(theirs))]
+    decision = decide(diffs, margin, higher_is_better, design)
+    alpha = 0.05 if design is None else design.look_alpha(len(diffs))
+    return gate(decision, learned(mine, floor, answers[0]), learned(theirs, floor, answers[1]), *labels, alpha)
+
+
 def paired_decision(
     data: StoreData,
     sel: Selection,
@@ -77,18 +111,19 @@ def paired_decision(
     setting: dict[str, Any] | None = None,
 ) -> tuple[Decision, list[float]]:
     """The decision on variant - baseline over the seeds both finished, and those differences;
-    "not learned" (no decision) when either has not cleared its null level."""
+    "not learned" (no decision) when either has not cleared its null level on any seed, the
+    share test where the seeds of either split across it."""
     mine, theirs = seed_values(data, sel, metric, setting), seed_values(data, base, metric, setting)
     diffs = [mine[s] - theirs[s] for s in sorted(set(mine) & set(theirs))]
-    design = design_of(protocol_of(sel))  # seeds until decided: the group-sequential rule
-    if design is not None:
-        decision = decide_sequential(diffs, margin, HIGHER_IS_BETTER[metric], design)
-    else:
-        decision = decide(diffs, margin, HIGHER_IS_BETTER[metric])
     floor = floor_of(data, sel, metric, setting) or floor_of(data, base, metric, setting)
-    return gate(decision, learned(mine.values(), floor), learned(theirs.values(), floor), sel.label, base.label), diffs
+    counted = metric == "accuracy"
+    answers = (seed_answers(data, sel, setting), seed_answers(data, base, setting)) if counted else ({}, {})
+    design = design_of(protocol_of(sel))  # seeds until decided: the group-sequential rule
+    labels = (sel.label, base.label)
+    return compare_rows(mine, theirs, floor, HIGHER_IS_BETTER[metric], margin, design, answers, labels), diffs
 
 
 def learned_of(data: StoreData, sel: Selection, metric: str, setting: dict[str, Any] | None = None) -> Learned:
     """Whether ``sel`` cleared its null level on the test ``metric`` (overall, or at ``setting``)."""
-    return learned(seed_values(data, sel, metric, setting).values(), floor_of(data, sel, metric, setting))
+    answers = seed_answers(data, sel, setting) if metric == "accuracy" else {}
+    return learned(seed_values(data, sel, metric, setting), floor_of(data, sel, metric, setting), answers)

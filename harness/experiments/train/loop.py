@@ -200,11 +200,19 @@ def _measured(
     load_after = machine_load()
     return {
         **{f"test_{k}": v for k, v in headline(rows, "test").items()},
+        **_answers_total(rows),
         "batch_stream": stream.record(p.resumed_from),
         "load_before": load_before,
         "load_after": load_after,
         "throughput_under_load": under_load(load_before, load_after),
     }
+
+
+def _answers_total(rows: list[Result]) -> dict[str, float]:
+    """``test_answers_total``: the answers scored over all test sets (the n behind the test
+    accuracy's per-seed exact test); none for text."""
+    counts = [r.value for r in rows if r.name == "answers" and r.tags.get("split") == "test" and r.value is not None]
+    return {"test_answers_total": float(sum(counts))} if counts else {}
 
 
 def _timed_step(
