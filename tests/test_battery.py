@@ -228,7 +228,7 @@ def test_tier_agreement_is_spearman_over_the_shared_variants(tmp_path):
     _write(path, "battery-gpu", "gpu", flipped)  # the full tier reverses it
     scores, text = _scores(tmp_path, path, "battery")
     assert set(scores["tier"]) == {"cpu", "gpu"}
-    assert "Spearman rho = -1.00 over n = 3 variants" in text
+    assert "Spearman rho = -1.00 over n = 3 variants (exact permutation p = 0.333)" in text  # 2 of 3! orders
     assert "not a proxy for the full tier" in text
     _write(path, "battery-gpu", "gpu", {})  # nothing new; same store read from the other side
     _, text = _scores(tmp_path, path, "battery-gpu")

@@ -63,7 +63,8 @@ def _agreement_notes(found: list[Agreement], tiers: list[str]) -> list[str]:
             )
             continue
         notes.append(
-            f"Tier agreement {a.tiers[0]} vs {a.tiers[1]}: Spearman rho = {a.rho:.2f} over n = {a.n} variants. "
+            f"Tier agreement {a.tiers[0]} vs {a.tiers[1]}: Spearman rho = {a.rho:.2f} over n = {a.n} variants "
+            f"(exact permutation p = {a.p_value:.3f}). "
             "A high value means the cheaper tier ranks the variants as the full settings do; "
             "a low value means it does not: the cheaper tier's ranking is then not a proxy for the full tier's."
         )
