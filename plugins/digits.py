@@ -126,5 +126,9 @@ def attnbench_register_tasks(register) -> None:
             evaluate=_evaluate_digits,
             coords=_coords,
             version="1",
+            # All null predictors (per-pixel accuracy): the majority level at each pixel, the most
+            # frequent level so far, copying a fixed pixel or offset (the pixel before or above)
+            # are rules without a model of the digits; the position majority wins (~0.52).
+            null_predictors=None,
         )
     )

@@ -167,9 +167,16 @@ def _coords(*names: str):
 
 
 def _task(
-    name: str, options: type, generate: Any, coords: tuple[str, ...], description: str, guess: tuple[Any, str] | None
+    name: str,
+    options: type,
+    generate: Any,
+    coords: tuple[str, ...],
+    description: str,
+    guess: tuple[Any, str] | None,
+    nulls: tuple[str, ...] | None = None,
 ) -> Task:
-    """``guess``: (declared guessing accuracy from the options, its rule in words); None: measured."""
+    """``guess``: (a declared guess's accuracy from the options, its rule in words), one candidate
+    of the null level beside the measured ``nulls`` predictors (None: all of them)."""
     return Task(
         name,
         options,
@@ -181,6 +188,7 @@ def _task(
         version="1",
         guess_accuracy=None if guess is None else (lambda o, _batch: guess[0](o)),
         guess_rule="" if guess is None else guess[1],
+        null_predictors=nulls,
     )
 
 
@@ -208,14 +216,23 @@ def _generate_memorization(options: Any, n: int, seed: int) -> TaskBatch:
     return generate_memorization(options, n, seed)
 
 
-# Values are uniform over Vk tokens and independent of what is shown, so no guess beats 1/Vk.
+# Uniform guesses, each one candidate of the null level: the measured binding-free predictors
+# beat them where the context gives answers away. In recall the values seen so far repeat, so
+# "the most frequent value seen so far" (answer_frequency) scores ~0.37 at V16/T32 against 1/Vk;
+# in compression the data tokens repeat among V - 2.
 _RECALL_GUESS = (lambda o: 1.0 / ((o.vocab_size - o.noise_vocab_size) // 2), "uniform over the Vk values")
 _COMPRESSION_GUESS = (lambda o: 1.0 / (o.vocab_size - 2), "uniform over the V - 2 data tokens")
 _MEMORIZATION_GUESS = (lambda o: 1.0 / ((o.vocab_size - 1) // 2), "uniform over the Vk values (the map unknown)")
+# Compression in the LM framing is copying the T/2 tokens from fixed positions: the copy
+# predictors are the capability under test (copy_by_rank scores 1.0), so they are left out.
+_NOT_COPYING = ("position_majority", "answer_frequency")
 
 
 @hookimpl
 def attnbench_register_tasks(register) -> None:
+    # Null predictors: all for the recall tasks (none looks a key's earlier occurrence up) and for
+    # memorization (the inputs hold no values, and none knows the fixed map); compression leaves
+    # the copy predictors out (they are its capability).
     base = ("vocab_size", "seq_len")
     register(
         _task(
@@ -244,7 +261,7 @@ def attnbench_register_tasks(register) -> None:
             _generate_fuzzy_recall,
             (*base, "key_len", "value_len"),
             "MAD fuzzy recall: keys and values of 1..key_len / 1..value_len tokens",
-            None,  # motifs of varying length: measured
+            None,  # motifs of varying length: no declared guess, the predictors alone
         )
     )
     register(
@@ -255,6 +272,7 @@ def attnbench_register_tasks(register) -> None:
             base,
             "MAD compression (LM framing): reproduce T/2 tokens after a compression token",
             _COMPRESSION_GUESS,
+            _NOT_COPYING,
         )
     )
     register(

@@ -96,6 +96,12 @@ def coords(options: NeedleOptions) -> dict[str, Any]:
     return {"seq_len": options.seq_len, "depth": depth, "n_keys": options.n_keys}
 
 
+# Null predictors: the position majority and the most frequent answer byte seen so far. The copy
+# predictors are left out: at a fixed depth the value sits at fixed positions, so copying from
+# there (copy_by_rank scores 1.0 at depth 0) is the retrieval under test, not a null.
+_NULLS = ("position_majority", "answer_frequency")
+
+
 def _task(name: str, options: type[NeedleOptions], description: str) -> Task:
     return Task(
         name,
@@ -107,6 +113,7 @@ def _task(name: str, options: type[NeedleOptions], description: str) -> Task:
         coords=coords,
         version="1",
         tokens="bytes",
+        null_predictors=_NULLS,
     )
 
 

@@ -239,6 +239,16 @@ def _generate_induction(options: Any, n: int, seed: int) -> TaskBatch:
 
 _ONE_OF_K = "uniform over the K distinct values shown in the pairs"
 
+# Null levels: every task here is measured against all binding-free predictors
+# (attnbench.data.nulls; null_predictors=None), the declared uniform guess being one more
+# candidate. None of them is the capability under test: no predictor matches a query to its
+# pair (MQAR, noisy recall), a trigger to its earlier occurrence (induction), or picks the data
+# tokens out of the blanks by content (selective copying). They do beat the uniform guesses:
+# with quiet fill MQAR's queries come roughly in the order of their pairs, so "the r-th query
+# asks the r-th pair" (copy_by_rank) scores ~0.55 / 0.32 / 0.27 at K = 2 / 4 / 6 against 1/K;
+# a selective copy's data tokens repeat among V - 2, so the most frequent one seen
+# (answer_frequency) beats 1/(V - 2).
+
 
 @hookimpl
 def attnbench_register_tasks(register) -> None:
@@ -252,6 +262,7 @@ def attnbench_register_tasks(register) -> None:
             description="Zoology multi-query associative recall (power-law query gaps)",
             guess_accuracy=lambda o, _batch: 1.0 / o.num_kv_pairs,
             guess_rule=_ONE_OF_K,
+            null_predictors=None,  # all: none binds a query's key to its value
             **common,
         )
     )
@@ -264,6 +275,7 @@ def attnbench_register_tasks(register) -> None:
             description="MQAR with fuzzy keys: queries show a neighbour of the key token",
             guess_accuracy=lambda o, _batch: 1.0 / o.num_kv_pairs,
             guess_rule=_ONE_OF_K,
+            null_predictors=None,  # all: none binds a query's key block to its value
             **common,
         )
     )
@@ -275,7 +287,8 @@ def attnbench_register_tasks(register) -> None:
             coords=_coords("num_tokens", "seq_len", "vocab_size"),
             description="copy the data tokens scattered among blanks, in order, after a separator",
             guess_accuracy=lambda o, _batch: 1.0 / (o.vocab_size - 2),
-            guess_rule="uniform over the V - 2 data tokens (drawn independently of everything shown)",
+            guess_rule="uniform over the V - 2 data tokens",
+            null_predictors=None,  # all: fixed-position copies do not select the data tokens by content
             **common,
         )
     )
@@ -288,6 +301,7 @@ def attnbench_register_tasks(register) -> None:
             description="induction recall: a trigger's earlier successor, when the trigger reappears",
             guess_accuracy=lambda o, _batch: 1.0 / (o.vocab_size - o.num_triggers),
             guess_rule="uniform over the V - G non-trigger tokens (answers are drawn uniformly from them)",
+            null_predictors=None,  # all: none finds the trigger's earlier occurrence
             **common,
         )
     )

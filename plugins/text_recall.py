@@ -9,7 +9,7 @@ read as bytes (vocabulary 256), so a model trained on this task in a suite can t
 scored by the multiple-choice lm-eval task `attnbench_recall` on the same format (its
 documents come from a seed stream that training never uses). Only the answers (the value
 byte after each queried key) are scored, so accuracy is recall accuracy; every row is
-tagged with ``n_pairs`` and ``n_queries``. The generator and the guessing accuracy live in
+tagged with ``n_pairs`` and ``n_queries``. The generator and the declared guess's accuracy live in
 ``attnbench.plugins.text_recall_data``; this module registers the task without torch.
 """
 
@@ -65,6 +65,10 @@ def attnbench_register_tasks(register) -> None:
             tokens="bytes",
             guess_accuracy=_guess_accuracy,
             guess_rule="uniform over the distinct values present in the line's pairs",
+            # All binding-free predictors: queries are a random sample of the keys, so none binds a
+            # query to its pair; the most frequent digit seen so far (answer_frequency) and "the
+            # r-th query asks the r-th pair" (copy_by_rank) beat the uniform guess above.
+            null_predictors=None,
             description="associative recall as text bytes (trains for the attnbench_recall lm-eval task)",
         )
     )

@@ -1,5 +1,6 @@
-"""The text_recall task's generator and guessing accuracy (registered by
-``attnbench.plugins.text_recall``, which holds the options and imports this module on first use).
+"""The text_recall task's generator and its declared guess's accuracy, one candidate of its null
+level (registered by ``attnbench.plugins.text_recall``, which holds the options and imports this
+module on first use).
 """
 
 from __future__ import annotations

@@ -14,11 +14,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from attnbench.contract.option_types import type_problem
+from attnbench.errors import PluginError
 
 if TYPE_CHECKING:  # torch for the checker only: a plugin registers (and a suite validates) without it
     import torch
 
 IGNORE = -100  # target value of positions that are not scored
+# The binding-free predictors whose best accuracy is a task's null level (fitted and scored by
+# attnbench.data.nulls, which says what each one does).
+NULL_PREDICTORS = (
+    "position_majority",
+    "answer_frequency",
+    "copy_by_rank",
+    "copy_by_rank_and_position",
+    "copy_by_offset",
+)
 
 
 @dataclass(frozen=True)
@@ -56,9 +66,14 @@ class Task:
     tokens: what a token is: ``"ids"`` (symbols with no text meaning; checkpoints keep a
         token-ids tokenizer, text "5 4099 12" <-> ids) or ``"bytes"`` (UTF-8 bytes, vocabulary 256).
     guess_accuracy: optional ``(options, TaskBatch) -> float``, the expected accuracy on those
-        examples of the best guess that uses no memory of the context's pairs (the null level a
-        model must clear); without it the harness measures a trivial model (see data/floors.py).
+        examples of a guess without the capability under test (e.g. uniform over the values
+        shown): a float in [0, 1], checked when the task's data is built. It is one candidate of
+        the null level, which is the best of it and the measured ``null_predictors``.
     guess_rule: that guess, in words (e.g. "uniform over the values present in the line").
+    null_predictors: the binding-free predictors (``NULL_PREDICTORS``, data/nulls.py) whose best
+        accuracy, measured on the task's own data, is its null level; None (the default): all
+        of them. Leave out a predictor that *is* the capability under test (positional copying,
+        for a task that tests copying).
     """
 
     name: str
@@ -73,9 +88,36 @@ class Task:
     tokens: str = "ids"
     guess_accuracy: Callable[[Any, TaskBatch], float] | None = None
     guess_rule: str = ""
+    null_predictors: tuple[str, ...] | None = None
     plugin: str = field(default="", compare=False)
     distribution: str = field(default="", compare=False)
     source_files: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if self.guess_accuracy is not None and not callable(self.guess_accuracy):
+            raise PluginError(
+                f"task {self.name!r}: guess_accuracy must be a function (options, batch) -> float in [0, 1] "
+                f"or None, got {self.guess_accuracy!r}"
+            )
+        if self.null_predictors is None:
+            return
+        names = self.null_predictors
+        if isinstance(names, str) or not isinstance(names, (tuple, list)):
+            raise PluginError(
+                f"task {self.name!r}: null_predictors must be a tuple of names from {list(NULL_PREDICTORS)} "
+                f"or None (all), got {names!r}"
+            )
+        unknown = [n for n in names if n not in NULL_PREDICTORS]
+        if unknown:
+            raise PluginError(
+                f"task {self.name!r}: unknown null predictor(s) {unknown}; known: {list(NULL_PREDICTORS)}"
+            )
+        if not names and self.guess_accuracy is None:
+            raise PluginError(
+                f"task {self.name!r}: null_predictors=() leaves no null level; name at least one of "
+                f"{list(NULL_PREDICTORS)} or declare guess_accuracy"
+            )
+        object.__setattr__(self, "null_predictors", tuple(dict.fromkeys(names)))
 
     def make_options(self, raw: dict[str, Any] | None) -> Any:
         """Validate a suite's ``task_options`` mapping into the options dataclass."""

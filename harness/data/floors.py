@@ -3,25 +3,30 @@
 Text: an evaluation split's cross-entropy under n-gram models fitted on the training split
 (unigram add-one; bigram and trigram interpolated Kneser-Ney, Chen & Goodman 1999, discount
 n1 / (n1 + 2 n2) per order, the lowest order mixed with uniform), all scoring the split's tokens
-from the third on. Tasks: the accuracy of the best guess with no memory of the context's pairs,
-declared by the task (``Task.guess_accuracy``) or measured by a majority-answer model.
+from the third on. Tasks: the null level, the best accuracy of binding-free predictors fitted on
+the training examples (data/nulls.py) and of the task's declared level (``Task.guess_accuracy``,
+checked to be a float in [0, 1]), on each evaluation set's own examples.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import torch
 
-from attnbench.contract.task import IGNORE, Task, TaskBatch
+from attnbench.contract.task import Task, TaskBatch
+from attnbench.data.nulls import NullLevel, describe, fit_predictors, null_level
+from attnbench.errors import PluginError, quoted
 
 ORDERS = ("unigram", "bigram", "trigram")
 SMOOTHING = "unigram add-one; bigram and trigram interpolated Kneser-Ney (discount n1/(n1+2n2) per order)"
-MEASURED = "measured: the answer most often seen at each scored position of the training examples"
 _TEXT_CACHE: dict[tuple[str, int], dict[str, dict[str, float]]] = {}  # per corpus: its floors per split
+_TASK_CACHE: dict[tuple[str, Task], list[tuple[str, Any, NullLevel]]] = {}  # per task data: its nulls per set
 
 
 @dataclass(frozen=True)
@@ -100,35 +105,55 @@ def text_floors(data: Any) -> dict[str, dict[str, float]]:
     return _TEXT_CACHE[key]
 
 
-def majority_answers(targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """(T,) the answer most often seen at each position of ``targets`` (N, T); where a position
-    is never scored, the most common answer overall."""
-    T = targets.size(1)
-    scored = targets != IGNORE  # (N, T)
-    pos = torch.arange(T).expand_as(targets)[scored]  # (S,)
-    counts = torch.bincount(pos * vocab_size + targets[scored], minlength=T * vocab_size).view(T, vocab_size)
-    best = counts.argmax(dim=1)  # (T,)
-    return torch.where(counts.sum(dim=1) > 0, best, counts.sum(dim=0).argmax())
+def check_declared(task: Task, options: Any, value: object) -> float:
+    """``value``, a task's declared level at ``options``, as a float; a PluginError naming the task,
+    the setting and the value unless it is a finite real number in [0, 1] (bool and str refused)."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        level = float(value)
+        if math.isfinite(level) and 0.0 <= level <= 1.0:
+            return level
+    raise PluginError(
+        f"task {task.name!r} declared guess_accuracy {quoted(value)} at options {quoted(options)}: "
+        "the declared level must be a float in [0, 1] (an accuracy); fix the task's guess_accuracy"
+    )
 
 
-def measured_guess(train_targets: torch.Tensor, batch: TaskBatch, vocab_size: int) -> float:
-    """Accuracy on ``batch`` of the trivial model: the majority training answer at each position."""
-    guess = majority_answers(train_targets, vocab_size)  # (T,)
-    T = min(guess.size(0), batch.targets.size(1))
-    y = batch.targets[:, :T]  # (N, T)
-    scored = y != IGNORE
-    return float((y == guess[:T])[scored].float().mean()) if scored.any() else float("nan")
+def declared_level(task: Task, options: Any, batch: TaskBatch) -> float | None:
+    """The task's declared level on ``batch`` (checked), or None where it declares none."""
+    if task.guess_accuracy is None:
+        return None
+    return check_declared(task, options, task.guess_accuracy(options, batch))
 
 
-def task_guess_accuracy(task: Task, options: Any, batch: TaskBatch, train_targets: torch.Tensor, vocab: int) -> float:
-    """The task's declared guessing accuracy on ``batch``, else the measured one."""
-    if task.guess_accuracy is not None:
-        return float(task.guess_accuracy(options, batch))
-    return measured_guess(train_targets, batch, vocab)
+def task_null_levels(
+    task: Task, train: TaskBatch, vocab: int, sets: Sequence[tuple[Any, TaskBatch]]
+) -> list[NullLevel]:
+    """Per evaluation set ``(options, batch)``: the best of the task's binding-free predictors
+    (fitted once on ``train``) and its declared level, on that set's own examples."""
+    fitted = fit_predictors(train, vocab, task.null_predictors)
+    return [null_level(fitted, batch, declared_level(task, options, batch)) for options, batch in sets]
+
+
+def task_floors(data: Any) -> list[tuple[str, Any, NullLevel]]:
+    """Per evaluation set of a ``TaskData`` (validation sets, then test sets): (split, options,
+    null level). Cached per data (its sha256) and task."""
+    key = (data.sha256, data.task)
+    if key not in _TASK_CACHE:
+        splits = [("val", e) for e in data.evals] + [("test", e) for e in data.tests]
+        train = TaskBatch(data.train_inputs, data.train_targets)
+        levels = task_null_levels(data.task, train, data.vocab_size, [e for _, e in splits])
+        _TASK_CACHE[key] = [(split, options, lv) for (split, (options, _)), lv in zip(splits, levels, strict=True)]
+    return _TASK_CACHE[key]
+
+
+def task_guess_accuracy(task: Task, options: Any, batch: TaskBatch, train: TaskBatch, vocab: int) -> float:
+    """The task's null level on ``batch``: the best binding-free predictor or its declared level."""
+    return task_null_levels(task, train, vocab, [(options, batch)])[0].value
 
 
 def guess_method(task: Task) -> str:
-    """How a task's guessing accuracy is known, in words."""
+    """How a task's null level is found, in words."""
+    words = f"best of binding-free predictors: {describe(task.null_predictors)}"
     if task.guess_accuracy is not None:
-        return "declared: " + (task.guess_rule or "by the task")
-    return MEASURED
+        words += "; and the declared level: " + (task.guess_rule or "by the task")
+    return words

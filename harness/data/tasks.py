@@ -1,5 +1,7 @@
 """Synthetic-task data for training: examples generated once per cell from the task's
-generator (train and held-out sets from disjoint seeds), scored on answer positions."""
+generator (train and held-out sets from disjoint seeds), scored on answer positions. A task's
+declared null level is checked here (a float in [0, 1] at every evaluation setting), so a bad
+one is refused when a run plans its cells, before anything trains."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 import torch
 
 from attnbench.contract.task import IGNORE, Task, TaskBatch
+from attnbench.data.floors import declared_level
 from attnbench.data.spec import DataSpec, EvalSet
 from attnbench.data.tokenizers import TokenIdsTokenizer
 from attnbench.data.vocab import task_of, task_options, task_vocab
@@ -19,6 +22,7 @@ from attnbench.errors import DataError
 _CACHE: dict[str, TaskData] = {}
 _VAL_SEED_OFFSET = 1_000_003  # held-out examples come from a disjoint seed stream
 _TEST_SEED_OFFSET = 2_000_003  # test examples: another disjoint stream, fresh under a different seed
+_CHECK_EXAMPLES = 8  # held-out examples a task's declared null level is checked on at load
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,8 @@ def load_task_data(spec: DataSpec, registry) -> TaskData:
             tests.append((options, task.generate(options, spec.test_examples, _TEST_SEED_OFFSET + j)))
     if not (targets != IGNORE).any():
         raise DataError(f"task {task.name!r} produced no scored positions")
+    for options, batch in [*evals, *tests]:  # a bad declared null level is refused here, before any training
+        declared_level(task, options, TaskBatch(batch.inputs[:_CHECK_EXAMPLES], batch.targets[:_CHECK_EXAMPLES]))
     h = hashlib.sha256(inputs.numpy().tobytes() + targets.numpy().tobytes())
     for _, b in [*evals, *tests]:
         h.update(b.inputs.numpy().tobytes() + b.targets.numpy().tobytes())

@@ -1,5 +1,6 @@
-"""The null levels a train cell stored beside its evaluation (n-gram cross-entropy for text,
-guessing accuracy for tasks), read back from the store and put in words."""
+"""The null levels a train cell stored beside its evaluation (n-gram cross-entropy for text; for
+tasks the measured null, the best accuracy of binding-free predictors and of any declared level),
+read back from the store and put in words."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from attnbench.report.values import is_number, mean_ci
 
 ORDERS = ("unigram", "bigram", "trigram")
 LEARNED_TEXT_ORDER = "bigram"  # the best a model that mixes no tokens can reach: a learned mixer beats it
-GUESSING = "guessing"
+GUESSING = "null"  # a task's measured null level (the stored ``guess_accuracy`` rows)
 
 
 @dataclass(frozen=True)
 class Floor:
-    """A null level on one metric: ``name`` (bigram, guessing), its ``value`` and how it was found."""
+    """A null level on one metric: ``name`` (bigram, null), its ``value`` and how it was found."""
 
     name: str
     value: float
@@ -82,4 +83,4 @@ def floor_note(sel: Selection, split: str) -> str | None:
     guess = _mean(summaries, f"{split}_guess_accuracy")
     if guess is None:
         return None
-    return f"Guessing accuracy ({split} split, mean over evaluation sets; {method}): {guess:.3f}."
+    return f"Measured null accuracy ({split} split, mean over evaluation sets; {method}): {guess:.3f}."

@@ -1,19 +1,22 @@
 """The null levels of a train cell's data as result rows (and summary values), computed once per
-cell from counts: n-gram cross-entropy per text split, guessing accuracy per task evaluation set."""
+cell from its data: n-gram cross-entropy per text split; per task evaluation set, the measured null
+(the best of binding-free predictors fitted on the training examples, and the declared level)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from attnbench.data.floors import ORDERS, SMOOTHING, guess_method, task_guess_accuracy, text_floors
+from attnbench.data.floors import ORDERS, SMOOTHING, guess_method, task_floors, text_floors
 from attnbench.experiments.train.evaluate import headline
 from attnbench.store.database import Result
 
 
 def floor_rows(data: Any) -> list[Result]:
     """Rows tagged like the evaluation rows they stand beside: ``floor_<order>_loss`` (nats/token)
-    and ``floor_<order>_bpb`` per text split, ``guess_accuracy`` per task evaluation set."""
+    and ``floor_<order>_bpb`` per text split; per task evaluation set ``guess_accuracy``, the
+    measured null, tagged with the winning predictor (``null_predictor``) and every candidate's
+    accuracy (``null_levels``: name -> accuracy, the declared level as "declared")."""
     task = getattr(data, "task", None)
     if task is None:
         rows = []
@@ -23,15 +26,20 @@ def floor_rows(data: Any) -> list[Result]:
                 rows.append(Result(f"floor_{order}_loss", nats[order], "nats/token", {"split": split}))
                 rows.append(Result(f"floor_{order}_bpb", bpb, "bits/byte", {"split": split}))
         return rows
-    splits = [("val", e) for e in data.evals] + [("test", e) for e in data.tests]
     return [
         Result(
             "guess_accuracy",
-            task_guess_accuracy(task, options, batch, data.train_targets, data.vocab_size),
+            null.value,
             "",
-            {"split": split, "task": task.name, **task.coords(options)},
+            {
+                "split": split,
+                "task": task.name,
+                **task.coords(options),
+                "null_predictor": null.predictor,
+                "null_levels": dict(null.levels),
+            },
         )
-        for split, (options, batch) in splits
+        for split, options, null in task_floors(data)
     ]
 
 
