@@ -43,7 +43,8 @@ def test_log_rank_matches_a_hand_computed_case():
     # t=1: E=2/4, V=1*2*2*3/(16*3)=1/4; t=2: E=1/3, V=1*1*2*2/(9*2)=2/9; (2 - 5/6)^2 / (17/36)
     lr = log_rank([1, 2], [True, True], [3, 3], [False, False])
     assert lr is not None and lr.chi2 == pytest.approx((7 / 6) ** 2 / (17 / 36)) and lr.faster
-    assert lr.p == pytest.approx(0.0896, abs=1e-4)
+    # the p is exact over the C(4, 2) = 6 re-assignments (chi^2(1) would say 0.0896): 2 are as extreme
+    assert lr.p == pytest.approx(2 / 6) and lr.exact and lr.permutations == 6
     assert log_rank([3], [False], [3], [False]) is None  # neither reached it
 
 
@@ -77,14 +78,19 @@ def test_the_report_shows_time_to_learn_with_censoring_and_says_it_on_the_first_
     section = next(s for s in report.sections if s.title == "Time to learn")
     assert "Kaplan-Meier" in section.intro and "Brookmeyer-Crowley" in section.intro and "log-rank" in section.intro
     view = section.tables[0].view.set_index("variant")
-    assert view.loc["softmax", "steps [95%]"] == "did not reach 0.9 accuracy in 3000 steps (censored, 3/3 seeds)"
+    assert view.loc["softmax", "steps [95%]"] == "did not reach 0.9 accuracy in 3000 steps"
     assert view.loc["linear", "steps [95%]"] == "800 [600, 1000]"
-    assert view.loc["linear", "reached"] == "3/3 seeds"
+    assert view.loc["linear", "reached (others censored)"] == "3 of 3 seeds"
+    assert view.loc["softmax", "reached (others censored)"] == "0 of 3 seeds"
     # hand: t=600 E=1/2 V=1/4; t=800 E=2/5 V=6/25; t=1000 E=1/4 V=3/16 -> (3 - 1.15)^2 / 0.6775
     data = section.tables[0].data.set_index("variant")
     assert data.loc["linear", "logrank_chi2"] == pytest.approx(1.85**2 / 0.6775)
-    assert str(view.loc["linear", "log-rank vs baseline"]).endswith("faster than softmax")
+    # chi^2(1) would read p = 0.025 here; the exact permutation p is 2/20 = 0.1, the smallest 3 vs 3 allows
+    assert data.loc["linear", "logrank_p"] == pytest.approx(0.1) and data.loc["linear", "logrank_min_p"] == 0.1
+    assert str(view.loc["linear", "log-rank vs baseline"]).startswith("cannot decide with 3 vs 3 seeds")
+    assert "p=" not in str(view.loc["linear", "log-rank vs baseline"])
     assert report.headline is not None
     clause = next(n for n in report.headline.notes if "time to 0.9 accuracy" in n)
-    assert "linear reaches it in 800 steps [600, 1000]" in clause
-    assert "softmax did not reach 0.9 accuracy in 3000 steps (censored, 3/3 seeds)" in clause
+    assert "linear reaches it in 800 steps [600, 1000] (3 of 3 seeds reached it" in clause
+    assert "cannot decide with 3 vs 3 seeds" in clause and "p=" not in clause
+    assert "softmax did not reach 0.9 accuracy in 3000 steps (0 of 3 seeds reached it)" in clause

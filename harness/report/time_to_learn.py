@@ -2,7 +2,8 @@
 variant first reaches a target (task accuracy, default 0.9 of the ceiling 1.0; a loss for text,
 ``protocol.learn_target``). A seed that never reaches it is censored at its budget, never
 dropped. Per variant: the Kaplan-Meier median over seeds with a Brookmeyer-Crowley interval;
-against the baseline: the log-rank test on steps (report/survival.py)."""
+against the baseline: the permutation log-rank test on steps, exact at these seed counts
+(report/survival.py), or "cannot decide with n1 vs n2 seeds" where no outcome could reach 5%."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
 from attnbench.report.paired import baselines_of, metric_of, protocol_of
 from attnbench.report.selection import Selection, select
-from attnbench.report.survival import LogRank, Median, log_rank, median_time
+from attnbench.report.survival import ALPHA, EXACT_LIMIT, MONTE_CARLO, LogRank, Median, log_rank, median_time
 from attnbench.report.values import MISSING, is_number
 
 DEFAULT_ACCURACY_TARGET = 0.9  # of the task's ceiling, accuracy 1.0
@@ -25,7 +26,10 @@ METHOD = (
     "a seed's time is the first validation evaluation at or past the target (so it is known to the "
     "evaluation interval); a seed that never reaches it is censored at its budget. Median over seeds: "
     "Kaplan-Meier, with a Brookmeyer-Crowley 95% interval (Greenwood variance, linear scale); against the "
-    "baseline: log-rank test (Mantel) on steps, at 5%"
+    "baseline: the log-rank statistic (Mantel) on steps with its exact permutation p (every re-assignment of "
+    f"the pooled seeds to the two arms while there are at most {EXACT_LIMIT:,}, else {MONTE_CARLO:,} random ones, "
+    f"(b + 1) / (m + 1)), two-sided, at {ALPHA:g}; no chi-squared p is used at any seed count. Where even the "
+    "most extreme re-assignment's p exceeds 5% (3 vs 3 seeds: 2/20 = 0.1), the row says it cannot decide"
 )
 
 
@@ -52,24 +56,39 @@ class Row:
     def target_text(self) -> str:
         return f"{self.target:g} {'accuracy' if self.metric == 'accuracy' else 'loss'}"
 
+    def reached_text(self) -> str:
+        """'1 of 3 seeds': the row's one statement of how many seeds reached the target (the
+        others are censored at their budget)."""
+        return f"{sum(self.reached)} of {len(self.reached)} seeds"
+
     def time_text(self, unit: str = "steps") -> str:
-        """'800 [600, 1000]' or 'did not reach 0.9 accuracy in 3000 steps (censored, 3/3 seeds)'."""
-        m, n = self.medians[unit], len(self.reached)
+        """'800 [600, 1000]'; 'did not reach 0.9 accuracy in 3000 steps' (no seed reached it);
+        'median not reached in 3000 steps' (some did, fewer than half). How many seeds reached
+        it is ``reached_text``, said once."""
+        m = self.medians[unit]
         if m.median is None:
             budget = amount(unit, max(self.times[unit]) if self.times[unit] else None)
-            return f"did not reach {self.target_text()} in {budget} {unit} (censored, {n - m.events}/{n} seeds)"
+            if m.events == 0:
+                return f"did not reach {self.target_text()} in {budget} {unit}"
+            return f"median not reached in {budget} {unit}"
         lo = MISSING if m.lo is None else amount(unit, m.lo)
-        censored = f"; censored {n - m.events}/{n}" if m.events < n else ""
-        return f"{amount(unit, m.median)} [{lo}, {amount(unit, m.hi)}]{censored}"
+        return f"{amount(unit, m.median)} [{lo}, {amount(unit, m.hi)}]"
 
     def versus_text(self) -> str:
+        """'exact permutation log-rank p=0.0022: faster than softmax', or 'cannot decide with 3 vs 3
+        seeds (...)' where no outcome at these seeds could reach 5% (no p is given as evidence)."""
         if self.baseline is None:
             return "baseline"
         if self.versus is None:
             return f"neither reached it (vs {self.baseline})"
         lr = self.versus
-        found = ("faster" if lr.faster else "slower") if lr.p < 0.05 else "no difference detected"
-        return f"chi2 {lr.chi2:.2f}, p={lr.p:.2g}: {found} than {self.baseline}"
+        if not lr.decidable:
+            return (
+                f"cannot decide with {lr.n1} vs {lr.n2} seeds (vs {self.baseline}: no outcome could reach "
+                f"p <= {ALPHA:g}, the smallest possible being {lr.min_p:.2g})"
+            )
+        found = f"{'faster' if lr.faster else 'slower'} than" if lr.significant else "no difference detected vs"
+        return f"{lr.method()} p={lr.p:.2g}: {found} {self.baseline}"
 
 
 def target_of(protocol: dict[str, Any]) -> float | None:
@@ -157,8 +176,11 @@ def time_to_learn_sections(data: StoreData) -> list[Section]:
                     **{f"median_{u}": r.medians[u].median for u in UNITS},
                     **{f"median_{u}_lo": r.medians[u].lo for u in UNITS},
                     **{f"median_{u}_hi": r.medians[u].hi for u in UNITS},
-                    "logrank_chi2": r.versus.chi2 if r.versus else None,
+                    "logrank_chi2": r.versus.chi2 if r.versus else None,  # the statistic; its p is a permutation p
                     "logrank_p": r.versus.p if r.versus else None,
+                    "logrank_min_p": r.versus.min_p if r.versus else None,
+                    "logrank_exact": r.versus.exact if r.versus else None,
+                    "logrank_decidable": r.versus.decidable if r.versus else None,
                 }
             )
             views.append(
@@ -167,7 +189,7 @@ def time_to_learn_sections(data: StoreData) -> list[Section]:
                     "variant": r.sel.label,
                     "model": r.sel.model_label,
                     "target (validation)": r.target_text(),
-                    "reached": f"{sum(r.reached)}/{n} seeds",
+                    "reached (others censored)": r.reached_text(),
                     **{f"{u} [95%]": r.time_text(u) for u in UNITS},
                     "log-rank vs baseline": r.versus_text(),
                 }
@@ -178,16 +200,37 @@ def time_to_learn_sections(data: StoreData) -> list[Section]:
         "The second question, apart from final quality at the budget: how soon each variant first reaches the "
         f"target. At small budgets this is mostly what a run can answer. Method: {METHOD}."
     )
+    note = (
+        "Reached: how many seeds reached the target; the others are censored at their budget and counted as "
+        "such in the median and the test. Log-rank: a permutation p (exact up to "
+        f"{EXACT_LIMIT:,} re-assignments, else Monte Carlo), never a chi-squared one; 'cannot decide with n1 "
+        "vs n2 seeds' where no re-assignment of the seeds could give "
+        f"p <= {ALPHA:g}. Raw table: logrank_chi2 is the statistic, logrank_p its permutation p, logrank_min_p the "
+        "smallest p these seeds allow."
+    )
     table = Table(
-        "time-to-learn", "Time to learn: first evaluation at the target", pd.DataFrame(raws), pd.DataFrame(views)
+        "time-to-learn", "Time to learn: first evaluation at the target", pd.DataFrame(raws), pd.DataFrame(views), note
     )
     return [Section("Time to learn", intro=intro, tables=[table])]
 
 
+def _versus_clause(r: Row) -> str:
+    """'; exact permutation log-rank vs softmax p=0.0022: faster' or '; log-rank vs softmax: cannot
+    decide with 3 vs 3 seeds'; '' for the baseline and where neither reached the target."""
+    lr = r.versus
+    if r.baseline is None or lr is None:
+        return ""
+    if not lr.decidable:
+        return f"; log-rank vs {r.baseline}: cannot decide with {lr.n1} vs {lr.n2} seeds"
+    found = ("faster" if lr.faster else "slower") if lr.significant else "no difference detected"
+    return f"; {lr.method()} vs {r.baseline} p={lr.p:.2g}: {found}"
+
+
 def clause(data: StoreData, exp: str) -> str | None:
     """The first screen's sentence for an experiment whose final decisions are all undetermined:
-    'recall, time to 0.9 accuracy (...): deltanet reaches it in 800 steps [600, 1000]; softmax did
-    not reach it in 3000 steps (censored, 3/3 seeds)'."""
+    'recall, time to 0.9 accuracy (...): deltanet reaches it in 800 steps [600, 1000] (3 of 3
+    seeds reached it; log-rank vs softmax: cannot decide with 3 vs 3 seeds); softmax did not reach
+    0.9 accuracy in 3000 steps (0 of 3 seeds reached it)'."""
     rows = experiment_rows(data, exp)
     if not rows:
         return None
@@ -197,8 +240,7 @@ def clause(data: StoreData, exp: str) -> str | None:
             text = f"{r.sel.label} {r.time_text('steps')}"
         else:
             text = f"{r.sel.label} reaches it in {r.time_text('steps').replace(' [', ' steps [', 1)}"
-        if r.baseline is not None and r.versus is not None:
-            text += f" (log-rank vs {r.baseline} p={r.versus.p:.2g})"
+        text += f" ({r.reached_text()} reached it{_versus_clause(r)})"
         parts.append(text)
     head = f"{exp}, time to {rows[0].target_text()} (every final {rows[0].metric} undetermined at this budget)"
     return f"{head}: " + "; ".join(parts)
