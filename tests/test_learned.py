@@ -140,9 +140,10 @@ def test_the_first_screen_and_the_findings_say_not_learned(out):
     )
     assert (
         "text loss 2.503 (not learned (linear 2.503, bigram 2.450, 0 of 3 seeds beyond it)) "
-        "[not learned at this budget]" in md
+        "[not learned at this budget; below the trigram (2.100) on 0 of 3 seeds]" in md
     )
-    assert "[learned: beyond bigram 2.450]" in md  # softmax's own text loss, in the baseline's sentence
+    # softmax's own text loss, in the baseline's sentence, and where it stands against the trigram
+    assert "[learned: beyond bigram 2.450; below the trigram (2.100) on 0 of 3 seeds]" in md
     assert "(null 0.25 / 0.12) [not learned at this budget: null 0.19]" in md
     assert " better" not in md.split("## ")[1] and " worse" not in md.split("## ")[1]  # no decision on the first screen
     found = pd.read_parquet(out / "tables" / "expectations.parquet")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from typing import Any
 
 import pandas as pd
@@ -27,6 +26,7 @@ from attnbench.report.paired import (
     seed_values,
     setting_label,
 )
+from attnbench.report.ratios import ratio_text
 from attnbench.report.selection import Selection, select
 from attnbench.report.sequential import method_text
 from attnbench.report.values import (
@@ -51,26 +51,16 @@ def _protocol(runs: pd.DataFrame) -> dict[str, Any]:
     return {}
 
 
-def speed_times(data: StoreData, mode: str) -> dict[str, dict[int, float]]:
-    """Median time per (variant, T) of the ok points of one mode, over the suite's speed runs."""
+Rounds = tuple[float, float, int]  # (mean, standard deviation, rounds) of one point's timing rounds
+
+
+def _timed_points(data: StoreData, mode: str) -> dict[str, dict[int, tuple[Rounds, str | None]]]:
+    """Per (variant, T) of one mode, the ok point with the most timing rounds (at least 2): its
+    rounds and, where its stored result is flagged noisy, why ('noisy timing: ...'), else None."""
     speed = data.runs_of("speed").set_index("id")
     res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
     variant_of = dict(zip(speed.index, speed["variant"], strict=True))
-    found: dict[str, dict[int, list[float]]] = {}
-    for _, r in res.iterrows():
-        t = r["tags"]
-        if t.get("mode") == mode and t.get("status") == "ok" and is_number(r["value"]):
-            found.setdefault(variant_of[r["run_id"]], {}).setdefault(int(t["T"]), []).append(r["value"])
-    return {v: {T: statistics.median(xs) for T, xs in Ts.items()} for v, Ts in found.items()}
-
-
-def speed_rounds(data: StoreData, mode: str) -> dict[str, dict[int, tuple[float, float, int]]]:
-    """(mean, standard deviation, rounds) of the repeated timing rounds per (variant, T) of
-    one mode: the ok point with the most rounds."""
-    speed = data.runs_of("speed").set_index("id")
-    res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
-    variant_of = dict(zip(speed.index, speed["variant"], strict=True))
-    out: dict[str, dict[int, tuple[float, float, int]]] = {}
+    out: dict[str, dict[int, tuple[Rounds, str | None]]] = {}
     for run_id, tags in zip(res["run_id"], res["tags"], strict=True):
         if (
             tags.get("mode") == mode
@@ -80,10 +70,29 @@ def speed_rounds(data: StoreData, mode: str) -> dict[str, dict[int, tuple[float,
             and int(tags.get("rounds") or 0) >= 2
         ):
             point = (float(tags["mean_s"]), float(tags["stddev_s"]), int(tags["rounds"]))
+            reason = tags.get("noisy_reason")
+            noisy = (f"noisy timing: {reason}" if reason else "noisy timing") if tags.get("noisy") else None
             have = out.setdefault(variant_of[run_id], {})
-            if int(tags["T"]) not in have or have[int(tags["T"])][2] < point[2]:
-                have[int(tags["T"])] = point
+            if int(tags["T"]) not in have or have[int(tags["T"])][0][2] < point[2]:
+                have[int(tags["T"])] = (point, noisy)
     return out
+
+
+def speed_rounds(data: StoreData, mode: str) -> dict[str, dict[int, Rounds]]:
+    """(mean, standard deviation, rounds) of the repeated timing rounds per (variant, T) of
+    one mode: the ok point with the most rounds. The one speed estimator of the report: the
+    ratio of these means (``ratio_interval``) in the summary, the pivot and the first screen."""
+    return {v: {T: p for T, (p, _) in Ts.items()} for v, Ts in _timed_points(data, mode).items()}
+
+
+def speed_noisy(data: StoreData, mode: str) -> dict[str, dict[int, str]]:
+    """Per (variant, T) of one mode, why the point ``speed_rounds`` reads is flagged noisy
+    ('noisy timing: coefficient of variation 73% > 20%'); points not flagged are absent."""
+    return {
+        v: {T: why for T, (_, why) in Ts.items() if why}
+        for v, Ts in _timed_points(data, mode).items()
+        if any(why for _, why in Ts.values())
+    }
 
 
 def ratio_interval(base: tuple[float, float, int], variant: tuple[float, float, int]) -> tuple[float, float, float]:
@@ -96,14 +105,17 @@ def ratio_interval(base: tuple[float, float, int], variant: tuple[float, float, 
 
 
 def speedup_at_longest(
-    times: dict[str, dict[int, float]], variant: str, baseline: str
-) -> tuple[float | None, int | None]:
-    """(baseline time / variant time, T) at the longest T both timed."""
-    common = sorted(set(times.get(variant, {})) & set(times.get(baseline, {})))
+    rounds: dict[str, dict[int, Rounds]], variant: str, baseline: str
+) -> tuple[tuple[float, float, float] | None, int | None]:
+    """((baseline mean time / variant mean time, its 95% interval), T) at the longest T both
+    timed: ``ratio_interval``, the estimator of the pivot and the first screen."""
+    common = sorted(set(rounds.get(variant, {})) & set(rounds.get(baseline, {})))
     if not common:
         return None, None
     T = common[-1]
-    return times[baseline][T] / times[variant][T], T
+    if variant == baseline:
+        return (1.0, 1.0, 1.0), T  # one point against itself
+    return ratio_interval(rounds[baseline][T], rounds[variant][T]), T
 
 
 def noisy_counts(data: StoreData) -> dict[str, int]:
@@ -126,8 +138,36 @@ def _gate_text(sel: Selection) -> str:
     return "passed" if any("gate" in p for p in sel.runs["provenance"]) else "not recorded"
 
 
-def _speed_text(value: float | None, T: int | None) -> str:
-    return MISSING if value is None else f"{value:.2f}x at T={T}"
+def _speed_text(
+    ratio: tuple[float, float, float] | None, T: int | None, noisy: str | None = None, own: bool = False
+) -> str:
+    """'1.57x faster [1.49, 1.65] at T=1024' (the first screen's words and rounding), marked where
+    either point's timing is flagged noisy; 'baseline at T=1024' for the baseline's own rows."""
+    if ratio is None:
+        return MISSING
+    found = "baseline" if own else ratio_text(*ratio)
+    return f"{found} at T={T}" + (f" ({noisy})" if noisy else "")
+
+
+def _speed_columns(prefix: str, ratio: tuple[float, float, float] | None, T: int | None, noisy: str | None):
+    """The raw columns of one mode's speedup: <prefix>_speedup (ratio of means), _lo, _hi, _T, _noisy."""
+    return {
+        f"{prefix}_speedup": ratio and ratio[0],
+        f"{prefix}_speedup_lo": ratio and ratio[1],
+        f"{prefix}_speedup_hi": ratio and ratio[2],
+        f"{prefix}_T": T,
+        f"{prefix}_noisy": bool(noisy) if ratio else None,
+    }
+
+
+def _noisy_at(noisy: dict[str, dict[int, str]], T: int | None, variant: str, baseline: str) -> str | None:
+    """Why the variant's or the baseline's point at T is flagged noisy; None where neither is."""
+    if T is None:
+        return None
+    mine, theirs = noisy.get(variant, {}).get(T), noisy.get(baseline, {}).get(T)
+    found = [mine] if mine else []
+    found += [f"{baseline}'s {theirs}"] if theirs and baseline != variant else []
+    return "; ".join(found) or None
 
 
 def _against(
@@ -164,7 +204,7 @@ def _row(
     exp: str,
     sel: Selection,
     bases: dict[str, Selection | None],
-    speed: dict[str, dict[str, dict[int, float]]],
+    speed: dict[str, tuple[dict[str, dict[int, Rounds]], dict[str, dict[int, str]]]],
     noisy: dict[str, int],
     setting: dict[str, Any] | None = None,
 ) -> tuple[dict, dict]:
@@ -177,12 +217,16 @@ def _row(
     lead = found[baseline]
     d, diffs = lead if lead is not None else (Decision("baseline", None, None, None, 0, margin), [])
     loss = mean_ci(seed_values(data, sel, "loss", setting).values())
-    acc = mean_ci(seed_values(data, sel, "accuracy", setting).values())
+    acc = mean_ci(seed_values(data, sel, "accuracy", setting).values(), bounds=(0.0, 1.0))
     value = acc if metric == "accuracy" else loss
     gained = learned_of(data, sel, metric, setting)
     floors = text_floors_text(sel.runs["summary"], "test") if metric == "loss" else None
-    train_x, train_T = speedup_at_longest(speed["train_step"], sel.variant, baseline)
-    dec_x, dec_T = speedup_at_longest(speed["decode"], sel.variant, baseline)
+    trigram = mean_ci(s.get("test_floor_trigram_loss") for s in sel.runs["summary"]).mean if metric == "loss" else None
+    losses = seed_values(data, sel, "loss", setting).values()
+    train_x, train_T = speedup_at_longest(speed["train_step"][0], sel.variant, baseline)
+    dec_x, dec_T = speedup_at_longest(speed["decode"][0], sel.variant, baseline)
+    train_noisy = _noisy_at(speed["train_step"][1], train_T, sel.variant, baseline)
+    dec_noisy = _noisy_at(speed["decode"][1], dec_T, sel.variant, baseline)
     states = [s.get("state_elements") for s in sel.runs["summary"] if is_number(s.get("state_elements"))]
     flags = [f"{st} seed(s)" for st in sorted(set(sel.runs["status"]) - {"done"})]
     if noisy.get(sel.variant):
@@ -211,9 +255,13 @@ def _row(
         "value_lo": value.lo,
         "value_hi": value.hi,
         "learned": gained.status,
+        "learned_seeds": f"{gained.k} of {gained.n}",
         "floor": gained.floor and gained.floor.value,
         "floor_name": gained.floor and gained.floor.name,
         "floors": floors or (gained.floor.text() if gained.floor else None),
+        "trigram": trigram,  # text: the Kneser-Ney trigram's test loss, a stronger null than the bigram
+        "below_trigram": None if trigram is None else sum(v < trigram for v in losses),  # seeds, of loss_seeds
+        "loss_seeds": len(losses),
         "baseline": baseline,
         "diff_mean": d.mean,
         "diff_lo": d.lo,
@@ -224,10 +272,8 @@ def _row(
         **{k: v for name in list(bases)[1:] for k, v in _vs_columns(name, found[name]).items()},
         "test_loss_mean": loss.mean,
         "test_accuracy": acc.mean,
-        "train_step_speedup": train_x,
-        "train_step_T": train_T,
-        "decode_speedup": dec_x,
-        "decode_T": dec_T,
+        **_speed_columns("train_step", train_x, train_T, train_noisy),
+        **_speed_columns("decode", dec_x, dec_T, dec_noisy),
         "state_elements": states[0] if states else None,
         "gate": _gate_text(sel),
         "flags": "; ".join(flags),
@@ -246,9 +292,11 @@ def _row(
         "test loss": num(loss.mean),
         "test accuracy": num(acc.mean, 3),
         "null level (test)": raw["floors"] or MISSING,
-        "learned at this budget": {"learned": "yes", "not learned": "no"}.get(gained.status, "unknown"),
-        "train-step speedup": _speed_text(train_x, train_T),
-        "decode speedup / token": _speed_text(dec_x, dec_T),
+        "learned at this budget": {"learned": "yes", "not learned": "no"}.get(
+            gained.status, gained.seeds_text() if gained.status != "unknown" else "unknown"
+        ),
+        "train-step speedup": _speed_text(train_x, train_T, train_noisy, sel.variant == baseline),
+        "decode speedup / token": _speed_text(dec_x, dec_T, dec_noisy, sel.variant == baseline),
         "state size": fact_text(sel.runs["summary"], "state_elements", lambda v: bytes_text(4 * v)),
         "trust gate": raw["gate"],
         "flags": raw["flags"] or "none",
@@ -267,7 +315,7 @@ def _baseline_rows(sels: list[Selection], names: list[str]) -> dict[str, dict[in
 
 def summary_table(data: StoreData) -> Table | None:
     train = data.runs_of("train")
-    speed = {mode: speed_times(data, mode) for mode in ("train_step", "decode")}
+    speed = {mode: (speed_rounds(data, mode), speed_noisy(data, mode)) for mode in ("train_step", "decode")}
     noisy = noisy_counts(data)
     raws, views, baselines, margins = [], [], {}, set()
     for exp in dict.fromkeys(train["experiment"]):
@@ -299,9 +347,12 @@ def summary_table(data: StoreData) -> Table | None:
         f"numbers are on the test split, which took no part in that choice. Δ = variant - baseline "
         f"({' / '.join(baselines)}), one column per baseline, on the same seed (same batches in the same "
         f"order); decision: {method_text(data, TEST_TEXT)}; margins: {'; '.join(sorted(margins))}. Null level: "
-        "the bigram's cross-entropy for text (unigram / bigram / trigram shown), guessing without memory for tasks; "
+        "the bigram's cross-entropy for text (unigram / bigram / trigram shown), the best binding-free "
+        "predictor for tasks (measured on the same examples); "
         f"{LEARNED_TEST_TEXT}, else no decision (not learned). Speedups: the (first) "
-        "baseline's time / variant time at the longest T both timed (> 1 is faster). State size: fp32 "
+        "baseline's mean time over its timing rounds / the variant's, at the longest T both timed, with a 95% "
+        "interval from the rounds (the estimator of the speedup pivot and the first screen), marked where a "
+        "point's timing is flagged noisy. State size: fp32 "
         "recurrent state at the training length."
     )
     return Table(

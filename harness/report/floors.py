@@ -14,7 +14,7 @@ from attnbench.report.values import is_number, mean_ci
 
 ORDERS = ("unigram", "bigram", "trigram")
 LEARNED_TEXT_ORDER = "bigram"  # the best a model that mixes no tokens can reach: a learned mixer beats it
-GUESSING = "null"  # a task's measured null level (the stored ``guess_accuracy`` rows)
+NULL = "null"  # a task's measured null level (the stored ``guess_accuracy`` rows)
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def floor_of(data: StoreData, sel: Selection, metric: str, setting: dict[str, An
             for v, tags in zip(res["value"], res["tags"], strict=True)
             if tags.get("split") == "test" and all(tags.get(k) == x for k, x in setting.items())
         ).mean
-    return None if value is None else Floor(GUESSING, value, True, _method(sel))
+    return None if value is None else Floor(NULL, value, True, _method(sel))
 
 
 def text_floors_text(summaries: Iterable[dict[str, Any]], split: str) -> str | None:

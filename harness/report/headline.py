@@ -10,11 +10,11 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.report.comparison import ratio_interval, speed_rounds, summary_table
+from attnbench.report.comparison import ratio_interval, speed_noisy, speed_rounds, summary_table
 from attnbench.report.decision import BETTER, EQUIVALENT, TEST_TEXT, WORSE
 from attnbench.report.document import Section
 from attnbench.report.figures import Palette
-from attnbench.report.learned import LEARNED, LEARNED_TEST_TEXT, NOT_LEARNED
+from attnbench.report.learned import LEARNED, LEARNED_TEST_TEXT, NOT_LEARNED, SPLIT
 from attnbench.report.load import StoreData
 from attnbench.report.ratios import path_flags, ratio_text
 from attnbench.report.sequential import method_text
@@ -60,19 +60,25 @@ def budget_meaning(rows: pd.DataFrame) -> str:
     metric = rows["metric"].iloc[0]
     decided = rows["decision"].isin([BETTER, WORSE, EQUIVALENT]).any()
     unlearned = (rows["decision"] == NOT_LEARNED).any()
+    split = (rows["decision"] == SPLIT).any()
     if decided:
-        return f"decided at final {metric}" + (" where both learned" if unlearned else "")
+        return f"decided at final {metric}" + (" where both learned on every seed" if unlearned or split else "")
+    if split:
+        return "seeds split across the null level: decided on the share of seeds that learned"
     return "not learned at this budget" if unlearned else f"undetermined at final {metric}"
 
 
 def _learned_text(row: pd.Series) -> str:
-    """' [learned: beyond bigram 2.496]' or ' [not learned at this budget: guessing 0.18]'."""
+    """' [learned: beyond bigram 2.496; below the trigram (2.098) on 2 of 3 seeds]', ' [not learned at
+    this budget: null 0.18]' or ' [learned on 1 of 3 seeds: null 0.38]'."""
     if not is_number(row.get("floor")):
         return ""
     floor = f"{row['floor_name']} {_value(row['metric'], row['floor'])}"
-    if row["learned"] == LEARNED:
-        return f" [learned: beyond {floor}]"
-    return f" [not learned at this budget: {floor}]" if row["learned"] == NOT_LEARNED else f" [{floor}]"
+    status = row["learned"]
+    head = {LEARNED: "learned: beyond ", NOT_LEARNED: "not learned at this budget: "}.get(status, "")
+    if status == SPLIT:
+        head = f"learned on {row['learned_seeds']} seeds: "
+    return f" [{head}{floor}{trigram_clause(row)}]"
 
 
 def _by_setting(rows: pd.DataFrame) -> str:
@@ -102,11 +108,29 @@ def _further(row: pd.Series) -> str:
     )
 
 
-def _speed(variant: str, baseline: str, rounds: dict[str, Rounds], paths: dict[str, dict[int, str]]) -> str:
-    """'train step 2.4x slower [2.0, 2.9] at T=256 (fallback path), ...'."""
+def _unquoted(T: int, noisy: dict[str, dict[int, str]], *variants: str) -> str | None:
+    """'not quoted at T=1024 (noisy timing: ...)' where the point at T of any of ``variants`` is
+    flagged noisy; None where none is."""
+    why = [noisy[v][T] if v == variants[0] else f"{v}'s {noisy[v][T]}" for v in variants if T in noisy.get(v, {})]
+    return f"not quoted at T={T} ({'; '.join(why)})" if why else None
+
+
+def _speed(
+    variant: str,
+    baseline: str,
+    rounds: dict[str, Rounds],
+    paths: dict[str, dict[int, str]],
+    noisy: dict[str, dict[int, str]] | None = None,
+) -> str:
+    """'train step 2.4x slower [2.0, 2.9] at T=256 (fallback path), not quoted at T=1024 (noisy
+    timing: ...)': a point whose stored timing is flagged noisy is named, not quoted."""
     mine, theirs = rounds.get(variant, {}), rounds.get(baseline, {})
     parts = []
     for T in speed_lengths(set(mine) & set(theirs)):
+        skip = _unquoted(T, noisy or {}, variant, baseline)
+        if skip:
+            parts.append(skip)
+            continue
         flag = paths.get(variant, {}).get(T)
         parts.append(f"{ratio_text(*ratio_interval(theirs[T], mine[T]))} at T={T}" + (f" ({flag})" if flag else ""))
     return "train step " + ", ".join(parts) if parts else ""
@@ -118,12 +142,22 @@ def _edge(row: pd.Series, lead: str = "; ") -> str:
     return f"{lead}{text}" if isinstance(text, str) and text else ""
 
 
+def trigram_clause(row: pd.Series) -> str:
+    """'; below the trigram (2.098) on 3 of 3 seeds' for a text row: where the model stands against
+    the Kneser-Ney trigram, a stronger null than the bigram ('' without one)."""
+    if not is_number(row.get("trigram")) or not is_number(row.get("below_trigram")) or not row.get("loss_seeds"):
+        return ""
+    k, n = int(row["below_trigram"]), int(row["loss_seeds"])
+    return f"; below the trigram ({row['trigram']:.3f}) on {k} of {n} seeds"
+
+
 def sentence(
     variant: str,
     table: pd.DataFrame,
     rounds: dict[str, Rounds],
     state: dict[str, float],
     paths: dict[str, dict[int, str]] | None = None,
+    noisy: dict[str, dict[int, str]] | None = None,
 ) -> str:
     """What this run found for ``variant``: every experiment's value with its difference from the
     baseline and decision (for task accuracy, also per evaluation setting), speed ratio and state."""
@@ -136,9 +170,9 @@ def sentence(
             f"{exp} {head['metric']} {_value(head['metric'], head['value_mean'])} ({head['decision_text']}"
             f"{_further(head)}{_edge(head)})"
             + _by_setting(rows[rows["setting"] != "all test sets"])
-            + f" [{budget_meaning(rows)}]"
+            + f" [{budget_meaning(rows)}{trigram_clause(head)}]"
         )
-    speed = _speed(variant, mine["baseline"].iloc[0], rounds, paths or {})
+    speed = _speed(variant, mine["baseline"].iloc[0], rounds, paths or {}, noisy)
     if speed:
         parts.append(speed)
     if is_number(state.get(variant)):
@@ -146,7 +180,13 @@ def sentence(
     return f"{variant}: " + "; ".join(parts)
 
 
-def baseline_sentence(baseline: str, table: pd.DataFrame, rounds: dict[str, Rounds], state: dict[str, float]) -> str:
+def baseline_sentence(
+    baseline: str,
+    table: pd.DataFrame,
+    rounds: dict[str, Rounds],
+    state: dict[str, float],
+    noisy: dict[str, dict[int, str]] | None = None,
+) -> str:
     """The baseline's own values, which every other sentence is measured against."""
     mine = table[(table["variant"] == baseline) & (table["baseline"] == baseline)]
     parts = []
@@ -168,7 +208,10 @@ def baseline_sentence(baseline: str, table: pd.DataFrame, rounds: dict[str, Roun
     times = rounds.get(baseline, {})
     if times:
         quoted = speed_lengths(set(times))
-        parts.append("train step " + ", ".join(f"{seconds_text(times[T][0])} at T={T}" for T in quoted))
+        parts.append(
+            "train step "
+            + ", ".join(_unquoted(T, noisy or {}, baseline) or f"{seconds_text(times[T][0])} at T={T}" for T in quoted)
+        )
     if is_number(state.get(baseline)):
         parts.append(f"state {bytes_text(state[baseline])}")
     return f"{baseline} (baseline): " + "; ".join(parts)
@@ -191,10 +234,11 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
             state.setdefault(v, 4.0 * float(e))
     baselines = list(dict.fromkeys(rows["baseline"]))
     further = list(dict.fromkeys(b for _, r in rows.iterrows() for b in further_baselines(r)))
-    sentences = [baseline_sentence(b, rows, rounds, state) for b in baselines]
+    noisy = speed_noisy(data, "train_step")
+    sentences = [baseline_sentence(b, rows, rounds, state, noisy) for b in baselines]
     paths = path_flags(data, "train_step")
     sentences += [
-        sentence(v, rows, rounds, state, paths)
+        sentence(v, rows, rounds, state, paths, noisy)
         for v in variants
         if not (rows.loc[rows["variant"] == v, "decision"] == "baseline").all()
     ]
@@ -215,9 +259,11 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
             f"Each variant at its chosen grid point on the test split: value (Δ vs {' / '.join(baselines)} [95% "
             f"interval], seeds, decision{also}) and what the budget's numbers mean. Decision: "
             f"{method_text(data, TEST_TEXT)}; margins: {margins}; none where the baseline or the variant has not "
-            f"learned ({LEARNED_TEST_TEXT}: the bigram's cross-entropy for text, guessing without memory for tasks). "
-            "Train step: how much faster or slower than the baseline, 95% interval from the timing rounds (the "
-            "tables give the raw ratio)."
+            f"learned ({LEARNED_TEST_TEXT}: the bigram's cross-entropy for text, the best binding-free predictor "
+            "for tasks). "
+            "Train step: how much faster or slower than the baseline (the ratio of mean times over the timing "
+            "rounds, as in the Summary and the speedup pivot, which give the raw ratio), 95% interval from the "
+            "rounds; a point whose timing the speed run flagged noisy is named, not quoted."
         ),
         notes=sentences,
         figures=[figure] if figure else [],

@@ -4,16 +4,12 @@ that names it."""
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from attnbench.report.decision import EQUIVALENT, UNDETERMINED, Decision
+from attnbench.report.decision import Decision, decide
 from attnbench.report.load import StoreData
-from attnbench.sequential import BETTER, WORSE, Design, decide_arrays
-
-_OUTCOME = {BETTER: "better", WORSE: "worse", EQUIVALENT: EQUIVALENT}
+from attnbench.sequential import Design
 
 
 def design_of(protocol: dict[str, Any]) -> Design | None:
@@ -25,24 +21,10 @@ def design_of(protocol: dict[str, Any]) -> Design | None:
 
 
 def decide_sequential(diffs: Sequence[float], margin: float | None, higher_is_better: bool, design: Design) -> Decision:
-    """The decision on per-seed differences at the look of len(diffs) seeds: better / worse when
-    the 95% repeated confidence interval excludes 0, equivalent when the 90% one lies inside
-    ±margin; the interval shown is the 95% repeated one."""
-    d = [float(x) for x in diffs if x is not None and math.isfinite(x)]
-    n = len(d)
-    if n == 0:
-        return Decision(UNDETERMINED, None, None, None, 0, margin)
-    mean = statistics.fmean(d)
-    if n < max(2, design.min) or n > design.max:  # no look of the design at this n
-        return Decision(UNDETERMINED, mean, None, None, n, margin)
-    sd = statistics.stdev(d)
-    code, lo, hi = decide_arrays(mean, sd, n, design, margin, higher_is_better)
-    within = False
-    if margin is not None:
-        half = design.t_crit(n, 2.0 * design.alpha) * sd / math.sqrt(n)
-        within = -margin < mean - half and mean + half < margin
-    outcome = _OUTCOME.get(int(code), UNDETERMINED)
-    return Decision(outcome, mean, float(lo), float(hi), n, margin, within)
+    """The decision at the look of len(diffs) seeds of ``design`` (report.decision.decide with
+    that design): better / worse when the 95% repeated confidence interval excludes 0,
+    equivalent when both one-sided bounds lie inside ±margin."""
+    return decide(diffs, margin, higher_is_better, design)
 
 
 def method_text(data: StoreData, fixed: str) -> str:

@@ -36,6 +36,7 @@ _HEADLINE = (
     ("accuracy", "val_accuracy", "accuracy"),
 )
 _NOT_TASK_METRICS = ("loss", "ppl", "bpb", "length_accuracy", "length_exact", "length_status")  # lengths: own section
+_NOT_COORDS = ("split", "task", "null_predictor", "null_levels")  # tags of a task row that are no difficulty
 _COST = (
     "n_params",
     "state_elements",
@@ -140,7 +141,7 @@ def _row(data: StoreData, sel: Selection) -> tuple[dict[str, Any], dict[str, Any
         "chosen point": raw["grid_point"] if sel.n_points == 1 else f"{raw['grid_point']} (best of {sel.n_points})",
     }
     for short, key, label in _HEADLINE:
-        m = mean_ci(s.get(key) for s in done["summary"])
+        m = mean_ci((s.get(key) for s in done["summary"]), bounds=(0.0, 1.0) if short == "accuracy" else None)
         if m.n or any(key in s for s in runs["summary"]):
             raw.update({f"{short}_mean": m.mean, f"{short}_ci95_lo": m.lo, f"{short}_ci95_hi": m.hi})
             view[f"{label}, mean ± 95% CI"] = ci_text(m)
@@ -245,12 +246,16 @@ def _task_rows(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
             tags = r["tags"]
             if "task" not in tags or r["name"] in _NOT_TASK_METRICS:
                 continue
-            coords = {k: v for k, v in tags.items() if k not in ("split", "task")}
+            coords = {  # the difficulty coordinates: scalar tags, not what annotates a null row
+                k: v for k, v in tags.items() if k not in _NOT_COORDS and not isinstance(v, (dict, list, tuple))
+            }
             rows.append(
                 {
                     "variant": s.label,
+                    "split": tags.get("split", "val"),
                     "task": tags["task"],
                     "metric": r["name"],
+                    "count": r["unit"] == "count",  # e.g. answers: how many positions an accuracy scored
                     "seed": seeds[r["run_id"]],
                     "value": r["value"],
                     **coords,
@@ -259,19 +264,50 @@ def _task_rows(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+_TASK_FIELDS = ("variant", "split", "task", "metric", "count", "seed", "value")
+_SPLIT_NAME = {"test": "test split", "val": "validation split"}
+
+
 def _task_section(exp: str, rows: pd.DataFrame, palette: figures.Palette) -> tuple[list[Table], list[Figure]]:
-    coords = [c for c in rows.columns if c not in ("variant", "task", "metric", "seed", "value")]
+    """The scores of one split, per difficulty: the test split where the runs scored one (the split
+    the Summary decides on; validation chose the grid point), else validation. Scores are the mean
+    over seeds with its 95% interval; counts (answers scored) are summed over the seeds."""
+    split = "test" if (rows["split"] == "test").any() else "val"
+    rows = rows[rows["split"] == split]
+    coords = [c for c in rows.columns if c not in _TASK_FIELDS]
     keys = ["variant", "task", "metric", *coords]
     out = []
     for key, g in rows.groupby(keys, dropna=False, sort=True):
-        m = mean_ci(g["value"])
+        accuracy = dict(zip(keys, key, strict=True))["metric"] == "accuracy"
+        m = mean_ci(g["value"], bounds=(0.0, 1.0) if accuracy else None)
+        total = float(pd.to_numeric(g["value"], errors="coerce").sum()) if g["count"].all() else None
         out.append(
-            {**dict(zip(keys, key, strict=True)), "mean": m.mean, "ci95_lo": m.lo, "ci95_hi": m.hi, "seeds": m.n}
+            {
+                **dict(zip(keys, key, strict=True)),
+                "split": split,
+                "mean": m.mean,
+                "ci95_lo": m.lo,
+                "ci95_hi": m.hi,
+                "seeds": m.n,
+                "total": total,  # counts only: the sum over the seeds
+            }
         )
     data = pd.DataFrame(out)
     view = data[keys].copy()
-    view["value, mean ± 95% CI"] = [ci_text(mean_ci_row) for mean_ci_row in _cis(data)]
-    table = Table(f"{exp}-tasks", f"{exp}: synthetic-task scores by difficulty", data, view)
+    view["value, mean ± 95% CI"] = [
+        f"{r['total']:.0f} in all (n={int(r['seeds'])})" if is_number(r["total"]) else ci_text(c)
+        for c, (_, r) in zip(_cis(data), data.iterrows(), strict=True)
+    ]
+    table = Table(
+        f"{exp}-tasks",
+        f"{exp}: synthetic-task scores by difficulty ({_SPLIT_NAME.get(split, split)})",
+        data,
+        view,
+        f"One split, never pooled: {_SPLIT_NAME.get(split, split)}"
+        + (" (the split the Summary decides on)" if split == "test" else " (the runs scored no test split)")
+        + "; scores are the mean over seeds with a 95% Student-t interval, n = seeds; answer counts are summed "
+        "over the seeds.",
+    )
     figs = []
     acc = rows[rows["metric"] == "accuracy"]
     varying = [c for c in coords if acc[c].nunique(dropna=True) > 1]
@@ -281,7 +317,7 @@ def _task_section(exp: str, rows: pd.DataFrame, palette: figures.Palette) -> tup
             acc.rename(columns={"value": "accuracy"}),
             x,
             palette,
-            f"{exp}: accuracy against {x.replace('_', ' ')}",
+            f"{exp}: accuracy against {x.replace('_', ' ')} ({_SPLIT_NAME.get(split, split)})",
             f"{exp}-recall",
         )
         figs = [fig] if fig else []

@@ -34,7 +34,9 @@ class MeanCI:
         return None if self.lo is None or self.hi is None else (self.hi - self.lo) / 2
 
 
-def mean_ci(values: Iterable[Any]) -> MeanCI:
+def mean_ci(values: Iterable[Any], bounds: tuple[float, float] | None = None) -> MeanCI:
+    """The mean and its 95% Student-t interval, cut to ``bounds`` where the quantity has them (an
+    accuracy's interval never leaves [0, 1]: the cut removes only values it cannot take)."""
     xs = [float(v) for v in values if is_number(v)]
     n = len(xs)
     if n == 0:
@@ -44,7 +46,10 @@ def mean_ci(values: Iterable[Any]) -> MeanCI:
         return MeanCI(mean, None, None, 1)
     sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
     half = t_quantile_975(n - 1) * sd / math.sqrt(n)
-    return MeanCI(mean, mean - half, mean + half, n)
+    lo, hi = mean - half, mean + half
+    if bounds is not None:
+        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+    return MeanCI(mean, lo, hi, n)
 
 
 def is_number(v: Any) -> bool:
@@ -70,8 +75,10 @@ def ci_text(m: MeanCI, digits: int = 4) -> str:
     """'3.201 ± 0.012 (n=2)', or the mean alone when one seed gives no interval."""
     if not is_number(m.mean):
         return MISSING
-    if not is_number(m.half):
+    if not is_number(m.half) or m.lo is None or m.hi is None:
         return f"{num(m.mean, digits)} (n={m.n})"
+    if not math.isclose(m.mean - m.lo, m.hi - m.mean, rel_tol=1e-6, abs_tol=1e-12):  # cut at a bound
+        return f"{num(m.mean, digits)} [{num(m.lo, digits)}, {num(m.hi, digits)}] (n={m.n})"
     return f"{num(m.mean, digits)} ± {num(m.half, 2)} (n={m.n})"
 
 
