@@ -161,7 +161,12 @@ ACC = {
 }
 
 
-def _run(suite: str, tier: str, variant: str, setting: str, lr: float, seed: int, val: float, test: float) -> RunRecord:
+NULL = {"recall": 0.363, "copy": 0.192}  # measured null levels (most frequent value so far; v16 / t32)
+
+
+def _run(
+    suite: str, tier: str, variant: str, setting: str, lr: float, seed: int, val: float, test: float, null: bool = False
+) -> RunRecord:
     task = {"recall": "mad_recall", "copy": "selective_copy"}[setting]
     tags = {"task": task}
     return RunRecord(
@@ -183,6 +188,7 @@ def _run(suite: str, tier: str, variant: str, setting: str, lr: float, seed: int
             Result("answers", 1000.0, "count", {"split": "val", **tags}),
             Result("accuracy", test, "", {"split": "test", **tags}),
             Result("answers", 1000.0, "count", {"split": "test", **tags}),
+            *([Result("guess_accuracy", NULL[setting], "", {"split": "test", **tags})] if null else []),
         ],
     )
 
@@ -261,3 +267,20 @@ def test_a_tiny_battery_runs_end_to_end_through_the_cli(tmp_path):
     settings = pd.read_csv(tmp_path / "report-tiny" / "tables" / "battery-settings.csv")
     assert sorted(settings["setting"]) == ["memorize", "recall"] and set(settings["points"]) == {2}
     assert "Capability profile" in text
+
+
+def test_settings_the_baseline_did_not_learn_are_named_with_their_null(tmp_path):
+    """softmax at 0.37 on recall sits at the measured null (0.363, the most frequent value so far)
+    on both seeds: the tier measures speed of learning there, and the report says so."""
+    path = tmp_path / "store.sqlite"
+    acc = {"softmax": {("recall", 1e-3): (0.37, 0.37), ("copy", 1e-3): (0.9, 0.9)}}
+    with Store(path) as store:
+        for (setting, lr), (val, test) in acc["softmax"].items():
+            for seed in (0, 1):
+                store.save_run(_run("battery", "cpu", "softmax", setting, lr, seed, val, test - 0.001 * seed, True))
+    _, text = _scores(tmp_path, path, "battery")
+    assert (
+        "Tier cpu: softmax did not learn 1 of 2 settings at this budget: recall (0.369 against null 0.363, "
+        "not learned (0 of 2 seeds))" in text
+    )
+    assert "copy (" not in text.split("Tier cpu: softmax did not learn")[1].split("\n")[0]

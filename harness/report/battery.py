@@ -119,8 +119,35 @@ def _score_table(table: pd.DataFrame) -> Table:
 
 def _settings_table(best: pd.DataFrame) -> Table:
     raw = best.drop(columns=["accs", "answers"])
-    view = raw.assign(best=[num(v, 3) for v in raw["best"]])
-    return Table("battery-settings", "Best accuracy per task setting", raw, view, "chosen on validation accuracy")
+    view = raw.assign(best=[num(v, 3) for v in raw["best"]], null=[num(v, 3) for v in raw["null"]])
+    return Table(
+        "battery-settings",
+        "Best accuracy per task setting",
+        raw,
+        view,
+        "chosen on validation accuracy; null: the task's measured null level on the same examples (the best "
+        "predictor without the capability); learned: seeds beyond it (exact binomial test on the answers)",
+    )
+
+
+def unlearned_notes(best: pd.DataFrame, baseline: str = "softmax") -> list[str]:
+    """One note per tier naming the settings where ``baseline`` did not learn on every seed: there
+    the tier measures how fast a mechanism learns the task within its budget, not whether it can."""
+    notes = []
+    for tier, group in best[best["variant"] == baseline].groupby("tier", sort=False):
+        missed = group[group["learned"].str.startswith(("not learned", "learned on"))]  # unknown: no null stored
+        if missed.empty:
+            continue
+        where = "; ".join(
+            f"{r['setting']} ({num(r['best'], 3)} against null {num(r['null'], 3)}, {r['learned']})"
+            for _, r in missed.iterrows()
+        )
+        notes.append(
+            f"Tier {tier}: {baseline} did not learn {len(missed)} of {len(group)} settings at this budget: {where}. "
+            "There the tier measures how fast a mechanism learns the task within its budget, not whether it can; "
+            "a score there is not comparable with a tier at which the baseline learned."
+        )
+    return notes
 
 
 def battery_sections(data: StoreData, palette: Palette) -> list[Section]:
@@ -142,7 +169,7 @@ def battery_sections(data: StoreData, palette: Palette) -> list[Section]:
             intro=INTRO,
             tables=[_score_table(table), _settings_table(best[best["tier"].isin(tiers)])],
             figures=figures,
-            notes=_agreement_notes(tier_agreement(table), all_tiers),
+            notes=unlearned_notes(best[best["tier"].isin(tiers)]) + _agreement_notes(tier_agreement(table), all_tiers),
         )
     ]
 

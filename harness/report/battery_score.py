@@ -29,11 +29,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from attnbench.learning import row_learned
 from attnbench.report.load import StoreData
 from attnbench.report.values import grid_point, point_text
 
 BOOTSTRAP = 2000
-CELL_COLUMNS = ["tier", "variant", "task", "setting", "options", "point", "seed", "val", "test", "answers"]
+CELL_COLUMNS = ["tier", "variant", "task", "setting", "options", "point", "seed", "val", "test", "answers", "null"]
 
 
 def _split_value(results: pd.DataFrame, name: str, split: str) -> float | None:
@@ -65,6 +66,7 @@ def _cell_row(run: dict[Any, Any], coords: dict[str, Any], results: pd.DataFrame
     data = run["config"].get("data") or {}
     options = data.get("task_options") or {}
     test = _split_value(results, "accuracy", "test")
+    split = "test" if test is not None else "val"
     return {
         "tier": coords["battery"],
         "variant": run["variant"],
@@ -75,7 +77,8 @@ def _cell_row(run: dict[Any, Any], coords: dict[str, Any], results: pd.DataFrame
         "seed": run["seed"],
         "val": _split_value(results, "accuracy", "val"),
         "test": test,
-        "answers": _split_value(results, "answers", "test" if test is not None else "val"),
+        "answers": _split_value(results, "answers", split),
+        "null": _split_value(results, "guess_accuracy", split),  # the measured null level on that split
     }
 
 
@@ -91,6 +94,10 @@ def best_over_grid(cells: pd.DataFrame) -> pd.DataFrame:
         chosen = scored[scored["point"] == choice]
         on_test = chosen["test"].notna().all()
         accs = [float(a) for a in (chosen["test"] if on_test else chosen["val"])]
+        nulls = [float(v) for v in chosen["null"] if v is not None and not math.isnan(float(v))]
+        answers = [None if a is None or math.isnan(a) else int(a) for a in chosen["answers"]]
+        null = statistics.fmean(nulls) if nulls else None
+        counts = {i: float(n) for i, n in enumerate(answers) if n}
         rows.append(
             {
                 "tier": tier,
@@ -104,7 +111,9 @@ def best_over_grid(cells: pd.DataFrame) -> pd.DataFrame:
                 "seeds": len(accs),
                 "best": statistics.fmean(accs),
                 "accs": accs,
-                "answers": [None if a is None or math.isnan(a) else int(a) for a in chosen["answers"]],
+                "answers": answers,
+                "null": null,
+                "learned": row_learned(dict(enumerate(accs)), null, True, counts).text(),
             }
         )
     return pd.DataFrame(rows)
