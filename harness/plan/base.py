@@ -197,12 +197,16 @@ class Tuning(BaseModel):
     ``seeds`` at ``budget``; the best 1/``eta`` of the points (mean validation loss) go on at
     ``eta`` x that budget, and so on while more than one point is left and the next budget
     stays below the experiment's; the survivor is then trained at the experiment's budget on
-    every seed. Every tuning run stays in the store; the choice reads validation data only."""
+    every seed. Every tuning run stays in the store; the choice reads validation data only
+    (``criterion``: loss, or a task's accuracy on answers)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)  # seeds of the tuning runs
     budget: Budget  # the first rung's budget (same kind as the experiment's, and smaller)
     eta: int = Field(default=3, ge=2)  # keep the best 1/eta of the points per rung; budget grows eta-fold
+    # what ranks the points: loss (validation loss, lowest first) or accuracy (a task's validation
+    # answers, highest first, ties by loss); a search window's extension reads it too
+    criterion: Literal["loss", "accuracy"] = "loss"
 
 
 class SeedRounds(BaseModel):

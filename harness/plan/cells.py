@@ -20,6 +20,7 @@ from attnbench.data.vocab import task_seq_len, vocab_size_for
 from attnbench.errors import DataError, UnknownVariantError, quoted, shortened
 from attnbench.plan.base import LayerPattern, ModelSpec, Protocol, SpecT, option_key, spec_as, variant_point
 from attnbench.plan.sizes import matched_config
+from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.registry.hybrid import is_hybrid_name, make_part
 from attnbench.registry.identity import variant_identity
@@ -245,7 +246,7 @@ def expand(
                             spec,
                             seed,
                             coords,
-                            protocol=protocol.model_dump() if protocol else None,
+                            protocol=_protocol_record(exp, protocol),
                         )
                         if corpus_hash and kind_code:
                             inputs = {
@@ -262,6 +263,16 @@ def expand(
                             cell = rekey(Cell(**{**cell.__dict__, "key_inputs": inputs}))
                         cells.append(cell)
     return cells
+
+
+def _protocol_record(exp: object, protocol: Protocol | None) -> dict[str, Any] | None:
+    """The protocol stored with each result; with the grid's search windows, where it has any
+    (the report reads which bound a search stopped at from them)."""
+    if protocol is None:
+        return None
+    windows = exp.windows() if isinstance(exp, TrainExperiment) else {}
+    record = protocol.model_dump()
+    return {**record, "windows": {k: w.model_dump() for k, w in windows.items()}} if windows else record
 
 
 def _hybrids(suite: Suite, ei: int, registry: Registry) -> dict[int, Variant]:

@@ -3,18 +3,24 @@ the stored outcomes of the cells so far. Rung 0 is planned with the suite (plan/
 each later rung keeps the best 1/eta of the points at eta x the budget, and the survivor
 runs at the experiment's budget on every seed (the "final" stage the report reads).
 
-The choice reads validation loss only. It is a pure function of stored outcomes, so a
-resumed run, another driver or a torchrun rank plans exactly the same cells."""
+Where the grid declares a search window (plan/grid_window.py) and a rung's best point lies on
+an edge of the values tried on its axis, the next point beyond joins that rung (same seeds,
+same budget) before any point goes on: the rung is decided once its best point is inside the
+window or stopped at a declared bound.
+
+The choice reads validation data only (``protocol.tuning.criterion``: loss by default). It is
+a pure function of stored outcomes, so a resumed run, another driver or a torchrun rank plans
+exactly the same cells."""
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable
 from typing import Any
 
 from attnbench.plan.base import Budget, TrainSpec, Tuning
 from attnbench.plan.cells import Cell, rekey
+from attnbench.plan.grid_window import GridWindow, extensions, mean_score, score
 from attnbench.plan.specs import AnyExperiment, TrainExperiment
 from attnbench.plan.suite import Suite
 
@@ -45,7 +51,20 @@ def grid_point_of(cell: Cell) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((k, v) for k, v in cell.coords.items() if k not in skip))
 
 
-def _advance_group(cells: list[Cell], full: Budget, seeds: list[int], eta: int, lookup: Lookup) -> list[Cell]:
+def _widened(best: list[Cell], cells: list[Cell], windows: dict[str, GridWindow]) -> list[Cell]:
+    """The cells of the points beyond ``best`` (the rung's best point's cells, one per tuning
+    seed) on each window axis where it lies on an edge of the values tried (every rung of
+    ``cells``): the same seeds and budget, one setting changed."""
+    tried = [dict(grid_point_of(c)) for c in cells]
+    out = []
+    for point in extensions(windows, dict(grid_point_of(best[0])), tried):
+        changed = {k: v for k, v in point.items() if best[0].coords.get(k) != v}
+        for c in best:
+            out.append(rekey(c, spec=c.spec.model_copy(update=changed), coords={**c.coords, **changed}))
+    return out
+
+
+def _advance_group(cells: list[Cell], exp: TrainExperiment, tuning: Tuning, lookup: Lookup) -> list[Cell]:
     """The next cells of one (experiment, variant, model, options), or [] when its current
     rung is not finished yet or its final runs are already planned."""
     if any(c.coords.get("stage") == "final" for c in cells):
@@ -58,7 +77,13 @@ def _advance_group(cells: list[Cell], full: Budget, seeds: list[int], eta: int, 
     by_point: dict[tuple, list[Cell]] = {}
     for c in current:
         by_point.setdefault(grid_point_of(c), []).append(c)
-    ranked = sorted(by_point, key=lambda p: statistics.fmean(val_loss(outcomes[c.key]) for c in by_point[p]))
+    criterion = tuning.criterion
+    means = {p: mean_score(score(criterion, *(outcomes[c.key] or (None, None))) for c in by_point[p]) for p in by_point}
+    ranked = sorted(by_point, key=lambda p: means[p])  # stable: on a tie the earlier point (never a new one) leads
+    wider = _widened(by_point[ranked[0]], cells, exp.windows())
+    if wider:
+        return wider
+    full, seeds, eta = exp.train.budget, exp.seeds, tuning.eta
     keep = max(1, math.ceil(len(ranked) / eta))
     budget = _scaled(current[0].spec_as(TrainSpec).budget, eta)
     kind = full.kind()
@@ -92,7 +117,7 @@ def next_cells(suite: Suite, cells: list[Cell], lookup: Lookup) -> list[Cell]:
             groups.setdefault(group_key(c), []).append(c)
     for (exp_name, *_), group in groups.items():
         exp, tuning = _tuned(experiments[exp_name])
-        out += _advance_group(group, exp.train.budget, exp.seeds, tuning.eta, lookup)
+        out += _advance_group(group, exp, tuning, lookup)
     return out
 
 

@@ -15,6 +15,7 @@ from pydantic_core import PydanticUndefined
 
 from attnbench.data.spec import DataSpec
 from attnbench.plan import base, defaults, specs, speed_spec
+from attnbench.plan.grid_window import GridWindow
 from attnbench.plan.suite import Suite
 
 SCHEMA_FILE = "suite.schema.json"
@@ -76,7 +77,16 @@ SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
         "Tuning by successive halving",
         base.Tuning,
         "protocol.tuning",
-        "tuning: {seeds: [0], budget: {steps: 200}, eta: 2}",
+        "tuning: {seeds: [0], budget: {steps: 200}, eta: 2}\n"
+        "tuning: {seeds: [0], budget: {steps: 800}, eta: 2, criterion: accuracy}   # a task's answers decide",
+    ),
+    (
+        "Learning-rate search windows",
+        GridWindow,
+        "grid.<float setting>",
+        "grid: {lr: {start: [1.0e-3, 3.0e-3], factor: 3, bounds: [1.0e-4, 3.0e-2]}}\n"
+        "# a rung whose best point lies on an edge of the values tried trains the next value beyond it\n"
+        "# (same seeds and budget) until the best is inside, or the next would pass a bound",
     ),
     (
         "Seeds until decided",

@@ -15,20 +15,29 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from attnbench.data.spec import DataSpec
 from attnbench.errors import quoted
 from attnbench.plan.base import Budget, ExperimentBase, Protocol, TrainSpec, Tuning, grid_points, option_key, spec_as
+from attnbench.plan.grid_window import GridWindow, read_window, start_grid, windows_of
 from attnbench.plan.speed_spec import SpeedExperiment
+
+FLOAT_SETTINGS = [k for k, f in TrainSpec.model_fields.items() if f.annotation is float]  # what a window can search
 
 
 class TrainExperiment(ExperimentBase):
     kind: Literal["train"]
     data: DataSpec = DataSpec()
     train: TrainSpec
-    grid: dict[str, list[Any]] = {}
+    # train settings (or variant_options.VARIANT.OPTION) to sweep: {key: [values]}, every point runs;
+    # or a float setting's window, searched by protocol.tuning: {lr: {start: [...], factor: F, bounds: [lo, hi]}}
+    grid: dict[str, list[Any] | GridWindow] = {}
     protocol: Protocol | None = None
     # a capability battery's tier (e.g. cpu): its train experiments (one per task setting) get one score
     battery: str | None = Field(None, min_length=1)
 
     def points(self) -> list[dict[str, Any]]:
-        return grid_points(self.grid)
+        """The grid's points; a window's start points (tuning adds the rest as it goes)."""
+        return grid_points(start_grid(self.grid))
+
+    def windows(self) -> dict[str, GridWindow]:
+        return windows_of(self.grid)
 
     def spec(self) -> TrainSpec:
         return self.train
@@ -48,9 +57,21 @@ class TrainExperiment(ExperimentBase):
     def context(self, spec: BaseModel) -> int:
         return spec_as(spec, TrainSpec, self.name).seq_len
 
+    @field_validator("grid", mode="before")
+    @classmethod
+    def _windows_read(cls, grid: Any, info: ValidationInfo) -> Any:
+        """A mapping under a grid key is a search window: checked here, so its error names the
+        experiment and the key in one line (not once per member of the list-or-window union)."""
+        if not isinstance(grid, dict):
+            return grid
+        name = info.data.get("name")
+        return {k: read_window(v, name, k) if isinstance(v, dict) else v for k, v in grid.items()}
+
     @field_validator("grid")
     @classmethod
-    def _grid_keys(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    def _grid_keys(
+        cls, grid: dict[str, list[Any] | GridWindow], info: ValidationInfo
+    ) -> dict[str, list[Any] | GridWindow]:
         known = set(TrainSpec.model_fields) - {"budget"}
         for key, values in grid.items():
             opt = option_key(key)
@@ -66,8 +87,14 @@ class TrainExperiment(ExperimentBase):
                     f"grid key {quoted(key)} is not a train setting{hint}; allowed: {sorted(known)}, "
                     "or variant_options.VARIANT.OPTION"
                 )
-            if not values:
+            if isinstance(values, list) and not values:
                 raise ValueError(f"grid key {quoted(key)} has no values")
+            if isinstance(values, GridWindow) and key not in FLOAT_SETTINGS:
+                raise ValueError(
+                    f"experiment {quoted(info.data.get('name'))}: grid key {quoted(key)} is a search window, which "
+                    f"multiplies by its factor, so it searches a float train setting ({', '.join(FLOAT_SETTINGS)}); "
+                    f"list the values of {quoted(key)} instead"
+                )
         return grid
 
     @model_validator(mode="after")
@@ -79,9 +106,23 @@ class TrainExperiment(ExperimentBase):
                     f"grid key {quoted(key)} sweeps an option of {quoted(opt[0])}, which this experiment "
                     f"does not run (variants: {quoted(self.variants)}); add it to 'variants' or correct the key"
                 )
-        for point in grid_points(self.grid):
+        for point in grid_points(start_grid(self.grid)):
             TrainSpec.model_validate(
                 {**self.train.model_dump(), **{k: v for k, v in point.items() if option_key(k) is None}}
+            )
+        for key, window in self.windows().items():  # every point searched lies within the bounds
+            for bound in window.bounds:
+                TrainSpec.model_validate({**self.train.model_dump(), key: bound})
+        return self
+
+    @model_validator(mode="after")
+    def _windows_searched(self) -> TrainExperiment:
+        p, windows = self.protocol, self.windows()
+        if windows and (p is None or p.tuning is None or not p.tune):
+            raise ValueError(
+                f"experiment {quoted(self.name)}: grid key {quoted(next(iter(windows)))} is a search window, "
+                "which protocol.tuning searches; "
+                "add protocol.tuning (e.g. tuning: {seeds: [0], budget: {steps: 200}}) or list the values"
             )
         return self
 
@@ -98,7 +139,7 @@ class TrainExperiment(ExperimentBase):
                     "given; keep seeds: [...] for fixed seeds, or protocol.seeds to add seeds until decided"
                 )
             self.seeds = first
-        if p.tune and len(grid_points(self.grid)) < 2:
+        if p.tune and len(self.points()) < 2:
             raise ValueError(
                 "protocol.tune needs a grid of at least 2 points to choose from (e.g. grid: "
                 "{lr: [1.0e-3, 3.0e-3]}); add values to 'grid' or set protocol.tune: false"
@@ -164,6 +205,11 @@ class TrainExperiment(ExperimentBase):
             )
         if not p.tune:
             raise ValueError("protocol.tuning searches the grid, and protocol.tune is false; remove one of them")
+        if t is not None and t.criterion == "accuracy" and self.data.source != "task":
+            raise ValueError(
+                "protocol.tuning.criterion: accuracy reads a task's answers, and this experiment's data is "
+                f"{self.data.source!r} text; use criterion: loss or a task source"
+            )
 
 
 class ScalingSpec(TrainSpec):

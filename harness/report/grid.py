@@ -1,7 +1,10 @@
 """Where each variant's chosen grid point sits: on an edge of a numeric grid axis (its best
 may lie beyond the grid: widen it), and its learning-rate window, the grid's learning rates
 whose validation loss lies within the protocol's margin of the best (a narrow window is itself
-a finding: recall in recurrent models is known to succeed only in a narrow one)."""
+a finding: recall in recurrent models is known to succeed only in a narrow one).
+
+An axis the tuning searched (a search window, plan/grid_window.py) has an edge only where the
+search stopped at a declared bound: the note then names that bound."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.plan.grid_window import read_windows, stopped_at
 from attnbench.report.document import Problem, Section, Table
 from attnbench.report.load import StoreData
 from attnbench.report.paired import metric_of, protocol_of
@@ -19,6 +23,7 @@ from attnbench.report.values import MISSING, OPTION_PREFIX, grid_point, is_numbe
 
 LR = "lr"
 EDGE_NOTE = "chosen at a grid edge"
+BOUND_NOTE = "chosen at a declared bound"
 
 
 def axis_name(key: str) -> str:
@@ -28,13 +33,17 @@ def axis_name(key: str) -> str:
 
 @dataclass(frozen=True)
 class Edge:
-    """The chosen point's value is the smallest ("lower") or largest ("upper") of a numeric axis."""
+    """The chosen point's value is the smallest ("lower") or largest ("upper") of a numeric axis;
+    on a searched axis, the search stopped there at the declared ``bound``."""
 
     axis: str
     side: str
     values: tuple[float, ...]  # the axis' grid values, ascending
+    bound: float | None = None  # a search window's declared bound the search stopped at
 
     def text(self) -> str:
+        if self.bound is not None:
+            return f"{axis_name(self.axis)} stopped at the declared {self.side} bound {num(self.bound, 3)}"
         return f"{axis_name(self.axis)} at the grid's {self.side} edge"
 
 
@@ -49,13 +58,21 @@ def numeric_axes(points: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> d
 
 
 def edges_of(sel: Selection) -> list[Edge]:
-    """The axes on whose edge ``sel``'s chosen point lies (a 2-value axis always has it on one)."""
+    """The axes on whose edge ``sel``'s chosen point lies (a 2-value axis always has it on one);
+    a searched axis only where its search stopped at a declared bound."""
+    windows = read_windows(protocol_of(sel).get("windows"))
     out = []
     for axis, values in numeric_axes(sel.grid).items():
         v: Any = sel.point.get(axis)
         if not is_number(v):
             continue
-        if float(v) == values[0]:
+        window = windows.get(axis)
+        side = stopped_at(window, axis, sel.point, sel.grid) if window is not None else None
+        if side is not None and window is not None:
+            out.append(Edge(axis, side, values, window.bound(side)))
+        elif window is not None and float(v) not in (values[0], values[-1]):
+            continue  # inside its search
+        elif float(v) == values[0]:
             out.append(Edge(axis, "lower", values))
         elif float(v) == values[-1]:
             out.append(Edge(axis, "upper", values))
@@ -63,10 +80,17 @@ def edges_of(sel: Selection) -> list[Edge]:
 
 
 def edge_clause(edges: list[Edge]) -> str:
-    """ "lr at the grid's upper edge: widen it" ('' for none)."""
-    if not edges:
-        return ""
-    return ", ".join(e.text() for e in edges) + (": widen it" if len(edges) == 1 else ": widen them")
+    """ "lr at the grid's upper edge: widen it", "lr stopped at the declared upper bound 0.03: the
+    best may lie beyond it" ('' for none)."""
+    grid = [e.text() for e in edges if e.bound is None]
+    bounds = [e.text() for e in edges if e.bound is not None]
+    parts = [", ".join(grid) + (": widen it" if len(grid) == 1 else ": widen them")] if grid else []
+    if bounds:
+        parts.append(
+            ", ".join(bounds)
+            + (": the best may lie beyond it" if len(bounds) == 1 else ": the best may lie beyond them")
+        )
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -138,20 +162,23 @@ def train_selections(data: StoreData) -> list[Selection]:
 
 
 def edge_notes(data: StoreData) -> list[Problem]:
-    """One note per (experiment, variant) whose chosen point lies on a grid edge."""
+    """One note per (experiment, variant) whose chosen point lies on a grid edge, or where its
+    search stopped at a declared bound."""
     out = []
     for sel in train_selections(data):
         for e in edges_of(sel):
-            out.append(
-                Problem(
-                    EDGE_NOTE,
-                    sel.label,
-                    f"{sel.experiment} ({sel.model_label})",
-                    e.text(),
-                    f"chose {axis_name(e.axis)}={num(sel.point[e.axis], 3)} of "
-                    f"{', '.join(num(v, 3) for v in e.values)}: the best may lie beyond the grid, widen it",
+            chose = f"chose {axis_name(e.axis)}={num(sel.point[e.axis], 3)} of {', '.join(num(v, 3) for v in e.values)}"
+            if e.bound is None:
+                kind, detail = EDGE_NOTE, f"{chose}: the best may lie beyond the grid, widen it"
+            else:
+                kind, detail = (
+                    BOUND_NOTE,
+                    (
+                        f"{chose}, searched until the next point would pass the declared {e.side} bound "
+                        f"{num(e.bound, 3)}: the best may lie beyond it; widen the bounds to search further"
+                    ),
                 )
-            )
+            out.append(Problem(kind, sel.label, f"{sel.experiment} ({sel.model_label})", e.text(), detail))
     return out
 
 
@@ -192,7 +219,8 @@ def grid_section(data: StoreData) -> list[Section]:
     if not raws:
         return []
     note = (
-        "Edge: the chosen value is the smallest or largest of its axis, so the best may lie outside the grid. "
+        "Edge: the chosen value is the smallest or largest of its axis, so the best may lie outside the grid; "
+        "on an axis the tuning searched (a search window), only where the search stopped at a declared bound. "
         "Learning-rate window: the grid's learning rates whose mean validation loss lies within the protocol's "
         "margin of the best, at the chosen point's other settings, compared at one budget (the first tuning rung "
         "where successive halving ran); a dash where the grid has one learning rate or the protocol states no "

@@ -90,5 +90,6 @@ def gate(
         reason, outcome = test.text(baseline), SPLIT
     else:
         return decision
-    mean = None if outcome == SPLIT else d.mean  # no mean over two populations of seeds
-    return NotLearned(outcome, mean, None, None, d.n, d.margin, False, reason)
+    if outcome == SPLIT:  # no mean or interval over two populations of seeds
+        return NotLearned(outcome, None, None, None, d.n, d.margin, False, reason)
+    return NotLearned(outcome, d.mean, d.lo, d.hi, d.n, d.margin, False, reason)

@@ -1,15 +1,25 @@
-"""The tuning trail of successive halving: per variant, each rung's points, budget and mean
-validation loss, and which point went on (the choice reads validation data only)."""
+"""The tuning trail of successive halving: per variant, each rung's points, budget and
+validation criterion, and which point went on; where each search window stopped; and one
+panel per experiment of the criterion against the learning rate (the choice reads
+validation data only)."""
 
 from __future__ import annotations
 
+import math
 import statistics
+from typing import Any
 
 import pandas as pd
 
-from attnbench.report.document import Section, Table
+from attnbench.plan.grid_window import GridWindow, edge_sides, line_values, mean_score, read_windows, score, stopped_at
+from attnbench.report.document import Figure, Section, Table
+from attnbench.report.figures import make_palette
 from attnbench.report.load import StoreData
+from attnbench.report.tuning_figure import tuning_curves
 from attnbench.report.values import grid_point, is_number, num, point_text
+
+LR = "lr"
+VALUES = {"loss": ("val_loss", "validation loss"), "accuracy": ("val_accuracy", "validation accuracy")}
 
 
 def _budget(config: dict) -> str:
@@ -17,47 +27,157 @@ def _budget(config: dict) -> str:
     return ", ".join(f"{v:g} {k}" for k, v in budget.items() if v is not None)
 
 
-def tuning_section(data: StoreData) -> list[Section]:
-    train = data.runs_of("train")
-    rows = []
-    for (exp, variant), runs in train.groupby(["experiment", "variant"], sort=False):
-        tune = runs[[c.get("stage") == "tune" for c in runs["coords"]]]
-        if tune.empty:
-            continue
-        final = {point_text(grid_point(c)) for c in runs["coords"] if c.get("stage") == "final"}
-        rungs = sorted({int(c["rung"]) for c in tune["coords"]})
-        for rung in rungs:
-            at = tune[[int(c["rung"]) == rung for c in tune["coords"]]]
-            later = {point_text(grid_point(c)) for c in tune["coords"] if int(c["rung"]) > rung} or final
-            points: dict[str, list[float]] = {}
-            for coords, summary in zip(at["coords"], at["summary"], strict=True):
-                loss = summary.get("val_loss")
-                points.setdefault(point_text(grid_point(coords)), []).append(loss if is_number(loss) else float("inf"))
-            for point, losses in sorted(points.items(), key=lambda kv: statistics.fmean(kv[1])):
-                rows.append(
+def _protocol(runs: pd.DataFrame) -> dict[str, Any]:
+    """The protocol recorded with the runs (every cell of an experiment records the same)."""
+    return next((s["protocol"] for s in runs["summary"] if isinstance(s.get("protocol"), dict)), {})
+
+
+def criterion_of(protocol: dict[str, Any]) -> str:
+    """What the tuning ranked on: ``protocol.tuning.criterion``, validation loss by default."""
+    return str((protocol.get("tuning") or {}).get("criterion") or "loss")
+
+
+def _mean(values: list[Any]) -> float | None:
+    """The mean over seeds; None where a seed has no finite value (it diverged or failed)."""
+    return statistics.fmean(values) if values and all(is_number(v) for v in values) else None
+
+
+def _by_point(at: pd.DataFrame) -> dict[str, tuple[dict[str, Any], pd.DataFrame]]:
+    out: dict[str, tuple[dict[str, Any], list[int]]] = {}
+    for pos, coords in enumerate(at["coords"]):
+        point = grid_point(coords)
+        out.setdefault(point_text(point), (point, []))[1].append(pos)
+    return {k: (p, at.iloc[rows]) for k, (p, rows) in out.items()}
+
+
+def search_text(window: GridWindow, axis: str, point: dict[str, Any], tried: list[dict[str, Any]]) -> str:
+    """Where the search of ``axis`` ended, with ``point`` chosen."""
+    values = line_values(point, axis, tried)
+    span = f"{num(values[0], 3)} to {num(values[-1], 3)}, {len(values)} points"
+    side = stopped_at(window, axis, point, tried)
+    if side is not None:
+        return f"{axis} stopped at the declared {side} bound {window.bound(side):g} ({span})"
+    if edge_sides(point, axis, tried):
+        return f"{axis} on the {edge_sides(point, axis, tried)[0]} edge of the searched points, unfinished ({span})"
+    return f"{axis} inside the searched window ({span})"
+
+
+def _group_rows(exp: str, variant: str, runs: pd.DataFrame, protocol: dict[str, Any]) -> tuple[list, list, list]:
+    """One (experiment, variant): its trail rows, its search rows and its figure points."""
+    criterion = criterion_of(protocol)
+    key = VALUES[criterion][0]
+    windows = read_windows(protocol.get("windows"))
+    tune = runs[[c.get("stage") == "tune" for c in runs["coords"]]]
+    finals = [grid_point(c) for c in runs["coords"] if c.get("stage") == "final"]
+    chosen = finals[0] if finals else None
+    final = {point_text(p) for p in finals}
+    tried = [grid_point(c) for c in tune["coords"]]
+    trail, curve = [], []
+    for rung in sorted({int(c["rung"]) for c in tune["coords"]}):
+        at = tune[[int(c["rung"]) == rung for c in tune["coords"]]]
+        later = {point_text(grid_point(c)) for c in tune["coords"] if int(c["rung"]) > rung} or final
+        points = _by_point(at)
+        ranks = {
+            text: mean_score(score(criterion, s, m) for s, m in zip(sub["status"], sub["summary"], strict=True))
+            for text, (_, sub) in points.items()
+        }
+        for text in sorted(points, key=lambda t: ranks[t]):
+            point, sub = points[text]
+            loss = _mean([m.get("val_loss") for m in sub["summary"]])
+            value = _mean([m.get(key) for m in sub["summary"]])
+            failed = sorted(set(sub["status"]) - {"done"})
+            trail.append(
+                {
+                    "experiment": exp,
+                    "variant": variant,
+                    "rung": rung,
+                    "budget": _budget(at.iloc[0]["config"]),
+                    "point": text,
+                    "seeds": len(sub),
+                    "val_loss": loss if loss is not None else math.inf,
+                    **({"val_accuracy": value} if criterion == "accuracy" else {}),
+                    "status": ", ".join(failed) if failed else "done",
+                    "added_by_search": any(a in point and float(point[a]) not in w.start for a, w in windows.items()),
+                    "went_on": text in later,
+                }
+            )
+            if is_number(point.get(LR)) and (chosen is None or _same_line(point, chosen)):
+                at_lr = {"experiment": exp, "variant": variant, "rung": rung, "lr": float(point[LR]), "value": value}
+                curve.append({**at_lr, "status": trail[-1]["status"], "chosen": point == chosen})
+    search = []
+    if chosen is not None:
+        for axis, window in windows.items():
+            if axis in chosen:
+                search.append(
                     {
                         "experiment": exp,
                         "variant": variant,
-                        "rung": rung,
-                        "budget": _budget(at.iloc[0]["config"]),
-                        "point": point,
-                        "seeds": len(losses),
-                        "val_loss": statistics.fmean(losses),
-                        "went_on": point in later,
+                        "axis": axis,
+                        "chosen": chosen[axis],
+                        "side": stopped_at(window, axis, chosen, tried) or "",
+                        "result": search_text(window, axis, chosen, tried),
                     }
                 )
+    return trail, search, curve
+
+
+def _same_line(point: dict[str, Any], chosen: dict[str, Any]) -> bool:
+    """``point`` has ``chosen``'s coordinates other than the learning rate."""
+    return {k: v for k, v in point.items() if k != LR} == {k: v for k, v in chosen.items() if k != LR}
+
+
+def _figure(data: StoreData, curve: list[dict[str, Any]], protocols: dict[str, dict[str, Any]]) -> Figure | None:
+    if not curve:
+        return None
+    bounds = {}
+    for exp, protocol in protocols.items():
+        window = read_windows(protocol.get("windows")).get(LR)
+        if window is not None:
+            bounds[exp] = (window.bounds[0], window.bounds[1])
+    ylabels = {exp: VALUES[criterion_of(p)][1] for exp, p in protocols.items()}
+    points = pd.DataFrame(curve).assign(value=lambda d: pd.to_numeric(d["value"], errors="coerce"))
+    title = "Tuning: the validation criterion against the learning rate"
+    return tuning_curves(points, bounds, ylabels, make_palette(data.all_variants), title, "tuning_lr")
+
+
+def tuning_section(data: StoreData) -> list[Section]:
+    train = data.runs_of("train")
+    rows, searched, curve, protocols = [], [], [], {}
+    for (exp, variant), runs in train.groupby(["experiment", "variant"], sort=False):
+        if not any(c.get("stage") == "tune" for c in runs["coords"]):
+            continue
+        protocols[str(exp)] = protocol = _protocol(runs)
+        trail, search, points = _group_rows(str(exp), str(variant), runs, protocol)
+        rows, searched, curve = rows + trail, searched + search, curve + points
     if not rows:
         return []
     raw = pd.DataFrame(rows)
-    view = raw.assign(val_loss=[num(v) for v in raw["val_loss"]], went_on=["yes" if w else "" for w in raw["went_on"]])
+    view = raw.assign(
+        **{k: [num(v) for v in raw[k]] for k in ("val_loss", "val_accuracy") if k in raw},
+        went_on=["yes" if w else "" for w in raw["went_on"]],
+        added_by_search=["yes" if a else "" for a in raw["added_by_search"]],
+    )
+    tables = [Table("tuning", "Tuning trail per variant", raw, view)]
+    if searched:
+        found = pd.DataFrame(searched)
+        view = found.drop(columns=["side"]).assign(chosen=[num(v, 3) for v in found["chosen"]])
+        note = (
+            "A search window's rung adds the next point beyond its best point while that point lies on an edge of "
+            "the values tried; it stops where the best point is inside (a worse or diverged neighbour was tried) "
+            "or where the next point would pass a declared bound."
+        )
+        tables.append(Table("tuning_windows", "Where each search window stopped", found, view, note))
+    figure = _figure(data, curve, protocols)
     return [
         Section(
             "Tuning: successive halving",
             intro=(
-                "Each rung trains every remaining grid point on the tuning seeds at its budget; the best points by "
-                "mean validation loss go on at a larger budget, and the survivor runs at the full budget on every seed "
-                "(the runs the summary reports)."
+                "Each rung trains every remaining grid point on the tuning seeds at its budget (a search window adds "
+                "points beyond an edge that is best, in the same rung); the best points by the tuning criterion "
+                "(mean validation loss unless the protocol names accuracy) go on at a larger budget, and the "
+                "survivor runs at the full budget on every seed (the runs the summary reports)."
             ),
-            tables=[Table("tuning", "Tuning trail per variant", raw, view)],
+            tables=tables,
+            figures=[figure] if figure is not None else [],
         )
     ]
