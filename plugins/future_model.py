@@ -1,9 +1,24 @@
 """Future attention's layer (torch): the equations, options and registration are in
-``attnbench.plugins.future``; the kernels are in ``kernels/lse_merge.py``."""
+``attnbench.plugins.future``; the lean kernels are in ``kernels/lse_merge.py``.
+
+Two paths compute the training (and inference) forward, the same equations (6.3, 6.4):
+* dense, when all of a forward's scores take no more memory than one query block of the
+  lean causal kernel (``lse_merge.SCORE_BLOCK_ELEMENTS``; the CPU suites' T <= 64 and the
+  speed experiment's T = 256 at batch 1) and dropout is off: the true scores (T, T) and
+  the learned band's (T, P), P = min(C - 1, T - 1 + fd) future positions, masked side by
+  side, one softmax, two matmuls; the target from the same true scores; autograd's
+  backward. A dozen small operations where the lean path runs some sixty: at quick's
+  shapes the layer's step takes about half the time.
+* lean (``_attend``): the blocked kernels, O(T fd) memory beside one block of causal scores,
+  for longer sequences, dropout, and decoding (``step``).
+``describe_path`` names the one the last forward took.
+"""
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -12,8 +27,30 @@ from torch import nn
 from attnbench import AuxLoss, MixerOutput, ModelConfig
 from attnbench.plugins import softmax_model
 from attnbench.plugins.future import AUX_NAME, _options
+from attnbench.plugins.kernels import lse_merge
 from attnbench.plugins.kernels.lse_merge import band_attend, band_scores, causal_attention_lse, fp32
 from attnbench.plugins.softmax_model import KVCache, SoftmaxAttention
+
+DENSE_KERNEL = "future_model.dense"
+LEAN_KERNEL = "lse_merge.causal_attention_lse+band_attend"
+
+
+class DenseMasks(NamedTuple):
+    """Where the dense path's scores are -inf or dropped, per (T, P, fd): (T, T + P) for
+    [true | band] (column T + c: position c + 1), (T, T) for the target's true scores."""
+
+    scores: torch.Tensor  # (T, T + P) True where j > i (true) or outside i < c + 1 <= i + fd (band)
+    beyond: torch.Tensor  # (T, T) True where j > i + fd: outside the target's softmax
+    seen: torch.Tensor  # (T, T) True where j <= i: not in the target's band
+
+
+@functools.lru_cache(maxsize=32)
+def dense_masks(T: int, P: int, fd: int, device: torch.device) -> DenseMasks:
+    i = torch.arange(T, device=device)[:, None]  # (T, 1)
+    j = torch.arange(T, device=device)[None, :]  # (1, T)
+    c = torch.arange(P, device=device)[None, :]  # (1, P) column c: position c + 1
+    band_out = (c < i) | (c >= i + fd)  # (T, P) position c + 1 outside i+1 .. i+fd
+    return DenseMasks(torch.cat([j > i, band_out], dim=1), j > i + fd, j <= i)
 
 
 def future_loss(out_future: torch.Tensor, target: torch.Tensor, loss_type: str) -> torch.Tensor:
@@ -25,6 +62,8 @@ def future_loss(out_future: torch.Tensor, target: torch.Tensor, loss_type: str) 
 
 class FutureAttention(SoftmaxAttention):
     """Future attention layer (equations 6.3, 6.4 in ``future``); QKV/output as the softmax layer."""
+
+    dense_path = True  # False: every forward runs the lean kernels (A/B benchmarks, tests)
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__(config, layer_idx)
@@ -39,6 +78,16 @@ class FutureAttention(SoftmaxAttention):
         self.k_future_bias = nn.Parameter(torch.zeros(H, 1, C - 1)) if config.bias else None
         self.v_future_bias = nn.Parameter(torch.zeros(H, 1, h)) if config.bias else None
         self.init_weights()
+        self.last_kernel: str | None = None  # the last forward's path, for describe_path
+
+    def describe_path(self) -> dict[str, object]:
+        """What runs: recorded with every speed figure (the module docstring says when the
+        dense path runs)."""
+        return {
+            "kernel": self.last_kernel or f"{DENSE_KERNEL} (scores within one block, no dropout), else {LEAN_KERNEL}",
+            "decode_kernel": LEAN_KERNEL,
+            "future_dim": self.opts.fd,
+        }
 
     def length_limit(self) -> tuple[int, str]:
         C = self.context
@@ -80,6 +129,38 @@ class FutureAttention(SoftmaxAttention):
         y = torch.exp(lse_c - lse_all)[..., None] * out_c + out_f  # (B, H, T, h)
         return y, out_f, lse_c
 
+    def _band_columns(self, T: int) -> int:
+        """P: the learned future positions 1..P some row of a T-token forward sees."""
+        return min(self.context - 1, T - 1 + self.opts.fd)
+
+    def _dense_fits(self, q: torch.Tensor) -> bool:
+        """Whether a forward's [true | band] scores, (B, H, T, T + P), fit one block of the
+        lean causal kernel's scores (read at call time: tests shrink the blocks)."""
+        B, H, T, _ = q.shape
+        return B * H * T * (T + self._band_columns(T)) <= lse_merge.SCORE_BLOCK_ELEMENTS
+
+    def _attend_dense(self, q, k, v):
+        """The dense path of 6.3, offset 0, no dropout: (y, out_future, a), a (B, H, T, T)
+        the scaled true scores, which the target reuses; fp32 q, k, v (B, H, T, h)."""
+        T, h = q.size(2), q.size(-1)
+        P, scale = self._band_columns(T), 1.0 / math.sqrt(h)
+        a = (q @ k.transpose(-1, -2)) * scale  # (B, H, T, T)
+        f = q @ fp32(self.k_future[:, :, :P])  # (B, H, T, P) column c: position c + 1
+        if self.k_future_bias is not None:
+            f = f + fp32(self.k_future_bias[:, :, :P])  # (B, H, T, P) b_k before the scale, as the reference
+        masks = dense_masks(T, P, self.opts.fd, q.device)
+        p = torch.cat([a, f * scale], dim=-1).masked_fill(masks.scores, float("-inf")).softmax(-1)  # (B, H, T, T+P)
+        out_f = p[..., T:] @ fp32(self.v_future[:, :P])  # (B, H, T, h)
+        if self.v_future_bias is not None:
+            out_f = out_f + fp32(self.v_future_bias)[None]  # (B, H, T, h) every row, as the reference
+        return p[..., :T] @ v + out_f, out_f, a  # (B, H, T, h) y, out_future; (B, H, T, T)
+
+    def _target_dense(self, a: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """out* (6.4) from the dense path's true scores a (B, H, T, T): (B, H, T, h)."""
+        masks = dense_masks(a.size(-1), self._band_columns(a.size(-1)), self.opts.fd, a.device)
+        p_true = a.masked_fill(masks.beyond, float("-inf")).softmax(-1)  # (B, H, T, T) j <= min(i + fd, T - 1)
+        return p_true.masked_fill(masks.seen, 0.0) @ v  # (B, H, T, h) the band i < j <= i + fd
+
     def _target(self, q, k, v, lse_c) -> torch.Tensor:
         """out* (B, H, T, h): true attention over j <= min(i+fd, T-1), band part only (6.4)."""
         T = q.size(2)
@@ -98,14 +179,21 @@ class FutureAttention(SoftmaxAttention):
         # exp / log-sum-exp need fp32: the core runs with autocast off on fp32 copies.
         with torch.autocast(x.device.type, enabled=False):
             q, k, v = fp32(q), fp32(k), fp32(v)  # (B, H, T, h)
-            y, out_f, lse_c = self._attend(q, k, v, 0, dropout_p)  # (B, H, T, h)
+            if dropout_p == 0.0 and self.dense_path and self._dense_fits(q):
+                self.last_kernel = DENSE_KERNEL
+                y, out_f, a = self._attend_dense(q, k, v)  # (B, H, T, h) x 2, (B, H, T, T)
+                target_of = functools.partial(self._target_dense, a, v)
+            else:
+                self.last_kernel = LEAN_KERNEL
+                y, out_f, lse_c = self._attend(q, k, v, 0, dropout_p)  # (B, H, T, h)
+                target_of = functools.partial(self._target, q, k, v, lse_c)
             aux = None
             if self.training and self.opts.use_future_attn_loss:
                 if self.opts.detach_target:
                     with torch.no_grad():
-                        target = self._target(q, k, v, lse_c)  # (B, H, T, h)
+                        target = target_of()  # (B, H, T, h)
                 else:
-                    target = self._target(q, k, v, lse_c)  # (B, H, T, h)
+                    target = target_of()  # (B, H, T, h)
                 aux = future_loss(out_f, target, self.opts.loss_type)  # ()
         y = self._merge(y.to(x.dtype))  # (B, T, D)
         if aux is None:

@@ -11,8 +11,9 @@ owning only its own storage) instead of module attributes holding a view of a
 [B, H, T, h_k, h_v] tensor; the position recurrence and the attention run in fp32 in eval
 too, and the recurrence never forms an unbounded cumulative sum (see ``log_linear_scan``).
 
-Also here: ``LogAttention``, the variant's mixer for the shared backbone, and its
-``attention_maps`` (the equations are in ``attnbench.plugins.heinsen``).
+Also here: ``LogAttention``, the variant's mixer for the shared backbone, its
+``attention_maps`` (the equations are in ``attnbench.plugins.heinsen``), and the mixer's
+training path for sequences of one chunk (``log_attention_one_chunk``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from attnbench import (
     LanguageModel,
@@ -69,6 +71,126 @@ def log_linear_scan(
     start = torch.stack(starts, dim=1)  # (B, N, d)
     log_x = torch.logaddexp(A + start[:, :, None], inner)  # (B, N, c, d)
     return log_x.reshape(B, N * c, d)[:, :T]  # (B, T, d)
+
+
+# ----------------------------------------------------------------------------- one-chunk training path
+
+# The stabilisers of attnbench.kernels.chunked.log_attention (its LEVEL, LEVEL_K, HEADROOM and
+# CUT; tests/test_heinsen_chunked.py checks they are the same): the path below is that
+# kernel's arithmetic for one chunk from the empty state.
+LEVEL, LEVEL_K, HEADROOM = 40.0, 5.0, 20.0
+CUT = {torch.float32: 70.0, torch.float64: 700.0}
+ONE_CHUNK_KERNEL = "heinsen_model.log_attention_one_chunk"
+CHUNKED_KERNEL = "chunked.log_attention"
+
+
+def _running_max(x: torch.Tensor) -> torch.Tensor:
+    """max over positions <= t along dim -2: (..., T, e) -> (..., T, e); log2 T maxima of
+    shifted copies (exact, and faster than cummax at T <= 64)."""
+    T, s = x.shape[-2], 1
+    while s < T:
+        y = x.clone()  # (..., T, e)
+        torch.maximum(x[..., s:, :], x[..., :-s, :], out=y[..., s:, :])
+        x, s = y, 2 * s
+    return x
+
+
+class _LogOneChunk(torch.autograd.Function):
+    """Heinsen's attention for T <= chunk from the empty state, ``log_attention``'s
+    arithmetic for one chunk with the carried state and the state after T left out (they
+    are empty, or not wanted, in training), and a hand-written backward:
+
+        kappa_j = max_d k_jd,  k~ = k - kappa,  log V~ = [log V, 0] + kappa   (detached kappa)
+        m = running max of k~,  row_i = max_d(q_id + m_id) - HEADROOM          (detached)
+        A_ij = sum_d exp(q_id + r_d - row_i) exp(k~_jd - r_d),  j <= i         (key levels r)
+        num_ie = sum_j A_ij exp(log V~_je - u_ie),  o = log num[:h_v] - log num[h_v]   (value levels u)
+
+    with the kernel's levels (key references LEVEL_K apart, value references LEVEL apart,
+    each row at its own) and cuts (no gradient through query factors, pair weights or
+    numerators below exp(-CUT + HEADROOM)). fp32, or float64 when given float64; inputs
+    (B, H, T, h) of one dtype.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, log_v):
+        dt, (T, hv) = q.dtype, log_v.shape[-2:]
+        cut = CUT[dt] - HEADROOM  # the kernel's cut_row: CUT below the row's largest term
+        low, ninf = math.exp(-cut), float("-inf")
+        q, k, log_v = q.contiguous(), k.contiguous(), log_v.contiguous()
+        kappa = k.amax(dim=-1, keepdim=True)  # (B, H, T, 1) per key token
+        kt = k - kappa  # (B, H, T, h_k) k~ <= 0
+        lv = F.pad(log_v, (0, 1)) + kappa  # (B, H, T, h_v+1) log V~, kappa for z
+        mk = _running_max(kt)  # (B, H, T, h_k)
+        row = (q + mk).amax(dim=-1, keepdim=True) - HEADROOM  # (B, H, T, 1) L_i - HEADROOM
+        base = mk[..., :1, :]  # (B, H, 1, h_k) m at the first position
+        # each (row, channel) at one level; the last row's are the highest (m only grows)
+        top = int(torch.div(mk[..., -1:, :] - base, LEVEL_K, rounding_mode="floor").max())  # usually 0 or 1
+        level = torch.div(mk - base, LEVEL_K, rounding_mode="floor") if top else None  # (B, H, T, h_k)
+        keys, parts = [], []
+        for lvl in range(top + 1):
+            ref = base + lvl * LEVEL_K  # (B, H, 1, h_k)
+            q_log = q + ref - row  # (B, H, T, h_k) <= HEADROOM at the row's level
+            if level is not None:
+                q_log = q_log.masked_fill(level != lvl, ninf)
+            q_f = torch.exp(q_log)  # (B, H, T, h_k)
+            k_f = torch.exp((kt - ref).clamp_max(LEVEL_K))  # (B, H, T, h_k) cap hits only j > i
+            parts.append(q_f @ k_f.transpose(-1, -2))  # (B, H, T, T)
+            keys += [q_log, q_f, k_f]
+        scores = sum(parts[1:], parts[0])  # (B, H, T, T) levels summed in order, as the kernel
+        future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)  # (T, T) j > i
+        scores = scores.masked_fill_(future, 0.0)  # (B, H, T, T) causal, x exp(HEADROOM - L_i)
+        base_v = lv[..., :1, :]  # (B, H, 1, h_v+1) the first position
+        top_v = int(torch.div(lv.amax(dim=-2, keepdim=True) - base_v, LEVEL, rounding_mode="floor").max())
+        level_v = None  # (B, H, T, h_v+1) each row's value level, where any is above 0 (rare)
+        if top_v:
+            level_v = torch.div(_running_max(lv) - base_v, LEVEL, rounding_mode="floor")
+        values = [torch.exp((lv - base_v).clamp_max(LEVEL))]  # (B, H, T, h_v+1) cap hits only j > i
+        num = scores @ values[0]  # (B, H, T, h_v+1)
+        for lvl in range(1, top_v + 1):
+            values.append(torch.exp((lv - (base_v + lvl * LEVEL)).clamp_max(LEVEL)))  # (B, H, T, h_v+1)
+            num = torch.where(level_v == lvl, scores @ values[-1], num)  # (B, H, T, h_v+1)
+        # log num, as the kernel's _cut_log(num, cut, HEADROOM): finer near 0 than near HEADROOM
+        scaled = num * math.exp(-HEADROOM)  # (B, H, T, h_v+1)
+        near_0 = scaled > low
+        log_num = torch.where(near_0, scaled, num.clamp_min(torch.finfo(dt).tiny)).log() - torch.where(
+            near_0, 0.0, HEADROOM
+        )  # (B, H, T, h_v+1)
+        log_num = log_num + (base_v if level_v is None else base_v + level_v * LEVEL)  # L_i cancels in o
+        ctx.top, ctx.cut = top, cut
+        ctx.save_for_backward(scores, num, level_v, *keys, *values)
+        return log_num[..., :hv] - log_num[..., hv:]  # (B, H, T, h_v)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_o):
+        scores, num, level_v, *rest = ctx.saved_tensors
+        keys, values = rest[: 3 * (ctx.top + 1)], rest[3 * (ctx.top + 1) :]
+        low = math.exp(-ctx.cut)
+        d_log = torch.cat([d_o, -d_o.sum(dim=-1, keepdim=True)], dim=-1)  # (B, H, T, h_v+1)
+        d_num = torch.where(num > low, d_log / num, 0.0)  # (B, H, T, h_v+1) the cut of log num
+        d_scores, d_lv = [], []
+        for lvl, v_f in enumerate(values):  # each row at its own value level
+            d_part = d_num if level_v is None else d_num.masked_fill(level_v != lvl, 0.0)  # (B, H, T, h_v+1)
+            d_scores.append(d_part @ v_f.transpose(-1, -2))  # (B, H, T, T)
+            d_lv.append((scores.transpose(-1, -2) @ d_part) * v_f)  # (B, H, T, h_v+1)
+        d_s = torch.where(scores > low, sum(d_scores[1:], d_scores[0]), 0.0)  # (B, H, T, T) the cut; future: 0
+        d_q, d_k = [], []
+        for lvl in range(ctx.top + 1):
+            q_log, q_f, k_f = keys[3 * lvl : 3 * lvl + 3]
+            d_q.append(torch.where(q_log > -ctx.cut, (d_s @ k_f) * q_f, 0.0))  # (B, H, T, h_k)
+            d_k.append((d_s.transpose(-1, -2) @ q_f) * k_f)  # (B, H, T, h_k)
+        d_log_v = sum(d_lv[1:], d_lv[0])[..., : d_o.shape[-1]]  # (B, H, T, h_v) kappa is detached
+        return sum(d_q[1:], d_q[0]), sum(d_k[1:], d_k[0]), d_log_v
+
+
+def log_attention_one_chunk(q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor) -> torch.Tensor:
+    """``log_attention(q, k, log_v, empty state, chunk)[0]`` for T <= chunk, its arithmetic
+    without the state (see ``_LogOneChunk``): q, k (B, H, T, h_k), log_v (B, H, T, h_v) ->
+    o (B, H, T, h_v) in log_v's dtype; fp32, float64 when given float64, autocast off."""
+    dt = torch.float64 if torch.float64 in (q.dtype, k.dtype, log_v.dtype) else torch.float32
+    with torch.autocast(q.device.type, enabled=False):
+        o = _LogOneChunk.apply(q.to(dt), k.to(dt), log_v.to(dt))  # (B, H, T, h_v)
+    return o.to(log_v.dtype)
 
 
 class EmbedPosition(nn.Module):
@@ -170,11 +292,14 @@ class HeinsenLM(LanguageModel):
 
 
 class LogAttention(nn.Module):
+    one_chunk_path = True  # False: every forward runs the chunked kernel (A/B benchmarks, tests)
+
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
         self.n_head, self.chunk_size = config.n_head, _options(config).chunk_size
         self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
         self.c_proj = mark_residual(nn.Linear(config.d_model, config.d_model, bias=config.bias))
+        self.last_kernel: str | None = None  # the training forward's path, for describe_path
 
     def extra_repr(self) -> str:
         return f"n_head={self.n_head}, chunk_size={self.chunk_size}"
@@ -185,9 +310,22 @@ class LogAttention(nn.Module):
     def _merge(self, y: torch.Tensor) -> torch.Tensor:
         return self.c_proj(merge_heads(y))  # (B, T, D) from the log-output
 
+    def describe_path(self) -> dict[str, object]:
+        """What runs: recorded with every speed figure. A forward of T <= chunk_size runs the
+        one-chunk path, a longer one the chunked kernel (the last forward's is named)."""
+        return {
+            "kernel": self.last_kernel or f"{ONE_CHUNK_KERNEL} (T <= chunk_size), else {CHUNKED_KERNEL}",
+            "decode_kernel": CHUNKED_KERNEL,
+            "chunk_size": self.chunk_size,
+        }
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, log_v = self._heads(x)  # (B, H, T, h)
-        B, H, _, h = q.shape
+        B, H, T, h = q.shape
+        if self.one_chunk_path and self.chunk_size >= T:  # one chunk from the empty state: no state formed
+            self.last_kernel = ONE_CHUNK_KERNEL
+            return self._merge(log_attention_one_chunk(q, k, log_v))  # (B, T, D)
+        self.last_kernel = CHUNKED_KERNEL
         y, _ = log_attention(
             q, k, log_v, log_init_state(B, H, h, h, x.device, q.dtype), self.chunk_size
         )  # (B, H, T, h)
