@@ -20,6 +20,12 @@ hangs             forward blocks until RELEASE is set                 error: tim
 chunk_normalised  softmax stabilised by one max per 64-row chunk taken  leak at scale
                   over all its scores, later positions included: exact
                   at init, leaks once logits outgrow exp's range
+leaks_past_400    causal up to T = 400; longer, query t also sees t+1  both leak checks, only at
+                                                                      an experiment length > 400
+coarse_grad       exact outputs; its backward rounds the gradient      grad_float64_at_scale
+                  to bf16 (a half-precision custom backward)
+raises_from       its builder raises a RuntimeError from a ValueError  error, cause kept (every
+                  (an option it cannot build with)                    check)
 """
 
 from __future__ import annotations
@@ -121,6 +127,38 @@ class ChunkNormalised(MaskedAttention):
         return self.c_proj(y.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
 
 
+class LeaksPast400(MaskedAttention):
+    """Broken only for long sequences: causal up to T = 400 tokens; above, query t also sees key
+    t+1 (a mask or a kernel that changes with the length, as a blocked path for long inputs)."""
+
+    def scores(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.diagonal = 1 if x.shape[1] > 400 else 0
+        return super().scores(x)
+
+
+class _BF16Backward(torch.autograd.Function):
+    """Identity forward; an fp32 backward rounds the incoming gradient to bfloat16 (8 bits), as a
+    fused half-precision backward kernel with a float64 reference path would."""
+
+    @staticmethod
+    def forward(ctx, y: torch.Tensor) -> torch.Tensor:
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor) -> torch.Tensor:
+        g = grads[0]
+        return g if g.dtype == torch.float64 else g.to(torch.bfloat16).to(g.dtype)
+
+
+class CoarseGrad(MaskedAttention):
+    """Broken in its gradients only: exact outputs, a backward through bf16 (relative 4e-3)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = _BF16Backward.apply(super().forward(x))  # (B, T, D) values untouched
+        assert isinstance(y, torch.Tensor)
+        return y
+
+
 class Nondeterministic(MaskedAttention):
     """Broken: per-channel output gains drawn from Python's ``random`` at build time, which
     ``torch.manual_seed`` does not seed: two builds under one seed differ."""
@@ -170,6 +208,19 @@ class Hangs(MaskedAttention):
 def raising_builder(config: ModelConfig, layer_idx: int) -> nn.Module:
     """Broken: the builder itself raises."""
     raise RuntimeError("deliberately broken builder")
+
+
+def _parse_width(text: str) -> int:
+    return int(text)
+
+
+def raising_from_builder(config: ModelConfig, layer_idx: int) -> nn.Module:
+    """Broken: the builder raises from another exception, whose message says what went wrong."""
+    try:
+        _parse_width("wide")
+    except ValueError as exc:
+        raise RuntimeError(f"cannot build layer {layer_idx}") from exc
+    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True)
@@ -268,3 +319,6 @@ def attnbench_register_variants(register) -> None:
     plain(
         "raises", raising_builder, decode="recurrent", state_size=lambda c, i, T: 1, flops_per_token=lambda c, i, T: 1.0
     )
+    plain("leaks_past_400", LeaksPast400)
+    plain("coarse_grad", CoarseGrad)
+    plain("raises_from", raising_from_builder)

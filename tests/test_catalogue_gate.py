@@ -52,7 +52,7 @@ def test_a_store_that_fills_up_while_verdicts_are_written_says_so_and_keeps_what
     assert _check(tmp_path, capsys, "softmax")[0] == 0
     with sqlite3.connect(path) as db:
         before = db.execute("SELECT * FROM checks ORDER BY check_name").fetchall()
-    assert len(before) == 10
+    assert len(before) == 11
 
     opened = database.Store.__init__
 

@@ -164,6 +164,7 @@ def test_table_has_one_row_per_variant_and_column_per_check(broken_results):
         "leak@scale",
         "incr@scale",
         "f64@scale",
+        "grad@scale",
         "amp@scale",
     ]
     rows = {line.split()[0]: line for line in lines[1 : 1 + len(CAUGHT_BY)]}

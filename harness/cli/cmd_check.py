@@ -7,6 +7,14 @@ import argparse
 from attnbench.cli.common import add_store_option, positive_int, positive_seconds, registry_with_warnings
 
 
+def _length(raw: str) -> int:
+    """An argparse type: a sequence length, a whole number of at least 2 tokens."""
+    value = positive_int(raw)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"{raw} is not a sequence length; give 2 tokens or more")
+    return value
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "check",
@@ -26,7 +34,17 @@ def add_parser(sub) -> None:
         help="a CPU's train.precision to check for: bf16 (or auto where its probe picks bf16) adds the bf16 "
         "autocast checks with bf16's tolerances (default fp32; CUDA always checks bf16 and fp16)",
     )
-    p.add_argument("--verbose", action="store_true", help="print each check's detail line")
+    p.add_argument(
+        "--lengths",
+        type=_length,
+        nargs="+",
+        metavar="T",
+        help="sequence lengths an experiment runs the variants at: both leak checks probe each once more "
+        "(as `attnbench run` does with each experiment's training length and the longest it evaluates or times)",
+    )
+    p.add_argument(
+        "--verbose", action="store_true", help="print each check's detail line (an error's exception chain included)"
+    )
     p.set_defaults(func=run)
 
 
@@ -57,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 long_T=long_T,
                 time_limit_s=time_limit_s,
                 autocast=autocast,
+                lengths=tuple(args.lengths or ()),
             )
             results[v.name] = verdict.results
     print(format_table(results, verbose=args.verbose))

@@ -39,6 +39,7 @@ from attnbench.gate.common import (
     fmt,
 )
 from attnbench.gate.decode import check_declared_facts, check_incremental
+from attnbench.gate.gradients import GRAD_TOL, check_grad_float64_at_scale
 from attnbench.gate.leak import check_backward_leak, check_forward_leak
 from attnbench.gate.numeric import check_deterministic, check_finite
 from attnbench.gate.scale import (
@@ -63,6 +64,7 @@ __all__ = [
     "format_table",
     "gate_autocast",
     "gate_key_inputs",
+    "gate_lengths",
     "passed",
     "run_checks",
     "check_variants",
@@ -78,6 +80,7 @@ CHECKS: tuple[str, ...] = (
     "leak_at_scale",
     "incremental_at_scale",
     "float64_at_scale",
+    "grad_float64_at_scale",
     "autocast_at_scale",
 )
 _FUNCS: dict[str, Check] = {
@@ -90,6 +93,7 @@ _FUNCS: dict[str, Check] = {
     "leak_at_scale": check_leak_at_scale,
     "incremental_at_scale": check_incremental_at_scale,
     "float64_at_scale": check_float64_at_scale,
+    "grad_float64_at_scale": check_grad_float64_at_scale,
     "autocast_at_scale": check_autocast_at_scale,
 }
 _SHORT = {
@@ -102,6 +106,7 @@ _SHORT = {
     "leak_at_scale": "leak@scale",
     "incremental_at_scale": "incr@scale",
     "float64_at_scale": "f64@scale",
+    "grad_float64_at_scale": "grad@scale",
     "autocast_at_scale": "amp@scale",
 }
 DEFAULT_TIME_LIMIT_S = 300.0
@@ -126,7 +131,7 @@ def default_config(variant: Variant) -> ModelConfig:
     )
 
 
-def _describe(exc: BaseException) -> str:
+def _describe_one(exc: BaseException) -> str:
     """'Type: message (at file.py:line)', one line, pointing at the innermost non-torch frame."""
     msg = " ".join(str(exc).split()) or "(no message)"
     if len(msg) > 300:
@@ -136,6 +141,31 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, ContractError):  # the message names the offender; the frame is ours
         at = ""
     return f"{type(exc).__name__}: {msg}{at}"
+
+
+def _describe(exc: BaseException) -> str:
+    """The exception and its chain, one line: 'Type: message (at file.py:line); caused by
+    Type: message (at ...)' for ``raise ... from``, '; while handling Type: ...' for an
+    exception raised inside an ``except`` (``__context__``, unless ``from None`` hid it). Up to
+    ``_CHAIN`` links; a cycle ends it. Stored as the verdict's detail, so the cause survives."""
+    parts, seen = [], set()
+    link: BaseException | None = exc
+    how = ""
+    while link is not None and id(link) not in seen and len(parts) < _CHAIN:
+        seen.add(id(link))
+        parts.append(how + _describe_one(link))
+        if link.__cause__ is not None:
+            link, how = link.__cause__, "caused by "
+        elif link.__context__ is not None and not link.__suppress_context__:
+            link, how = link.__context__, "while handling "
+        else:
+            link = None
+    if link is not None and id(link) not in seen:
+        parts.append("...")
+    return "; ".join(parts)
+
+
+_CHAIN = 5  # links of an exception chain kept in a verdict's detail
 
 
 def _run_one(name: str, ctx: CheckContext) -> CheckResult:
@@ -156,6 +186,7 @@ def run_checks(
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     seed: int = 0,
     autocast: Iterable[str] | None = None,
+    lengths: Iterable[int] = (),
 ) -> list[CheckResult]:
     """Run every check in ``CHECKS`` on one variant; one result per check, in order.
 
@@ -174,6 +205,9 @@ def run_checks(
     autocast: the autocast dtypes ("bf16", "fp16") the variant will train under, each checked
         with its own tolerances (finite_long_inputs, autocast_at_scale). Default: both on
         CUDA, none on a CPU (fp32); a CPU run at train.precision bf16 passes ("bf16",).
+    lengths: the sequence lengths the experiment runs the variant at (``verdicts.cell_lengths`` of a
+        cell: its training length and the longest it evaluates or times); both leak checks
+        probe each of them once more (batch 1, two late cuts), besides their fixed lengths.
 
     The checks run with one intra-op CPU thread and fp32 matmuls at "highest" precision;
     both settings, and the caller's RNG state, are restored afterwards.
@@ -186,10 +220,21 @@ def run_checks(
         config = config or default_config(variant)
         if config.options is None and variant.options is not None:
             config = config.replace(options=variant.make_options(None))
-        ctx = CheckContext(variant, config, torch.device(device), long_T, seed, gate_autocast(device, autocast))
+        ctx = CheckContext(
+            variant, config, torch.device(device), long_T, seed, gate_autocast(device, autocast), gate_lengths(lengths)
+        )
     except Exception as exc:
         return [CheckResult(c, "error", None, None, f"setup: {_describe(exc)}") for c in CHECKS]
     return _run_with_time_limit(ctx, time_limit_s)
+
+
+def gate_lengths(lengths: Iterable[int]) -> tuple[int, ...]:
+    """The experiment lengths to probe, sorted, each once; each an integer >= 2."""
+    out = tuple(sorted(set(lengths)))
+    bad = [n for n in out if isinstance(n, bool) or not isinstance(n, int) or n < 2]
+    if bad:
+        raise ValueError(f"gate lengths must be integers >= 2 (sequence lengths in tokens), got {bad}")
+    return out
 
 
 def gate_autocast(device: str | torch.device, autocast: Iterable[str] | None = None) -> tuple[str, ...]:
@@ -284,7 +329,10 @@ def format_table(results: dict[str, list[CheckResult]], *, verbose: bool = False
         f"|state elements - declared| (tol {FACTS_TOL:g}); @scale: mixer weights "
         f"x{'/'.join(f'{f:g}' for f in SCALE_FACTORS)} with an extreme early token, leak "
         f"relative (tol {SCALE_LEAK_TOL:g}), fp32 vs float64 relative (tol {FLOAT64_TOL:g}), "
-        "amp per autocast dtype (CUDA: bf16 and fp16; a CPU: bf16 when it trains in it)"
+        "amp per autocast dtype (CUDA: bf16 and fp16; a CPU: bf16 when it trains in it); grad@scale "
+        "the worst parameter group's max|g - g64|/max|g64| over its bound (pass <= 1; bounds "
+        + ", ".join(f"{k} {v:g}" for k, v in GRAD_TOL.items())
+        + ")"
     )
     for name, rs in results.items():
         for r in rs:
@@ -296,6 +344,13 @@ def format_table(results: dict[str, list[CheckResult]], *, verbose: bool = False
     return "\n".join(lines)
 
 
+def _key_lengths(lengths: Iterable[int]) -> list[Any]:
+    try:
+        return list(gate_lengths(lengths))
+    except (TypeError, ValueError):  # not lengths: run_checks reports the error; the key still differs
+        return [repr(n) for n in lengths]
+
+
 def gate_key_inputs(
     variant: Variant,
     device: str | torch.device,
@@ -303,9 +358,11 @@ def gate_key_inputs(
     config: ModelConfig | None = None,
     long_T: int = DEFAULT_LONG_T,
     autocast: Iterable[str] | None = None,
+    lengths: Iterable[int] = (),
 ) -> dict[str, Any]:
     """What identifies one verdict: the variant's code version, the gate's own code and
-    settings, the device and library versions. Hash with ``provenance.content_key``.
+    settings (the experiment lengths probed among them: a longer experiment is checked anew),
+    the device and library versions. Hash with ``provenance.content_key``.
     Source files are identified by content (sha256), not by path, so a moved checkout
     keeps its cached verdicts.
     """
@@ -320,5 +377,10 @@ def gate_key_inputs(
         "torch": torch.__version__,
         "harness": __version__,
         "gate_code": code_hash(*GATE_CODE),
-        "settings": {"config": settings, "long_T": long_T, "autocast": list(gate_autocast(dev, autocast))},
+        "settings": {
+            "config": settings,
+            "long_T": long_T,
+            "autocast": list(gate_autocast(dev, autocast)),
+            "lengths": _key_lengths(lengths),
+        },
     }

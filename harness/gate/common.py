@@ -76,6 +76,9 @@ class CheckContext:
     # autocast dtypes the variant will train under ("bf16", "fp16"): CUDA both; a CPU those
     # its train.precision resolves to (none for fp32). Checked with each dtype's tolerances.
     autocast: tuple[str, ...] = ()
+    # the lengths the experiment runs the variant at (its training length, the longest it
+    # evaluates or times): the leak checks probe each once more there (``leak.length_probe_*``).
+    lengths: tuple[int, ...] = ()
 
 
 def verdict(check: str, figure: float | None, tol: float, detail: str) -> CheckResult:

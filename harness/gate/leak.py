@@ -1,4 +1,12 @@
-"""No-future-leak checks of the trust gate: outputs (forward) and gradients (backward)."""
+"""No-future-leak checks of the trust gate: outputs (forward) and gradients (backward).
+
+Both run at fixed short lengths, and then once more at each length the experiment runs the
+variant at (``CheckContext.lengths``: its training length, the longest it evaluates or times;
+issue 57: a mixer that leaks only past T = 400 passed the fixed lengths): one probe per layer
+type's bare mixer, batch 1, cut at two late positions inside any 64-token chunk. A length the
+mixer cannot run at (out of memory, a declared limit) is named and not judged: no number is
+recorded there either.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +19,11 @@ from attnbench.gate.common import (
     LEAK_LENGTHS,
     CheckContext,
     CheckResult,
+    ContractError,
     build_mixer,
     fmt,
     is_worse,
+    layer_types,
     logits_of,
     mixer_y,
     models,
@@ -31,6 +41,95 @@ def positions(T: int) -> list[int]:
 
 def _causal_note(ctx: CheckContext) -> str:
     return "" if ctx.variant.causal else " (variant declares causal=False)"
+
+
+def probe_cuts(T: int) -> tuple[int, ...]:
+    """Two late cut points t of a length-T probe: two thirds in and the end, neither on a
+    multiple of 64 (a chunk boundary) where T allows."""
+    cuts = {t if t % 64 else t + 1 for t in ((2 * T) // 3, T - 2)}
+    return tuple(sorted(t for t in cuts if 0 <= t <= T - 2))
+
+
+def _probe_mixer(ctx: CheckContext, layer: int, T: int):
+    """One layer's bare mixer for a length-T probe: context widened to T, dropout 0."""
+    config = ctx.config.replace(context=max(ctx.config.context, T), dropout=0.0)
+    return build_mixer(ctx, layer, config), config
+
+
+def _not_run(T: int, exc: Exception) -> str:
+    msg = " ".join(str(exc).split())
+    return f"T={T} not run ({type(exc).__name__}: {msg[:120]}{'...' if len(msg) > 120 else ''})"
+
+
+def length_probe_forward(ctx: CheckContext) -> tuple[float, str, int, list[str]]:
+    """(worst relative change of outputs at <= t, where, cases, lengths not run) over
+    ``ctx.lengths``: each layer type's bare mixer in eval mode on one sequence of T tokens,
+    every position after t perturbed, for t in ``probe_cuts(T)``."""
+    worst, where, n_cases, skipped = 0.0, "", 0, []
+    for T in ctx.lengths:
+        for layer, label in layer_types(ctx):
+            try:
+                mixer, config = _probe_mixer(ctx, layer, T)
+                mixer.eval()
+                x = normal(ctx, 1, T, config.d_model, offset=41)  # (1, T, D)
+                with torch.no_grad():
+                    ref = mixer_y(mixer(x)).float()  # (1, T, D)
+                    for t in probe_cuts(T):
+                        bumped = x.clone()  # (1, T, D)
+                        bumped[:, t + 1 :] += normal(ctx, 1, T, config.d_model, offset=43 + t)[:, t + 1 :]
+                        got = mixer_y(mixer(bumped)).float()  # (1, T, D)
+                        dev = rel_dev(got[:, : t + 1], ref[:, : t + 1], ref[:, : t + 1].abs().max())
+                        n_cases += 1
+                        if is_worse(dev, worst):
+                            worst, where = (
+                                dev,
+                                f"{_layer(ctx, layer, label)}T={T} (experiment length), perturbed after t={t}",
+                            )
+            except ContractError:
+                raise
+            except Exception as exc:  # cannot run at T: named, not judged
+                skipped.append(_not_run(T, exc))
+                break
+    return worst, where, n_cases, list(dict.fromkeys(skipped))
+
+
+def length_probe_backward(ctx: CheckContext) -> tuple[float, str, list[str]]:
+    """(max |d y[<=t] / d x[>t]|, where, lengths not run) over ``ctx.lengths``: each layer type's
+    bare mixer in train mode (dropout 0) on one sequence of T tokens, one backward per cut t of a
+    random cotangent on every output at <= t; the gradient reaching any later input must be 0."""
+    worst, where, skipped = 0.0, "", []
+    for T in ctx.lengths:
+        for layer, label in layer_types(ctx):
+            try:
+                mixer, config = _probe_mixer(ctx, layer, T)
+                mixer.train()
+                x = normal(ctx, 1, T, config.d_model, offset=47).requires_grad_()  # (1, T, D)
+                y = mixer_y(mixer(x))  # (1, T, D)
+                r = normal(ctx, 1, T, config.d_model, offset=53)  # (1, T, D) cotangent
+                for t in probe_cuts(T):
+                    (g,) = torch.autograd.grad(
+                        y[:, : t + 1], x, grad_outputs=r[:, : t + 1], retain_graph=True, allow_unused=True
+                    )
+                    future = 0.0 if g is None else float(g[:, t + 1 :].abs().max())  # () grad reaching positions > t
+                    if is_worse(future, worst):
+                        worst, where = future, f"{_layer(ctx, layer, label)}T={T} (experiment length), t={t}"
+            except ContractError:
+                raise
+            except Exception as exc:  # cannot run at T: named, not judged
+                skipped.append(_not_run(T, exc))
+                break
+    return worst, where, list(dict.fromkeys(skipped))
+
+
+def _layer(ctx: CheckContext, layer: int, label: str) -> str:
+    return f"layer {layer} ({label}), " if getattr(ctx.variant, "parts", ()) else f"layer {layer}, "
+
+
+def _lengths_note(ctx: CheckContext, skipped: list[str]) -> str:
+    if not ctx.lengths:
+        return ""
+    ran = "/".join(map(str, ctx.lengths))
+    return f"; experiment lengths T={ran} probed" + (f" ({'; '.join(skipped)})" if skipped else "")
 
 
 def check_forward_leak(ctx: CheckContext) -> CheckResult:
@@ -62,9 +161,14 @@ def check_forward_leak(ctx: CheckContext) -> CheckResult:
                         n_cases += 1
                         if is_worse(dev, worst):
                             worst, where = dev, f"{label}, T={T}, {kind} t={t}"
+    probed, at, cases, skipped = length_probe_forward(ctx)
+    n_cases += cases
+    if is_worse(probed, worst):
+        worst, where = probed, at
     detail = (
         f"max |d logits[<=t]| / max |logits| = {fmt(worst)} over {n_cases} cases"
         + (f", worst at {where}" if where else "")
+        + _lengths_note(ctx, skipped)
         + _causal_note(ctx)
     )
     return verdict(name, worst, LEAK_FORWARD_TOL, detail)
@@ -97,10 +201,14 @@ def check_backward_leak(ctx: CheckContext) -> CheckResult:
                     dead += int(float(g[:, : t + 1].abs().max()) == 0.0)
                     if is_worse(future, worst):
                         worst, where = future, f"layer {layer}, {mode}, T={T}, t={t}"
+    probed, at, skipped = length_probe_backward(ctx)
+    if is_worse(probed, worst):
+        worst, where = probed, at
     detail = (
         f"max |d y[t] / d x[>t]| = {fmt(worst)}"
         + (f", worst at {where}" if where else "")
         + (f"; note: {dead} outputs had zero gradient w.r.t. every input" if dead else "")
+        + _lengths_note(ctx, skipped)
         + _causal_note(ctx)
     )
     return verdict(name, worst, LEAK_BACKWARD_TOL, detail)

@@ -28,6 +28,26 @@ class Verdict:
         return [r.check for r in self.results if r.status in ("fail", "error")]
 
 
+def cell_lengths(cell: Any) -> tuple[int, ...]:
+    """The sequence lengths a cell runs its variant at, for the leak checks to probe: its
+    training length (``seq_len``) and the longest length it evaluates (``eval_lengths``) or
+    times (a speed sweep's longest length, decode contexts plus the tokens stepped). Read from
+    the cell's spec by name, so any experiment kind with these fields is covered."""
+    spec = getattr(cell, "spec", None)
+    out: set[int] = set()
+    seq_len = getattr(spec, "seq_len", None)
+    if isinstance(seq_len, int):
+        out.add(seq_len)
+    evaluated = getattr(spec, "eval_lengths", None)
+    if evaluated:
+        out.add(max(evaluated))
+    timed = getattr(spec, "context_needed", None)  # a speed sweep: its longest length per mode
+    longest = timed() if callable(timed) else None
+    if isinstance(longest, int):
+        out.add(longest)
+    return tuple(sorted(n for n in out if n >= 2))
+
+
 def gate_config(variant: Variant, options: Any = None) -> ModelConfig:
     config = default_config(variant)
     return config if options is None else config.replace(options=options)
@@ -66,7 +86,10 @@ def gate_variant(
     config = gate_config(variant, options)
     key = content_key(
         gate_key_inputs(
-            variant, device, config=config, **{k: v for k, v in check_kwargs.items() if k in ("long_T", "autocast")}
+            variant,
+            device,
+            config=config,
+            **{k: v for k, v in check_kwargs.items() if k in ("long_T", "autocast", "lengths")},
         )
     )
     if store is not None and use_cache:

@@ -14,9 +14,12 @@ gamma_i = exp(G_i) and D_ij = exp(G_i - G_j) (j <= i, exponents <= 0):
     S_{n+1} = gamma_c S_n + (K * exp(G_c - G))^T U
 
 The unit lower-triangular solve replaces the token loop; only the state S_n loops over
-chunks. D * (A B^T) is one matmul of (A e^G)(B e^-G)^T, and takes D from segment sums for
-the rows whose decay since the chunk's start spans more than e^-30 (``_decayed``, GLA's
-rule). fp32 with autocast off (float64 when given float64); the caller's state is untouched.
+chunks. D is one (c, c) matrix per head and chunk (``decays.decay_matrix``): each exponent
+from float64 running sums, rounded once, and a backward that sums each pair over the steps it
+spans. The factorised D * (A B^T) = (A e^G)(B e^-G)^T it replaced (issue 57) cost as much and
+put the fp32 gradients of the decay's parameters 4.8x further from float64 than fla's fp32
+recurrence (a row sum and a column sum cancelling). gamma_i = e^{G_i} from float64 too. fp32 with autocast off (float64
+when given float64); the caller's state is untouched.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.plugins.recurrent.common import add_matmul, causal, compute_dtype, state_dtype
-from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, exact_past_span, segment_sums
+from attnbench.plugins.recurrent.decays import after_sums, decay_matrix, since_start
 
 # re-exported for older checkouts' modules (see common.py)
 from attnbench.plugins.recurrent.flops import delta_flops_per_token as delta_flops_per_token
@@ -92,17 +95,21 @@ def delta_rule(
         qc, kc, vc = (_chunks(t.to(dt), c) for t in (q, k, v))  # (B, H, N, c, d)
         bc = _chunks(beta.to(dt), c)[..., None]  # (B, H, N, c, 1)
         gc = None if g is None else _chunks(g.to(dt), c)  # (B, H, N, c) log a_t
-        decays = None if gc is None else (gc, gc.cumsum(dim=3))  # and G, the log decay since the chunk's start
-        q_g, k_g, k_inv = _factors(qc, kc, decays)  # (B, H, N, c, d_k) q e^G, k e^G, k e^-G
-        bk_g = bc * k_g  # (B, H, N, c, d_k) beta_i gamma_i k_i: W's right side and the rows of the WY matrix
-        strict = _decayed(bk_g, k_inv, (bc, kc), kc, decays)  # (B, H, N, c, c) beta_i D_ij k_i.k_j (j < i read)
+        bk = bc * kc  # (B, H, N, c, d_k) beta_i k_i
+        kk = bk @ kc.transpose(-1, -2)  # (B, H, N, c, c) beta_i k_i.k_j (the solve reads j < i alone)
+        if gc is None:  # no decay: D is the causal mask
+            D, gamma, through = None, None, [None] * qc.shape[2]
+            strict, q_g, bk_g = kk, qc, bk
+        else:
+            D = decay_matrix(gc)  # (B, H, N, c, c) exp(sum_{j<l<=i} g_l), 0 for j > i
+            gamma = since_start(gc, 3)[1][..., None]  # (B, H, N, c, 1) decay since the chunk's start, <= 1
+            through = gamma[:, :, :, -1].flatten(0, 1)[..., None].unbind(1)  # N x (BH, 1, 1) across a chunk
+            strict, q_g, bk_g = D * kk, qc * gamma, bk * gamma  # beta_i D_ij k_i.k_j; q e^G; beta gamma k
         rhs = torch.cat([bc * vc, bk_g], dim=-1)  # (B, H, N, c, d_v + d_k) diag(beta) [V, diag(gamma) K]
         uw = _solve_unit_lower(strict, rhs)  # (B, H, N, c, d_v + d_k) [U~, W]
         d_v = vc.shape[-1]
         u_tilde, w = uw[..., :d_v], uw[..., d_v:]  # (B, H, N, c, d_v), (B, H, N, c, d_k)
         k_end = kc if gc is None else kc * torch.exp(after_sums(gc[..., None]))  # (B, H, N, c, d_k) to the chunk end
-        N = qc.shape[2]
-        through = [None] * N if gc is None else torch.exp(gc.sum(dim=3)).flatten(0, 1)[..., None, None].unbind(1)
         s, before, us = start.to(dt).flatten(0, 1), [], []  # (BH, d_k, d_v) S_0, the heads as one batch
         # chunks unbound once: s[:, n] inside the loop would cost a full-size zero gradient per chunk
         per_chunk = [t.flatten(0, 1).unbind(1) for t in (u_tilde, w, k_end.transpose(-1, -2))]
@@ -113,51 +120,11 @@ def delta_rule(
             s = torch.baddbmm(s if a_n is None else a_n * s, kt_n, u)  # (BH, d_k, d_v) S_{n+1}
         carried = torch.stack(before, dim=1)  # (BH, N, d_k, d_v) S before each chunk
         U = torch.stack(us, dim=1)  # (BH, N, c, d_v)
-        scores = _decayed(q_g, k_inv, (qc,), kc, decays, causal(c, qc))  # (B, H, N, c, c) D_ij q_i.k_j, j <= i
+        qk = qc @ kc.transpose(-1, -2)  # (B, H, N, c, c) q_i.k_j
+        scores = qk * causal(c, qk) if D is None else qk * D  # (B, H, N, c, c) D_ij q_i.k_j, j <= i
         o = add_matmul(scores.flatten(0, 1) @ U, q_g.flatten(0, 1), carried, scale)  # (BH, N, c, d_v)
         o = o.view(B, H, -1, d_v)[:, :, :T]  # (B, H, T, d_v)
     return o.to(out_dtype), (s.view(start.shape).to(state_dtype(state.dtype)) if state is not None else None)
-
-
-def _factors(
-    q: torch.Tensor, k: torch.Tensor, decays: tuple[torch.Tensor, torch.Tensor] | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q e^G_i, k e^G_i and k e^-G_j (B, H, N, c, d): the factors of D_ij = exp(G_i - G_j), each
-    made once and shared by the WY matrix, W's right side, the scores and the carried state.
-    e^-G is clamped at e^FACTOR_SPAN: the rows past the span take segment sums (``_decayed``)."""
-    if decays is None:  # no decay: D is the causal mask
-        return q, k, k
-    G = decays[1][..., None]  # (B, H, N, c, 1)
-    gamma = torch.exp(G)  # (B, H, N, c, 1) decay since the chunk's start, <= 1
-    return q * gamma, k * gamma, k * torch.exp((-G).clamp_max(FACTOR_SPAN))
-
-
-def _decayed(
-    a_f: torch.Tensor,
-    b_f: torch.Tensor,
-    a: tuple[torch.Tensor, ...],
-    b: torch.Tensor,
-    decays: tuple[torch.Tensor, torch.Tensor] | None,
-    seen: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """D_ij a_i.b_j (B, H, N, c, c) from the factorised a_f = a e^G and b_f = b e^-G (a the product
-    of the tensors ``a``), times ``seen`` (c, c), the pairs kept, when given; without it the
-    entries on and above the diagonal are left as they fall (a unit-triangular solve never reads
-    them). decays: the log decays g and their cumulative sums G (B, H, N, c), None for none.
-    D_ij = exp(G_i - G_j) factorises for the rows whose decay since the chunk's start spans at most
-    e^-FACTOR_SPAN (every factor within e^30: GLA's rule); the other rows take D from segment sums
-    (exponents <= 0: no overflow, whatever the gate), zero above the diagonal."""
-    out = a_f @ b_f.transpose(-1, -2)  # (B, H, N, c, c) finite: every factor within e^30
-    out = out if seen is None else out * seen  # (B, H, N, c, c)
-    if decays is None:
-        return out
-    g, G = decays
-
-    def exact(at: tuple[torch.Tensor, ...]) -> torch.Tensor:  # (M, c, c) segment-sum decays, exponents <= 0
-        rows = a[0][at] if len(a) == 1 else a[0][at] * a[1][at]  # (M, c, d) a's rows in these chunks
-        return (rows @ b[at].transpose(-1, -2)) * torch.exp(segment_sums(g[at]))
-
-    return exact_past_span(out, G, exact)  # (B, H, N, c, c)
 
 
 def _solve_unit_lower(L: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
@@ -178,7 +145,7 @@ def _one_chunk(
     if g is None:  # no decay: D is the causal mask
         strict, scores = kk, qk * causal(q.shape[2], qk)  # (B, H, T, T) the solve reads j < i alone; j <= i
     else:
-        D = torch.exp(segment_sums(g.to(q.dtype)))  # (B, H, T, T) exp(sum_{j<l<=i} g_l), 0 for j > i
+        D = decay_matrix(g.to(q.dtype))  # (B, H, T, T) exp(sum_{j<l<=i} g_l), 0 for j > i
         strict, scores = D * kk, D * qk  # (B, H, T, T) beta_i D_ij k_i.k_j (j < i read); D_ij q_i.k_j
     u = _solve_unit_lower(strict, b * v)  # (B, H, T, d_v) U~ = U
     return scale * (scores @ u)  # (B, H, T, d_v)

@@ -5,9 +5,10 @@
 
 Chunks of c positions: G = the cumulative sum of g inside a chunk; intra-chunk weights
 A_ij = scale * sum_d q_id k_jd exp(G_id - G_jd) for j <= i. A decay per head weighs the
-(c, c) scores by pairwise exponents; a decay per key channel takes one matmul of q e^G and
-k e^-G, and pairwise (c, c, d_k) exponents, all <= 0, for the rows whose decay since the chunk's
-start spans more than e^-30 (``FACTOR_SPAN``): no factor can overflow, whatever the decay. Across
+(c, c) scores by its decay matrix (``decays.decay_matrix``); a decay per key channel takes one
+matmul of q e^G and k e^-G (G, e^G and e^-G from float64, each rounded once), and pairwise
+(c, c, d_k) exponents, all <= 0, for the rows whose decay since the chunk's start spans more
+than e^-30 (``FACTOR_SPAN``): no factor can overflow, whatever the decay. Across
 chunks the state, S_{n+1} = diag(exp(G_c)) S_n + (K * exp(G_c - G))^T V, is carried by a
 loop over chunks.
 Computes in fp32 with autocast off (float64 when given float64); the caller's state is
@@ -19,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from attnbench.plugins.recurrent.common import causal, chunks, compute_dtype, state_dtype
-from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, exact_past_span, segment_sums
+from attnbench.plugins.recurrent.decays import after_sums, decay_factors, decay_matrix, exact_past_span, segment_sums
 
 
 def gla_init_state(
@@ -45,32 +46,36 @@ def gated_linear_attention(
         c = min(chunk, T)
         qc, kc, vc = (chunks(t.to(dt), c) for t in (q, k, v))  # (B, H, N, c, d)
         gc = chunks(g.to(dt), c)  # (B, H, N, c, e) log decays per step
-        G = gc.cumsum(dim=3)  # (B, H, N, c, e) log decay from the chunk's start through i, <= 0
+        G, gamma, inverse = decay_factors(gc, 3)  # (B, H, N, c, e) log decay since the chunk's start, e^G, e^-G
         if gc.shape[-1] == 1:  # one decay per head: weight the scores
-            scores = (qc @ kc.transpose(-1, -2)) * pair_decay(gc)[:, :, :, 0]  # (B, H, N, c, c)
+            scores = (qc @ kc.transpose(-1, -2)) * decay_matrix(gc[..., 0])  # (B, H, N, c, c)
         else:  # one per key channel: inside the sum over d
-            scores = _channel_scores(qc, kc, gc, G)  # (B, H, N, c, c)
+            scores = _channel_scores(qc, kc, gc, (G, gamma, inverse))  # (B, H, N, c, c)
         intra = scale * (scores @ vc)  # (B, H, N, c, d_v)
         k_end = kc * torch.exp(after_sums(gc))  # (B, H, N, c, d_k) decayed to the chunk end
         chunk_kv = k_end.transpose(-1, -2) @ vc  # (B, H, N, d_k, d_v)
-        through = torch.exp(gc.sum(dim=3)).unsqueeze(-1)  # (B, H, N, e, 1) decay across a chunk
+        through = gamma[:, :, :, -1].unsqueeze(-1)  # (B, H, N, e, 1) decay across a chunk
         s, before = state.to(dt), []
         for a_n, kv_n in zip(through.unbind(2), chunk_kv.unbind(2), strict=True):  # S_{n+1} = a S_n + chunk_kv_n
             before.append(s)
             s = a_n * s + kv_n  # (B, H, d_k, d_v); chunks unbound once, never indexed in the loop
         carried = torch.stack(before, dim=2)  # (B, H, N, d_k, d_v) the state entering each chunk
-        inter = scale * ((qc * torch.exp(G)) @ carried)  # (B, H, N, c, d_v) exp(G) <= 1
+        inter = scale * ((qc * gamma) @ carried)  # (B, H, N, c, d_v) exp(G) <= 1
         o = (intra + inter).flatten(2, 3)[:, :, :T]  # (B, H, T, d_v)
     return o.to(out_dtype), s.to(state_dtype(state.dtype))
 
 
-def _channel_scores(qc: torch.Tensor, kc: torch.Tensor, gc: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+def _channel_scores(
+    qc: torch.Tensor, kc: torch.Tensor, gc: torch.Tensor, decays: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
     """A_ij = sum_d q_id k_jd exp(G_id - G_jd) for j <= i, else 0: (B, H, N, c, c). One small
     matmul per chunk, and the pairwise form for the rows whose own decay leaves FACTOR_SPAN: a
-    row's path depends on its own span only, never on a later key's gate (causal to the bit)."""
+    row's path depends on its own span only, never on a later key's gate (causal to the bit).
+    decays: G, e^G and e^-G (clamped at e^FACTOR_SPAN), (B, H, N, c, d_k), from float64."""
     c = qc.shape[3]
-    q_f = qc * torch.exp(G)  # (B, H, N, c, d_k) q_id e^{G_id}, e^G <= 1
-    k_f = kc * torch.exp((-G).clamp_max(FACTOR_SPAN))  # (B, H, N, c, d_k) k_jd e^{-G_jd}; clamped beyond the rows kept
+    G, gamma, inverse = decays
+    q_f = qc * gamma  # (B, H, N, c, d_k) q_id e^{G_id}, e^G <= 1
+    k_f = kc * inverse  # (B, H, N, c, d_k) k_jd e^{-G_jd}; clamped beyond the rows kept
     scores = (q_f @ k_f.transpose(-1, -2)) * causal(c, qc)  # (B, H, N, c, c) finite: every factor within e^30
 
     def exact(at: tuple[torch.Tensor, ...]) -> torch.Tensor:  # (M, c, c) sum_d q_id decay_dij k_jd, exponents <= 0

@@ -4,9 +4,10 @@
     S_t = a_t S_{t-1} + b_t x_t^T,   y_t = S_t^T c_t       (a_t = exp(log_a_t) in (0, 1])
 
 i.e. y_i = sum_{j<=i} exp(sum_{j<l<=i} log_a_l) (c_i . b_j) x_j + exp(sum_{l<=i} log_a_l) S_0^T c_i.
-Inside a chunk of c positions the masked c x c form, its decay factorised as exp(G_i) exp(-G_j)
-(G the cumulative log decay inside the chunk) for the rows whose decay since the chunk's start
-spans at most e^-FACTOR_SPAN, from segment sums (each a sum over its own span) for the others;
+Inside a chunk of c positions the masked c x c form, its decays one (c, c) matrix per head
+(``decays.decay_matrix``: exponents from float64 running sums rounded once, a backward that
+sums each pair over the steps it spans; the factorised exp(G_i) exp(-G_j) it replaced put
+A_log's fp32 gradient 7.8x further from float64 than fla's fp32 recurrence, issue 57);
 across chunks the carried state, by a loop over chunks, its decays sums over their own spans
 (never a difference of prefix sums over the sequence, which cancels in fp32). fp32 with
 autocast off, float64 when given.
@@ -18,10 +19,11 @@ from typing import overload
 
 import torch
 
-from attnbench.plugins.recurrent.common import add_matmul, causal
-from attnbench.plugins.recurrent.decays import FACTOR_SPAN, after_sums, exact_past_span, segment_sums
+from attnbench.plugins.recurrent.common import add_matmul
+from attnbench.plugins.recurrent.decays import after_sums, decay_matrix, since_start
 
-# re-exported for older checkouts' modules (see common.py); segment_sums, imported above, too
+# re-exported for older checkouts' modules (see common.py)
+from attnbench.plugins.recurrent.decays import segment_sums as segment_sums
 from attnbench.plugins.recurrent.flops import ssd_flops_per_token as ssd_flops_per_token
 
 
@@ -78,7 +80,7 @@ def ssd_scan(
         # and larger ops than the factorised form (which ran the findings shape's step 1.11x slower)
         with torch.autocast(x.device.type, enabled=False):
             c, b, x, log_a = c.to(fp), b.to(fp), x.to(fp), log_a.to(fp)
-            decay = torch.exp(segment_sums(log_a))  # (B, H, T, T) exp(sum_{j<l<=i} log_a_l), 0 for j > i
+            decay = decay_matrix(log_a)  # (B, H, T, T) exp(sum_{j<l<=i} log_a_l), 0 for j > i
             decay = decay if dt is None else decay * dt.to(fp)[..., None, :]  # (B, H, T, T) times dt_j
             return _per_head(c @ b.transpose(-1, -2), decay) @ x, None  # (B, H, T, P)
     B, H, _, P = x.shape
@@ -92,20 +94,20 @@ def ssd_scan(
         xc = _by_group(_pad_time(x.to(fp).transpose(1, 2), pad, 1).unflatten(1, (N, n)), groups)  # (B, G, N, n, H/G, P)
         ac = _pad_time(log_a.to(fp), pad, 2).unflatten(2, (N, n))  # (B, H, N, n)
         sc = torch.ones_like(ac) if dt is None else _pad_time(dt.to(fp), pad, 2).unflatten(2, (N, n))  # (B, H, N, n)
-        G = ac.cumsum(-1)  # (B, H, N, n) log decay from the chunk's start through i
+        gamma = since_start(ac, -1)[1]  # (B, H, N, n) decay from the chunk's start through i
         to_end = torch.exp(after_sums(ac[..., None])[..., 0]) * sc  # (B, H, N, n) key j to the chunk's end (dt_j)
         # Across chunks a group's H/G heads sit side by side in the columns of one state (B, G, ., H/G P),
         # so each product with the group's shared b or c is one matmul for all of them, and the
         # decays scale x and the output rows (P wide), never a per-head copy of b or c (N_s wide).
         summary = bc.transpose(-1, -2) @ (xc * _scales(to_end, groups)).flatten(-2)  # (B, G, N, N_s, H/G P) b^T x
-        through = torch.exp(ac.sum(-1)).unflatten(1, (groups, -1)).transpose(2, 3)  # (B, G, N, H/G) across a chunk
+        through = gamma[..., -1].unflatten(1, (groups, -1)).transpose(2, 3)  # (B, G, N, H/G) across a chunk
         s, before = start.to(fp).unflatten(1, (groups, -1)).transpose(2, 3), []  # (B, G, N_s, H/G, P) S_0, a view
         for a_m, u_m in zip(through.unbind(2), summary.unbind(2), strict=True):  # unbound once, never indexed
             before.append(s)  # S_{m+1} = through_m S_m + U_m: O(N), not an (N+1) x (N+1) carry
             s = torch.addcmul(u_m.unflatten(-1, (-1, P)), a_m[:, :, None, :, None], s)  # (B, G, N_s, H/G, P) one op
         states = torch.stack(before, dim=2).flatten(-2)  # (B, G, N, N_s, H/G P) S before each chunk
         carried = cc @ states  # (B, G, N, n, H/G P) c_i^T S, not yet decayed to i
-        y = _inside(cc, bc, xc, carried, ac, G, sc)  # (B, H, N, n, P) chunk and carried state, decayed to i
+        y = _inside(cc, bc, xc, carried, ac, gamma, sc)  # (B, H, N, n, P) chunk and carried state, decayed to i
         y = y.flatten(2, 3)[:, :, :T]  # (B, H, T, P)
         final = s.transpose(2, 3).flatten(1, 2)  # (B, H, N_s, P) a new tensor
     return y, (final if state is not None else None)
@@ -139,29 +141,18 @@ def _inside(
     xc: torch.Tensor,
     carried: torch.Tensor,
     ac: torch.Tensor,
-    G: torch.Tensor,
+    gamma: torch.Tensor,
     sc: torch.Tensor,
 ) -> torch.Tensor:
     """y_i = exp(G_i) c_i^T S + sum_{j<=i} (c_i . b_j) exp(sum_{j<l<=i} log_a_l) dt_j x_j inside each
     chunk: cc, bc (B, G, N, n, N_s) per group, xc (B, G, N, n, H/G, P), carried = c_i^T S (B, G, N,
-    n, H/G P), the log decays ac, their cumulative sums G and the scales dt sc (B, H, N, n). The
-    decay factorises, exp(G_i) exp(-G_j), for the rows whose decay since the chunk's start spans
-    at most e^-FACTOR_SPAN: one masked C B^T per group, x scaled per head, a group's heads side by
-    side in one matmul that adds the carried state, then one scale by exp(G_i). The other rows take
-    segment-sum decays (exponents <= 0), so no factor can overflow."""
-    groups = cc.shape[1]
-    scores = (cc @ bc.transpose(-1, -2)) * causal(cc.shape[3], cc)  # (B, G, N, n, n) c_i . b_j for j <= i
-    xs = xc * _scales(torch.exp((-G).clamp_max(FACTOR_SPAN)) * sc, groups)  # (B, G, N, n, H/G, P) e^-G_j dt_j x_j
-    both = add_matmul(carried, scores, xs.flatten(-2))  # (B, G, N, n, H/G P) c_i^T S + sum_j scores_ij xs_j
-    y = _heads(both.unflatten(-1, xc.shape[-2:]) * _scales(torch.exp(G), groups))  # (B, H, N, n, P) times e^G_i
+    n, H/G P), the log decays ac, gamma = exp(G) and the scales dt sc (B, H, N, n). C B^T once per
+    group, times each head's decay matrix and dt, then one matmul per head that adds the carried
+    state decayed to i."""
+    scores = cc @ bc.transpose(-1, -2)  # (B, G, N, n, n) c_i . b_j
+    weights = _per_head(scores, decay_matrix(ac) * sc[..., None, :])  # (B, H, N, n, n) 0 for j > i
     carried_h, x_h = _heads(carried.unflatten(-1, xc.shape[-2:])), _heads(xc)  # (B, H, N, n, P) views when G is 1
-
-    def exact(at: tuple[torch.Tensor, ...]) -> torch.Tensor:  # (M, n, P) segment-sum decays, exponents <= 0
-        shared = scores[at[0], at[1] // (ac.shape[1] // groups), at[2]]  # (M, n, n) their group's scores
-        decay = torch.exp(segment_sums(ac[at])) * sc[at][..., None, :]  # (M, n, n) decay_ij dt_j
-        return (shared * decay) @ x_h[at] + carried_h[at] * torch.exp(G[at])[..., None]
-
-    return exact_past_span(y, G, exact)  # (B, H, N, n, P)
+    return add_matmul(carried_h * gamma[..., None], weights, x_h)  # (B, H, N, n, P)
 
 
 def _per_head(shared: torch.Tensor, per_head: torch.Tensor) -> torch.Tensor:
