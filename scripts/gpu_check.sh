@@ -4,10 +4,14 @@
 # GPT-2 small compiled (tokens/s, MFU), speed and memory for T = 1K..32K, the report and a
 # one-page summary, all under OUT; 9 minutes on one H100 or H200. The driver: benchmarks/gpu_check/.
 #
-#   scripts/gpu_check.sh OUT [--dry-run] [--steps env,check,...] [--budget SECONDS]   (steps: env check smoke gpt2 speed fla report)
+#   scripts/gpu_check.sh OUT [--dry-run] [--steps env,check,...] [--budget SECONDS] [--parse-only]
+#                                               (steps: env check smoke gpt2 speed fla report)
 #   scripts/gpu_check.sh --prepare        # here, before a device call: fills .whl/ (below)
 #
 # --dry-run: the same steps on CPU at tiny sizes, under 90 s (tests/test_gpu_check.py runs it).
+# The arguments are checked first, before anything is installed or run (--parse-only stops there):
+# --budget a finite number of seconds (>= 5), --steps naming at least one known step, OUT a folder
+# path (an existing file there is refused).
 #
 # Reaching the lent GPU machine (see the device tool's notes): it has no network; only the
 # working tree (64 MiB) and the paths named in `carry` travel. Its python3 (3.12) holds torch,
@@ -19,7 +23,8 @@
 #   2. the call carries .whl; this script, finding attnbench not importable, installs the wheels
 #      and then attnbench itself from the working tree (--no-index --no-build-isolation) into
 #      /tmp/gpu-check-site, put first on PYTHONPATH;
-#   3. torch: the machine's, when it meets pyproject's floor (torch>=2.3); below it, a carried
+#   3. torch: the machine's, when it meets pyproject's floor (torch>=2.4, read from pyproject.toml by
+#      torch_ok below); below it, a carried
 #      .whl/torch-*.whl is installed (a CUDA torch wheel is far over the 64 MiB carry limit, so
 #      in practice the environment step then fails and says why; it never fakes the rest).
 #   (Tried here on a Python venv holding only those image packages: the install and the dry run passed.)
@@ -44,6 +49,10 @@ if [ "${1:-}" = "--prepare" ]; then
   ls -l .whl
   exit 0
 fi
+
+# The arguments, checked before anything is installed or run (the driver needs only PyYAML for this);
+# a bad one ends here with its message and exit code 2.
+"$PY" -m benchmarks.gpu_check "$@" --parse-only >/dev/null
 
 torch_ok() {  # the machine's torch meets pyproject's floor
   "$PY" - <<'EOF'

@@ -15,6 +15,8 @@ from attnbench.store.database import Metric, Result, RunRecord, Store
 PINNED_SCHEMA = [
     "CREATE INDEX attempts_cell ON attempts (cell_key, started_at)",
     "CREATE INDEX checks_variant ON checks (variant, created_at)",
+    "CREATE INDEX leases_cell ON leases (cell_key, started_at)",
+    "CREATE UNIQUE INDEX leases_held ON leases (cell_key) WHERE ended_at IS NULL",
     "CREATE INDEX metrics_run ON metrics (run_id, name, step)",
     "CREATE INDEX results_run ON results (run_id, name)",
     "CREATE INDEX runs_suite ON runs (suite, experiment, variant)",
@@ -27,6 +29,11 @@ PINNED_SCHEMA = [
         "CREATE TABLE checks ( gate_key TEXT NOT NULL, variant TEXT NOT NULL, check_name TEXT NOT NULL, "
         "status TEXT NOT NULL, figure REAL, tolerance REAL, detail TEXT NOT NULL, provenance TEXT NOT NULL, "
         "created_at REAL NOT NULL, PRIMARY KEY (gate_key, check_name) )"
+    ),
+    (
+        "CREATE TABLE leases ( id INTEGER PRIMARY KEY, cell_key TEXT NOT NULL, pid INTEGER NOT NULL, "
+        "host TEXT NOT NULL, machine TEXT NOT NULL, process_start TEXT NOT NULL, started_at REAL NOT NULL, "
+        "heartbeat_at REAL NOT NULL, ended_at REAL, ending TEXT )"
     ),
     (
         "CREATE TABLE metrics ( run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, "

@@ -2,7 +2,11 @@
 box (a step that overruns is stopped, and what it stored is still read back), then writes
 summary.json and summary.md and prints the summary.
 
-    python -m benchmarks.gpu_check OUT [--dry-run] [--steps check,speed] [--budget SECONDS]
+    python -m benchmarks.gpu_check OUT [--dry-run] [--steps check,speed] [--budget SECONDS] [--parse-only]
+
+Every argument is checked before anything is made or run: a budget that is not a finite number
+of seconds (at least a step's smallest box), --steps naming no step or an unknown one, and an
+OUT that is an existing file (or lies under one) are refused with one line.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import resource
 import signal
@@ -164,25 +169,75 @@ def _one(step: Step, lay: Layout, s: Sizes, box: float) -> dict[str, Any]:
     return record | {"status": child["status"], "reason": child["reason"]}
 
 
+def _budget(raw: str) -> float:
+    """--budget: a finite number of seconds, at least one step's smallest box (argparse names the option)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < MIN_BOX_S:
+        raise argparse.ArgumentTypeError(
+            f"{raw} is not a time budget: give a finite number of seconds of at least {MIN_BOX_S:g} (a step "
+            "is given no less), or leave --budget out for the default (540 on a GPU, 90 dry run)"
+        )
+    return value
+
+
+def _chosen_steps(p: argparse.ArgumentParser, raw: str | None, names: list[str]) -> list[str]:
+    """The steps --steps names (None: all but the opt-in ones); naming none, or an unknown one, is an error."""
+    if raw is None:
+        return [n for n in names if n not in OPT_IN_STEPS]
+    chosen = [n.strip() for n in raw.split(",") if n.strip()]
+    if not chosen:
+        p.error(
+            f"--steps {raw!r} names no step; give comma-separated steps ({', '.join(names)}), or leave "
+            f"--steps out to run all but {', '.join(OPT_IN_STEPS)}"
+        )
+    unknown = [n for n in chosen if n not in names]
+    if unknown:
+        p.error(f"unknown steps {unknown}; the steps are {', '.join(names)}")
+    return chosen
+
+
+def _out_folder(p: argparse.ArgumentParser, out: Path) -> Path:
+    """OUT resolved; an existing file at it or above it is an error (the folder is made later)."""
+    root = out.expanduser().resolve()
+    blocking = next((q for q in (root, *root.parents) if q.exists() and not q.is_dir()), None)
+    if blocking is not None:
+        where = "OUT is" if blocking == root else f"{blocking}, a folder above OUT, is"
+        p.error(f"{out}: {where} an existing file, not a folder; give OUT a folder path (made if missing), or move it")
+    return root
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/gpu_check.sh", description="One-command GPU check (issue 41).")
     p.add_argument("out", type=Path, help="output folder (store, logs, report, summary.json, summary.md)")
     p.add_argument("--dry-run", action="store_true", help="the same steps on CPU at tiny sizes (logic and layout only)")
     steps_help = f"comma-separated steps to (re)run into the same folder (default: all but {', '.join(OPT_IN_STEPS)})"
     p.add_argument("--steps", help=steps_help)
-    p.add_argument("--budget", type=float, help="seconds for the whole check (default: 540 on a GPU, 90 dry run)")
+    p.add_argument("--budget", type=_budget, help="seconds for the whole check (default: 540 on a GPU, 90 dry run)")
+    p.add_argument(
+        "--parse-only",
+        action="store_true",
+        help="check the arguments, say what would run, and stop (nothing is made; the script runs this first)",
+    )
     args = p.parse_args(argv)
     s = sizes(args.dry_run)
-    names = [st.name for st in s.steps]
-    chosen = [n.strip() for n in args.steps.split(",")] if args.steps else [n for n in names if n not in OPT_IN_STEPS]
-    unknown = [n for n in chosen if n not in names]
-    if unknown:
-        p.error(f"unknown steps {unknown}; the steps are {', '.join(names)}")
-    lay = Layout(args.out.resolve())
-    lay.make()
+    chosen = _chosen_steps(p, args.steps, [st.name for st in s.steps])
+    root = _out_folder(p, args.out)
+    budget = s.budget_s if args.budget is None else args.budget
+    if args.parse_only:
+        mode = "dry run (CPU)" if args.dry_run else "GPU"
+        print(f"{mode}: steps {', '.join(chosen)} into {root}, {budget:g} s budget", flush=True)
+        return 0
+    lay = Layout(root)
+    try:
+        lay.make()
+    except OSError as exc:
+        p.error(f"{args.out}: cannot make the output folder ({exc.strerror or exc}); give OUT a writable folder path")
     started = time.time()
-    run_steps(lay, s, chosen, args.budget or s.budget_s)
-    summary = write_summary(lay, s, started, time.time(), args.budget or s.budget_s)
+    run_steps(lay, s, chosen, budget)
+    summary = write_summary(lay, s, started, time.time(), budget)
     print(lay.summary_md.read_text(), flush=True)
     return 0 if all(st["status"] == "ok" for st in summary["steps"] if st["name"] in chosen) else 1
 

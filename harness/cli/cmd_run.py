@@ -93,6 +93,37 @@ def _refuse_jobs_with(jobs: int | None, executor: str) -> None:
         make_executor(executor, jobs=jobs)  # raises: Ray schedules the cells itself
 
 
+def _open_outputs(stack: contextlib.ExitStack, path: Path, track: list[str], suite: str):
+    """The store at ``path`` and the trackers beside it (tracking/), closed by ``stack``. A
+    tracker that cannot start (its folder blocked by a file, a plugin's tracker failing) leaves
+    nothing: a store file and folders this call made are removed again."""
+    from attnbench.store.database import Store
+    from attnbench.track.registry import make_trackers
+
+    new = [p for p in (path, *path.parents) if not p.exists()]  # the file, then the folders made for it
+    store = Store(path)
+    try:
+        trackers = make_trackers(track, path.parent / "tracking", suite)
+    except BaseException:
+        store.close()
+        if new and new[0] == path:
+            for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+                leftover.unlink(missing_ok=True)
+            for folder in new[1:]:  # deepest first, each only if empty
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+        raise
+    stack.callback(store.close)
+    if store.imported:
+        print(
+            f"imported {len(store.imported)} finished cells that an earlier run could not write (from {path}.unsaved/)",
+            file=sys.stderr,
+        )
+    for tracker in trackers:
+        stack.callback(tracker.close)
+    return store, trackers
+
+
 def run(args: argparse.Namespace) -> int:
     # torch and the experiment code load here, not when the parser is built (attnbench --help)
     from attnbench import distributed
@@ -100,10 +131,9 @@ def run(args: argparse.Namespace) -> int:
     from attnbench.run.choose import make_executor
     from attnbench.run.pool import default_jobs
     from attnbench.run.progress import silence_third_party_bars
-    from attnbench.run.runner import run_suite
-    from attnbench.store.database import Store
+    from attnbench.run.runner import prepare_run, run_suite
     from attnbench.store.provenance import resolve_device
-    from attnbench.track.registry import make_trackers
+    from attnbench.track.registry import check_trackers
 
     silence_third_party_bars()  # datasets', the hub's and lm-eval's bars would interleave with ours
     suite = load_suite(args.suite, args.overrides)
@@ -130,30 +160,32 @@ def run(args: argparse.Namespace) -> int:
                 retry_failed=args.retry_failed,
             )
             return 0
-        store = stack.enter_context(Store(args.store))
-        if store.imported:
-            print(
-                f"imported {len(store.imported)} finished cells that an earlier run could not write "
-                f"(from {args.store}.unsaved/)",
-                file=sys.stderr,
-            )
-        trackers = make_trackers(
-            list(dict.fromkeys([*suite.track, *args.track])), Path(args.store).parent / "tracking", suite.name
-        )
-        for tracker in trackers:
-            stack.callback(tracker.close)
+        # Everything that can refuse the run is checked before the store, its folder or a
+        # tracker's folder is created: a refused run leaves no file behind.
+        run_device = str(info.device) if info else args.device
+        only_variants = split_names(args.variants)
+        cells = prepare_run(suite, registry, device=run_device, only_variants=only_variants)
+        track = list(dict.fromkeys([*suite.track, *args.track]))
+        check_trackers(track)
         device = info.device if info else resolve_device(args.device or suite.device)
         jobs = 1 if info or args.executor != "local" else args.jobs or default_jobs(device.type)
-        executor = stack.enter_context(make_executor(args.executor, address=args.address, jobs=jobs))
+        executor = make_executor(args.executor, address=args.address, jobs=jobs)
+        try:
+            store, trackers = _open_outputs(stack, Path(args.store), track, suite.name)
+        except BaseException:
+            executor.close()
+            raise
+        stack.enter_context(executor)  # closed first: in-flight cells stop before the store closes
         report = run_suite(
             suite,
             store,
             registry,
-            device=str(info.device) if info else args.device,
-            only_variants=split_names(args.variants),
+            device=run_device,
+            only_variants=only_variants,
             executor=executor,
             trackers=trackers,
             retry_failed=args.retry_failed,
+            cells=cells,
         )
     print(
         f"{suite.name}: {report.cells} cells, {report.ran} run, {report.skipped} already stored (store: {args.store})"

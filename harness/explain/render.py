@@ -1,11 +1,15 @@
 """Attention maps as files: one PNG heatmap per layer (its heads side by side, tokens on
-the axes), an HTML page showing every layer, and the numbers as JSON."""
+the axes), an HTML page showing every layer, and the numbers as JSON. A layer with negative
+weights is drawn on a diverging colour scale centred at 0 (``colour_scale``)."""
 
 from __future__ import annotations
 
 import html
 import json
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from attnbench.errors import InspectError
 from attnbench.explain.maps import Inspection, LayerMap
@@ -29,6 +33,32 @@ def check_out_dir(out: Path) -> None:
             )
 
 
+@dataclass(frozen=True)
+class Scale:
+    """A heatmap's colour scale."""
+
+    cmap: str
+    vmin: float
+    vmax: float | None = None  # None: the data's maximum
+    center: float | None = None  # a diverging map's midpoint
+
+    @property
+    def diverging(self) -> bool:
+        return self.center is not None
+
+
+def colour_scale(m: LayerMap) -> Scale:
+    """The heatmap's colour scale for layer map ``m``: viridis from 0 where every weight is
+    non-negative (softmax rows, importances); where any is negative (Differential attention's
+    difference of two softmaxes), a diverging map centred at 0, symmetric about it and shared by
+    the layer's heads, so a negative weight never reads as zero."""
+    finite = m.weights[np.isfinite(m.weights)]
+    if not finite.size or float(finite.min()) >= 0.0:
+        return Scale("viridis", 0.0)
+    bound = float(np.abs(finite).max())
+    return Scale("RdBu_r", -bound, bound, 0.0)
+
+
 def _figure(m: LayerMap, tokens: list[str]):
     import matplotlib
 
@@ -37,6 +67,7 @@ def _figure(m: LayerMap, tokens: list[str]):
     import seaborn as sns
 
     H, T = m.weights.shape[0], len(tokens)
+    scale = colour_scale(m)
     font = max(4.0, min(9.0, 600.0 / T))  # labels stay legible up to T ~ 128
     if m.kind == "pairwise":
         side = max(4.0, 0.11 * T + 1.5)
@@ -45,8 +76,10 @@ def _figure(m: LayerMap, tokens: list[str]):
             sns.heatmap(
                 m.weights[h],
                 ax=ax,
-                cmap="viridis",
-                vmin=0.0,
+                cmap=scale.cmap,
+                vmin=scale.vmin,
+                vmax=scale.vmax,
+                center=scale.center,
                 square=True,
                 xticklabels=tokens,
                 yticklabels=tokens,
@@ -59,8 +92,10 @@ def _figure(m: LayerMap, tokens: list[str]):
         sns.heatmap(
             m.weights,
             ax=ax,
-            cmap="viridis",
-            vmin=0.0,
+            cmap=scale.cmap,
+            vmin=scale.vmin,
+            vmax=scale.vmax,
+            center=scale.center,
             xticklabels=tokens,
             yticklabels=[f"head {h}" for h in range(H)],
             cbar_kws={"shrink": 0.8},
@@ -96,8 +131,14 @@ def write_html(ins: Inspection, pngs: list[Path], out: Path) -> Path:
         "over keys j &le; i. Importance maps: one weight per token and head.</p>",
     ]
     for m, png in zip(ins.layers, pngs, strict=True):
+        note = (
+            f"<p>Some weights are negative (down to {float(np.nanmin(m.weights)):.3g}): a diverging colour scale "
+            "centred at 0, blue below it and red above.</p>"
+            if colour_scale(m).diverging
+            else ""
+        )
         parts.append(
-            f"<h2>Layer {m.layer} ({m.kind}, {m.weights.shape[0]} heads)</h2>"
+            f"<h2>Layer {m.layer} ({m.kind}, {m.weights.shape[0]} heads)</h2>{note}"
             f'<img src="{png.name}" style="max-width:100%">'
         )
     path = out / "index.html"

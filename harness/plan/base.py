@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 
 class Budget(BaseModel):
@@ -266,7 +266,9 @@ class Protocol(BaseModel):
     baseline: str = "softmax"  # the variant every other is compared with, seed by seed (with baselines: their first)
     # several baselines, e.g. [softmax, linear]: one difference, interval and decision per baseline (the first leads)
     baselines: list[str] | None = Field(default=None, min_length=1)
-    interval: bool = True  # a paired 95% interval against the baseline (needs >= 2 seeds)
+    # a paired 95% interval and a decision against the baseline (needs >= 2 seeds); false: the report
+    # shows each row's per-seed differences and their mean, and no interval or decision
+    interval: bool = True
     choose_on: Literal["val"] = "val"  # the split the choice reads (never the test split)
     report_on: Literal["test"] = "test"  # the split the headline numbers come from
     # the test metric decisions read; default: accuracy (the task's answers) for task data, loss for text
@@ -294,6 +296,35 @@ class Protocol(BaseModel):
                 f"{listed}; give one of the two, or list {raw['baseline']!r} first"
             )
         return {**raw, "baseline": listed[0]}
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seed_rounds(cls, v: Any) -> Any:
+        """A list here is the experiment's fixed seeds, written one level too deep."""
+        if isinstance(v, list):
+            raise ValueError(
+                f"protocol.seeds takes seeds until decided as a mapping, e.g. {{min: 3, max: 10}}; a list of "
+                f"seeds belongs in the experiment's own seeds: (beside protocol:, e.g. seeds: {v})"
+            )
+        return v
+
+    @field_validator("learn_target", "margin", mode="before")
+    @classmethod
+    def _a_number(cls, v: Any, info: ValidationInfo) -> Any:
+        """YAML's true/false would otherwise be read as 1.0 / 0.0."""
+        if isinstance(v, bool):
+            what = {
+                "learn_target": (
+                    "a validation accuracy in (0, 1] for a task, a loss in nats per token for text",
+                    "learn_target: 0.9",
+                ),
+                "margin": ("the equivalence margin in the metric's units", "margin: 0.05"),
+            }[str(info.field_name)]
+            raise ValueError(
+                f"protocol.{info.field_name} is a number ({what[0]}), not {str(v).lower()}; give e.g. {what[1]}, "
+                "or leave it out for the default"
+            )
+        return v
 
     @field_validator("baselines")
     @classmethod

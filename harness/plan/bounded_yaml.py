@@ -28,6 +28,7 @@ class _BoundedLoader(yaml.SafeLoader):
         super().__init__(text)
         self._depth = 0  # collections enclosing the node being composed
         self._values = 0
+        self._aliased = 0  # of those, values that aliases stand for
         self._counted: dict[int, tuple[int, int]] = {}  # id(node) -> (values, height), once composed
 
     def compose_node(self, parent: Any, index: Any) -> Any:
@@ -44,7 +45,7 @@ class _BoundedLoader(yaml.SafeLoader):
                         line,
                     )
                 values, height = self._counted[id(node)]
-                self._add(values, line)
+                self._add(values, line, alias=True)
                 if self._depth + height > MAX_DEPTH:
                     raise LimitError(self._too_deep(f" once the alias *{event.anchor} is expanded"), line)
             return super().compose_node(parent, index)  # an undefined alias: PyYAML's own error
@@ -65,16 +66,25 @@ class _BoundedLoader(yaml.SafeLoader):
         )
         return node
 
-    def _add(self, values: int, line: int) -> None:
+    def _add(self, values: int, line: int, alias: bool = False) -> None:
         self._values += values
-        if self._values > MAX_VALUES:
+        self._aliased += values if alias else 0
+        if self._values <= MAX_VALUES:
+            return
+        if not self._aliased:  # written out value by value: no alias is involved
             raise LimitError(
-                f"the YAML expands to more than {MAX_VALUES:,} values (the limit) by this line: each "
-                "*alias stands for a whole copy of its anchor's value, so aliases of aliases multiply "
-                "(a 'billion laughs'); refused before expanding it. Use each anchor fewer times, or "
-                "write the values out",
+                f"the YAML holds more than {MAX_VALUES:,} values (the limit) by this line, with no alias "
+                "involved; a large suite has a few thousand. Shorten the long list that runs to here (e.g. "
+                "a few seeds, or protocol.seeds: {min: 3, max: 10} to add seeds until decided)",
                 line,
             )
+        raise LimitError(
+            f"the YAML expands to more than {MAX_VALUES:,} values (the limit) by this line, "
+            f"{self._aliased:,} of them copies that aliases stand for: each *alias stands for a whole copy "
+            "of its anchor's value, so aliases of aliases multiply (a 'billion laughs'); refused before "
+            "expanding it. Use each anchor fewer times, or write the values out",
+            line,
+        )
 
     @staticmethod
     def _too_deep(how: str) -> str:

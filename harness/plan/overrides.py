@@ -1,7 +1,8 @@
 """`--set KEY=VALUE` overrides of a suite, applied to the merged YAML before validation.
 
 Keys are dotted paths into the suite (``defaults.train.lr``, ``device``); experiments are
-addressed by name (``experiments.text.seeds``). Values are YAML (``[0, 1]``, ``{steps: 50}``);
+addressed by name (``experiments.text.seeds``), a name with dots too (``experiments.v1.2.seeds``:
+the longest experiment name the key spells). Values are YAML (``[0, 1]``, ``{steps: 50}``);
 numbers YAML reads as strings (``1e-3``) are taken as numbers.
 """
 
@@ -48,14 +49,31 @@ def parse_override(text: str) -> Override:
     return Override(text, path, _number(value) if isinstance(value, str) else value)
 
 
-def _experiment_index(raw: dict[str, Any], name: str, ov: Override) -> int:
+def _experiment(raw: dict[str, Any], ov: Override) -> tuple[int, int]:
+    """(index of the experiment ``ov`` addresses, how many parts of its path name it). A name may
+    hold dots (``v1.2``): the longest name the parts after ``experiments`` spell, with at least
+    one setting after it, is the one meant."""
     names = [e.get("name") for e in raw.get("experiments", []) if isinstance(e, dict)]
-    if name in names:
-        return names.index(name)
-    close = difflib.get_close_matches(name, [n for n in names if isinstance(n, str)], n=1)
+    rest = ov.path[1:]
+    for n in range(len(rest) - 1, 0, -1):
+        name = ".".join(rest[:n])
+        if name in names:
+            return names.index(name), n
+    whole = ".".join(rest)
+    named = [n for n in names if isinstance(n, str)]
+    if whole in named:  # the experiment itself, with no setting after its name
+        raise SuiteError(
+            f"--set {quoted(ov.text)}: address a setting of experiment {quoted(whole)}, e.g. "
+            f"experiments.{whole}.seeds=[0,1]"
+        )
+    tried = [".".join(rest[:n]) for n in range(1, len(rest))]  # the names the key may spell
+    close = [c for t in reversed(tried) for c in difflib.get_close_matches(t, named, n=1)]
     hint = f"did you mean {close[0]!r}? " if close else ""
+    if close and "." in close[0]:  # a dotted name is addressed like any other
+        hint += f"(e.g. experiments.{close[0]}.{rest[-1]}=...) "
     raise SuiteError(
-        f"--set {quoted(ov.text)}: the suite has no experiment named {quoted(name)}; {hint}experiments: {quoted(names)}"
+        f"--set {quoted(ov.text)}: the suite has no experiment named {' or '.join(map(quoted, tried))}; "
+        f"{hint}experiments: {quoted(names)}"
     )
 
 
@@ -66,7 +84,8 @@ def target(raw: dict[str, Any], ov: Override) -> tuple[Any, ...]:
             raise SuiteError(
                 f"--set {quoted(ov.text)}: address a setting of one experiment, e.g. experiments.NAME.seeds=[0,1]"
             )
-        return ("experiments", _experiment_index(raw, ov.path[1], ov), *ov.path[2:])
+        index, parts = _experiment(raw, ov)
+        return ("experiments", index, *ov.path[1 + parts :])
     return ov.path
 
 

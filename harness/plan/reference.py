@@ -130,7 +130,7 @@ MEANINGS = {
         "suite: defaults to the file name; experiment: unique within the suite "
         "(addressed by `--set experiments.NAME...`)"
     ),
-    "description": "one line shown in the report",
+    "description": "one line, shown under the report's title",
     "include": "other suite files (relative to this one): their mappings merged under this file, experiments appended",
     "allow_failed_checks": (
         "record numbers of variants that failed the trust gate (marked as failing) instead of refusing them"

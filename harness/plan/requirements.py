@@ -38,6 +38,12 @@ def experiment_needs(experiment: Any) -> list[Need]:
     finetune = getattr(experiment, "finetune", None)
     if finetune is not None and getattr(finetune, "method", None) == "lora":
         needs.append(Need("peft", "lora", f"experiment {name!r}: finetune method: lora"))
+    lm_eval = getattr(experiment, "lm_eval", None)
+    if lm_eval is not None and getattr(lm_eval, "model", None) == "hf":
+        # the checkpoint is exported (safetensors, a transformers config and tokenizer) and scored by
+        # lm-eval's own hf model (transformers, accelerate)
+        why = f"experiment {name!r}: lm_eval model: hf (export, then lm-eval's --model hf)"
+        needs += [Need(module, "hf", why) for module in ("transformers", "safetensors", "accelerate", "tokenizers")]
     if any(options.get("kernel") == "fla" for options in _options(experiment)):
         needs.append(Need("fla", "fla", f"experiment {name!r}: kernel: fla"))
     return needs
@@ -54,7 +60,15 @@ def require_packages(suite: Any) -> None:
     missing = missing_packages(suite)
     if not missing:
         return
-    lines = "; ".join(f"{n.why} needs the {n.module!r} package" for n in missing)
+    by_why: dict[str, list[str]] = {}
+    for n in missing:
+        by_why.setdefault(n.why, []).append(repr(n.module))
+    lines = "; ".join(
+        f"{why} needs the {modules[0]} package"
+        if len(modules) == 1
+        else f"{why} needs the packages {', '.join(modules)}"
+        for why, modules in by_why.items()
+    )
     extras = ",".join(dict.fromkeys(n.extra for n in missing))
     raise MissingPackageError(
         f"suite {suite.name!r} cannot run on this install: {lines}. Install it first: "

@@ -58,8 +58,9 @@ class Suite(BaseModel):
     # Wall-clock budget of the trust gate's checks per variant (a hang is a failed check).
     check_time_limit_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
     device: str = "auto"
-    # Fan-out executors (attnbench run --executor ray): times a cell whose task failed in
-    # the executor (a worker died) is run again, and the CPUs each cell's task reserves.
+    # Times a cell runs again after the worker process running it died (killed, out of memory, a
+    # crash outside Python): in the local pool (`--jobs N`) and under `--executor ray` alike
+    # (with `--jobs 1` a cell runs in the driver itself, which has no worker to lose).
     retries: int = Field(default=0, ge=0, le=10)
     cpus_per_cell: int = Field(default=1, ge=1)
     # Experiment trackers every cell is mirrored to (tensorboard, wandb, mlflow, a plugin's); `--track` adds.
@@ -266,11 +267,22 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
+# An experiment's keys that are plural, written singular: where the setting goes instead.
+_PLURAL_KEYS = {
+    "model": "an experiment lists its model sizes under models: (a list, e.g. models: [{d_model: 64, "
+    "n_layer: 2, n_head: 2}]); model: (one mapping) belongs under defaults:, where it fills every experiment's models",
+    "variant": "an experiment lists its variants under variants: (e.g. variants: [softmax, linear])",
+    "seed": "an experiment lists its seeds under seeds: (e.g. seeds: [0, 1, 2])",
+}
+
+
 def _fix_hint(err: dict[str, Any]) -> str:
-    kind = err["type"]
+    kind, loc = err["type"], tuple(err["loc"])
     if kind == "missing":
-        return f"add the key {err['loc'][-1]!r}"
+        return f"add the key {loc[-1]!r}"
     if kind == "extra_forbidden":
+        if len(loc) == 3 and loc[0] == "experiments" and loc[2] in _PLURAL_KEYS:
+            return _PLURAL_KEYS[loc[2]]
         return "remove it or correct its spelling"
     if kind.startswith("greater_than") or kind.startswith("less_than"):
         return "use a value in range"

@@ -49,6 +49,15 @@ def _summary(data: StoreData) -> list[tuple[str, str]]:
     return lines
 
 
+def suite_description(data: StoreData) -> str:
+    """The suite's ``description`` as its latest run recorded it (provenance); '' where none did."""
+    if data.runs.empty or "provenance" not in data.runs:
+        return ""
+    found = [p.get("suite_description") for p in data.runs.sort_values("id")["provenance"] if isinstance(p, dict)]
+    latest = next((d for d in reversed(found) if isinstance(d, str)), "")
+    return " ".join(latest.split())  # one line
+
+
 def build_report(data: StoreData) -> Report:
     """The report of ``data`` (figures rendered to PNG here)."""
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -95,4 +104,5 @@ def build_report(data: StoreData) -> Report:
         sections,
         battery_answer(ran, palette) or headline_section(ran, palette),
         find_notes(data),
+        suite_description(data),
     )

@@ -5,7 +5,6 @@ speedup pivot (variant x T, the baseline's time over the variant's)."""
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import pandas as pd
@@ -21,12 +20,22 @@ from attnbench.report.paired import (
     eval_settings,
     learned_of,
     metric_of,
+    no_interval,
     paired_decision,
     protocol_of,
     seed_values,
     setting_label,
+    wants_interval,
 )
-from attnbench.report.ratios import ratio_text
+from attnbench.report.ratios import (
+    Rounds,
+    noisy_counts,
+    ratio_interval,
+    ratio_text,
+    speed_noisy,
+    speed_rounds,
+    speedup_at_longest,
+)
 from attnbench.report.selection import Selection, select
 from attnbench.report.sequential import method_text
 from attnbench.report.values import (
@@ -49,86 +58,6 @@ def _protocol(runs: pd.DataFrame) -> dict[str, Any]:
         if isinstance(s.get("protocol"), dict):
             return s["protocol"]
     return {}
-
-
-Rounds = tuple[float, float, int]  # (mean, standard deviation, rounds) of one point's timing rounds
-
-
-def _timed_points(data: StoreData, mode: str) -> dict[str, dict[int, tuple[Rounds, str | None]]]:
-    """Per (variant, T) of one mode, the ok point with the most timing rounds (at least 2): its
-    rounds and, where its stored result is flagged noisy, why ('noisy timing: ...'), else None."""
-    speed = data.runs_of("speed").set_index("id")
-    res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
-    variant_of = dict(zip(speed.index, speed["variant"], strict=True))
-    out: dict[str, dict[int, tuple[Rounds, str | None]]] = {}
-    for run_id, tags in zip(res["run_id"], res["tags"], strict=True):
-        if (
-            tags.get("mode") == mode
-            and tags.get("status") == "ok"
-            and is_number(tags.get("mean_s"))
-            and is_number(tags.get("stddev_s"))
-            and int(tags.get("rounds") or 0) >= 2
-        ):
-            point = (float(tags["mean_s"]), float(tags["stddev_s"]), int(tags["rounds"]))
-            reason = tags.get("noisy_reason")
-            noisy = (f"noisy timing: {reason}" if reason else "noisy timing") if tags.get("noisy") else None
-            have = out.setdefault(variant_of[run_id], {})
-            if int(tags["T"]) not in have or have[int(tags["T"])][0][2] < point[2]:
-                have[int(tags["T"])] = (point, noisy)
-    return out
-
-
-def speed_rounds(data: StoreData, mode: str) -> dict[str, dict[int, Rounds]]:
-    """(mean, standard deviation, rounds) of the repeated timing rounds per (variant, T) of
-    one mode: the ok point with the most rounds. The one speed estimator of the report: the
-    ratio of these means (``ratio_interval``) in the summary, the pivot and the first screen."""
-    return {v: {T: p for T, (p, _) in Ts.items()} for v, Ts in _timed_points(data, mode).items()}
-
-
-def speed_noisy(data: StoreData, mode: str) -> dict[str, dict[int, str]]:
-    """Per (variant, T) of one mode, why the point ``speed_rounds`` reads is flagged noisy
-    ('noisy timing: coefficient of variation 73% > 20%'); points not flagged are absent."""
-    return {
-        v: {T: why for T, (_, why) in Ts.items() if why}
-        for v, Ts in _timed_points(data, mode).items()
-        if any(why for _, why in Ts.values())
-    }
-
-
-def ratio_interval(base: tuple[float, float, int], variant: tuple[float, float, int]) -> tuple[float, float, float]:
-    """Baseline mean time / variant mean time with a 95% interval from the timing rounds
-    (delta method on the log ratio: se^2 = cv_b^2 / n_b + cv_v^2 / n_v)."""
-    (mb, sb, nb), (mv, sv, nv) = base, variant
-    ratio = mb / mv
-    se = math.sqrt((sb / mb) ** 2 / nb + (sv / mv) ** 2 / nv)
-    return ratio, ratio * math.exp(-1.96 * se), ratio * math.exp(1.96 * se)
-
-
-def speedup_at_longest(
-    rounds: dict[str, dict[int, Rounds]], variant: str, baseline: str
-) -> tuple[tuple[float, float, float] | None, int | None]:
-    """((baseline mean time / variant mean time, its 95% interval), T) at the longest T both
-    timed: ``ratio_interval``, the estimator of the pivot and the first screen."""
-    common = sorted(set(rounds.get(variant, {})) & set(rounds.get(baseline, {})))
-    if not common:
-        return None, None
-    T = common[-1]
-    if variant == baseline:
-        return (1.0, 1.0, 1.0), T  # one point against itself
-    return ratio_interval(rounds[baseline][T], rounds[variant][T]), T
-
-
-def noisy_counts(data: StoreData) -> dict[str, int]:
-    """Speed points stored as noisy, per variant."""
-    speed = data.runs_of("speed").set_index("id")
-    res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
-    variant_of = dict(zip(speed.index, speed["variant"], strict=True))
-    out: dict[str, int] = {}
-    for _, r in res.iterrows():
-        if r["tags"].get("noisy"):
-            v = variant_of[r["run_id"]]
-            out[v] = out.get(v, 0) + 1
-    return out
 
 
 def _gate_text(sel: Selection) -> str:
@@ -213,6 +142,8 @@ def _row(
     protocol = protocol_of(sel)
     metric, margin = metric_of(protocol), protocol.get("margin")
     found = {name: _against(data, sel, base, metric, margin, setting) for name, base in bases.items()}
+    if not wants_interval(protocol):  # interval: false: each row's per-seed differences and mean, no decision
+        found = {name: f and (no_interval(f[1], margin), f[1]) for name, f in found.items()}
     baseline = next(iter(bases))
     lead = found[baseline]
     d, diffs = lead if lead is not None else (Decision("baseline", None, None, None, 0, margin), [])

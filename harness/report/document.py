@@ -62,6 +62,7 @@ class Report:
     sections: list[Section]
     headline: Section | None = None  # the first screen: what the run found, and the quality-cost picture
     notes: list[Problem] = field(default_factory=list)  # limits of the budget, not faults
+    description: str = ""  # the suite's description: one line under the title
 
     def tables(self) -> list[Table]:
         return [t for s in self.sections for t in s.tables]

@@ -10,13 +10,14 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.report.comparison import ratio_interval, speed_noisy, speed_rounds, summary_table
+from attnbench.report.comparison import summary_table
 from attnbench.report.decision import BETTER, EQUIVALENT, TEST_TEXT, WORSE
 from attnbench.report.document import Section
 from attnbench.report.figures import Palette
 from attnbench.report.learned import LEARNED, LEARNED_TEST_TEXT, NOT_LEARNED, SPLIT
 from attnbench.report.load import StoreData
-from attnbench.report.ratios import path_flags, ratio_text
+from attnbench.report.paired import NO_INTERVAL, NO_INTERVAL_TEXT
+from attnbench.report.ratios import path_flags, ratio_interval, ratio_text, speed_noisy, speed_rounds
 from attnbench.report.sequential import method_text
 from attnbench.report.time_to_learn import undecided_clauses
 from attnbench.report.tradeoff import tradeoff_figure
@@ -58,6 +59,8 @@ def budget_meaning(rows: pd.DataFrame) -> str:
     """What an experiment's numbers are at this budget: 'decided at final accuracy', 'not learned
     at this budget', or 'undetermined at final loss' (from its rows' decisions)."""
     metric = rows["metric"].iloc[0]
+    if (rows["decision"] == NO_INTERVAL).all():
+        return NO_INTERVAL_TEXT
     decided = rows["decision"].isin([BETTER, WORSE, EQUIVALENT]).any()
     unlearned = (rows["decision"] == NOT_LEARNED).any()
     split = (rows["decision"] == SPLIT).any()
@@ -151,6 +154,20 @@ def trigram_clause(row: pd.Series) -> str:
     return f"; below the trigram ({row['trigram']:.3f}) on {k} of {n} seeds"
 
 
+SEE_PROBLEMS = "see Problems"  # the renderers link it to the Problems list
+
+
+def failed_clause(row: pd.Series) -> str | None:
+    """'failed: no seed finished (seeds failed, oom; see Problems)' for a summary row none of whose
+    seeds finished (its flags name their statuses); None for a row with a finished seed."""
+    flags = str(row.get("flags") or "").split("; ")
+    statuses = [f.removesuffix(" seed(s)") for f in flags if f.endswith(" seed(s)")]
+    if not statuses or is_number(row.get("value_mean")) or is_number(row.get("loss_seeds")) and row["loss_seeds"]:
+        return None
+    word = "diverged" if set(statuses) == {"diverged"} else "failed"
+    return f"{word}: no seed finished (seeds {', '.join(statuses)}; {SEE_PROBLEMS})"
+
+
 def sentence(
     variant: str,
     table: pd.DataFrame,
@@ -166,6 +183,10 @@ def sentence(
     for exp in dict.fromkeys(mine["experiment"]):
         rows = mine[mine["experiment"] == exp]
         head = rows[rows["setting"] == "all test sets"].iloc[0]
+        failed = failed_clause(head)
+        if failed:  # no seed to compare: what happened, and where it is listed
+            parts.append(f"{exp} {failed}")
+            continue
         parts.append(
             f"{exp} {head['metric']} {_value(head['metric'], head['value_mean'])} ({head['decision_text']}"
             f"{_further(head)}{_edge(head)})"

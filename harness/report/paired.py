@@ -4,6 +4,9 @@ both have learned (cleared their null level)."""
 
 from __future__ import annotations
 
+import math
+import statistics
+from dataclasses import dataclass
 from typing import Any
 
 from attnbench.report.decision import Decision, decide
@@ -16,6 +19,36 @@ from attnbench.report.values import is_number
 from attnbench.sequential import Design
 
 HIGHER_IS_BETTER = {"loss": False, "accuracy": True}
+NO_INTERVAL = "no interval"  # the outcome of a row whose protocol asked for none (interval: false)
+NO_INTERVAL_TEXT = "no interval requested (protocol.interval: false)"
+
+
+@dataclass(frozen=True)
+class NoInterval(Decision):
+    """No interval and no decision, as the protocol asked (``interval: false``): the per-seed
+    differences and their mean only."""
+
+    diffs: tuple[float, ...] = ()
+
+    def text(self, unit: str = "", decimals: int | None = None) -> str:
+        """e.g. "+0.012 (per seed +0.010, +0.014), n=2, no interval requested (protocol.interval: false)"."""
+        if self.mean is None:
+            return f"no paired seeds, {NO_INTERVAL_TEXT}"
+        fmt = "+.3g" if decimals is None else f"+.{decimals}f"
+        per = ", ".join(f"{d:{fmt}}" for d in self.diffs)
+        return f"{self.mean:{fmt}}{unit} (per seed {per}), n={self.n}, {NO_INTERVAL_TEXT}"
+
+
+def no_interval(diffs: list[float], margin: float | None) -> NoInterval:
+    """The row of a protocol with ``interval: false``: the mean of the per-seed differences, no decision."""
+    finite = tuple(float(d) for d in diffs if d is not None and math.isfinite(d))
+    mean = statistics.fmean(finite) if finite else None
+    return NoInterval(NO_INTERVAL, mean, None, None, len(finite), margin, False, finite)
+
+
+def wants_interval(protocol: dict[str, Any]) -> bool:
+    """Whether the protocol asked for an interval and a decision (``interval``, default true)."""
+    return protocol.get("interval", True) is not False
 
 
 def protocol_of(sel: Selection) -> dict[str, Any]:

@@ -40,8 +40,9 @@ nav ul { columns: 2; }
 #answer li { margin: 0 0 .35em; } #answer li > b:first-child { font-size: 13px; }
 #answer figure { flex: 0 0 41%; margin: 0; } #answer figcaption { font-size: 11px; }
 b.better { color: #1b6e20; } b.worse { color: #9a4d00; } b.equivalent { color: #1f4e99; }
-b.undetermined { color: #666; }
+b.undetermined { color: #666; } b.failed { color: #a40000; }
 header h1 { margin: .2em 0; } header dl.summary { font-size: 12px; color: #333; }
+header p.description { margin: .1em 0 .4em; font-size: 15px; color: #333; }
 p.alarm { margin: .3em 0; } p.alarm a { color: #a40000; font-weight: 600; }
 .problems h2, .ok h2, .notes h2 { margin-top: .3em; font-size: 1.1em; }
 """
@@ -110,12 +111,24 @@ def _html_figure(f) -> str:
 _DECISION = re.compile(r"\b(better|worse|undetermined|equivalent(?: within)? ±[0-9.e+-]*[0-9])(?=$|[\s);,/])")
 
 
+_FAILED = re.compile(r"\b(failed|diverged)(?=: no seed finished)")
+SEE_PROBLEMS = "see Problems"  # headline.SEE_PROBLEMS: linked to the Problems list
+
+
 def sentence_html(text: str) -> str:
     """A headline sentence: the variant before its first colon in bold, each decision in bold
-    and coloured by its outcome."""
+    and coloured by its outcome, an experiment none of whose seeds finished in red, linked to
+    the Problems list."""
     variant, sep, rest = text.partition(": ")
     body = _DECISION.sub(lambda m: f'<b class="{m.group(1).split()[0]}">{m.group(1)}</b>', _e(rest))
+    body = _FAILED.sub(lambda m: f'<b class="failed">{m.group(1)}</b>', body)
+    body = body.replace(SEE_PROBLEMS, f'<a href="#problems">{SEE_PROBLEMS}</a>')
     return f"<b>{_e(variant)}</b>{sep}{body}" if sep else _e(text)
+
+
+def _md_sentence(text: str) -> str:
+    """A headline sentence in Markdown, its 'see Problems' linked to the Problems list."""
+    return md_escape(text).replace(SEE_PROBLEMS, "see [Problems](#problems)")
 
 
 def _html_headline(section: Section | None) -> str:
@@ -188,12 +201,14 @@ def to_html(report: Report, links: Callable[[Table], dict[str, str]]) -> str:
         for s in report.sections
     )
     body = "".join(_html_section(s, links) for s in report.sections)
+    description = f'<p class="description">{_e(report.description)}</p>' if report.description else ""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>attnbench report: {_e(report.suite)}</title><style>{_CSS}</style></head><body>"
-        f'<header><h1>attnbench report: {_e(report.suite)}</h1><dl class="summary">{summary}</dl>'
+        f"<header><h1>attnbench report: {_e(report.suite)}</h1>{description}"
+        f'<dl class="summary">{summary}</dl>'
         f"{_alarm(report.problems)}</header>"
         f"{_html_headline(report.headline)}{problems}{notes}<nav><h2>Contents</h2><ul>{toc}</ul></nav>{body}"
         "</body></html>\n"
@@ -221,10 +236,13 @@ def md_table(view: pd.DataFrame) -> str:
 def to_markdown(report: Report, figure_path: Callable[[str], str], links: Callable[[Table], dict[str, str]]) -> str:
     """The Markdown; ``figure_path(slug)`` is a figure's relative PNG path."""
     out = [f"# attnbench report: {md_escape(report.suite)}", ""]
+    out += [f"*{md_escape(report.description)}*", ""] if report.description else []
     out += [f"- **{md_escape(k)}:** {md_escape(v)}" for k, v in report.summary] + [""]
     if report.headline is not None:
         h = report.headline
-        out += [f"## {md_escape(h.title)}", "", md_escape(h.intro), ""] + [f"- {md_escape(n)}" for n in h.notes] + [""]
+        out += (
+            [f"## {md_escape(h.title)}", "", md_escape(h.intro), ""] + [f"- {_md_sentence(n)}" for n in h.notes] + [""]
+        )
         out += [f"![{md_escape(f.title)}]({figure_path(f.slug)})\n\n*{md_escape(f.caption)}*\n" for f in h.figures]
     out += ["## Problems", ""]
     out += [f"- **{md_escape(_problem_text(p))}**" for p in report.problems] or [

@@ -1,7 +1,9 @@
 """Quality against cost: each variant one point per experiment (its test metric, mean over
 seeds with the 95% interval as bars) against its training-step time and its state size,
 with the Pareto front (no other variant is both cheaper and better) drawn through it. Variants
-that have not learned (not beyond their null level) are grey and take no part in the front."""
+that have not learned (not beyond their null level) are grey and take no part in the front.
+Without a timed train step (no speed experiment in the suite) there is no time panel, and the
+caption says so."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from attnbench.report.figures import Palette, _png
 from attnbench.report.values import bytes_text, is_number, seconds_text
 
 UNLEARNED = (0.78, 0.78, 0.78)  # grey: a variant not beyond its null level
+NO_SPEED = "No timing"  # the caption's words where no variant was timed
 
 
 def pareto_front(points: list[tuple[float, float]], higher_is_better: bool) -> list[int]:
@@ -88,7 +91,10 @@ def tradeoff_figure(rows: pd.DataFrame, palette: Palette, T: int | None = None) 
     if not experiments:
         return None
     costs = (("step_time_s", f"train-step time at T={T}" if T else "train-step time"), ("state_bytes", "decode state"))
-    fig = MplFigure(figsize=(5.4, 0.3 + 2.0 * len(experiments)), layout="constrained")
+    timed = "step_time_s" in rows and any(is_number(t) and t > 0 for t in rows["step_time_s"])
+    if not timed:  # an empty panel would say nothing: the caption says why there is none
+        costs = costs[1:]
+    fig = MplFigure(figsize=(0.4 + 2.5 * len(costs), 0.3 + 2.0 * len(experiments)), layout="constrained")
     axes = fig.subplots(len(experiments), len(costs), squeeze=False)
     for r, exp in enumerate(experiments):
         sub = rows[rows["experiment"] == exp]
@@ -103,12 +109,18 @@ def tradeoff_figure(rows: pd.DataFrame, palette: Palette, T: int | None = None) 
                 )
     front = [Line2D([], [], ls="--", color="#999", marker="o", mec="black", mfc="white", label="Pareto front")]
     fig.legend(handles=front, loc="outside upper right", fontsize=7, frameon=False)
+    cost = (
+        "cost: train-step time at the longest length timed for every variant, and the fp32 decode state at "
+        "the training length"
+        if timed
+        else f"cost: the fp32 decode state at the training length. {NO_SPEED}: no speed experiment in this "
+        "suite (none timed a train step), so there is no train-step time panel"
+    )
     return Figure(
         "tradeoff",
         "Quality against cost",
         _png(fig),
         "Each point: a variant at its chosen grid point, test metric as the mean over seeds with its 95% "
-        "interval; cost: train-step time at the longest length timed for every variant, and the fp32 "
-        "decode state at the training length. Dashed through outlined points: the Pareto front. Grey, "
+        f"interval; {cost}. Dashed through outlined points: the Pareto front. Grey, "
         "marked 'not learned': variants whose test metric is not beyond its null level (no front).",
     )

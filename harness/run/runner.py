@@ -2,40 +2,45 @@
 store each finished cell atomically (so an interrupted suite resumes where it stopped).
 
 The cells run through an executor (``attnbench.run.executors``: here, or as Ray tasks); only
-this process (under torchrun: rank 0) writes the store."""
+this process (under torchrun: rank 0) writes the store. Before a cell trains, the driver claims
+it in the store (a lease, ``attnbench.store.leases``): a second driver on the same store takes
+the other cells, then waits for the ones the first holds to be stored, and runs one itself only
+if the first ends without storing it."""
 
 from __future__ import annotations
 
 import io
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import torch
 
 from attnbench import distributed
 from attnbench.contract.variant import Variant
 from attnbench.data.loading import load_corpus
-from attnbench.errors import DiskFullError, DistributedError
-from attnbench.experiments.base import CellOutcome, RunContext
+from attnbench.errors import DistributedError
+from attnbench.experiments.base import CellOutcome
 from attnbench.experiments.registry import expand_suite, get_kind
-from attnbench.gate.verdicts import Verdict, gate_variant
+from attnbench.gate.verdicts import Verdict, cell_lengths, gate_variant
 from attnbench.plan.cells import Cell
 from attnbench.plan.halving import next_cells, planned_total
 from attnbench.plan.requirements import require_packages
 from attnbench.plan.seed_rounds import next_seed_cells, sequential
 from attnbench.plan.suite import Suite
 from attnbench.registry.loader import Registry
+from attnbench.run.cell import CellJob, cell_record, run_cell
 from attnbench.run.executors import Executor, Finished, InProcessExecutor, Task, WorkerDeath
-from attnbench.run.heap import heap_choice, heap_record, keep_freed_heap
+from attnbench.run.heap import heap_choice
 from attnbench.run.progress import ProgressLine
-from attnbench.store.database import RunRecord, Store
-from attnbench.store.provenance import device_name, provenance, resolve_device
+from attnbench.store import leases
+from attnbench.store.database import Store
+from attnbench.store.provenance import device_name, resolve_device
 from attnbench.track.base import LiveCell, Tracker, track_record
+
+LEASE_POLL_S = 1.0  # how often a driver looks again at cells another driver holds
 
 
 @dataclass
@@ -44,97 +49,6 @@ class RunReport:
     skipped: int = 0
     ran: int = 0
     not_done: list[str] = field(default_factory=list)  # "variant/experiment: status (error)"
-
-
-@dataclass(frozen=True)
-class CellJob:
-    """What running one cell needs, as plain values that can travel to another process."""
-
-    cell: Cell
-    variant: Variant
-    registry: Registry
-    device: str
-    checkpoint_dir: Path
-    gate: dict[str, Any]  # the trust gate's verdict: {"key": ..., "failed": [...]}
-    index: tuple[int, int]  # (i, n): the cell's place in the suite, for progress lines
-    context: dict[str, Any] = field(default_factory=dict)  # provenance from the driver (argv, executor)
-
-
-def cell_record(job: CellJob, outcome: CellOutcome, started: float, finished: float) -> RunRecord:
-    """The row set one cell stores, with provenance of the process that ran it."""
-    cell = job.cell
-    parallel = get_kind(cell.kind).data_parallel  # every torchrun rank runs it together
-    return RunRecord(
-        cell_key=cell.key,
-        suite=cell.suite,
-        experiment=cell.experiment,
-        kind=cell.kind,
-        variant=cell.variant,
-        status=outcome.status,
-        seed=cell.seed,
-        coords=cell.coords,
-        config={**cell.config_dict(), "key_inputs": cell.key_inputs},
-        provenance={
-            **provenance(torch.device(job.device)),
-            "heap": heap_record(),
-            **job.context,
-            "variant": cell.key_inputs.get("variant"),
-            "corpus_sha256": cell.key_inputs.get("corpus_sha256"),
-            "gate": job.gate,
-            "distributed": {
-                "world_size": distributed.world_size() if parallel else 1,
-                "backend": distributed.backend() if parallel else None,
-            },
-        },
-        summary=outcome.summary,
-        started_at=started,
-        finished_at=finished,
-        error=outcome.error,
-        metrics=outcome.metrics,
-        results=outcome.results,
-    )
-
-
-def _agree(outcome: CellOutcome) -> CellOutcome:
-    """Under torchrun, a cell that failed on any rank is recorded as failed by rank 0."""
-    for r, (status, error) in enumerate(distributed.all_gather((outcome.status, outcome.error))):
-        if status != "done" and outcome.status == "done":
-            outcome.status, outcome.error = status, f"on rank {r}: {error}"
-    return outcome
-
-
-def run_cell(
-    job: CellJob,
-    *,
-    store: Store | None = None,
-    progress: ProgressLine | None = None,
-    out: TextIO | None = None,
-    live: LiveCell | None = None,
-) -> RunRecord | None:
-    """Run one cell where this is called (the driver, a Ray worker, each torchrun rank) and
-    return its record; None on torchrun ranks other than 0, which store nothing."""
-    cell, dev = job.cell, torch.device(job.device)
-    keep_freed_heap()  # once per process: recorded with the cell (heap_record)
-    stream: TextIO = out if out is not None else sys.stderr
-    parallel = distributed.active() and get_kind(cell.kind).data_parallel
-    if distributed.active() and not parallel and not distributed.is_main():
-        return None  # rank 0 runs it alone
-    started = time.time()
-    ctx = RunContext(
-        dev, (progress or ProgressLine(stream)).cell(*job.index, cell), job.checkpoint_dir, store, job.registry, live
-    )
-    try:
-        outcome = get_kind(cell.kind).run(cell, job.variant, ctx)
-    except torch.OutOfMemoryError as exc:
-        outcome = CellOutcome("oom", error=f"out of memory: {str(exc).splitlines()[0]}")
-    except DiskFullError as exc:  # the message says it all; the driver prints it once per run
-        outcome = CellOutcome("failed", error=str(exc))
-    except Exception as exc:  # a broken plugin fails its cell, not the suite
-        outcome = CellOutcome("failed", error="".join(traceback.format_exception_only(exc)).strip())
-        traceback.print_exc(file=stream)
-    if parallel:
-        outcome = _agree(outcome)
-    return cell_record(job, outcome, started, time.time()) if distributed.is_main() else None
 
 
 def _plan(suite: Suite, registry: Registry, dev: torch.device, only_variants: list[str] | None) -> list[Cell]:
@@ -178,13 +92,21 @@ class _SuiteRun:
         self.checkpoint_dir = distributed.main_value(lambda: self._main_store().path.parent / "checkpoints")
         # A Ray worker sees the GPU Ray gave it as cuda:0.
         self.job_device = "cuda" if executor.remote and dev.type == "cuda" else str(dev)
-        self.context = {"argv": sys.argv, "executor": executor.name, "overrides": list(suite.overrides)}
-        self.verdicts: dict[tuple[str, str, tuple[str, ...] | None], Verdict] = {}  # variant, options, autocast
+        self.context = {
+            "argv": sys.argv,
+            "executor": executor.name,
+            "overrides": list(suite.overrides),
+            "suite_description": suite.description,  # the report shows it under its title
+        }
+        # variant, options, autocast, lengths
+        self.verdicts: dict[tuple[str, str, tuple[str, ...] | None, tuple[int, ...]], Verdict] = {}
         self.jobs: dict[str, CellJob] = {}
         self.trackers = list(trackers)  # mirrors of each stored cell (the store stays the truth)
         self.live: dict[str, LiveCell | None] = {}  # cell key -> its live curve sink, while it runs here
         self.retry_failed = suite.retry_failed if retry_failed is None else retry_failed
         self.said: dict[str, str] = {}  # an error printed in full -> the first cell that had it
+        self.started_at = time.time()  # a cell another driver stored since then is not run again
+        self.waiting: dict[str, tuple[int, Cell, leases.Holder]] = {}  # cells another live driver holds
 
     def _main_store(self) -> Store:
         """The store, which rank 0 alone opens (the other ranks get its answers)."""
@@ -194,8 +116,8 @@ class _SuiteRun:
 
     def verdict(self, cell: Cell, variant: Variant) -> Verdict:
         """The trust gate runs (on the driver) before a variant's first cell, per options."""
-        autocast = _trains_under(cell, self.dev)
-        gate_id = (cell.variant, repr(cell.model.options), autocast)
+        autocast, lengths = _trains_under(cell, self.dev), cell_lengths(cell)  # lengths: the leak checks probe them
+        gate_id = (cell.variant, repr(cell.model.options), autocast, lengths)
         if gate_id not in self.verdicts:
             if self.main:
                 print(f"checking {cell.variant} (trust gate) ...", file=self.out, flush=True)
@@ -207,6 +129,7 @@ class _SuiteRun:
                     options=cell.model.options,
                     time_limit_s=self.suite.check_time_limit_s,
                     autocast=autocast,
+                    lengths=lengths,
                 )
             )
             verdict = self.verdicts[gate_id]
@@ -280,12 +203,64 @@ class _SuiteRun:
             print("[{}/{}] {}: {}".format(*job.index, rec.status, error), file=self.out)  # which of several
 
     def submit(self, i: int, cell: Cell) -> None:
+        """Run ``cell`` unless it is stored; claimed by another live driver, it waits (``await_leased``)."""
         if distributed.main_value(lambda: self._main_store().settled(cell.key, self.retry_failed)):
             self.report.skipped += 1
             return
+        if self._claim(i, cell):
+            self.start(i, cell)
+
+    def _claim(self, i: int, cell: Cell) -> bool:
+        """Whether this driver now holds ``cell``'s lease; stored meanwhile, it is counted as
+        stored; leased by a live driver, it waits in ``self.waiting``."""
+        got = distributed.main_value(
+            lambda: self._main_store().claim(cell.key, self.retry_failed, since=self.started_at)
+        )
+        if got == leases.CLAIMED:
+            self.waiting.pop(cell.key, None)
+            return True
+        if not isinstance(got, leases.Holder):  # leases.STORED
+            self.waiting.pop(cell.key, None)
+            self.report.skipped += 1
+            return False
+        self.waiting[cell.key] = (i, cell, got)
+        return False
+
+    def await_leased(self) -> None:
+        """Cells another driver holds: each is taken over once its lease is gone (its owner ended
+        without storing it) and skipped once stored; meanwhile finished cells are recorded. A cell
+        taken over here that runs on the driver waits in turn for the rest (a nested call: every
+        driver defers cells in the suite's one order, so no two drivers wait for each other)."""
+        said = False
+        while self.waiting:
+            progressed = False
+            for key, (i, cell, _) in list(self.waiting.items()):
+                if key in self.waiting and self._claim(i, cell):  # (a nested wait may have taken it)
+                    self.start(i, cell)
+                progressed = progressed or key not in self.waiting
+            if progressed:
+                continue
+            finished = self.executor.drain()  # cells of ours in flight: store them while waiting
+            self.take(finished)
+            if finished:
+                continue
+            if self.main and not said:
+                holders = sorted({h.text() for _, _, h in self.waiting.values()})
+                print(
+                    f"waiting for {len(self.waiting)} cell(s) that another driver is training "
+                    f"({'; '.join(holders)}); each runs here if that driver ends without storing it",
+                    file=self.out,
+                    flush=True,
+                )
+                said = True
+            time.sleep(LEASE_POLL_S)
+
+    def start(self, i: int, cell: Cell) -> None:
+        """Gate, then run a cell this driver has claimed."""
         variant = self.registry.get(cell.variant)
         verdict = self.verdict(cell, variant)
         if verdict.failed and not self.suite.allow_failed_checks:
+            distributed.main_value(lambda: self._main_store().release(cell.key, "refused"))
             self.report.not_done.append(
                 f"{cell.experiment}/{cell.variant} seed {cell.seed}: refused, failed checks "
                 f"{verdict.failed} (see `attnbench check {cell.variant}`; set allow_failed_checks: true "
@@ -316,6 +291,7 @@ class _SuiteRun:
             on_driver=kind.on_driver or (kind.timed and self.executor.shares_machine),
         )
         if task.on_driver:  # it reads earlier cells from the store, or must run alone: store them first
+            self.await_leased()  # those another driver trains too
             self.take(self.executor.drain())
         self.take(self.executor.submit(task))
 
@@ -346,6 +322,17 @@ class _SuiteRun:
         return self.report
 
 
+def prepare_run(
+    suite: Suite, registry: Registry, *, device: str | None = None, only_variants: list[str] | None = None
+) -> list[Cell]:
+    """The cells a run of ``suite`` plans, after every check that can refuse it (heap setting,
+    extras installed, variants known, batch split under torchrun). Creates nothing: the command
+    opens the store and trackers only once this has passed, so a refused run leaves no file."""
+    heap_choice()  # a bad ATTNBENCH_HEAP stops the run here, not in a worker
+    require_packages(suite)  # before any data loads or cell trains
+    return _plan(suite, registry, resolve_device(device or suite.device), only_variants)
+
+
 def run_suite(
     suite: Suite,
     store: Store | None,
@@ -357,6 +344,7 @@ def run_suite(
     executor: Executor | None = None,
     trackers: Sequence[Tracker] = (),
     retry_failed: bool | None = None,
+    cells: list[Cell] | None = None,
 ) -> RunReport:
     """Run every cell of ``suite`` not already in ``store`` and store each as it finishes.
 
@@ -365,18 +353,19 @@ def run_suite(
     other than 0, and rank 0 decides for all of them what runs. A cell whose stored attempt
     failed runs again when ``retry_failed`` (None: the suite's setting, default yes).
     ``out``: progress and gate lines (default: sys.stderr as it is at the call, not at import).
+    ``cells``: what ``prepare_run`` planned (None: planned here).
     """
     stream: TextIO = sys.stderr if out is None else out
-    heap_choice()  # a bad ATTNBENCH_HEAP stops the run here, not in a worker
-    require_packages(suite)  # before any data loads or cell trains
+    if cells is None:
+        cells = prepare_run(suite, registry, device=device, only_variants=only_variants)
     dev = resolve_device(device or suite.device)
-    cells = _plan(suite, registry, dev, only_variants)
     run = _SuiteRun(suite, store, registry, dev, cells, stream, executor or InProcessExecutor(), trackers, retry_failed)
     wave, done = cells, 0
     while wave:  # a tuned protocol's later rungs exist once the rung before them is stored
         for cell in wave:
             done += 1
             run.submit(done, cell)
+        run.await_leased()  # the cells of this wave that another driver holds, stored by it or here
         wave = run.next_wave()
     return run.finish()
 

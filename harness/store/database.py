@@ -2,11 +2,14 @@
 every run. A cell's rows are written in a single transaction, so a killed process leaves
 either the whole cell or nothing, and two processes finishing the same cell store it once.
 Opening checks that the file is an intact, writable store before any compute is spent; a
-failed cell's row is replaced by its retry, the old attempt kept in ``attempts``.
+failed cell's row is replaced by its retry, the old attempt kept in ``attempts``. A driver
+claims a cell (a lease, ``attnbench.store.leases``) before training it, so two drivers on
+one store do not train the same cell.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
@@ -17,6 +20,7 @@ from typing import Any
 
 from attnbench.errors import StoreError
 from attnbench.store import jsonsafe, sidefile
+from attnbench.store import leases as leases_
 from attnbench.store.records import Metric, Result, RunRecord
 from attnbench.store.schema import migrate
 
@@ -48,6 +52,8 @@ class Store:
 
     def __init__(self, path: str | Path = DEFAULT_STORE) -> None:
         self.path = Path(path)
+        self._owner: leases_.Owner | None = None  # this process, once it claims a cell
+        self._heartbeat: leases_.Heartbeat | None = None
         self._check_is_sqlite()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._check_writable()
@@ -121,6 +127,13 @@ class Store:
             )
 
     def close(self) -> None:
+        """Close; leases this process still holds (cells it claimed and did not store) end first."""
+        if self._owner is not None:
+            with contextlib.suppress(sqlite3.Error):  # else they expire: this process is going
+                self.release()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
         self._db.close()
 
     def __enter__(self) -> Store:
@@ -171,6 +184,8 @@ class Store:
         A stored failed attempt is replaced, and kept in ``attempts``."""
         with self._write() as db:
             old = db.execute("SELECT * FROM runs WHERE cell_key = ?", (run.cell_key,)).fetchone()
+            if self._owner is not None:  # the cell's lease ends with its rows stored
+                leases_.end(db, self._owner, "stored", run.cell_key)
             if old is not None and old["status"] not in RETRYABLE:
                 return None  # another driver stored this cell first
             if old is not None:
@@ -182,19 +197,7 @@ class Store:
     def save_run_or_set_aside(self, run: RunRecord) -> int | None:
         """``save_run``; if the write fails, the result is kept in a side file and the error
         says where (the next open of the store imports it)."""
-        try:
-            return self.save_run(run)
-        except sqlite3.Error as exc:
-            try:
-                kept = f"its result is kept in {sidefile.set_aside(self.path, run)}"
-            except OSError as side_exc:
-                kept = f"and keeping it beside the store failed too ({side_exc})"
-            raise StoreError(
-                f"could not write the finished cell {run.experiment}/{run.variant} "
-                f"to results store {self.path} ({exc}); {kept}. Fix the store (free disk "
-                "space, permissions, the process holding a lock) and run again: the "
-                "next run imports it."
-            ) from exc
+        return sidefile.save_or_set_aside(self, run)
 
     def save_attempt(self, run: RunRecord, reason: str) -> None:
         """Keep an attempt at a cell that left no result (a worker died running it)."""
@@ -219,16 +222,7 @@ class Store:
 
     def _import_set_aside(self) -> list[str]:
         """Store results that an earlier run could not write; each file goes once stored."""
-        imported = []
-        for path in sidefile.pending(self.path):
-            try:
-                run = sidefile.read(path)
-            except FileNotFoundError:  # another driver opening the store imported it
-                continue
-            self.save_run(run)
-            path.unlink(missing_ok=True)
-            imported.append(run.cell_key)
-        return imported
+        return sidefile.import_pending(self)
 
     def attempts(self, cell_key: str | None = None) -> list[dict[str, Any]]:
         """Earlier attempts (retried failures, results a merge found in conflict), oldest first."""
@@ -265,6 +259,39 @@ class Store:
 
     def suites(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT DISTINCT suite FROM runs ORDER BY suite")]
+
+    # -- leases -------------------------------------------------------------------------
+    def claim(self, cell_key: str, retry_failed: bool = True, since: float | None = None) -> str | leases_.Holder:
+        """Claim ``cell_key`` for this process before training it (``attnbench.store.leases``).
+        ``leases.STORED`` when the cell needs no run: stored and not a failure to retry, or
+        stored since ``since`` (this run's start: by another driver, failed or not);
+        ``leases.CLAIMED`` once this process holds its lease; else the live ``Holder``."""
+        owner = self._owner = self._owner or leases_.me()
+        with self._write() as db:
+            row = db.execute("SELECT status, finished_at FROM runs WHERE cell_key = ?", (cell_key,)).fetchone()
+            settled = row is not None and (
+                not (retry_failed and row["status"] in RETRYABLE) or (since is not None and row["finished_at"] >= since)
+            )
+            got = leases_.claim(db, cell_key, owner, settled=settled)
+        if got == leases_.CLAIMED:
+            self._beat()
+        return got
+
+    def release(self, cell_key: str | None = None, ending: str = "released") -> None:
+        """End this process's lease of ``cell_key`` (None: every lease it holds) without storing the cell."""
+        if self._owner is None:
+            return
+        with self._write() as db:
+            leases_.end(db, self._owner, ending, cell_key)
+
+    def leases(self, cell_key: str | None = None) -> list[dict[str, Any]]:
+        """Every lease taken (held ones have ``ended_at`` None), oldest first: who trained which cell."""
+        return leases_.taken(self._db, cell_key)
+
+    def _beat(self) -> None:
+        """Renew this process's leases in the background (``leases.Heartbeat``)."""
+        if self._heartbeat is None and self._owner is not None:
+            self._heartbeat = leases_.Heartbeat(self.path, self._owner, _LOCK_WAIT_S)
 
     # -- trust gate ---------------------------------------------------------------------
     def save_checks(self, gate_key: str, variant: str, results: list[Any], provenance: dict[str, Any]) -> None:

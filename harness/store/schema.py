@@ -83,6 +83,31 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX attempts_cell ON attempts (cell_key, started_at)
         """,
     ),
+    (
+        # A driver claims a cell here before training it (attnbench.store.leases): one held lease
+        # per cell (ended_at NULL), with the owner's process id, host, and what tells that process
+        # from a later one with the same id (machine: boot and pid namespace; process_start: its
+        # start time in clock ticks). A lease ends when its cell is stored ('stored'), when its
+        # owner lets it go ('released'), or when another driver finds the owner gone ('expired').
+        # Ended leases stay: the history of who trained which cell.
+        "0003_leases",
+        """
+        CREATE TABLE leases (
+            id INTEGER PRIMARY KEY,
+            cell_key TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            host TEXT NOT NULL,
+            machine TEXT NOT NULL,
+            process_start TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            heartbeat_at REAL NOT NULL,
+            ended_at REAL,
+            ending TEXT
+        );
+        CREATE UNIQUE INDEX leases_held ON leases (cell_key) WHERE ended_at IS NULL;
+        CREATE INDEX leases_cell ON leases (cell_key, started_at)
+        """,
+    ),
 )
 
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sqlite3
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from attnbench.errors import StoreError
 from attnbench.store import jsonsafe
 from attnbench.store.records import Metric, Result, RunRecord
+
+if TYPE_CHECKING:
+    from attnbench.store.database import Store
 
 
 def side_folder(store_path: Path) -> Path:
@@ -37,3 +43,35 @@ def read(path: Path) -> RunRecord:
     data["metrics"] = [Metric(**m) for m in data["metrics"]]
     data["results"] = [Result(**r) for r in data["results"]]
     return RunRecord(**data)
+
+
+def save_or_set_aside(store: Store, run: RunRecord) -> int | None:
+    """``store.save_run(run)``; if the write fails, ``run`` is kept in a side file and the error
+    says where (the next open of the store imports it)."""
+    try:
+        return store.save_run(run)
+    except sqlite3.Error as exc:
+        try:
+            kept = f"its result is kept in {set_aside(store.path, run)}"
+        except OSError as side_exc:
+            kept = f"and keeping it beside the store failed too ({side_exc})"
+        raise StoreError(
+            f"could not write the finished cell {run.experiment}/{run.variant} "
+            f"to results store {store.path} ({exc}); {kept}. Fix the store (free disk "
+            "space, permissions, the process holding a lock) and run again: the "
+            "next run imports it."
+        ) from exc
+
+
+def import_pending(store: Store) -> list[str]:
+    """Store the results an earlier run could not write; each file goes once stored."""
+    imported = []
+    for path in pending(store.path):
+        try:
+            run = read(path)
+        except FileNotFoundError:  # another driver opening the store imported it
+            continue
+        store.save_run(run)
+        path.unlink(missing_ok=True)
+        imported.append(run.cell_key)
+    return imported

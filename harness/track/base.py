@@ -39,6 +39,8 @@ class TrackerSpec:
     make: Callable[[Path, str], Tracker]
     description: str = ""
     extra: str = ""  # the pip extra that installs its library, e.g. "tensorboard"
+    # modules it imports, checked before a run creates anything (a missing one refuses the run)
+    requires: tuple[str, ...] = ()
 
 
 def cell_fields(cell: Any, status: str = "running") -> dict[str, Any]:

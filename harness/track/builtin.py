@@ -15,13 +15,15 @@ from attnbench.errors import TrackerError
 from attnbench.track.base import TrackerSpec
 
 
+def missing_message(module: str, extra: str, why: object) -> str:
+    return f"tracker needs {module!r} ({why}); install it with pip install 'attnbench[{extra}]' -c constraints.txt"
+
+
 def _require(module: str, extra: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise TrackerError(
-            f"tracker needs {module!r} ({exc}); install it with pip install 'attnbench[{extra}]' -c constraints.txt"
-        ) from None
+        raise TrackerError(missing_message(module, extra, exc)) from None
 
 
 def run_name(cell: dict[str, Any]) -> str:
@@ -197,6 +199,10 @@ class MlflowTracker:
 
 @hookimpl
 def attnbench_register_trackers(register) -> None:
-    register(TrackerSpec("tensorboard", TensorBoardTracker, "TensorBoard event files (offline)", "tensorboard"))
-    register(TrackerSpec("wandb", WandbTracker, "Weights & Biases, offline mode (sync later)", "wandb"))
-    register(TrackerSpec("mlflow", MlflowTracker, "MLflow local file store", "mlflow"))
+    register(
+        TrackerSpec(
+            "tensorboard", TensorBoardTracker, "TensorBoard event files (offline)", "tensorboard", ("tensorboard",)
+        )
+    )
+    register(TrackerSpec("wandb", WandbTracker, "Weights & Biases, offline mode (sync later)", "wandb", ("wandb",)))
+    register(TrackerSpec("mlflow", MlflowTracker, "MLflow local file store", "mlflow", ("mlflow",)))

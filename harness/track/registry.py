@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -10,6 +13,7 @@ from attnbench.errors import PluginError, TrackerError
 from attnbench.registry.loader import get_plugin_manager
 from attnbench.track import builtin
 from attnbench.track.base import Tracker, TrackerSpec
+from attnbench.track.builtin import missing_message
 
 
 def registered_trackers(plugins: Iterable[tuple[str, Any]] = ()) -> dict[str, TrackerSpec]:
@@ -30,20 +34,51 @@ def registered_trackers(plugins: Iterable[tuple[str, Any]] = ()) -> dict[str, Tr
     return found
 
 
+def check_trackers(names: list[str], plugins: Iterable[tuple[str, Any]] = ()) -> dict[str, TrackerSpec]:
+    """The specs of the trackers named; an unknown name, or a module a tracker ``requires``
+    that is not installed, is an error. Creates nothing (a run checks this before its store)."""
+    if not names:
+        return {}
+    known = registered_trackers(plugins)
+    for name in names:
+        if name not in known:
+            raise TrackerError(f"unknown tracker {name!r}; available: {sorted(known)}")
+        for module in known[name].requires:
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):  # a parent package that does not import
+                found = False
+            if not found:
+                raise TrackerError(
+                    f"tracker {name!r}: " + missing_message(module, known[name].extra or name, "not installed")
+                )
+    return {name: known[name] for name in names}
+
+
 def make_trackers(
     names: list[str], out_dir: Path, suite: str, plugins: Iterable[tuple[str, Any]] = ()
 ) -> list[Tracker]:
     """The trackers named (``--track`` or the suite's ``track:``), each writing under
-    ``out_dir``; an unknown name or a missing library is an error before anything runs."""
-    if not names:
-        return []
-    known = registered_trackers(plugins)
-    out = []
-    for name in names:
-        if name not in known:
-            raise TrackerError(f"unknown tracker {name!r}; available: {sorted(known)}")
-        _make_folder(out_dir / name, name)
-        out.append(known[name].make(out_dir / name, suite))
+    ``out_dir``; an unknown name or a missing library is an error before anything runs, and
+    a tracker that fails to start leaves none of the folders this call made."""
+    specs = check_trackers(names, plugins)
+    own = [p for p in (out_dir / name for name in specs) if not p.exists()]  # each tracker's own folder
+    above = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # possibly shared: removed if empty
+    out: list[Tracker] = []
+    try:
+        for name, spec in specs.items():
+            _make_folder(out_dir / name, name)
+            out.append(spec.make(out_dir / name, suite))
+    except BaseException:
+        for tracker in out:
+            with contextlib.suppress(Exception):
+                tracker.close()
+        for folder in own:
+            shutil.rmtree(folder, ignore_errors=True)
+        for folder in above:  # deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
     return out
 
 
