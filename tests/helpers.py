@@ -85,6 +85,31 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600)
     return subprocess.run(["attnbench", *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO)
 
 
+def drivers(
+    n: int, suite: Path, store_path: Path, *extra: str, env: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess]:
+    """``n`` real ``attnbench run`` processes started together on one store (softmax only, one
+    thread each, offline), each waited for: their exit codes and output."""
+    cmd = ["attnbench", "run", str(suite), "--store", str(store_path), "--device", "cpu", "--no-report", *extra]
+    full = {
+        **os.environ,
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "ATTNBENCH_PLUGINS": "softmax",
+        "OMP_NUM_THREADS": "1",
+        **(env or {}),
+    }
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full, cwd=REPO)
+        for _ in range(n)
+    ]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=600)
+        out.append(subprocess.CompletedProcess(cmd, p.returncode, stdout, stderr))
+    return out
+
+
 def python(code: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.gate.checks import CheckResult
-from attnbench.store.database import Result, RunRecord, Store
+from attnbench.store.database import Metric, Result, RunRecord, Store
 
 SUITE = "screen"
 VARIANTS = ("softmax", "linear", "window")
@@ -267,4 +267,37 @@ def write_store(
             store.save_run(run)
         for v in VARIANTS:
             store.save_checks(f"gate-{v}", v, [CheckResult("no_future_leak_forward", "pass", 0.0, 1e-5, "ok")], {})
+    return path
+
+
+def time_to_learn_store(
+    path: Path, suite: str, reached: dict[str, list[int | None]], test_acc: dict[str, list[float]] | None = None
+) -> Path:
+    """A recall suite whose runs' validation accuracy jumps from 0.3 to 0.95 at ``reached``[variant][seed]
+    (None: never within its 3000 steps), evaluated every 200 steps; test accuracy ``test_acc`` (0.5)."""
+    protocol = {**protocol_dict("accuracy", [], None), "tune": False}
+    with Store(path) as store:
+        for v, steps in reached.items():
+            for seed, step in enumerate(steps):
+                run = record(
+                    f"{v}-{seed}",
+                    "recall",
+                    "train",
+                    v,
+                    seed,
+                    {},
+                    {"data": {"source": "task", "task": "mqar"}, "train": {"budget": {"steps": 3000}}},
+                    {
+                        "val_loss": 1.0,
+                        "test_loss": 1.0,
+                        "test_accuracy": test_acc[v][seed] if test_acc else 0.5,
+                        "protocol": protocol,
+                    },
+                    suite=suite,
+                )
+                run.metrics = [
+                    Metric(s, s * 64, s / 100, "val/accuracy", 0.95 if step is not None and s >= step else 0.3)
+                    for s in range(200, 3001, 200)
+                ]
+                store.save_run(run)
     return path

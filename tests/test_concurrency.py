@@ -3,12 +3,10 @@ step, every cell ends `done`, none is stored twice, and every driver exits 0."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 
 from attnbench.store.database import Store
-from tests.helpers import REPO, write_suite
+from tests.helpers import drivers, write_suite
 
 OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 SUITE = """
@@ -28,23 +26,9 @@ SUITE = """
 """
 
 
-def _drivers(n: int, suite, store_path) -> list[subprocess.CompletedProcess]:
-    cmd = ["attnbench", "run", str(suite), "--store", str(store_path), "--device", "cpu", "--no-report"]
-    env = {**os.environ, **OFFLINE, "ATTNBENCH_PLUGINS": "softmax", "OMP_NUM_THREADS": "1"}
-    procs = [
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
-        for _ in range(n)
-    ]
-    out = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=600)
-        out.append(subprocess.CompletedProcess(cmd, p.returncode, stdout, stderr))
-    return out
-
-
 def test_drivers_sharing_a_store_lose_and_duplicate_nothing(tmp_path):
     """Three drivers on one store, five times over (three contend more than two would)."""
-    drivers = 3
+    n = 3
     suite = write_suite(tmp_path / "shared.yaml", SUITE)
     base = tmp_path / "base.sqlite"  # after the first repeat: its gate verdicts, no cells
     for repeat in range(5):
@@ -52,7 +36,7 @@ def test_drivers_sharing_a_store_lose_and_duplicate_nothing(tmp_path):
         store_path.parent.mkdir()
         if base.exists():
             shutil.copy(base, store_path)
-        for proc in _drivers(drivers, suite, store_path):
+        for proc in drivers(n, suite, store_path):
             assert proc.returncode == 0, proc.stderr[-3000:]
             assert "Traceback" not in proc.stderr
         with Store(store_path) as store:

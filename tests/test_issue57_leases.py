@@ -15,7 +15,7 @@ import pytest
 
 from attnbench.store import leases
 from attnbench.store.database import RunRecord, Store
-from tests.helpers import REPO, write_suite
+from tests.helpers import REPO, drivers, write_suite
 
 OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
@@ -36,20 +36,6 @@ def _suite(name: str, seeds: list[int], steps: int) -> str:
     """
 
 
-def _run(suite, store_path, n: int) -> list[subprocess.CompletedProcess]:
-    cmd = ["attnbench", "run", str(suite), "--store", str(store_path), "--device", "cpu", "--no-report", "--jobs", "1"]
-    env = {**os.environ, **OFFLINE, "ATTNBENCH_PLUGINS": "softmax", "OMP_NUM_THREADS": "1"}
-    procs = [
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
-        for _ in range(n)
-    ]
-    out = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=600)
-        out.append(subprocess.CompletedProcess(cmd, p.returncode, stdout, stderr))
-    return out
-
-
 def _ran(proc: subprocess.CompletedProcess) -> int:
     """Cells this driver trained, from its closing line ('N cells, K run, M already stored')."""
     found = re.search(r"(\d+) cells, (\d+) run, (\d+) already stored", proc.stdout)
@@ -60,15 +46,15 @@ def _ran(proc: subprocess.CompletedProcess) -> int:
 def test_two_drivers_on_one_store_train_each_cell_once(tmp_path):
     store_path = tmp_path / "store.sqlite"
     prime = write_suite(tmp_path / "prime.yaml", _suite("prime", [99], 2))
-    (first,) = _run(prime, store_path, 1)  # the trust gate's verdict, cached for both drivers
+    (first,) = drivers(1, prime, store_path, "--jobs", "1")  # the trust gate's verdict, cached for both drivers
     assert first.returncode == 0, first.stderr[-3000:]
     seeds = list(range(8))
     suite = write_suite(tmp_path / "shared.yaml", _suite("shared", seeds, 40))
-    drivers = _run(suite, store_path, 2)
-    for proc in drivers:
+    procs = drivers(2, suite, store_path, "--jobs", "1")
+    for proc in procs:
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "Traceback" not in proc.stderr
-    ran = [_ran(p) for p in drivers]
+    ran = [_ran(p) for p in procs]
     assert sum(ran) == len(seeds), f"trainings per driver {ran} for {len(seeds)} cells: a cell trained twice"
     assert all(ran), f"one driver trained every cell ({ran}): the drivers did not share the work"
     with Store(store_path) as store:
@@ -181,7 +167,7 @@ def test_a_driver_waits_for_a_leased_cell_and_takes_it_over_when_its_holder_dies
     from attnbench.run.runner import prepare_run
 
     store_path = tmp_path / "store.sqlite"
-    (first,) = _run(write_suite(tmp_path / "prime.yaml", _suite("prime", [99], 2)), store_path, 1)
+    (first,) = drivers(1, write_suite(tmp_path / "prime.yaml", _suite("prime", [99], 2)), store_path, "--jobs", "1")
     assert first.returncode == 0, first.stderr[-3000:]
     suite_path = write_suite(tmp_path / "held.yaml", _suite("held", [0, 1, 2], 4))
     cells = prepare_run(load_suite(suite_path), registry, device="cpu")

@@ -17,8 +17,7 @@ from attnbench.report import survival
 from attnbench.report.build import build_report
 from attnbench.report.load import load_store
 from attnbench.report.survival import log_rank
-from attnbench.store.database import Metric, Store
-from tests.report_store import protocol_dict, record
+from tests.report_store import time_to_learn_store
 
 
 def _statistic(times: list[float], events: list[bool], first: set[int]) -> float:
@@ -136,28 +135,7 @@ SUITE = "ttl6"
 
 
 def _store(path, reached: dict[str, list[int | None]]):
-    protocol = {**protocol_dict("accuracy", [], None), "tune": False}
-    with Store(path) as store:
-        for v, steps in reached.items():
-            for seed, step in enumerate(steps):
-                curve = [
-                    Metric(s, s * 64, s / 100, "val/accuracy", 0.95 if step is not None and s >= step else 0.3)
-                    for s in range(200, 3001, 200)
-                ]
-                run = record(
-                    f"{v}-{seed}",
-                    "recall",
-                    "train",
-                    v,
-                    seed,
-                    {},
-                    {"data": {"source": "task", "task": "mqar"}, "train": {"budget": {"steps": 3000}}},
-                    {"val_loss": 1.0, "test_loss": 1.0, "test_accuracy": 0.5, "protocol": protocol},
-                    suite=SUITE,
-                )
-                run.metrics = curve
-                store.save_run(run)
-    return path
+    return time_to_learn_store(path, SUITE, reached)
 
 
 def test_the_table_decides_six_against_six_with_the_exact_p_and_one_count_of_seeds_reached(tmp_path):

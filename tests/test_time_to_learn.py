@@ -11,8 +11,7 @@ import pytest
 from attnbench.report.build import build_report
 from attnbench.report.load import load_store
 from attnbench.report.survival import kaplan_meier, log_rank, median_time
-from attnbench.store.database import Metric, Store
-from tests.report_store import protocol_dict, record
+from tests.report_store import time_to_learn_store
 
 SUITE = "ttl"
 REACHED = {"linear": (600, 800, 1000), "softmax": (None, None, None)}  # step of first val accuracy >= 0.9
@@ -49,28 +48,7 @@ def test_log_rank_matches_a_hand_computed_case():
 
 
 def _store(path):
-    protocol = {**protocol_dict("accuracy", [], None), "tune": False}
-    with Store(path) as store:
-        for v, steps in REACHED.items():
-            for seed, step in enumerate(steps):
-                curve = [
-                    Metric(s, s * 64, s / 100, "val/accuracy", 0.95 if step is not None and s >= step else 0.3)
-                    for s in range(200, 3001, 200)
-                ]
-                run = record(
-                    f"{v}-{seed}",
-                    "recall",
-                    "train",
-                    v,
-                    seed,
-                    {},
-                    {"data": {"source": "task", "task": "mqar"}, "train": {"budget": {"steps": 3000}}},
-                    {"val_loss": 1.0, "test_loss": 1.0, "test_accuracy": TEST_ACC[v][seed], "protocol": protocol},
-                    suite=SUITE,
-                )
-                run.metrics = curve
-                store.save_run(run)
-    return path
+    return time_to_learn_store(path, SUITE, REACHED, TEST_ACC)
 
 
 def test_the_report_shows_time_to_learn_with_censoring_and_says_it_on_the_first_screen(tmp_path):
