@@ -271,7 +271,10 @@ def write_store(
 
 
 def time_to_learn_store(
-    path: Path, suite: str, reached: dict[str, list[int | None]], test_acc: dict[str, list[float]] | None = None
+    path: Path,
+    suite: str,
+    reached: dict[str, list[int | None]],
+    test_acc: dict[str, Sequence[float]] | None = None,
 ) -> Path:
     """A recall suite whose runs' validation accuracy jumps from 0.3 to 0.95 at ``reached``[variant][seed]
     (None: never within its 3000 steps), evaluated every 200 steps; test accuracy ``test_acc`` (0.5)."""

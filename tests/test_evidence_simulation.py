@@ -56,7 +56,7 @@ def run(draw, design: Design, outcomes: tuple[str, ...]) -> tuple[int, int]:
                 Arm(dict(enumerate(x[:n])), dict.fromkeys(range(n), NULL), dict.fromkeys(range(n), ANSWERS))
                 for x in (mine, base)
             ]
-            if n >= design.max or not still_open(*arms, design, "accuracy", MARGIN):
+            if n >= design.max or not still_open(arms[0], arms[1], design, "accuracy", MARGIN):
                 break
             n += 1
         counts = ({s: ANSWERS for s in range(n)}, {s: ANSWERS for s in range(n)})

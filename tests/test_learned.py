@@ -170,7 +170,6 @@ ACC = Floor("guessing", 0.25, True)
     ],
 )
 def test_each_seed_is_judged_against_the_floor(values, floor, answers, status):
-    got = learned(
-        dict(enumerate(values)), floor, None if answers is None else dict.fromkeys(range(len(values)), answers)
-    )
+    counts = None if answers is None else {s: float(answers) for s in range(len(values))}
+    got = learned(dict(enumerate(values)), floor, counts)
     assert got.status == status

@@ -150,7 +150,13 @@ def test_a_run_plans_each_round_from_stored_outcomes_and_resumes_it(tmp_path, re
         )
 
     stub = dataclasses.replace(train_cell.KIND, run=run)
-    monkeypatch.setattr(runner, "get_kind", lambda name: stub if name == "train" else get_kind(name))
+    from attnbench.run import cell as run_cell
+
+    def kind(name):
+        return stub if name == "train" else get_kind(name)
+
+    monkeypatch.setattr(runner, "get_kind", kind)
+    monkeypatch.setattr(run_cell, "get_kind", kind)  # the cell runs in run_cell
     monkeypatch.setattr(runner, "gate_variant", lambda variant, *a, **k: Verdict(variant.name, "stub", [], True))
     suite = load_suite(write_suite(tmp_path / "s.yaml", SUITE))
     with Store(tmp_path / "s.sqlite") as store:

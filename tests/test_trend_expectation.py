@@ -10,6 +10,7 @@ import pytest
 
 from attnbench.cli import main
 from attnbench.errors import SuiteError
+from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import load_suite
 from attnbench.store.database import Result, Store
 from tests.helpers import write_suite
@@ -98,6 +99,8 @@ SUITE = """
 
 def test_a_trend_needs_a_setting_on_its_axis(tmp_path):
     ok = load_suite(write_suite(tmp_path / "ok.yaml", SUITE.replace("SETTING", "setting: {num_kv_pairs: 4}")))
-    assert ok.experiments[0].protocol.expectations[0].trend == "num_kv_pairs"
+    exp = ok.experiments[0]
+    assert isinstance(exp, TrainExperiment) and exp.protocol is not None
+    assert exp.protocol.expectations[0].trend == "num_kv_pairs"
     with pytest.raises(SuiteError, match="trend 'num_kv_pairs' needs a setting with that key"):
         load_suite(write_suite(tmp_path / "bad.yaml", SUITE.replace(", SETTING", "")))

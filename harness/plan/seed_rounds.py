@@ -61,23 +61,29 @@ class Arm:
 
 def arm_of(cells: list[Cell], lookup: Lookup, metric: str) -> Arm:
     """The stored outcomes of a row's cells (floors and counts where the summaries hold them)."""
-    values, floors, answers = {}, {}, {}
+    values: dict[int, float] = {}
+    floors: dict[int, float] = {}
+    answers: dict[int, float] = {}
     for c in cells:
         o = lookup(c.key)
         if o is None or o[0] != "done":
             continue
-        value, floor, count = (o[1].get(k) for k in (f"test_{metric}", FLOOR_FIELD[metric], "test_answers_total"))
-        if _finite(value):
-            values[c.seed] = float(value)
-            if _finite(floor):
-                floors[c.seed] = float(floor)
-            if _finite(count):
-                answers[c.seed] = float(count)
+        value, floor, count = (
+            _finite(o[1].get(k)) for k in (f"test_{metric}", FLOOR_FIELD[metric], "test_answers_total")
+        )
+        if value is not None:
+            values[c.seed] = value
+            if floor is not None:
+                floors[c.seed] = floor
+            if count is not None:
+                answers[c.seed] = count
     return Arm(values, floors, answers)
 
 
-def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+def _finite(v: Any) -> float | None:
+    """``v`` as a float where it is a finite number (not a bool), else None."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return float(v) if ok else None
 
 
 def still_open(mine: Arm, base: Arm, design: Design, metric: str, margin: float | None) -> bool:

@@ -73,7 +73,7 @@ def num(v: Any, digits: int = 4) -> str:
 
 def ci_text(m: MeanCI, digits: int = 4) -> str:
     """'3.201 ± 0.012 (n=2)', or the mean alone when one seed gives no interval."""
-    if not is_number(m.mean):
+    if m.mean is None or not is_number(m.mean):
         return MISSING
     if not is_number(m.half) or m.lo is None or m.hi is None:
         return f"{num(m.mean, digits)} (n={m.n})"

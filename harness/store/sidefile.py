@@ -8,14 +8,19 @@ import os
 import sqlite3
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from attnbench.errors import StoreError
 from attnbench.store import jsonsafe
 from attnbench.store.records import Metric, Result, RunRecord
 
-if TYPE_CHECKING:
-    from attnbench.store.database import Store
+
+class Saves(Protocol):
+    """What a side file needs of a store: where it is, and how a run is saved."""
+
+    path: Path
+
+    def save_run(self, run: RunRecord) -> int | None: ...
 
 
 def side_folder(store_path: Path) -> Path:
@@ -45,7 +50,7 @@ def read(path: Path) -> RunRecord:
     return RunRecord(**data)
 
 
-def save_or_set_aside(store: Store, run: RunRecord) -> int | None:
+def save_or_set_aside(store: Saves, run: RunRecord) -> int | None:
     """``store.save_run(run)``; if the write fails, ``run`` is kept in a side file and the error
     says where (the next open of the store imports it)."""
     try:
@@ -63,7 +68,7 @@ def save_or_set_aside(store: Store, run: RunRecord) -> int | None:
         ) from exc
 
 
-def import_pending(store: Store) -> list[str]:
+def import_pending(store: Saves) -> list[str]:
     """Store the results an earlier run could not write; each file goes once stored."""
     imported = []
     for path in pending(store.path):
