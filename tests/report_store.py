@@ -5,7 +5,7 @@ and published expectations that agree, disagree and stay undetermined."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -274,7 +274,7 @@ def time_to_learn_store(
     path: Path,
     suite: str,
     reached: dict[str, list[int | None]],
-    test_acc: dict[str, Sequence[float]] | None = None,
+    test_acc: Mapping[str, Sequence[float]] | None = None,
 ) -> Path:
     """A recall suite whose runs' validation accuracy jumps from 0.3 to 0.95 at ``reached``[variant][seed]
     (None: never within its 3000 steps), evaluated every 200 steps; test accuracy ``test_acc`` (0.5)."""
