@@ -1,9 +1,12 @@
-"""Fits on measured curves (numpy only): log-log slopes with confidence intervals,
-crossover lengths, and the saturating power law of loss against model size.
+"""Fits on measured curves (numpy; scipy imported where used): log-log slopes with confidence
+intervals, crossover lengths, and scaling laws of loss against model size.
 
     log y = log k + s log T          (ordinary least squares; s is the scaling exponent)
-    L(N)  = a N^-b + c               (c: irreducible loss; fitted by profiling c, then
-                                      Gauss-Newton on (log a, b, c))
+    L(x)  = a x^-b + c               (c: irreducible loss; c profiled on a grid, then
+                                      Levenberg-Marquardt on (log a, b, c))
+    L(x)  = a x^-b                   (the same without the irreducible term)
+
+with bootstrap intervals over seeds (resampled within each size) for the scaling laws.
 """
 
 from __future__ import annotations
@@ -145,61 +148,3 @@ def _interpolate(lo: int, hi: int, variant: Mapping, baseline: Mapping) -> float
         return None
     frac = r_lo / (r_lo - r_hi)
     return float(math.exp(math.log(lo) + frac * (math.log(hi) - math.log(lo))))
-
-
-@dataclass(frozen=True)
-class PowerLaw:
-    a: float
-    b: float
-    c: float
-    rmse: float
-    n_points: int
-
-
-def _loglinear(x: np.ndarray, y: np.ndarray, c: float) -> tuple[float, float, float]:
-    """For fixed c: log(y - c) = log a - b log x by least squares; returns (log a, b, sse)."""
-    A = np.stack([np.ones_like(x), -np.log(x)], axis=1)  # (n, 2)
-    (log_a, b), *_ = np.linalg.lstsq(A, np.log(y - c), rcond=None)
-    sse = float(((np.exp(log_a) * x**-b + c - y) ** 2).sum())
-    return float(log_a), float(b), sse
-
-
-def fit_power_law(x: list[float], y: list[float], grid: int = 400, iters: int = 50) -> PowerLaw:
-    """Fit y = a x^-b + c with 0 <= c < min(y) (least squares in y).
-
-    x is scaled by its geometric mean first (so a stays O(y)); c is profiled over a grid
-    (for each c the rest is a linear fit in log space), then (log a, b, c) are refined by
-    damped Gauss-Newton steps that are kept only when they lower the squared error.
-    """
-    xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)  # (n,), (n,)
-    if len(xs) < 3:
-        raise ValueError(f"a 3-parameter power law needs at least 3 points, got {len(xs)}")
-    if (xs <= 0).any():
-        raise ValueError("power-law x values must be positive")
-    x0 = float(np.exp(np.log(xs).mean()))
-    u = xs / x0  # (n,) scaled sizes
-    top = float(ys.min())
-    # Grid denser near min(y), where the log of (y - c) changes fastest.
-    cs = top * (1.0 - np.geomspace(1.0, 1e-6, grid)) if top > 0 else np.array([top - 1.0])
-    best = min((_loglinear(u, ys, float(c)) + (float(c),) for c in cs), key=lambda r: r[2])
-    log_a, b, sse, c = best
-    theta = np.array([log_a, b, c])
-    for _ in range(iters):
-        a = math.exp(theta[0])
-        pred = a * u ** -theta[1] + theta[2]  # (n,)
-        J = np.stack([a * u ** -theta[1], -a * u ** -theta[1] * np.log(u), np.ones_like(u)], axis=1)  # (n, 3)
-        step, *_ = np.linalg.lstsq(J, ys - pred, rcond=None)
-        improved = False
-        for damp in (1.0, 0.5, 0.25, 0.1):
-            cand = theta + damp * step
-            if not 0.0 <= cand[2] < top:
-                continue
-            cand_sse = float(((math.exp(cand[0]) * u ** -cand[1] + cand[2] - ys) ** 2).sum())
-            if cand_sse < sse:
-                theta, sse, improved = cand, cand_sse, True
-                break
-        if not improved:
-            break
-    log_a, b, c = (float(t) for t in theta)
-    a = math.exp(log_a) * x0**b  # undo the scaling: a u^-b = a x0^b x^-b
-    return PowerLaw(a, b, c, math.sqrt(sse / len(xs)), len(xs))

@@ -413,7 +413,8 @@ def test_problems_are_listed_first_and_plainly(problem_store, tmp_path):
     for text in (html, md):
         assert EVIL not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     fits = pd.read_csv(tmp_path / "out" / "tables" / "sc-power-law.csv")
-    assert fits.iloc[0][["variant", "a", "b", "c"]].tolist() == ["softmax", 60.0, 0.5, 2.1]
+    assert fits.iloc[0]["variant"] == "softmax" and "too few to fit" in fits.iloc[0]["error"]  # 3 sizes: no b
+    assert "b" not in fits or fits["b"].isna().all()
     assert (tmp_path / "out" / "figures" / "sc-scaling.png").stat().st_size > 1000
     assert "no scaling experiments" not in html
 

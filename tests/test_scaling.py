@@ -1,5 +1,6 @@
-"""Scaling experiments: three sizes trained at budgets proportional to their measured
-parameter count, and the power law L = a N^-b + c fitted per variant (idempotently)."""
+"""Scaling experiments: sizes trained at budgets proportional to their measured parameter
+count and learning rates transferred by width; with three sizes no scaling law is fitted
+(tests/test_scaling_fits.py covers the fits)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 import torch
 
 from attnbench.errors import SuiteError
-from attnbench.fits import fit_power_law
+from attnbench.experiments.scaling import size_lr
 from attnbench.plan.specs import ScalingSpec
 from attnbench.plan.suite import load_suite
+from attnbench.power_laws import fit_power_law
 from attnbench.registry.loader import load_registry
 from attnbench.run.runner import run_suite
 from attnbench.store.database import Store
@@ -55,7 +57,7 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def test_three_sizes_train_at_proportional_budgets_and_store_a_power_law(tmp_path, one_thread):
+def test_three_sizes_train_at_proportional_budgets_and_store_no_exponent(tmp_path, one_thread):
     suite = load_suite(write_suite(tmp_path / "scaling.yaml", SUITE))
     registry = load_registry()
     with Store(tmp_path / "s.sqlite") as store:
@@ -74,11 +76,14 @@ def test_three_sizes_train_at_proportional_budgets_and_store_a_power_law(tmp_pat
         assert [f["variant"] for f in fits] == ["softmax"]
         rows = {r["tags"]["x"]: r for r in store.results(fits[0]["id"]) if r["name"] == "power_law"}
         assert set(rows) == {"params", "flops"}
-        for row in rows.values():
+        for row in rows.values():  # 3 sizes fit 3 parameters exactly: no exponent is stored
             tags = row["tags"]
-            assert tags["n_points"] == 3 and row["value"] == tags["b"]
-            assert {"a", "b", "c", "rmse"} <= set(tags) and 0 <= tags["c"] < min(tags["losses"])
-        assert rows["params"]["tags"]["sizes"] == [r["summary"]["n_params"] for r in runs]
+            assert tags["n_points"] == 3 and row["value"] is None and tags["b"] is None
+            assert "too few to fit" in tags["error"] and len(tags["seed_losses"]) == 3
+        assert rows["params"]["tags"]["sizes"] == [r["summary"]["n_params_non_embedding"] for r in runs]
+        for run, d in zip(runs, (16, 32, 48), strict=True):  # the rate transferred by width
+            assert run["summary"]["lr"] == pytest.approx(size_lr(1.0e-2, d))
+            assert 0 < run["summary"]["n_params_non_embedding"] < run["summary"]["n_params"]
         # nothing changed: no cell re-runs and the fit is not stored twice
         again = run_suite(suite, store, registry, device="cpu", out=io.StringIO())
         assert again.ran == 0 and len(store.runs(kind="scaling_fit")) == 1

@@ -2,22 +2,31 @@
 
 Each cell (variant x model size x seed) is an ordinary training run (``train_cell``)
 whose budget follows the size: ``tokens_per_param`` gives tokens = k * N, or
-``flops_per_param`` gives training FLOPs = k * N (N = measured parameter count). The
-finalizer fits, per variant,
+``flops_per_param`` gives training FLOPs = k * N (N = measured parameter count, embeddings
+included, as Chinchilla counts). Its learning rate is transferred from the suite's by width:
 
-    L(N) = a * N^-b + c        (and the same against training compute C)
+    lr(d_model) = lr * 64 / d_model     (the suite's lr is the rate of a 64-wide model)
 
-with ``attnbench.fits.fit_power_law`` over the sizes (seeds averaged per size), stored as
-one "scaling_fit" run per (experiment, variant) with "power_law" rows (value = b).
+the Adam rule of muP (Yang et al. 2021, "Tensor Programs V"; hidden-layer rates fall as
+1/width). The finalizer fits, per variant, against non-embedding parameters N and against
+training compute C,
+
+    L(x) = a x^-b + c    and    L(x) = a x^-b
+
+with ``attnbench.power_laws.fit_scaling`` (the law the data support, bootstrap intervals over
+seeds, lack of fit), stored as one "scaling_fit" run per (experiment, variant) with one
+"power_law" row per x (value = b of the supported law; None with fewer than 4 sizes).
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import replace
 from typing import Any
 
 import torch
+from torch import nn
 
 from attnbench.contract.variant import Variant
 from attnbench.data.loading import load_corpus
@@ -25,22 +34,42 @@ from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContex
 from attnbench.experiments.derived import save_derived
 from attnbench.experiments.train.loop import train_cell
 from attnbench.experiments.train.setup import build_model
-from attnbench.fits import fit_power_law
 from attnbench.nn.flops import model_facts
 from attnbench.plan.cells import Cell
 from attnbench.plan.specs import ScalingSpec
+from attnbench.power_laws import BOOT_DRAWS, BOOT_SEED, MIN_SCALING_SIZES, SATURATING, fit_scaling, too_few_sizes_text
 from attnbench.registry.identity import code_hash
 from attnbench.store.database import Result, Store
 from attnbench.store.provenance import device_name
 
-XS = (("params", "n_params"), ("flops", "train_flops"))  # fit against: (tag, summary key)
+# fit against: (tag, summary key); parameters without the embeddings (Kaplan et al. 2020)
+XS = (("params", "n_params_non_embedding"), ("flops", "train_flops"))
+LR_REFERENCE_D_MODEL = 64  # the suite's lr is the rate of a model this wide
+BASELINE = "softmax"  # what every variant's exponent is compared against (the report)
+
+
+def size_lr(lr: float, d_model: int) -> float:
+    """The learning rate of a ``d_model``-wide model: ``lr`` x 64 / d_model."""
+    return lr * LR_REFERENCE_D_MODEL / d_model
+
+
+def lr_rule_text(lr: float) -> str:
+    return f"lr x {LR_REFERENCE_D_MODEL} / d_model (lr = {lr:g})"
+
+
+def non_embedding_params(model: nn.Module) -> int:
+    """Parameters outside token and position embeddings (a tied LM head is the embedding)."""
+    emb = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    return sum(p.numel() for p in model.parameters() if id(p) not in emb)
 
 
 def run_scaling_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome:
-
-    spec = cell.spec_as(ScalingSpec)
+    given = cell.spec_as(ScalingSpec)
+    spec = given.model_copy(update={"lr": size_lr(given.lr, cell.model.d_model)})
     torch.manual_seed(cell.seed)
-    n_params = build_model(variant, replace(cell, spec=spec.train_spec(1))).num_params()
+    model = build_model(variant, replace(cell, spec=spec.train_spec(1)))
+    n_params, n_non_embedding = model.num_params(), non_embedding_params(model)
+    del model
     train_spec = spec.train_spec(n_params)
     outcome = train_cell(
         replace(cell, spec=train_spec),
@@ -55,53 +84,85 @@ def run_scaling_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutco
     outcome.summary = {
         **outcome.summary,
         "n_params": n_params,
+        "n_params_non_embedding": n_non_embedding,
         "train_flops_per_token": outcome.summary.get("train_flops_per_token", facts["train_flops_per_token"]),
         "budget_rule": spec.budget_rule(),
         "budget": train_spec.budget.model_dump(exclude_none=True),
+        "lr": spec.lr,
+        "lr_rule": lr_rule_text(given.lr),
     }
     return outcome
 
 
-def _points(runs: list[dict[str, Any]], key: str) -> list[tuple[float, float]]:
-    """(x, mean held-out loss) per model size over its finished seeds."""
-    by_model: dict[int, list[tuple[float, float]]] = {}
+def size_groups(runs: list[dict[str, Any]], key: str) -> list[tuple[int, float, list[float]]]:
+    """(model index, size x, held-out losses of its finished seeds in seed order) per model
+    size with at least one finished seed that recorded ``key``."""
+    by_model: dict[int, list[tuple[int, float, float]]] = {}
     for run in runs:
         s = run["summary"]
         x, loss = s.get(key), s.get("val_loss")
         if run["status"] == "done" and x and loss is not None and math.isfinite(loss):
-            by_model.setdefault(int(run["coords"].get("model", 0)), []).append((float(x), float(loss)))
-    return [(sum(x for x, _ in v) / len(v), sum(y for _, y in v) / len(v)) for _, v in sorted(by_model.items())]
+            seed = run.get("seed") or 0
+            by_model.setdefault(int(run["coords"].get("model", 0)), []).append((seed, float(x), float(loss)))
+    out = []
+    for model, rows in sorted(by_model.items()):
+        rows.sort()
+        out.append((model, sum(x for _, x, _ in rows) / len(rows), [y for _, _, y in rows]))
+    return out
 
 
-def power_law_rows(runs: list[dict[str, Any]]) -> list[Result]:
+def boot_seed(variant: str, x_name: str) -> int:
+    """A fixed bootstrap seed per (variant, x): independent draws across variants, the same
+    draws on every call (the report recomputes them for comparisons and bands)."""
+    return BOOT_SEED + zlib.crc32(f"{variant}/{x_name}".encode()) % 1_000_000
+
+
+def power_law_rows(runs: list[dict[str, Any]], variant: str = "", margin: float | None = None) -> list[Result]:
+    """One "power_law" row per x: both laws, the supported one's b (the row's value) and c
+    with bootstrap intervals, residuals and the lack-of-fit test; or why there is no fit."""
     rows = []
     for x_name, key in XS:
-        pts = _points(runs, key)
+        groups = size_groups(runs, key)
         tags: dict[str, Any] = {
             "x": x_name,
-            "n_points": len(pts),
-            "sizes": [x for x, _ in pts],
-            "losses": [y for _, y in pts],
+            "x_key": key,
+            "n_points": len(groups),
+            "models": [m for m, _, _ in groups],
+            "sizes": [x for _, x, _ in groups],
+            "losses": [sum(g) / len(g) for _, _, g in groups],
+            "seed_losses": [g for _, _, g in groups],
+            "baseline": BASELINE,
+            "exponent_margin": margin,
         }
-        if len(pts) < 3:
-            rows.append(
-                Result(
-                    "power_law",
-                    None,
-                    "",
-                    {
-                        **tags,
-                        "a": None,
-                        "b": None,
-                        "c": None,
-                        "rmse": None,
-                        "error": "needs finished runs at 3 or more sizes",
-                    },
-                )
-            )
+        if len(groups) < MIN_SCALING_SIZES:
+            unrecorded = any(r["status"] == "done" and r["summary"].get(key) is None for r in runs)
+            error = f"{key} not recorded by every run; " if unrecorded else ""
+            error += too_few_sizes_text(len(groups))
+            rows.append(Result("power_law", None, "", {**tags, "law": None, "b": None, "c": None, "error": error}))
             continue
-        fit = fit_power_law([x for x, _ in pts], [y for _, y in pts])
-        rows.append(Result("power_law", fit.b, "", {**tags, "a": fit.a, "b": fit.b, "c": fit.c, "rmse": fit.rmse}))
+        seed = boot_seed(variant, x_name)
+        fit = fit_scaling(tags["sizes"], tags["seed_losses"], seed=seed, draws=BOOT_DRAWS)
+        a, b, c, sse = (float(v) for v in fit.params())
+        resid = fit.residuals()
+        tags |= {
+            "law": fit.law,
+            "a": a,
+            "b": b,
+            "c": c if fit.law == SATURATING else None,
+            "b_ci95": list(fit.ci("b")),
+            "c_ci95": list(fit.ci("c")) if fit.law == SATURATING else None,
+            "laws": {law: dict(zip(("a", "b", "c", "sse"), map(float, p), strict=True)) for law, p in fit.fits.items()},
+            "f_p": fit.f_p,
+            "lof_p": fit.lof_p,
+            "lof_f": fit.lof_f,
+            "inflation": fit.inflation,  # > 1: the law misses sizes; intervals carry the misfit
+            "residuals": [float(r) for r in resid],
+            "rmse": math.sqrt(float((resid**2).mean())),
+            "boot_seed": seed,
+            "boot_draws": BOOT_DRAWS,
+            "error": None,
+        }
+        rows.append(Result("power_law", b, "", tags))
     return rows
 
 
@@ -110,6 +171,7 @@ def finalize_scaling(cells: list[Cell], store: Store, device: torch.device) -> N
     if not cells:
         return
     first = cells[0]
+    margin = getattr(first.spec, "exponent_margin", None)  # a suite setting once ScalingSpec declares it
     runs = {
         r["cell_key"]: r for r in store.runs(suite=first.suite, kind="scaling") if r["experiment"] == first.experiment
     }
@@ -123,6 +185,7 @@ def finalize_scaling(cells: list[Cell], store: Store, device: torch.device) -> N
             "variant": variant,
             "device": device_name(device),
             "cells": sorted(r["cell_key"] for r in vruns),
+            "exponent_margin": margin,
             "code": code_hash("attnbench.fits", "attnbench.experiments.scaling"),
         }
         save_derived(
@@ -133,7 +196,7 @@ def finalize_scaling(cells: list[Cell], store: Store, device: torch.device) -> N
             variant=variant,
             inputs=inputs,
             device=device,
-            results=power_law_rows(vruns),
+            results=power_law_rows(vruns, variant, margin),
             summary={"cells": len(vruns), "done": sum(r["status"] == "done" for r in vruns)},
         )
 
