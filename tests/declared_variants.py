@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from attnbench import Backbone, ModelConfig, Variant, hookimpl, mark_residual
-from attnbench.plugins import softmax, softmax_model
+from attnbench.plugins.attention import softmax, softmax_model
 
 
 @dataclass(frozen=True)

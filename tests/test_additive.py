@@ -1,4 +1,4 @@
-"""The `additive` and `windowed` variants (plugins/additive.py): faithfulness to the
+"""The `additive` and `windowed` variants (plugins/attention/additive.py): faithfulness to the
 reference formulation (spec 2.1-2.4), sound window sums, decoding, causality, options."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attnbench.gate.checks import CHECKS, check_variants, format_table, gate_key_inputs, passed, run_checks
-from attnbench.plugins import softmax
+from attnbench.plugins.attention import softmax
 from attnbench.registry.identity import file_sha256
 from attnbench.registry.loader import get_plugin_manager, load_registry
 from attnbench.store.provenance import content_key
@@ -178,7 +178,7 @@ def test_gate_key_tracks_code_version(broken):
     variant = broken.get("softmax")
     inputs = gate_key_inputs(variant, "cpu")
     assert inputs["name"] == "softmax" and inputs["plugin"] == "softmax"
-    assert inputs["sources"]["plugins/softmax.py"] == file_sha256(softmax.__file__)
+    assert inputs["sources"]["attention/softmax.py"] == file_sha256(softmax.__file__)
     assert inputs["device"].startswith("cpu:") and inputs["torch"] == torch.__version__
     assert len(inputs["gate_code"]) == 16  # a content hash of the gate's packages
     bumped = gate_key_inputs(type(variant)(**{**variant.__dict__, "version": "2"}), "cpu")

@@ -52,7 +52,7 @@ def test_the_backbone_compiles_in_one_graph_with_ignored_targets():
 
     from attnbench import ModelConfig
     from attnbench.nn.backbone import Backbone
-    from attnbench.plugins import softmax_model
+    from attnbench.plugins.attention import softmax_model
 
     torch.manual_seed(0)
     model = Backbone(

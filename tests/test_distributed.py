@@ -217,8 +217,8 @@ CRASHY = """
     import ray
 
     from harness import Variant, hookimpl
-    from attnbench.plugins.softmax import flops_per_token, state_size
-    from attnbench.plugins.softmax_model import SoftmaxAttention
+    from attnbench.plugins.attention.softmax import flops_per_token, state_size
+    from attnbench.plugins.attention.softmax_model import SoftmaxAttention
 
 
     def build_mixer(config, layer_idx):

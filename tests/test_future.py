@@ -11,10 +11,10 @@ import torch
 
 from attnbench import Backbone, MixerOutput, ModelConfig
 from attnbench.contract.variant import state_numel
-from attnbench.plugins.future_model import FutureAttention
+from attnbench.plugins.attention.future_model import FutureAttention
+from attnbench.plugins.attention.softmax_model import SoftmaxAttention
 from attnbench.plugins.kernels import lse_merge
 from attnbench.plugins.kernels.lse_merge import causal_attention_lse
-from attnbench.plugins.softmax_model import SoftmaxAttention
 from attnbench.registry.loader import load_registry
 from attnbench.store.database import Store
 from tests.helpers import grad, mixers, run_cli, write_suite

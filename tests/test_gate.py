@@ -8,7 +8,7 @@ import torch
 
 from attnbench.gate.verdicts import gate_variant
 from attnbench.plan.suite import load_suite
-from attnbench.plugins import softmax
+from attnbench.plugins.attention import softmax
 from attnbench.registry.loader import get_plugin_manager, load_registry
 from attnbench.run.runner import run_suite
 from attnbench.store.database import Store

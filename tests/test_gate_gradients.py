@@ -10,7 +10,7 @@ import torch
 
 from attnbench.gate.checks import CHECKS, run_checks
 from attnbench.gate.gradients import GRAD_TOL
-from attnbench.plugins import softmax
+from attnbench.plugins.attention import softmax
 from attnbench.plugins.recurrent.delta_kernel import delta_rule
 from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention
 from attnbench.plugins.recurrent.ssd_kernel import ssd_scan

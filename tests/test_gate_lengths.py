@@ -15,7 +15,7 @@ from attnbench.gate.verdicts import cell_lengths, gate_variant
 from attnbench.plan.base import Budget, TrainSpec
 from attnbench.plan.speed_spec import SpeedSpec
 from attnbench.plan.suite import load_suite
-from attnbench.plugins import softmax
+from attnbench.plugins.attention import softmax
 from attnbench.registry.loader import get_plugin_manager, load_registry
 from attnbench.run.runner import run_suite
 from attnbench.store.database import Store

@@ -12,9 +12,9 @@ import torch
 
 from attnbench import ModelConfig
 from attnbench.kernels import chunked
-from attnbench.plugins import heinsen_model
-from attnbench.plugins.future_model import DENSE_KERNEL, LEAN_KERNEL, FutureAttention
-from attnbench.plugins.heinsen_model import LogAttention, log_attention_one_chunk
+from attnbench.plugins.attention import heinsen_model
+from attnbench.plugins.attention.future_model import DENSE_KERNEL, LEAN_KERNEL, FutureAttention
+from attnbench.plugins.attention.heinsen_model import LogAttention, log_attention_one_chunk
 from attnbench.registry.loader import load_registry
 
 CHUNK = 64  # heinsen's default chunk_size: quick's T = 24 and 64 are one chunk

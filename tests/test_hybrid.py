@@ -18,7 +18,7 @@ from attnbench.cli import main
 from attnbench.gate.checks import run_checks
 from attnbench.nn.backbone import Backbone
 from attnbench.nn.checkpoint import load_checkpoint
-from attnbench.plugins import softmax
+from attnbench.plugins.attention import softmax
 from attnbench.plugins.recurrent import gla
 from attnbench.registry.hybrid import HybridVariant
 from attnbench.registry.identity import variant_identity
@@ -209,8 +209,8 @@ def test_identity_changes_when_a_parts_source_changes(tmp_path, monkeypatch):
     source.write_text(
         textwrap.dedent("""
         from attnbench import Variant, hookimpl
-        from attnbench.plugins.softmax import flops_per_token, state_size
-        from attnbench.plugins.softmax_model import SoftmaxAttention
+        from attnbench.plugins.attention.softmax import flops_per_token, state_size
+        from attnbench.plugins.attention.softmax_model import SoftmaxAttention
 
         @hookimpl
         def attnbench_register_variants(register):

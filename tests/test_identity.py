@@ -98,7 +98,7 @@ def test_keys_follow_exactly_the_code_that_changed(tmp_path):
 
     # softmax's own module: future builds on it, so both change.
     base = after
-    _append(pkg / "plugins" / "softmax.py", "\n_EDITED = 1\n")
+    _append(pkg / "plugins" / "attention" / "softmax.py", "\n_EDITED = 1\n")
     after = _keys(tmp_path / "copy", suite)
     assert _changed(base, after) == {"t/softmax", "t/future", "s/softmax", "s/future", "gate/softmax", "gate/future"}
 
@@ -141,15 +141,21 @@ def test_moving_an_unchanged_file_between_packages_keeps_the_code_hash(tmp_path,
 
 
 def test_module_closure_follows_imports_within_the_package_only():
-    found = module_closure(["attnbench.plugins.heinsen"], "attnbench.plugins")
-    assert set(found) == {"attnbench.plugins", "attnbench.plugins.heinsen", "attnbench.plugins.heinsen_model"}
+    found = module_closure(["attnbench.plugins.attention.heinsen"], "attnbench.plugins")
+    assert set(found) == {
+        "attnbench.plugins",
+        "attnbench.plugins.attention",
+        "attnbench.plugins.attention.heinsen",
+        "attnbench.plugins.attention.heinsen_model",
+        "attnbench.plugins.attention.heinsen_options",
+    }
 
 
 def test_a_plugin_using_the_shared_kernels_is_identified_by_them():
     """The shared chunked scans live outside the plugins' package; a plugin that takes them
     from attnbench.__all__ still has them in its identity (an edit there re-runs its cells)."""
-    import attnbench.plugins.heinsen as heinsen
-    import attnbench.plugins.softmax as softmax
+    import attnbench.plugins.attention.heinsen as heinsen
+    import attnbench.plugins.attention.softmax as softmax
     from attnbench.registry.identity import plugin_source_files
 
     assert any(f.endswith("kernels/chunked.py") for f in plugin_source_files(None, heinsen))

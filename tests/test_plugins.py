@@ -10,7 +10,7 @@ import pytest
 
 from attnbench import Variant, hookimpl
 from attnbench.errors import PluginError, UnknownVariantError
-from attnbench.plugins import softmax, softmax_model
+from attnbench.plugins.attention import softmax, softmax_model
 from attnbench.registry.loader import get_plugin_manager, load_registry
 from tests.helpers import fake_distribution as _fake_distribution
 from tests.helpers import python, run_cli

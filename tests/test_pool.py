@@ -94,8 +94,8 @@ DOOMED = """
     from pathlib import Path
 
     from attnbench import Variant, hookimpl
-    from attnbench.plugins.softmax import flops_per_token, state_size
-    from attnbench.plugins.softmax_model import SoftmaxAttention
+    from attnbench.plugins.attention.softmax import flops_per_token, state_size
+    from attnbench.plugins.attention.softmax_model import SoftmaxAttention
 
     MARKS = Path(os.environ["DOOMED_MARKS"])
 

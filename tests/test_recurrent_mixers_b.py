@@ -19,7 +19,7 @@ from attnbench.contract.variant import state_tensors
 from attnbench.experiments.speed.points import describe_path
 from attnbench.gate.checks import run_checks
 from attnbench.kernels.chunked import linear_attention, linear_init_state
-from attnbench.plugins.linear_model import taylor_features
+from attnbench.plugins.attention.linear_model import taylor_features
 from attnbench.plugins.recurrent.decays import FACTOR_SPAN
 from attnbench.plugins.recurrent.ssd_kernel import ssd_scan
 from attnbench.plugins.recurrent.window_kernel import window_attention, window_init_cache

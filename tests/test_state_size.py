@@ -12,7 +12,7 @@ from attnbench.contract.variant import state_numel
 from attnbench.gate.checks import run_checks
 from attnbench.nn.backbone import Backbone
 from attnbench.nn.flops import model_facts
-from attnbench.plugins import softmax
+from attnbench.plugins.attention import softmax
 from tests import broken_variants
 
 

@@ -9,7 +9,7 @@ from attnbench.experiments.registry import expand_suite
 from attnbench.plan.base import TrainSpec
 from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import load_suite
-from attnbench.plugins import softmax
+from attnbench.plugins.attention import softmax
 from attnbench.registry.loader import get_plugin_manager, load_registry
 from tests.helpers import REPO, run_cli, write_suite
 

@@ -1,4 +1,4 @@
-"""Synthetic tasks (attnbench.plugins.synthetic) and the occluded-digits task (attnbench.plugins.digits),
+"""Synthetic tasks (attnbench.plugins.tasks.synthetic) and the occluded-digits task (attnbench.plugins.tasks.digits),
 through the registry: determinism, answers correct by construction, only answers scored,
 option validation, coordinates, and the digits completion evaluator end to end."""
 
@@ -39,7 +39,7 @@ def _make(registry, name, **overrides):
 def test_registry_lists_tasks_with_their_plugins(registry):
     for name in SYNTHETIC:
         assert registry.get_task(name).plugin == "synthetic"
-        assert any(f.endswith("plugins/synthetic.py") for f in registry.get_task(name).source_files)
+        assert any(f.endswith("plugins/tasks/synthetic.py") for f in registry.get_task(name).source_files)
     assert registry.get_task("digits").plugin == "digits"
     assert registry.get_task("digits").evaluate is not None
     assert not [e for e in registry.errors if e.plugin in ("synthetic", "digits")]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnbench import LinearState, linear_attention, linear_init_state
-from attnbench.plugins.linear_model import taylor_features
+from attnbench.plugins.attention.linear_model import taylor_features
 from attnbench.plugins.recurrent.taylor_kernel import taylor_attention
 from tests.helpers import Tolerance
 

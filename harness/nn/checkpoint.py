@@ -25,7 +25,7 @@ import torch
 from attnbench.contract.config import ModelConfig
 from attnbench.errors import CheckpointError, DiskFullError, UnknownVariantError
 from attnbench.nn.backbone import Backbone
-from attnbench.nn.model import LanguageModel
+from attnbench.nn.model import LanguageModel, as_language_model
 from attnbench.store.checkpoint_paths import checkpoint_candidates, locate_checkpoint
 
 _REQUIRED = ("model", "config", "variant", "model_kind")
@@ -94,7 +94,7 @@ def build_model(variant: Any, kind: str, raw_config: dict[str, Any], where: str)
     if kind == "own":
         if variant.build_model is None:
             raise CheckpointError(f"{where}: variant {variant.name!r} no longer has a model of its own")
-        return variant.build_model(config)
+        return as_language_model(variant.build_model(config), variant.name)
     if kind == "backbone":
         return Backbone(config, variant.build_mixer)
     raise CheckpointError(f"{where}: model_kind {kind!r} is neither 'backbone' nor 'own'")

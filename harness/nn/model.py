@@ -12,6 +12,7 @@ from torch import nn
 
 from attnbench.contract.config import ModelConfig
 from attnbench.contract.variant import AuxLoss
+from attnbench.errors import PluginError
 
 IGNORE_INDEX = -100  # target of positions that are not scored
 
@@ -55,6 +56,17 @@ class LanguageModel(nn.Module):
     def num_params(self) -> int:
         """Parameters counted once (tied weights are shared tensors)."""
         return sum(p.numel() for p in self.parameters())
+
+
+def as_language_model(model: object, variant: str) -> LanguageModel:
+    """A variant's own model (what ``build_model`` returned; the contract names it by a protocol)
+    as the ``LanguageModel`` the harness runs; PluginError when it is something else."""
+    if not isinstance(model, LanguageModel):
+        raise PluginError(
+            f"variant {variant!r}: build_model(config) returned {type(model).__name__}, not an "
+            "attnbench.LanguageModel; make the variant's own model a subclass of LanguageModel"
+        )
+    return model
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor | None, aux: Iterable[AuxLoss] = ()) -> ModelOutput:

@@ -1,7 +1,7 @@
 """Torch-free settings of causal additive pooling (``attnbench.plugins.kernels.additive``).
 
 The constants and ``PoolSpec`` live here so that the variant's registration module
-(``attnbench.plugins.additive``) can validate options without importing torch.
+(``attnbench.plugins.attention.additive``) can validate options without importing torch.
 """
 
 from __future__ import annotations

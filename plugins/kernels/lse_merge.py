@@ -2,7 +2,7 @@
 
 A causal flash-style kernel in plain PyTorch that returns the output *and* its
 log-sum-exp (with a recomputing backward), and a banded kernel over at most ``fd``
-columns per row; ``future.py`` joins the two parts through their log-sum-exps.
+columns per row; ``attention/future_model.py`` joins the two parts through their log-sum-exps.
 """
 
 from __future__ import annotations

@@ -11,14 +11,14 @@ findings-shape train step). Here the (B, T, C) tensor is read in place as a chan
 pass, and the backward is plain steps: the input's gradient is the same convolution of the
 output gradient (zero-padded by conv2d itself) with the flipped kernel, the weight's is K dot
 products, the bias's a sum. Forward + backward with SiLU, one thread
-(benchmarks/bench_short_conv.py, 2026-11-27, loaded 2-core Xeon): 0.57x conv1d's time at
+(bench_short_conv.py at e31d51d, 2026-11-27, loaded 2-core Xeon): 0.57x conv1d's time at
 (B, T, C) = (64, 64, 192), 0.66x at (64, 64, 384) with bias, 0.32x at (1, 8192, 384), 0.28x at
 (1, 8192, 512). Other devices keep conv1d (cuDNN's depthwise kernels: the GPU check measured
 that path, not this one).
 
 The weight's gradient reads xx and the output gradient by blocks of rows that stay in a core's
 cache for all K taps: K whole-tensor products, each written out and summed, took 3-5x as long at
-(1, 8192, 512), where these are 16 MiB tensors read cold (benchmarks/bench_short_conv.py).
+(1, 8192, 512), where these are 16 MiB tensors read cold (commit b1c1155).
 """
 
 from __future__ import annotations

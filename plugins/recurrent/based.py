@@ -17,11 +17,10 @@ this module registers them without importing torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from attnbench import ModelConfig, Variant, hookimpl
-from attnbench.plugins.recurrent.checks import KERNELS, check_kernel, check_positive_int
+from attnbench.plugins.recurrent.based_options import BasedOptions, n_features, options_of
 from attnbench.plugins.recurrent.flops import mean_keys
 
 if TYPE_CHECKING:
@@ -30,42 +29,9 @@ if TYPE_CHECKING:
 
     from attnbench.plugins.recurrent.based_model import Based
 
-FLA_TAYLOR_OP = "fla.ops.based.parallel_based"
-
-
-@dataclass(frozen=True)
-class BasedOptions:
-    """feature_dim: f, the q~ and k~ size per head (the paper's 16; 1 + f + f^2 features).
-    window: positions the softmax part sees, itself included (the paper's small windows:
-    64 to 128). chunk_size: positions per chunk (block) of the training forms. eps: added
-    to the linear part's normaliser. kernel: chunked (ours) or fla (fla's parallel_based and
-    parallel_attn Triton kernels, CUDA only; decoding stays on ours)."""
-
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kernel": KERNELS}
-    feature_dim: int = 16
-    window: int = 64
-    chunk_size: int = 64
-    eps: float = 1e-6
-    kernel: str = "chunked"
-
-    def __post_init__(self) -> None:
-        for name in ("feature_dim", "window", "chunk_size"):
-            check_positive_int(name, getattr(self, name))
-        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 < self.eps < 1:
-            raise ValueError(f"eps must be a number in (0, 1), got {self.eps!r}")
-        check_kernel(self.kernel)
-
-
-def _options(config: ModelConfig) -> BasedOptions:
-    return config.options if isinstance(config.options, BasedOptions) else BasedOptions()
-
-
-def n_features(f: int) -> int:
-    return 1 + f + f * f  # the Taylor map's 0th, 1st and 2nd order terms
-
 
 def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
-    opts = _options(config)
+    opts = options_of(config)
     F_ = n_features(opts.feature_dim)
     linear = config.n_head * (F_ * config.head_dim + F_)  # S and z, independent of T
     return linear + 2 * min(T, opts.window - 1) * config.d_model  # + the window's keys and values
@@ -77,7 +43,7 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     the state over the F_s = 1 + f + f (f + 1) / 2 symmetric features 4 F_s (h+1)) and the
     window part (2 * 2 d per key seen). Training with T <= chunk starts empty in one chunk: no
     state term."""
-    opts = _options(config)
+    opts = options_of(config)
     d, H, h, f = config.d_model, config.n_head, config.head_dim, opts.feature_dim
     F_s, c = 1 + f + f * (f + 1) // 2, min(opts.chunk_size, max(T, 1))
     state = 0.0 if opts.chunk_size >= T else 4.0 * F_s * (h + 1)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from attnbench import LinearState, ModelConfig, linear_init_state, mark_residual, merge_heads, split_heads
-from attnbench.plugins.recurrent.based import FLA_TAYLOR_OP, _options, n_features
+from attnbench.plugins.recurrent.based_options import FLA_TAYLOR_OP, n_features, options_of
 from attnbench.plugins.recurrent.common import require_fla
 from attnbench.plugins.recurrent.taylor_kernel import taylor_attention, taylor_scores
 from attnbench.plugins.recurrent.window_kernel import (
@@ -33,7 +33,7 @@ class BasedState:
 class Based(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
-        opts = _options(config)
+        opts = options_of(config)
         self.n_head, self.head_dim, self.feature_dim = config.n_head, config.head_dim, opts.feature_dim
         self.window, self.chunk_size, self.eps, self.kernel = opts.window, opts.chunk_size, opts.eps, opts.kernel
         self.c_feat = nn.Linear(config.d_model, 2 * config.n_head * opts.feature_dim, bias=config.bias)  # q~, k~

@@ -12,7 +12,7 @@ from attnbench.plugins.kernels.fla_linear import fla_unavailable, follow_torch_f
 from attnbench.plugins.kernels.short_conv import causal_depthwise_conv
 
 # Re-exported: older checkouts' mixer modules import the checks from here, and benchmarks load
-# them beside this package (bench_mixers_ab.py, bench_mamba2_groups.py).
+# them beside this package (benchmarks/bench_mixers_ab.py).
 from attnbench.plugins.recurrent.checks import KERNELS as KERNELS
 from attnbench.plugins.recurrent.checks import check_kernel as check_kernel
 from attnbench.plugins.recurrent.checks import check_positive_int as check_positive_int

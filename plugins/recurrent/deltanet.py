@@ -16,46 +16,25 @@ them without importing torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from attnbench import ModelConfig, Variant, hookimpl
-from attnbench.plugins.recurrent.checks import check_kernel, check_positive_int
+from attnbench.plugins.recurrent.deltanet_options import DeltaOptions, options_of
 from attnbench.plugins.recurrent.flops import delta_flops_per_token
 
 if TYPE_CHECKING:
     from torch import nn
 
 
-@dataclass(frozen=True)
-class DeltaOptions:
-    """chunk_size: positions per chunk of the WY form. conv_size: width of the short causal
-    convolution on q, k, v (0: none, SiLU only). kernel: chunked (ours) or fla (CUDA only;
-    decoding stays on ours)."""
-
-    chunk_size: int = 64
-    conv_size: int = 4
-    kernel: str = "chunked"
-
-    def __post_init__(self) -> None:
-        check_positive_int("chunk_size", self.chunk_size)
-        check_positive_int("conv_size", self.conv_size, minimum=0)
-        check_kernel(self.kernel)
-
-
-def _options(config: ModelConfig) -> DeltaOptions:
-    return config.options if isinstance(config.options, DeltaOptions) else DeltaOptions()
-
-
 def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
     """S per head plus the last K - 1 projected [q, k, v] of the short convolution."""
-    conv = _options(config).conv_size
+    conv = options_of(config).conv_size
     return config.n_head * config.head_dim**2 + max(conv - 1, 0) * 3 * config.d_model
 
 
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     """q, k, v, output projections 8 d^2, beta 2 d H, short convolution 2 K 3d, plus the kernel."""
-    opts, D, h = _options(config), config.d_model, config.head_dim
+    opts, D, h = options_of(config), config.d_model, config.head_dim
     return (
         8.0 * D * D
         + 2.0 * D * config.n_head

@@ -19,7 +19,7 @@ from attnbench.plugins.recurrent.common import (
     state_dtype,
 )
 from attnbench.plugins.recurrent.delta_kernel import delta_rule
-from attnbench.plugins.recurrent.deltanet import _options
+from attnbench.plugins.recurrent.deltanet_options import options_of
 from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_delta_rule
 
 
@@ -41,7 +41,7 @@ class DeltaNet(nn.Module):
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
-        opts = _options(config)
+        opts = options_of(config)
         D = config.d_model
         self.n_head, self.head_dim, self.chunk_size, self.kernel = (
             config.n_head,

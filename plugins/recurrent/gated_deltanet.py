@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from attnbench import ModelConfig, Variant, hookimpl
 from attnbench.plugins.recurrent import deltanet
-from attnbench.plugins.recurrent.deltanet import DeltaOptions
+from attnbench.plugins.recurrent.deltanet_options import DeltaOptions
 
 if TYPE_CHECKING:
     from torch import nn

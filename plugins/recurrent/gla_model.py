@@ -11,8 +11,8 @@ from attnbench import ModelConfig, mark_residual, merge_heads
 from attnbench.plugins.recurrent.common import HeadRMSNorm, full_precision_linear, require_fla
 from attnbench.plugins.recurrent.decays import FACTOR_SPAN
 from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_gla
-from attnbench.plugins.recurrent.gla import _options, key_width
 from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention, gla_init_state, pair_decay
+from attnbench.plugins.recurrent.gla_options import key_width, options_of
 
 
 def _split(t: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -23,7 +23,7 @@ def _split(t: torch.Tensor, n_head: int) -> torch.Tensor:
 class GatedLinearAttention(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
-        opts = _options(config)
+        opts = options_of(config)
         D, d_k, bias = config.d_model, key_width(config), config.bias
         self.n_head, self.chunk_size, self.kernel = config.n_head, opts.chunk_size, opts.kernel
         self.d_k, self.d_v, self.temperature = d_k // config.n_head, config.head_dim, opts.gate_temperature

@@ -14,7 +14,7 @@ from attnbench import ModelConfig, mark_residual
 from attnbench.plugins.kernels.short_conv import causal_depthwise_conv
 from attnbench.plugins.recurrent.common import require_fla
 from attnbench.plugins.recurrent.decays import segment_sums
-from attnbench.plugins.recurrent.mamba2 import FLA_SSD_OP, _dims, _options
+from attnbench.plugins.recurrent.mamba2_options import FLA_SSD_OP, dims, options_of
 from attnbench.plugins.recurrent.ssd_kernel import ssd_init_state, ssd_scan
 
 
@@ -27,8 +27,8 @@ class Mamba2State:
 class Mamba2(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
-        opts = _options(config)
-        self.inner, self.head_dim, self.conv_dim = _dims(config)
+        opts = options_of(config)
+        self.inner, self.head_dim, self.conv_dim = dims(config)
         self.n_head, self.d_state, self.n_groups = config.n_head, opts.d_state, opts.n_groups
         self.d_conv, self.chunk_size, self.kernel = opts.d_conv, opts.chunk_size, opts.kernel
         self.in_proj = nn.Linear(config.d_model, self.inner + self.conv_dim + self.n_head, bias=config.bias)

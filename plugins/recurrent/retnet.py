@@ -13,35 +13,17 @@ this module registers them without importing torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from attnbench import ModelConfig, Variant, hookimpl
-from attnbench.plugins.recurrent.checks import check_kernel, check_positive_int
 from attnbench.plugins.recurrent.flops import gla_flops_per_token
+from attnbench.plugins.recurrent.retnet_options import RetNetOptions, options_of
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
     from attnbench.plugins.recurrent.retnet_model import Retention
-
-
-@dataclass(frozen=True)
-class RetNetOptions:
-    """chunk_size: positions per chunk of the training form. kernel: chunked (ours) or fla
-    (flash-linear-attention's Triton kernel, CUDA only; decoding stays on ours)."""
-
-    chunk_size: int = 64
-    kernel: str = "chunked"
-
-    def __post_init__(self) -> None:
-        check_positive_int("chunk_size", self.chunk_size)
-        check_kernel(self.kernel)
-
-
-def _options(config: ModelConfig) -> RetNetOptions:
-    return config.options if isinstance(config.options, RetNetOptions) else RetNetOptions()
 
 
 def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
@@ -51,7 +33,7 @@ def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     """q, k, v, gate and output projections 10 d^2, plus the chunked kernel."""
     h = config.head_dim
-    return 10.0 * config.d_model**2 + gla_flops_per_token(config.n_head, h, h, _options(config).chunk_size, T, False)
+    return 10.0 * config.d_model**2 + gla_flops_per_token(config.n_head, h, h, options_of(config).chunk_size, T, False)
 
 
 def _build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:

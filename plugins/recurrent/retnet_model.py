@@ -13,7 +13,7 @@ from attnbench import ModelConfig, mark_residual, merge_heads, split_heads
 from attnbench.plugins.recurrent.common import HeadRMSNorm, compute_dtype, require_fla
 from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_retention
 from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention, gla_init_state
-from attnbench.plugins.recurrent.retnet import _options
+from attnbench.plugins.recurrent.retnet_options import options_of
 
 
 def log_decay(n_head: int, device=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -25,7 +25,7 @@ def log_decay(n_head: int, device=None, dtype: torch.dtype = torch.float32) -> t
 class Retention(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
-        opts = _options(config)
+        opts = options_of(config)
         self.n_head, self.chunk_size, self.kernel = config.n_head, opts.chunk_size, opts.kernel
         D, self.head_dim = config.d_model, config.head_dim
         self.c_attn = nn.Linear(D, 3 * D, bias=config.bias)

@@ -11,12 +11,11 @@ registers them without importing torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from attnbench import ModelConfig, Variant, hookimpl
-from attnbench.plugins.recurrent.checks import KERNELS, check_kernel, check_positive_int
 from attnbench.plugins.recurrent.flops import mean_keys
+from attnbench.plugins.recurrent.swa_options import SWAOptions, options_of
 
 if TYPE_CHECKING:
     import torch
@@ -25,36 +24,15 @@ if TYPE_CHECKING:
     from attnbench.plugins.recurrent.swa_model import SlidingWindowAttention
 
 
-@dataclass(frozen=True)
-class SWAOptions:
-    """window: positions each query sees, itself included. chunk_size: queries per block of
-    the training form. kernel: chunked (ours) or fla (fla's Triton kernel, CUDA only;
-    decoding stays on ours, so the gate checks one against the other)."""
-
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kernel": KERNELS}
-    window: int = 64
-    chunk_size: int = 64
-    kernel: str = "chunked"
-
-    def __post_init__(self) -> None:
-        check_positive_int("window", self.window)
-        check_positive_int("chunk_size", self.chunk_size)
-        check_kernel(self.kernel)
-
-
-def _options(config: ModelConfig) -> SWAOptions:
-    return config.options if isinstance(config.options, SWAOptions) else SWAOptions()
-
-
 def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
-    return 2 * min(T, _options(config).window - 1) * config.d_model  # K and V of the last w - 1 positions
+    return 2 * min(T, options_of(config).window - 1) * config.d_model  # K and V of the last w - 1 positions
 
 
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     """QKV and output projections 8 d^2; scores and mixing over the keys a query sees on
     average, min(i + 1, w): 2 * 2 d each."""
     d = config.d_model
-    return 8.0 * d * d + 4.0 * d * mean_keys(T, _options(config).window)
+    return 8.0 * d * d + 4.0 * d * mean_keys(T, options_of(config).window)
 
 
 def _build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:

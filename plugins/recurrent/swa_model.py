@@ -8,7 +8,7 @@ from torch import nn
 
 from attnbench import ModelConfig, mark_residual, merge_heads, split_heads
 from attnbench.plugins.recurrent.common import require_fla
-from attnbench.plugins.recurrent.swa import _options
+from attnbench.plugins.recurrent.swa_options import options_of
 from attnbench.plugins.recurrent.window_kernel import (
     FLA_WINDOW_OP,
     SDPA_BLOCKED_OP,
@@ -24,7 +24,7 @@ from attnbench.plugins.recurrent.window_kernel import (
 class SlidingWindowAttention(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
-        opts = _options(config)
+        opts = options_of(config)
         self.n_head, self.head_dim = config.n_head, config.head_dim
         self.window, self.chunk_size, self.kernel = opts.window, opts.chunk_size, opts.kernel
         self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 FLA_WINDOW_OP = "fla.ops.attn.parallel_attn(window_size=w)"
 SHORT_WINDOW_OP = "torch.nn.functional.scaled_dot_product_attention(is_causal=True)"  # T <= w, empty cache
 SDPA_BLOCKED_OP = "torch.nn.functional.scaled_dot_product_attention(attn_mask=band)"  # blocks of c queries
-SDPA_UP_TO_WINDOW = True  # benchmarks/bench_one_chunk.py turns it off to time the blocked kernel instead
+SDPA_UP_TO_WINDOW = True  # False: the blocked kernel even then (an A/B switch; timed at bef43bc)
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def reference_loss(out_future: torch.Tensor, target: torch.Tensor, loss_type: st
 
 
 def reference_forward(mixer, x: torch.Tensor):
-    """A ``attnbench.plugins.future_model.FutureAttention``'s forward, computed the explicit way with its
+    """A ``attnbench.plugins.attention.future_model.FutureAttention``'s forward, computed the explicit way with its
     own parameters and options (same return convention: MixerOutput in training)."""
     opts = mixer.opts
     q, k, v = mixer._heads(x)  # (B, H, T, h)

@@ -1,6 +1,6 @@
-"""The needle tasks' generator (registered by ``attnbench.plugins.needle``, which holds the
-options and imports this module on first use): the example texts of ``attnbench.data.needle``
-as byte tensors.
+"""The needle tasks' generator (registered by ``attnbench.plugins.tasks.needle``, which imports
+this module on first use; the options are in ``needle_options``): the example texts of
+``attnbench.data.needle`` as byte tensors.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from attnbench import IGNORE, TaskBatch, needle_example
 
 if TYPE_CHECKING:
-    from attnbench.plugins.needle import NeedleOptions
+    from attnbench.plugins.tasks.needle_options import NeedleOptions
 
 
 def generate(options: NeedleOptions, n: int, seed: int) -> TaskBatch:

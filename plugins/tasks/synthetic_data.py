@@ -1,5 +1,6 @@
-"""The synthetic recall tasks' generators (registered by ``attnbench.plugins.synthetic``,
-which holds the options, their layouts and validation, and imports this module on first use).
+"""The synthetic recall tasks' generators (registered by ``attnbench.plugins.tasks.synthetic``,
+which imports this module on first use; the options, their layouts and validation are in
+``synthetic_options``).
 
 Every generator is vectorised torch on the CPU with a local ``torch.Generator(seed)`` (never
 the global RNG), so ``generate(options, n, seed)`` is exactly reproducible. The sampling
@@ -14,10 +15,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from attnbench import IGNORE, TaskBatch
-from attnbench.plugins.synthetic import BLANK, SEPARATOR, check_int
+from attnbench.plugins.tasks.checks import check_int
+from attnbench.plugins.tasks.synthetic_options import BLANK, SEPARATOR
 
 if TYPE_CHECKING:
-    from attnbench.plugins.synthetic import InductionOptions, MQAROptions, NoisyRecallOptions, SelectiveCopyOptions
+    from attnbench.plugins.tasks.synthetic_options import (
+        InductionOptions,
+        MQAROptions,
+        NoisyRecallOptions,
+        SelectiveCopyOptions,
+    )
 
 # Sampling helpers ------------------------------------------------------------------------
 

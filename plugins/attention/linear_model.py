@@ -1,5 +1,5 @@
-"""The causal linear attention mixer and its feature maps (torch); the equations, options and
-registration are in ``attnbench.plugins.linear``."""
+"""The causal linear attention mixer and its feature maps (torch); the equations and registration
+are in ``attnbench.plugins.attention.linear``, the options in ``linear_options``."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from attnbench import (
     merge_heads,
     split_heads,
 )
+from attnbench.plugins.attention.linear_options import feature_dim, options_of
 from attnbench.plugins.kernels.fla_linear import FLA_OP, fla_linear_attention, fla_unavailable
-from attnbench.plugins.linear import _options, feature_dim
 
 
 def feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -62,7 +62,7 @@ class LinearAttention(nn.Module):
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
-        opts = _options(config)
+        opts = options_of(config)
         self.n_head, self.chunk_size, self.eps = config.n_head, opts.chunk_size, opts.eps
         self.feature_map, self.kernel = opts.feature_map, opts.kernel
         self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)

@@ -1,5 +1,6 @@
-"""Future attention's layer (torch): the equations, options and registration are in
-``attnbench.plugins.future``; the lean kernels are in ``kernels/lse_merge.py``.
+"""Future attention's layer (torch): the equations and registration are in
+``attnbench.plugins.attention.future``, the options in ``future_options``; the lean kernels are
+in ``kernels/lse_merge.py``.
 
 Two paths compute the training (and inference) forward, the same equations (6.3, 6.4):
 * dense, when all of a forward's scores take no more memory than one query block of the
@@ -25,11 +26,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import AuxLoss, MixerOutput, ModelConfig
-from attnbench.plugins import softmax_model
-from attnbench.plugins.future import AUX_NAME, _options
+from attnbench.plugins.attention import softmax_model
+from attnbench.plugins.attention.future_options import AUX_NAME, options_of
+from attnbench.plugins.attention.softmax_model import KVCache, SoftmaxAttention
 from attnbench.plugins.kernels import lse_merge
 from attnbench.plugins.kernels.lse_merge import band_attend, band_scores, causal_attention_lse, fp32
-from attnbench.plugins.softmax_model import KVCache, SoftmaxAttention
 
 DENSE_KERNEL = "future_model.dense"
 LEAN_KERNEL = "lse_merge.causal_attention_lse+band_attend"
@@ -67,7 +68,7 @@ class FutureAttention(SoftmaxAttention):
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__(config, layer_idx)
-        self.opts = _options(config)
+        self.opts = options_of(config)
         self.context = config.context
         H, h, C = config.n_head, config.head_dim, config.context
         self.k_future = nn.Parameter(torch.empty(H, h, C - 1))  # column c: position c + 1

@@ -6,7 +6,7 @@ Training uses fused ``scaled_dot_product_attention(is_causal=True)`` (flash / me
 efficient kernels where the device has them). Decoding writes K and V into a cache
 preallocated for ``max_len`` positions: no concatenation, O(T d) work per new token.
 
-The mixer (torch) is in ``attnbench.plugins.softmax_model``; this module registers it.
+The mixer (torch) is in ``attnbench.plugins.attention.softmax_model``; this module registers it.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from attnbench.plugins.softmax_model import SoftmaxAttention
+    from attnbench.plugins.attention.softmax_model import SoftmaxAttention
 
 
 def _build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:
-    from attnbench.plugins.softmax_model import SoftmaxAttention  # torch loads with the model, not the registration
+    # torch loads with the model, not the registration
+    from attnbench.plugins.attention.softmax_model import SoftmaxAttention
 
     return SoftmaxAttention(config, layer_idx)
 
@@ -41,7 +42,7 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
 
 def attention_maps(mixer: SoftmaxAttention, x: torch.Tensor) -> torch.Tensor:
     """P = softmax(Q K^T / sqrt(h) + M_causal), the weights SDPA applies: (B, H, T, T)."""
-    from attnbench.plugins import softmax_model
+    from attnbench.plugins.attention import softmax_model
 
     return softmax_model.attention_maps(mixer, x)
 

@@ -10,36 +10,29 @@ scored by the multiple-choice lm-eval task `attnbench_recall` on the same format
 documents come from a seed stream that training never uses). Only the answers (the value
 byte after each queried key) are scored, so accuracy is recall accuracy; every row is
 tagged with ``n_pairs`` and ``n_queries``. The generator and the declared guess's accuracy live in
-``attnbench.plugins.text_recall_data``; this module registers the task without torch.
+``attnbench.plugins.tasks.text_recall_data``, the options in ``text_recall_options``; this module
+registers the task without torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnbench import RecallOptions, Task, hookimpl, recall_line
+from attnbench import Task, hookimpl, recall_line
+from attnbench.plugins.tasks.text_recall_options import BYTE_VOCAB, TextRecallOptions
 
 if TYPE_CHECKING:
     from attnbench import TaskBatch
 
-BYTE_VOCAB = 256
-
-
-@dataclass(frozen=True)
-class TextRecallOptions(RecallOptions):
-    """n_pairs: key-value pairs before the separator (1..26); n_queries: keys queried after
-    it (1..n_pairs). The line length, and so seq_len, follows from both."""
-
 
 def _generate(options: Any, n: int, seed: int) -> TaskBatch:
-    from attnbench.plugins.text_recall_data import generate  # torch loads with the data, not the registration
+    from attnbench.plugins.tasks.text_recall_data import generate  # torch loads with the data, not the registration
 
     return generate(options, n, seed)
 
 
 def _guess_accuracy(options: Any, batch: TaskBatch) -> float:
-    from attnbench.plugins.text_recall_data import guess_accuracy
+    from attnbench.plugins.tasks.text_recall_data import guess_accuracy
 
     return guess_accuracy(options, batch)
 

@@ -24,51 +24,35 @@ to its Linear -> GLU; nothing exponentiates it back (that could overflow, and a 
 map of the log-output is what the reference learns with).
 
 The mixer (``LogAttention``) and the variant's own reference model (``build_model``:
-``HeinsenLM``) are in ``attnbench.plugins.heinsen_model`` (torch); this module holds the
-options, the analytic sizes and the registration.
+``HeinsenLM``) are in ``attnbench.plugins.attention.heinsen_model`` (torch), the options in
+``heinsen_options``; this module holds the analytic sizes and the registration.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from attnbench import ModelConfig, Variant, chunked_flops_per_token, hookimpl
+from attnbench.plugins.attention.heinsen_options import HeinsenOptions, options_of
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from attnbench.plugins.heinsen_model import HeinsenLM, LogAttention
-
-
-@dataclass(frozen=True)
-class HeinsenOptions:
-    """chunk_size: positions per chunk of the parallel form, in the backbone mixer and in
-    the reference model (64 was fastest at T = 1k-16k on CPU, h = 32; see
-    benchmarks/bench_kernels.py)."""
-
-    chunk_size: int = 64
-
-    def __post_init__(self) -> None:
-        if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
-            raise ValueError(f"chunk_size must be a positive integer, got {self.chunk_size!r}")
-
-
-def _options(config: ModelConfig) -> HeinsenOptions:
-    return config.options if isinstance(config.options, HeinsenOptions) else HeinsenOptions()
+    from attnbench.plugins.attention.heinsen_model import HeinsenLM, LogAttention
 
 
 def _build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:
-    from attnbench.plugins.heinsen_model import LogAttention  # torch loads with the model, not the registration
+    # torch loads with the model, not the registration
+    from attnbench.plugins.attention.heinsen_model import LogAttention
 
     return LogAttention(config, layer_idx)
 
 
 def build_model(config: ModelConfig) -> HeinsenLM:
-    from attnbench.plugins.heinsen_model import HeinsenLM
+    from attnbench.plugins.attention.heinsen_model import HeinsenLM
 
-    return HeinsenLM(config, _options(config).chunk_size)
+    return HeinsenLM(config, options_of(config).chunk_size)
 
 
 def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
@@ -77,13 +61,13 @@ def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
 
 
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
-    return chunked_flops_per_token(config.d_model, config.n_head, config.head_dim, _options(config).chunk_size, T)
+    return chunked_flops_per_token(config.d_model, config.n_head, config.head_dim, options_of(config).chunk_size, T)
 
 
 def attention_maps(mixer: LogAttention, x: torch.Tensor) -> torch.Tensor:
     """Implied weights w_ij = softmax_{j<=i}(LSE_d(q_id + k_jd)) (linear attention with
     phi = exp): (B, H, T, T)."""
-    from attnbench.plugins import heinsen_model
+    from attnbench.plugins.attention import heinsen_model
 
     return heinsen_model.attention_maps(mixer, x)
 

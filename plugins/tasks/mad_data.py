@@ -1,5 +1,6 @@
-"""MAD's task generators (registered by ``attnbench.plugins.mad``, which holds the options,
-the layouts in words and their validation, and imports this module on first use).
+"""MAD's task generators (registered by ``attnbench.plugins.tasks.mad``, which imports this module
+on first use; the options and their validation are in ``mad_options``, the layouts in words
+in ``mad``).
 
 Every generator is vectorised torch from a local ``torch.Generator(seed)``, so
 ``generate(options, n, seed)`` is exactly reproducible.
@@ -12,11 +13,16 @@ from typing import TYPE_CHECKING
 import torch
 
 from attnbench import IGNORE, TaskBatch
-from attnbench.plugins.mad import BLANK, COMPRESS
-from attnbench.plugins.synthetic import check_int
+from attnbench.plugins.tasks.checks import check_int
+from attnbench.plugins.tasks.mad_options import BLANK, COMPRESS
 
 if TYPE_CHECKING:
-    from attnbench.plugins.mad import CompressionOptions, FuzzyRecallOptions, MemorizationOptions, RecallOptions
+    from attnbench.plugins.tasks.mad_options import (
+        CompressionOptions,
+        FuzzyRecallOptions,
+        MemorizationOptions,
+        RecallOptions,
+    )
 
 
 def _generator(n: int, seed: int) -> torch.Generator:

@@ -1,4 +1,4 @@
-"""The softmax attention mixer (torch); registered by ``attnbench.plugins.softmax``.
+"""The softmax attention mixer (torch); registered by ``attnbench.plugins.attention.softmax``.
 
 y = softmax(Q K^T / sqrt(h) + M_causal) V,  then W_o    (per head, h = D / H)
 """

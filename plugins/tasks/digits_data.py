@@ -1,7 +1,7 @@
-"""The occluded-digit task's data and evaluation (registered by ``attnbench.plugins.digits``,
-which holds the options and the layout, and imports this module on first use): the images
-from scikit-learn, the seeded split, the generator, the model's completion of the hidden
-rows and the reference classifier that scores it.
+"""The occluded-digit task's data and evaluation (registered by ``attnbench.plugins.tasks.digits``,
+which imports this module on first use; the options and the layout are in ``digits_options``):
+the images from scikit-learn, the seeded split, the generator, the model's completion of the
+hidden rows and the reference classifier that scores it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from attnbench import AttnbenchError, LanguageModel, TaskBatch, TaskEval
-from attnbench.plugins.digits import BOS, LEVELS, PIXELS, SIDE, DigitsOptions, _check_int
+from attnbench.plugins.tasks.digits_options import BOS, LEVELS, PIXELS, SIDE, DigitsOptions, check_int
 
 
 @functools.lru_cache(maxsize=1)
@@ -45,7 +45,7 @@ def subset_images(options: DigitsOptions, subset: str) -> tuple[torch.Tensor, to
 
 
 def generate_digits(options: DigitsOptions, n: int, seed: int) -> TaskBatch:
-    _check_int("n (number of examples)", n, 0)
+    check_int("n (number of examples)", n, 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an integer, got {seed!r}")
     images, _ = subset_images(options, options.subset)  # (M, 64)

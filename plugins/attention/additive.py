@@ -14,7 +14,7 @@ attention's own LayerNorm, bias-free GELU MLP, tied ``proj_logits`` with its own
 Published configurations (d 128, 6 layers, 4 heads, context 2048): ``additive`` with
 ``{rescale: 15}``; ``windowed`` with ``{windows: [4, 8, 16, 32, 64, 2048], rescale: 10}``.
 
-The layer and the model (torch) are in ``attnbench.plugins.additive_model``, the pooling kernel
+The layer and the model (torch) are in ``attnbench.plugins.attention.additive_model``, the pooling kernel
 in ``attnbench.plugins.kernels.additive``; this module holds the options, the analytic sizes
 and the registration.
 """
@@ -31,7 +31,7 @@ from attnbench.plugins.kernels.additive_spec import MAX_RESCALE, PoolSpec
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.plugins.additive_model import FastformerLM, FastSelfAttention
+    from attnbench.plugins.attention.additive_model import FastformerLM, FastSelfAttention
 
 
 def _rule_seeds(n_layer: int, context: int) -> tuple[int, ...]:
@@ -165,27 +165,28 @@ def windowed_windows(config: ModelConfig) -> tuple[int, ...]:
 
 
 def build_additive_mixer(config: ModelConfig, layer_idx: int) -> FastSelfAttention:
-    from attnbench.plugins.additive_model import FastSelfAttention  # torch loads with the model, not the registration
+    # torch loads with the model, not the registration
+    from attnbench.plugins.attention.additive_model import FastSelfAttention
 
     spec = _options(config, AdditiveOptions).pool_spec()
     return FastSelfAttention(config, additive_windows(config)[layer_idx], spec, pre_norm=False)
 
 
 def build_windowed_mixer(config: ModelConfig, layer_idx: int) -> FastSelfAttention:
-    from attnbench.plugins.additive_model import FastSelfAttention
+    from attnbench.plugins.attention.additive_model import FastSelfAttention
 
     spec = _options(config, WindowedOptions).pool_spec()
     return FastSelfAttention(config, windowed_windows(config)[layer_idx], spec, pre_norm=False)
 
 
 def build_additive_model(config: ModelConfig) -> FastformerLM:
-    from attnbench.plugins.additive_model import FastformerLM
+    from attnbench.plugins.attention.additive_model import FastformerLM
 
     return FastformerLM(config, additive_windows(config), _options(config, AdditiveOptions).pool_spec())
 
 
 def build_windowed_model(config: ModelConfig) -> FastformerLM:
-    from attnbench.plugins.additive_model import FastformerLM
+    from attnbench.plugins.attention.additive_model import FastformerLM
 
     return FastformerLM(config, windowed_windows(config), _options(config, WindowedOptions).pool_spec())
 
@@ -213,7 +214,7 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
 
 def attention_maps(mixer: FastSelfAttention, x: torch.Tensor) -> torch.Tensor:
     """Per-token importance alpha_j of the query pooling (the seeds' alpha): (B, H, T)."""
-    from attnbench.plugins import additive_model
+    from attnbench.plugins.attention import additive_model
 
     return additive_model.attention_maps(mixer, x)
 

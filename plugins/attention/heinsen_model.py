@@ -12,7 +12,7 @@ owning only its own storage) instead of module attributes holding a view of a
 too, and the recurrence never forms an unbounded cumulative sum (see ``log_linear_scan``).
 
 Also here: ``LogAttention``, the variant's mixer for the shared backbone, its
-``attention_maps`` (the equations are in ``attnbench.plugins.heinsen``), and the mixer's
+``attention_maps`` (the equations are in ``attnbench.plugins.attention.heinsen``), and the mixer's
 training path for sequences of one chunk (``log_attention_one_chunk``).
 """
 
@@ -39,7 +39,7 @@ from attnbench import (
     merge_heads,
     split_heads,
 )
-from attnbench.plugins.heinsen import _options
+from attnbench.plugins.attention.heinsen_options import options_of
 
 # Positions per chunk of the position recurrence: within a chunk the log-decay is summed
 # over at most this many steps, so its fp32 rounding stays bounded whatever T is.
@@ -296,7 +296,7 @@ class LogAttention(nn.Module):
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
-        self.n_head, self.chunk_size = config.n_head, _options(config).chunk_size
+        self.n_head, self.chunk_size = config.n_head, options_of(config).chunk_size
         self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
         self.c_proj = mark_residual(nn.Linear(config.d_model, config.d_model, bias=config.bias))
         self.last_kernel: str | None = None  # the training forward's path, for describe_path
