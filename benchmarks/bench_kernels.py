@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from attnbench import Backbone, ModelConfig
 from attnbench.experiments.speed.memory import measure_peak
 from attnbench.kernels.chunked import linear_attention, linear_init_state, log_attention, log_init_state
-from attnbench.plugins.linear_model import feature_map
+from attnbench.plugins.attention.linear_model import feature_map
 from attnbench.registry.loader import load_registry
 
 D_MODEL, N_HEAD, H_DIM, VOCAB = 128, 4, 32, 256

@@ -54,7 +54,7 @@ GPU_STEPS = (
     # speed: on an H200 the softmax cell took 36 s (one process per sweep)
     Step("speed", "speed and memory against length", 270, 60, "SDPA's CUDA kernels"),
     # fla: opt-in, a device call of its own. Its first use compiles and autotunes Triton kernels per
-    # dtype and head size: on an H100 (2026-11-27, benchmarks/bench_fla_warmup.py) 82 s for linear's
+    # dtype and head size: on an H100 (2026-11-27, bench_fla_warmup.py at 6e33797) 82 s for linear's
     # bf16 forward + backward, 78 s for its fp32 forward; a gate (fp32, bf16, fp16) plus the speed
     # shape is ~4 of those per variant, so the 9-minute check cannot hold it
     Step("fla", "kernel: fla against SDPA, speed and memory (first use compiles)", 540, 60, "fla's Triton kernels"),
