@@ -13,6 +13,7 @@ from attnbench.errors import SuiteError
 from attnbench.experiments.base import Kind
 from attnbench.plan.cells import Cell, expand
 from attnbench.plan.suite import Suite
+from attnbench.plan.validation import check_suite
 from attnbench.registry.identity import code_hash
 from attnbench.registry.loader import Registry
 
@@ -57,19 +58,48 @@ def expand_suite(
     only_variants: list[str] | None = None,
     corpus_hash: Callable[[DataSpec], str] | None = None,
 ) -> list[Cell]:
-    """Every cell of a suite, keyed (when ``corpus_hash`` is given) and linked by its kind."""
+    """Every cell of a suite, once the suite is checked whole against ``registry`` (one
+    SuiteError listing every problem: plan/validation.py), keyed (when ``corpus_hash`` is
+    given; each data set is hashed once) and linked by its kind."""
+    hashed = _once(corpus_hash) if corpus_hash else None
+    check_suite(suite, registry, only_variants=only_variants, corpus_hash=hashed)
     cells = expand(
         suite,
         registry,
         device=device,
         only_variants=only_variants,
-        corpus_hash=corpus_hash,
+        corpus_hash=hashed,
         kind_code=kind_code_hash if corpus_hash else None,
     )
+    return link_cells(suite, cells)
+
+
+def _once(corpus_hash: Callable[[DataSpec], str]) -> Callable[[DataSpec], str]:
+    """``corpus_hash``, computed once per data spec."""
+    known: dict[str, str] = {}
+
+    def hashed(spec: DataSpec) -> str:
+        key = spec.model_dump_json()
+        if key not in known:
+            known[key] = corpus_hash(spec)
+        return known[key]
+
+    return hashed
+
+
+def link_cells(suite: Suite, cells: list[Cell]) -> list[Cell]:
+    """``cells`` with each kind's cells paired with the cells they read (idempotent)."""
     for name in dict.fromkeys(c.kind for c in cells):
         if name in LINK_TABLE:
             cells = _attribute(LINK_TABLE[name])(suite, cells)
     return cells
+
+
+def newly_linked(suite: Suite, cells: list[Cell]) -> list[Cell]:
+    """The cells the kinds link now that ``cells`` holds more trained cells (a tuned
+    experiment's final cells, read by cells planned as templates: plan/after_tuning.py)."""
+    known = {c.key for c in cells}
+    return [c for c in link_cells(suite, cells) if c.key not in known]
 
 
 def kinds() -> dict[str, Any]:

@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -36,11 +35,11 @@ from pydantic import (
 )
 
 from attnbench.errors import SuiteError, quoted, shortened
-from attnbench.plan import bounded_yaml
 from attnbench.plan import overrides as ov_
 from attnbench.plan.defaults import COPIED, Defaults
-from attnbench.plan.shipped import exists, resolve_suite
+from attnbench.plan.shipped import resolve_suite
 from attnbench.plan.specs import AnyExperiment
+from attnbench.plan.suite_files import Source, deep_merge, load_tree
 
 # Experiment kinds, read off the experiment models of the suite schema (specs.AnyExperiment).
 KINDS = tuple(get_args(m.model_fields["kind"].annotation)[0] for m in get_args(get_args(AnyExperiment)[0]))
@@ -98,132 +97,6 @@ class Suite(BaseModel):
 # -- loading --------------------------------------------------------------------------
 
 
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-class _Source:
-    """A parsed YAML file: its data and node tree (for line numbers)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SuiteError(f"{path}: cannot read suite file: {exc.strerror}") from exc
-        except UnicodeDecodeError as exc:
-            raise SuiteError(
-                f"{path}: a suite file is UTF-8 YAML text, but byte {exc.start} is not UTF-8; "
-                "pass the suite's .yaml file"
-            ) from None
-        if not text.strip():
-            raise SuiteError(
-                f"{path}:1: the suite file is empty; a suite needs at least `version: 1` "
-                "and `experiments:` (see suites/smoke.yaml)"
-            )
-        try:
-            self.node, self.data = bounded_yaml.load(text)
-        except bounded_yaml.LimitError as exc:
-            raise SuiteError(f"{path}:{exc.line}: {exc}") from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-            problem = getattr(exc, "problem", None) or str(exc)
-            raise SuiteError(f"{where}: YAML syntax error: {problem}. Fix the YAML at that line.") from exc
-        _no_duplicate_keys(path, self.node)
-        if self.data is None:
-            self.data = {}
-        if not isinstance(self.data, dict):
-            raise SuiteError(f"{path}:1: a suite must be a mapping of keys (version, name, experiments)")
-
-    def find(self, loc: tuple[Any, ...]) -> tuple[int | None, bool]:
-        """(1-based line of the deepest node along ``loc``, whether all of ``loc`` exists)."""
-        node, line = self.node, None
-        for part in loc:
-            line = node.start_mark.line + 1
-            if isinstance(node, yaml.MappingNode):
-                node = next((v for k, v in node.value if k.value == part), None)
-            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-                node = node.value[part]
-            else:
-                node = None
-            if node is None:
-                return line, False
-        return (node.start_mark.line + 1 if node is not None else line), True
-
-    def line(self, loc: tuple[Any, ...]) -> int | None:
-        return self.find(loc)[0]
-
-
-def _no_duplicate_keys(path: Path, node: Any) -> None:
-    """YAML lets a later key silently replace an earlier one; a suite refuses it."""
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[Any, int] = {}
-        for key, value in node.value:
-            if isinstance(key, yaml.ScalarNode):
-                line = key.start_mark.line + 1
-                if key.value in seen:
-                    raise SuiteError(
-                        f"{path}:{line}: key {quoted(key.value)} appears twice in one mapping (first at "
-                        f"line {seen[key.value]}); the later one would silently win. Keep one."
-                    )
-                seen[key.value] = line
-            _no_duplicate_keys(path, value)
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            _no_duplicate_keys(path, item)
-
-
-def _load_tree(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], list[tuple[_Source, int]], list[_Source]]:
-    """Merged raw mapping, the origin (file, index) of each experiment, and all sources."""
-    path = path.resolve()
-    if path in seen:
-        chain = " -> ".join(str(p) for p in (*seen, path))
-        raise SuiteError(f"{path}: include cycle: {chain}; remove one of the includes")
-    src = _Source(path)
-    includes = src.data.get("include", [])
-    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
-        raise SuiteError(f"{path}:{src.line(('include',))}: 'include' must be a list of file paths")
-    merged: dict[str, Any] = {}
-    origins: list[tuple[_Source, int]] = []
-    sources: list[_Source] = []
-    for inc in includes:
-        inc_path = path.parent / inc
-        if not exists(inc_path):
-            raise SuiteError(
-                f"{path}:{src.line(('include',))}: included file {quoted(inc)} not found "
-                f"(looked at {shortened(str(inc_path))}); paths are relative to the including file"
-            )
-        data, inc_origins, inc_sources = _load_tree(inc_path, (*seen, path))
-        exps = merged.get("experiments", []) + data.pop("experiments", [])
-        origins += inc_origins
-        merged = _deep_merge(merged, data)
-        merged["experiments"] = exps
-        sources += inc_sources
-    own = {k: v for k, v in src.data.items() if k != "include"}
-    own_exps = own.pop("experiments", []) or []
-    if not isinstance(own_exps, list):
-        raise SuiteError(f"{path}:{src.line(('experiments',))}: 'experiments' must be a list")
-    exps = merged.get("experiments", [])
-    for i, exp in enumerate(own_exps):
-        name = exp.get("name") if isinstance(exp, dict) else None
-        replaced = [j for j, e in enumerate(exps) if isinstance(e, dict) and name and e.get("name") == name]
-        if replaced:  # same name as an included experiment: this file's version wins
-            exps[replaced[0]], origins[replaced[0]] = exp, (src, i)
-        else:
-            exps.append(exp)
-            origins.append((src, i))
-    merged = _deep_merge(merged, own)
-    merged["experiments"] = exps
-    return merged, origins, [src, *sources]
-
-
 def _fields_of_kind(kind: Any) -> set[str]:
     """The top-level settings an experiment of ``kind`` accepts (every key for an unknown
     kind, so validation names the kind rather than a default it never took)."""
@@ -247,11 +120,11 @@ def _apply_defaults(raw: dict[str, Any]) -> dict[str, Any]:
         takes = _fields_of_kind(e.get("kind"))  # a default applies only where the kind has the setting
         for key in ("data", "train"):
             if isinstance(defaults.get(key), dict) and key in takes:
-                e[key] = _deep_merge(defaults[key], e.get(key) or {})
+                e[key] = deep_merge(defaults[key], e.get(key) or {})
         if isinstance(defaults.get("model"), dict):
             models = e.get("models") or [{}]
             if isinstance(models, list):
-                e["models"] = [_deep_merge(defaults["model"], m) if isinstance(m, dict) else m for m in models]
+                e["models"] = [deep_merge(defaults["model"], m) if isinstance(m, dict) else m for m in models]
         for key in COPIED:
             if key in defaults and key not in e and key in takes:
                 e[key] = copy.deepcopy(defaults[key])
@@ -319,14 +192,14 @@ def load_suite(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
     """Parse, merge includes, apply `--set` overrides and defaults, and validate a suite file
     (a path, or a shipped suite's name: ``quick``)."""
     path = resolve_suite(path)
-    raw, origins, sources = _load_tree(path, ())
+    raw, origins, sources = load_tree(path, ())
     main = sources[0]
     sets = [ov_.parse_override(text) for text in overrides]
     raw = ov_.apply_overrides(raw, sets)
     raw.setdefault("name", path.stem)
     raw = ov_.force_defaults(_apply_defaults(raw), sets)
 
-    def locate(loc: tuple[Any, ...]) -> tuple[_Source | ov_.CommandLine, int | None]:
+    def locate(loc: tuple[Any, ...]) -> tuple[Source | ov_.CommandLine, int | None]:
         """File and line for an error at ``loc`` of the merged suite (or the override)."""
         ov = ov_.matching(sets, raw, loc)
         if ov is not None:
@@ -358,7 +231,7 @@ def load_suite(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
     except ValidationError as exc:
         raise _suite_error(exc, locate) from None
     suite._path = path.resolve()
-    suite._locate = locate  # for errors found later against the registry
+    suite._locate = locate  # for errors found against the registry (plan/validation.py)
     suite._overrides = tuple(overrides)
     return suite
 
@@ -390,11 +263,23 @@ def with_only_experiments(suite: Suite, names: list[str]) -> Suite:
     return out
 
 
-def suite_error_at(suite: Suite, loc: tuple[Any, ...], message: str) -> SuiteError:
-    """A SuiteError naming file and line of ``loc`` in ``suite`` (after loading)."""
+def problem_at(suite: Suite, loc: tuple[Any, ...], message: str) -> str:
+    """``message`` after the file, line and key of ``loc`` in ``suite`` (after loading)."""
     locate = suite._locate
     if locate is None:
-        return SuiteError(f"{_format_loc(loc)}: {message}")
+        return f"{_format_loc(loc)}: {message}"
     src, line = locate(loc)
     where = src.path if line is None else f"{src.path}:{line}"  # a --set override has no line
-    return SuiteError(f"{where}: {_format_loc(loc)}: {message}")
+    return f"{where}: {_format_loc(loc)}: {message}"
+
+
+def suite_error_at(suite: Suite, loc: tuple[Any, ...], message: str) -> SuiteError:
+    """A SuiteError naming file and line of ``loc`` in ``suite`` (after loading)."""
+    return SuiteError(problem_at(suite, loc, message))
+
+
+def suite_problems(problems: list[str]) -> SuiteError:
+    """One SuiteError for every problem found (lines from ``problem_at``), each on its own line."""
+    if len(problems) == 1:
+        return SuiteError(problems[0])
+    return SuiteError(f"invalid suite ({len(problems)} problems):\n  " + "\n  ".join(problems))
