@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from attnbench.plan.scaling_spec import MIN_SCALING_SIZES  # 4: 3 sizes would interpolate a 3-parameter law
+
 # --- Scaling laws --------------------------------------------------------------------------
 # Two laws of loss against size x (parameters or training FLOPs):
 #   saturating  L = a x^-b + c   (c >= 0: the loss no size removes)
@@ -23,7 +25,7 @@ import numpy.typing as npt
 
 SATURATING, PURE = "saturating", "pure"
 LAW_TEXT = {SATURATING: "a·x^-b + c", PURE: "a·x^-b"}
-MIN_SCALING_SIZES = 4  # 3 sizes and 3 parameters interpolate exactly: no residual, no interval, no test
+
 BOOT_DRAWS = 1000
 BOOT_SEED = 20_250_601  # fixed: the same points give the same intervals, here and in the report
 LAW_ALPHA = 0.05  # the F test that keeps the irreducible term

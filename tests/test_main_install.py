@@ -134,7 +134,7 @@ def _tiny_suite(tasks: set[str]) -> dict:
             "name": "scaling",
             "kind": "scaling",
             "data": {"source": "builtin"},
-            "models": [{"d_model": d, "n_layer": 1, "n_head": 2} for d in (8, 16, 24)],
+            "models": [{"d_model": d, "n_layer": 1, "n_head": 2} for d in (8, 12, 16, 24)],
             "scaling": {
                 "tokens_per_param": 0.05,
                 "batch_size": 4,

@@ -1,6 +1,7 @@
 """Scaling experiments: sizes trained at budgets proportional to their measured parameter
-count and learning rates transferred by width; with three sizes no scaling law is fitted
-(tests/test_scaling_fits.py covers the fits)."""
+count and learning rates transferred by width; a suite with fewer than four sizes is refused
+at load (three sizes would interpolate a three-parameter law); tests/test_scaling_fits.py covers
+the fits, and that three sizes give no exponent."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 
 from attnbench.errors import SuiteError
 from attnbench.experiments.scaling import size_lr
-from attnbench.plan.specs import ScalingSpec
+from attnbench.plan.scaling_spec import ScalingSpec
 from attnbench.plan.suite import load_suite
 from attnbench.power_laws import fit_power_law
 from attnbench.registry.loader import load_registry
@@ -31,10 +32,12 @@ SUITE = """
         data: {source: stdlib, max_bytes: 300000}
         models:
           - {d_model: 16, n_layer: 1, n_head: 2}
+          - {d_model: 24, n_layer: 1, n_head: 2}
           - {d_model: 32, n_layer: 1, n_head: 2}
           - {d_model: 48, n_layer: 2, n_head: 2}
         scaling:
           tokens_per_param: 0.5
+          exponent_margin: 0.05
           batch_size: 4
           seq_len: 32
           lr: 1.0e-2
@@ -57,31 +60,32 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def test_three_sizes_train_at_proportional_budgets_and_store_no_exponent(tmp_path, one_thread):
+def test_sizes_train_at_proportional_budgets_and_store_a_fit(tmp_path, one_thread):
     suite = load_suite(write_suite(tmp_path / "scaling.yaml", SUITE))
     registry = load_registry()
     with Store(tmp_path / "s.sqlite") as store:
         report = run_suite(suite, store, registry, device="cpu", out=io.StringIO())
-        assert report.ran == 3 and report.not_done == []
+        assert report.ran == 4 and report.not_done == []
         runs = sorted(store.runs(kind="scaling"), key=lambda r: r["summary"]["n_params"])
-        assert len(runs) == 3
+        assert len(runs) == 4
         for run in runs:
             s = run["summary"]
             assert s["budget_rule"] == {"tokens_per_param": 0.5}
             # tokens = 0.5 N, rounded up to whole steps of 4 x 32 tokens
             assert 0.5 * s["n_params"] <= s["tokens"] < 0.5 * s["n_params"] + 128
             assert s["train_flops_per_token"] > 0 and math.isfinite(s["val_loss"])
-        assert runs[0]["summary"]["n_params"] < runs[1]["summary"]["n_params"] < runs[2]["summary"]["n_params"]
+        sizes = [r["summary"]["n_params"] for r in runs]
+        assert sizes == sorted(set(sizes))
         fits = store.runs(kind="scaling_fit")
         assert [f["variant"] for f in fits] == ["softmax"]
         rows = {r["tags"]["x"]: r for r in store.results(fits[0]["id"]) if r["name"] == "power_law"}
         assert set(rows) == {"params", "flops"}
-        for row in rows.values():  # 3 sizes fit 3 parameters exactly: no exponent is stored
+        for row in rows.values():  # 4 sizes: a law is fitted, with the suite's exponent margin stored
             tags = row["tags"]
-            assert tags["n_points"] == 3 and row["value"] is None and tags["b"] is None
-            assert "too few to fit" in tags["error"] and len(tags["seed_losses"]) == 3
+            assert tags["n_points"] == 4 and len(tags["seed_losses"]) == 4 and tags["exponent_margin"] == 0.05
+            assert tags["error"] is None and row["value"] == tags["b"] and math.isfinite(tags["b"])
         assert rows["params"]["tags"]["sizes"] == [r["summary"]["n_params_non_embedding"] for r in runs]
-        for run, d in zip(runs, (16, 32, 48), strict=True):  # the rate transferred by width
+        for run, d in zip(runs, (16, 24, 32, 48), strict=True):  # the rate transferred by width
             assert run["summary"]["lr"] == pytest.approx(size_lr(1.0e-2, d))
             assert 0 < run["summary"]["n_params_non_embedding"] < run["summary"]["n_params"]
         # nothing changed: no cell re-runs and the fit is not stored twice
@@ -117,19 +121,19 @@ def test_scaling_spec_rules():
         ScalingSpec.model_validate({"tokens_per_param": 1, "budget": {"steps": 10}})
 
 
-def test_scaling_suite_needs_three_sizes(tmp_path):
-    two = write_suite(
-        tmp_path / "two.yaml",
+def test_scaling_suite_needs_four_sizes(tmp_path):
+    three = write_suite(
+        tmp_path / "three.yaml",
         """
         version: 1
-        name: two
+        name: three
         experiments:
           - name: s
             kind: scaling
-            models: [{d_model: 16}, {d_model: 32}]
+            models: [{d_model: 16}, {d_model: 32}, {d_model: 48}]
             scaling: {tokens_per_param: 1}
     """,
     )
-    with pytest.raises(SuiteError, match="at least 3 different model sizes"):
-        load_suite(two)
+    with pytest.raises(SuiteError, match="at least 4 different model sizes in 'models', got 3.*too few to fit"):
+        load_suite(three)
     assert load_suite(REPO / "suites" / "scaling.yaml").experiments[0].kind == "scaling"

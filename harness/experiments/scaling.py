@@ -36,7 +36,7 @@ from attnbench.experiments.train.loop import train_cell
 from attnbench.experiments.train.setup import build_model
 from attnbench.nn.flops import model_facts
 from attnbench.plan.cells import Cell
-from attnbench.plan.specs import ScalingSpec
+from attnbench.plan.scaling_spec import ScalingSpec
 from attnbench.power_laws import BOOT_DRAWS, BOOT_SEED, MIN_SCALING_SIZES, SATURATING, fit_scaling, too_few_sizes_text
 from attnbench.registry.identity import code_hash
 from attnbench.store.database import Result, Store

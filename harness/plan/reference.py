@@ -1,5 +1,6 @@
 """The suite reference (Markdown) and the JSON Schema of suite files, generated from the
-pydantic models of plan/base.py, plan/specs.py and plan/suite.py (`attnbench docs` writes both)."""
+pydantic models of plan/base.py, plan/specs.py, plan/speed_spec.py, plan/scaling_spec.py and
+plan/suite.py (`attnbench docs` writes both)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from attnbench.data.spec import DataSpec
-from attnbench.plan import base, defaults, specs, speed_spec
+from attnbench.plan import base, defaults, scaling_spec, specs, speed_spec
 from attnbench.plan.grid_window import GridWindow
 from attnbench.plan.suite import Suite
 
@@ -104,8 +105,8 @@ SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
     ),
     ("Speed (kind: speed)", speed_spec.SpeedExperiment, "experiments[]", "kind: speed"),
     ("Speed settings", speed_spec.SpeedSpec, "speed", "speed: {T_min: 128, T_max: 1024, modes: [forward, decode]}"),
-    ("Scaling (kind: scaling)", specs.ScalingExperiment, "experiments[]", "kind: scaling"),
-    ("Scaling settings", specs.ScalingSpec, "scaling", "scaling: {tokens_per_param: 4, seq_len: 128}"),
+    ("Scaling (kind: scaling)", scaling_spec.ScalingExperiment, "experiments[]", "kind: scaling"),
+    ("Scaling settings", scaling_spec.ScalingSpec, "scaling", "scaling: {tokens_per_param: 4, seq_len: 128}"),
     ("lm-eval (kind: lm_eval)", specs.LmEvalExperiment, "experiments[]", "kind: lm_eval"),
     (
         "lm-eval settings",
@@ -331,7 +332,7 @@ def reference_markdown() -> str:
         only_own = model in (
             specs.TrainExperiment,
             speed_spec.SpeedExperiment,
-            specs.ScalingExperiment,
+            scaling_spec.ScalingExperiment,
             specs.LmEvalExperiment,
         )
         out += [f"## {title}", ""]

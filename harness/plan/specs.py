@@ -7,15 +7,15 @@ named after it (``train:``, ...). The suite validates against the union of all k
 from __future__ import annotations
 
 import difflib
-import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from attnbench.data.spec import DataSpec
 from attnbench.errors import quoted
-from attnbench.plan.base import Budget, ExperimentBase, Protocol, TrainSpec, Tuning, grid_points, option_key, spec_as
+from attnbench.plan.base import ExperimentBase, Protocol, TrainSpec, Tuning, grid_points, option_key, spec_as
 from attnbench.plan.grid_window import GridWindow, read_window, start_grid, windows_of
+from attnbench.plan.scaling_spec import ScalingExperiment
 from attnbench.plan.speed_spec import SpeedExperiment
 
 FLOAT_SETTINGS = [k for k, f in TrainSpec.model_fields.items() if f.annotation is float]  # what a window can search
@@ -177,6 +177,10 @@ class TrainExperiment(ExperimentBase):
                 f"protocol.learn_target {p.learn_target} is an accuracy here (metric: accuracy), which is at most "
                 "1.0; give e.g. 0.9, or set metric: loss for a loss target"
             )
+        self._expectations_possible(p)
+        return self
+
+    def _expectations_possible(self, p: Protocol) -> None:
         for i, e in enumerate(p.expectations):
             for role, name in (("variant", e.variant), ("versus", e.versus)):
                 if name is not None and isinstance(self.variants, list) and name not in self.variants:
@@ -189,7 +193,6 @@ class TrainExperiment(ExperimentBase):
                     f"protocol.expectations[{i}].setting {e.setting} is not one of data.eval_settings "
                     f"{self.data.eval_settings}; name one of those"
                 )
-        return self
 
     def _tuning_possible(self, p: Protocol, t: Tuning) -> None:
         full = self.train.budget
@@ -210,61 +213,6 @@ class TrainExperiment(ExperimentBase):
                 "protocol.tuning.criterion: accuracy reads a task's answers, and this experiment's data is "
                 f"{self.data.source!r} text; use criterion: loss or a task source"
             )
-
-
-class ScalingSpec(TrainSpec):
-    """Training settings of a `scaling` experiment (harness/scaling.py): as `train`, but
-    each size's budget follows its measured parameter count N, from exactly one of
-    ``tokens_per_param`` (tokens = k N) or ``flops_per_param`` (training FLOPs = k N)."""
-
-    budget: Budget | None = None  # set per size from the rule; do not give it
-    tokens_per_param: float | None = Field(default=None, gt=0)
-    flops_per_param: float | None = Field(default=None, gt=0)
-
-    @model_validator(mode="after")
-    def _one_rule(self) -> ScalingSpec:
-        if self.budget is not None:
-            raise ValueError(
-                "a scaling experiment sets each size's budget; remove 'budget' and "
-                "give tokens_per_param or flops_per_param"
-            )
-        given = list(self.budget_rule())
-        if len(given) != 1:
-            raise ValueError(f"give exactly one of tokens_per_param, flops_per_param (got {given or 'none'})")
-        return self
-
-    def budget_rule(self) -> dict[str, float]:
-        return {k: getattr(self, k) for k in ("tokens_per_param", "flops_per_param") if getattr(self, k) is not None}
-
-    def train_spec(self, n_params: int) -> TrainSpec:
-        """The TrainSpec of a model with ``n_params`` parameters."""
-        fields = self.model_dump(exclude={"budget", "tokens_per_param", "flops_per_param"})
-        if self.tokens_per_param is not None:
-            budget = {"tokens": max(1, math.ceil(self.tokens_per_param * n_params))}
-        elif self.flops_per_param is not None:
-            budget = {"flops": self.flops_per_param * n_params}
-        else:  # the validator asks for exactly one of the two
-            raise ValueError("scaling needs tokens_per_param or flops_per_param")
-        return TrainSpec.model_validate({**fields, "budget": budget})
-
-
-class ScalingExperiment(ExperimentBase):
-    kind: Literal["scaling"]
-    data: DataSpec = DataSpec()
-    scaling: ScalingSpec
-
-    def spec(self) -> ScalingSpec:
-        return self.scaling
-
-    def context(self, spec: BaseModel) -> int:
-        return spec_as(spec, ScalingSpec, self.name).seq_len
-
-    @model_validator(mode="after")
-    def _three_sizes(self) -> ScalingExperiment:
-        sizes = {m.model_dump_json() for m in self.models}
-        if len(sizes) < 3:
-            raise ValueError(f"a scaling fit needs at least 3 different model sizes in 'models', got {len(sizes)}")
-        return self
 
 
 class LmEvalSpec(BaseModel):
@@ -307,7 +255,8 @@ class LmEvalSpec(BaseModel):
 class LmEvalExperiment(ExperimentBase):
     """One cell per cell of ``lm_eval.from_experiment`` with this experiment's variant, model
     size and seed; each evaluates that trained cell's checkpoint (and its key is part of
-    the lm_eval cell's key)."""
+    the lm_eval cell's key). Where that experiment tunes (protocol.tuning), the cells read are
+    its chosen point's final cells, planned once the choice is stored."""
 
     kind: Literal["lm_eval"]
     lm_eval: LmEvalSpec
