@@ -225,6 +225,17 @@ def test_the_extension_reads_the_tuning_criterion(tmp_path, registry) -> None:
     assert _chosen(by_accuracy) == {0.009}
 
 
+def test_a_rung_where_every_point_failed_chooses_nothing(tmp_path, registry) -> None:
+    """Failed and diverged points rank last; when no point is left, no rate is chosen and no
+    final runs are planned (not the first point of the grid by default)."""
+    cells = _planned(_plan_suite(tmp_path, WINDOW), registry, lambda lr: ("diverged", {"val_loss": math.nan}))
+    assert _rung0(cells) == [0.001, 0.003] and _chosen(cells) == set()
+    some = _planned(
+        _plan_suite(tmp_path, WINDOW), registry, lambda lr: _loss_at(1e-3)(lr) if lr < 2e-3 else ("failed", {})
+    )
+    assert _chosen(some) == {0.001}  # one point left: it is chosen, once the search stopped
+
+
 def test_plain_lists_plan_the_same_cells_and_never_extend(tmp_path, registry) -> None:
     plain = _plan_suite(tmp_path, "[1.0e-3, 3.0e-3]")
     window = _plan_suite(tmp_path, WINDOW)

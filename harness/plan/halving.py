@@ -79,6 +79,8 @@ def _advance_group(cells: list[Cell], exp: TrainExperiment, tuning: Tuning, look
         by_point.setdefault(grid_point_of(c), []).append(c)
     criterion = tuning.criterion
     means = {p: mean_score(score(criterion, *(outcomes[c.key] or (None, None))) for c in by_point[p]) for p in by_point}
+    if all(math.isinf(m[0]) for m in means.values()):
+        return []  # every point failed or diverged: nothing to choose, no final runs (the report says so)
     ranked = sorted(by_point, key=lambda p: means[p])  # stable: on a tie the earlier point (never a new one) leads
     wider = _widened(by_point[ranked[0]], cells, exp.windows())
     if wider:
@@ -122,8 +124,9 @@ def next_cells(suite: Suite, cells: list[Cell], lookup: Lookup) -> list[Cell]:
 
 
 def tuned_source_error(suite: Suite, src: str) -> str | None:
-    """Why experiment ``src`` cannot feed an lm_eval or finetune experiment: its reported
-    cells are planned only as its tuning finishes, after the suite is linked."""
+    """Why experiment ``src`` cannot feed a finetune experiment: its reported cells are planned
+    only as its tuning finishes, after the suite is linked (lm_eval waits for them:
+    plan/after_tuning.py)."""
     exp = next((e for e in suite.experiments if e.name == src), None)
     if exp is not None and getattr(getattr(exp, "protocol", None), "tuning", None) is not None:
         return (

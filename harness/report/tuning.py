@@ -142,10 +142,15 @@ def _figure(data: StoreData, curve: list[dict[str, Any]], protocols: dict[str, d
 
 def tuning_section(data: StoreData) -> list[Section]:
     train = data.runs_of("train")
-    rows, searched, curve, protocols = [], [], [], {}
+    rows, searched, curve, protocols, notes = [], [], [], {}, []
     for (exp, variant), runs in train.groupby(["experiment", "variant"], sort=False):
         if not any(c.get("stage") == "tune" for c in runs["coords"]):
             continue
+        if not any(c.get("stage") == "final" for c in runs["coords"]) and not (runs["status"] == "done").any():
+            notes.append(
+                f"{exp}, {variant}: every tuning point failed or diverged, so nothing was chosen and no final "
+                "runs were trained (the trail below gives each point's status)."
+            )
         protocols[str(exp)] = protocol = _protocol(runs)
         trail, search, points = _group_rows(str(exp), str(variant), runs, protocol)
         rows, searched, curve = rows + trail, searched + search, curve + points
@@ -179,5 +184,6 @@ def tuning_section(data: StoreData) -> list[Section]:
             ),
             tables=tables,
             figures=[figure] if figure is not None else [],
+            notes=notes,
         )
     ]
