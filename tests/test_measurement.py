@@ -143,3 +143,30 @@ def test_a_child_that_dies_is_out_of_memory_only_when_killed():
     assert crashed.status == "error" and "exit code 1" in crashed.error
     killed = measure_peak("tests.test_measurement:_killed_at_setup", timeout=60)
     assert killed.status == "oom" and "SIGKILL" in killed.error
+
+
+def _allocate(mb: int, device: str = "cpu"):  # setup: nothing yet; the call fills ``mb`` MiB of fresh memory
+    def call() -> None:
+        x = torch.ones(mb * 2**18)  # float32: 4 bytes per element
+        assert float(x[-1]) == 1.0
+
+    return call
+
+
+def test_a_cpu_peak_is_the_data_the_call_added_in_a_forked_child(monkeypatch):
+    """On Linux a CPU point's fresh process comes from the fork server (milliseconds, not an
+    interpreter and torch start) and maps its libraries' pages before setup, so the peak of a
+    call that fills 64 MiB is 64 MiB and little more; a spawned child, where there is no fork
+    server, measures the same allocation."""
+    import multiprocessing as mp
+
+    from attnbench.experiments.speed.memory import measure_peak
+
+    forked = measure_peak("tests.test_measurement:_allocate", timeout=60, device="cpu", mb=64)
+    assert forked.status == "ok" and forked.process == "forkserver" and forked.bytes is not None
+    assert "file pages mapped first" in forked.method
+    assert 63 * 2**20 <= forked.bytes < 66 * 2**20
+    monkeypatch.setattr(mp, "get_all_start_methods", lambda: ["spawn"])
+    spawned = measure_peak("tests.test_measurement:_allocate", timeout=60, device="cpu", mb=64)
+    assert spawned.status == "ok" and spawned.process == "spawn" and spawned.bytes is not None
+    assert 63 * 2**20 <= spawned.bytes < 72 * 2**20

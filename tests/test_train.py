@@ -52,6 +52,7 @@ def test_suite_trains_both_and_records_provenance_then_skips(tmp_path):
             assert r["config"]["key_inputs"]["corpus_sha256"] == prov["corpus_sha256"]
             assert r["summary"]["val_loss"] < math.log(256) - 0.5 and r["summary"]["val_bpb"] > 0
             assert r["summary"]["n_params"] > 0 and r["summary"]["steps"] == 20
+            assert (r["summary"]["optimizer"], r["summary"]["optimizer_impl"]) == ("AdamW", "fused")  # what ran
             assert r["summary"]["val_floor_unigram_loss"] > r["summary"]["val_floor_bigram_loss"] > 0  # null levels
             losses = [m["value"] for m in store.metrics(r["id"], "train/loss")]
             assert len(losses) == 4 and losses[-1] < losses[0]

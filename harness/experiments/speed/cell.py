@@ -174,7 +174,12 @@ def point_rows(
     else:
         t_tags["error"] = (timing.error if timing is not None else None) or error
     m_status = peak.status if peak is not None else status
-    m_tags = {**base, "status": m_status, "memory_method": peak.method if peak is not None and peak.method else None}
+    m_tags = {
+        **base,
+        "status": m_status,
+        "memory_method": peak.method if peak is not None and peak.method else None,
+        "memory_process": peak.process if peak is not None and peak.process else None,
+    }
     if m_status != "ok":
         m_tags["error"] = (peak.error if peak is not None else None) or error
     return [

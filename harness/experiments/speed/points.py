@@ -40,7 +40,7 @@ from attnbench.contract.config import ModelConfig
 from attnbench.contract.variant import state_tensors
 from attnbench.nn.backbone import Backbone
 from attnbench.nn.compile import maybe_compile
-from attnbench.nn.model import LanguageModel
+from attnbench.nn.model import LanguageModel, as_language_model
 
 MODES: tuple[str, ...] = ("forward", "train_step", "decode")
 PREFILL_CHUNK = 1024  # context tokens per prefill `step` call (bounds its transient memory)
@@ -100,7 +100,9 @@ def _sync(device: torch.device) -> None:
 
 def _build_model(spec: PointSpec) -> LanguageModel:
     if spec.builder is not None:  # build_model (own) or build_mixer (backbone)
-        return spec.builder(spec.config) if spec.model_kind == "own" else Backbone(spec.config, spec.builder)
+        if spec.model_kind == "own":
+            return as_language_model(spec.builder(spec.config), spec.variant)
+        return Backbone(spec.config, spec.builder)
     from attnbench.registry.loader import load_registry  # resolve by name, as in a fresh process
 
     variant = load_registry().get(spec.variant)
@@ -108,7 +110,7 @@ def _build_model(spec: PointSpec) -> LanguageModel:
         return Backbone(spec.config, variant.build_mixer)
     if variant.build_model is None:
         raise ValueError(f"variant {spec.variant!r} has no model of its own")
-    return variant.build_model(spec.config)
+    return as_language_model(variant.build_model(spec.config), variant.name)
 
 
 def build_point(spec: PointSpec) -> Point:

@@ -28,7 +28,7 @@ from attnbench.experiments.machine import machine_load, under_load
 from attnbench.experiments.train import state as train_state
 from attnbench.experiments.train.evaluate import evaluate, headline
 from attnbench.experiments.train.lengths import evaluate_lengths
-from attnbench.experiments.train.setup import build_model, lr_at, make_optimizer, planned_steps
+from attnbench.experiments.train.setup import build_model, lr_at, make_optimizer, optimizer_record, planned_steps
 from attnbench.nn.compile import maybe_compile
 from attnbench.nn.flops import model_facts
 from attnbench.nn.peak import mfu
@@ -336,9 +336,9 @@ def train_cell(
             distributed.barrier()  # the other ranks wait here, outside their timed steps
     after = _AfterTraining(cell, model, data, device, main)  # its failures are stored beside the results
     checkpoint = after.checkpoint(p.step, checkpoint_dir, path, status == "done")
-    summary = _summary(p, cell, facts, device, status, checkpoint, compile_info, precision) | _measured(
-        p, rows, stream, load_before
-    )
+    summary = _summary(
+        p, cell, facts, device, status, checkpoint, compile_info | optimizer_record(opt), precision
+    ) | _measured(p, rows, stream, load_before)
     rows = after.lengths(rows, summary) if status == "done" else rows
     return after.outcome(CellOutcome(status, summary, p.metrics, rows, error))
 
