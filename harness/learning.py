@@ -25,7 +25,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-LEARNED, NOT_LEARNED, SPLIT, UNKNOWN = "learned", "not learned", "learned on some seeds", "unknown"
+from attnbench.decision_words import (
+    CANNOT_DECIDE,
+    LEARNED,
+    LEARNED_ON,
+    LEARNS_ON_FEWER,
+    LEARNS_ON_MORE,
+    NOT_LEARNED,
+    SHARE_UNDETERMINED,
+    SPLIT,
+    UNKNOWN,
+)
+
 SEED_ALPHA = 0.025  # one-sided level of the per-seed binomial test
 SHARE_TEST_TEXT = (
     "seeds that split across the null level: the share learned against the baseline's, Boschloo's exact "
@@ -62,7 +73,7 @@ class SeedsLearned:
     def text(self) -> str:
         """'learned on 1 of 3 seeds', 'learned (3 of 3 seeds)', 'not learned (0 of 3 seeds)'."""
         if self.status == SPLIT:
-            return f"learned on {self.k} of {self.n} seeds"
+            return LEARNED_ON.format(k=self.k, n=self.n)
         if self.status == UNKNOWN:
             return UNKNOWN
         return f"{self.status} ({self.k} of {self.n} seeds)"
@@ -99,19 +110,19 @@ class ShareTest:
         return self.p is not None and self.p <= self.alpha
 
     @property
-    def direction(self) -> str:
-        """'fewer' or 'more' seeds learned than the baseline (by share), or 'as many'."""
-        a, b = self.k[0] / self.n[0], self.k[1] / self.n[1]
-        return "fewer" if a < b else "more" if a > b else "as many"
+    def outcome(self) -> str:
+        """The decision word: learns on fewer / more seeds, share undetermined, or cannot decide
+        with n1 vs n2 seeds (no outcome at these seed counts could reach ``alpha``)."""
+        if self.p is None:
+            return CANNOT_DECIDE.format(n1=self.n[0], n2=self.n[1])
+        if not self.decided:
+            return SHARE_UNDETERMINED
+        return LEARNS_ON_FEWER if self.k[0] / self.n[0] < self.k[1] / self.n[1] else LEARNS_ON_MORE
 
     def text(self, baseline: str) -> str:
         """'learned on 1 of 3 seeds (softmax 3 of 3): cannot decide with 3 vs 3 seeds'."""
-        head = f"learned on {self.k[0]} of {self.n[0]} seeds ({baseline} {self.k[1]} of {self.n[1]})"
-        if self.p is None:
-            return f"{head}: cannot decide with {self.n[0]} vs {self.n[1]} seeds"
-        if self.decided:
-            return f"{head}: learns on {self.direction} seeds, Boschloo p={self.p:.3f}"
-        return f"{head}: share undetermined, Boschloo p={self.p:.3f}"
+        head = f"{LEARNED_ON.format(k=self.k[0], n=self.n[0])} ({baseline} {self.k[1]} of {self.n[1]})"
+        return f"{head}: {self.outcome}" + ("" if self.p is None else f", Boschloo p={self.p:.3f}")
 
 
 @lru_cache(maxsize=512)

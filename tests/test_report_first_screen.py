@@ -276,3 +276,19 @@ def test_the_first_screen_at_1400_by_900_shows_every_sentence_and_the_picture(tm
     left, top, right, bottom = (round(v) for v in layout["picture"])
     region = pixels[top:bottom, left:right, :3]
     assert (region.min(axis=2) < 0.6).mean() > 0.01  # drawn: axes, points and labels, not a blank box
+
+
+def test_a_suite_without_a_speed_experiment_is_told_where_speed_comes_from(tmp_path):
+    """The first screen's train-step ratios come from a `kind: speed` experiment: without one it says so."""
+    from attnbench.store.database import Store
+
+    protocol = protocol_dict("loss", [], None)
+    with Store(tmp_path / "s.sqlite") as store:
+        for v, losses in (("softmax", (2.10, 2.12)), ("linear", (2.30, 2.31))):
+            for seed, loss in enumerate(losses):
+                summary = {"val_loss": loss, "test_loss": loss, "protocol": protocol}
+                store.save_run(record(f"text-{v}-{seed}", "text", "train", v, seed, {}, {}, summary))
+    head = build_report(load_store(tmp_path / "s.sqlite", SUITE)).headline
+    assert head is not None
+    assert "a `kind: speed` experiment, and this suite has none that timed a train step" in head.intro
+    assert not any("train step" in s for s in head.notes)

@@ -19,9 +19,13 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "check",
         help="verify variants: no future leak, incremental = parallel, finite, deterministic, declared facts hold",
+        description="Run the trust gate on each variant and print a variants x checks table. Each verdict is "
+        "written into the results store (--store; default results/attnbench.sqlite under the current folder, "
+        "created if missing), where `attnbench run` and the report read it; a verdict stored for the same code, "
+        "device and settings is reused unless --no-cache (verdicts of checks that timed out are not stored).",
     )
     p.add_argument("variants", nargs="*", help="variants to check (default: all registered)")
-    add_store_option(p)
+    add_store_option(p, what="store the verdicts are written into and reused from")
     p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: auto)")
     p.add_argument("--no-cache", action="store_true", help="re-run checks even if a verdict is stored")
     # defaults (the gate's own) are filled in by run, so that --help does not import the gate and torch

@@ -2,7 +2,7 @@
 `attnbench export --best VARIANT --experiment E OUT_DIR`: the protocol's chosen run of a variant.
 
     attnbench export results/checkpoints/KEY.pt exported/
-    attnbench export --best linear --experiment text exported/
+    attnbench export --best linear --experiment text exported/ --heldout-text heldout.txt
     lm_eval --model hf --model_args pretrained=exported,trust_remote_code=True ...
 """
 
@@ -14,14 +14,17 @@ from pathlib import Path
 from attnbench.cli.common import add_store_option
 from attnbench.errors import UsageError
 
+SPLITS = ("test", "val")  # attnbench.export.heldout's (imported lazily: --help imports no torch)
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "export",
         help="write a trained checkpoint as a Hugging Face model folder",
-        usage="attnbench export [-h] [--overwrite] CHECKPOINT OUT_DIR\n"
-        "       attnbench export [-h] [--overwrite] --best VARIANT [--experiment E] [--suite S] "
-        "[--store STORE] OUT_DIR",
+        usage="attnbench export [-h] [--overwrite] [--heldout-text FILE [--split {test,val}]] [--store STORE] "
+        "CHECKPOINT OUT_DIR\n"
+        "       attnbench export [-h] [--overwrite] [--heldout-text FILE [--split {test,val}]] --best VARIANT "
+        "[--experiment E] [--suite S] [--store STORE] OUT_DIR",
         description="Write CHECKPOINT (a '<cell key>.pt' file a train cell kept), or with --best the "
         "protocol's chosen run of VARIANT (its grid point chosen on validation loss, then its "
         "seed with the lowest validation loss; see `attnbench checkpoints --chosen`), as a "
@@ -40,7 +43,19 @@ def add_parser(sub) -> None:
     p.add_argument("--best", metavar="VARIANT", help="export the protocol's chosen run of this variant")
     p.add_argument("--experiment", help="with --best: the train experiment (default: the one the variant trained in)")
     p.add_argument("--suite", help="with --best: the suite (default: the suite of the latest run)")
-    add_store_option(p)
+    p.add_argument(
+        "--heldout-text",
+        metavar="FILE",
+        help="also write the held-out text of the run the checkpoint came from (the test split of its corpus, "
+        "cut as its training cut it, e.g. the shipped tinyshakespeare's) to FILE: the text_path of lm-eval's "
+        "attnbench_heldout_text task",
+    )
+    p.add_argument(
+        "--split",
+        choices=SPLITS,
+        help="with --heldout-text: the split to write (default test; val where the run held out no test split)",
+    )
+    add_store_option(p, what="results store (--best, --heldout-text: the run's data)")
     p.set_defaults(func=run)
 
 
@@ -77,8 +92,23 @@ def run(args: argparse.Namespace) -> int:
     from attnbench.export.writer import export_checkpoint
     from attnbench.registry.loader import load_registry
 
+    if args.split and not args.heldout_text:
+        raise UsageError(f"--split {args.split} goes with --heldout-text FILE; give both, or neither")
+    if args.heldout_text and not Path(args.store).is_file():
+        raise UsageError(
+            f"--heldout-text reads the run's data from the store, and {args.store} is no file; "
+            "pass the --store the checkpoint was trained into"
+        )
     checkpoint, out_dir = _checkpoint_and_out(args)
     info = export_checkpoint(checkpoint, out_dir, load_registry(), overwrite=args.overwrite)
     print(f"exported {info.variant} ({info.n_params:,} parameters, {info.tokenizer} tokenizer) to {info.out_dir}")
     print(f"load it with AutoModelForCausalLM.from_pretrained({str(info.out_dir)!r}, trust_remote_code=True)")
+    if args.heldout_text:
+        from attnbench.export.heldout import run_heldout_text
+        from attnbench.store.database import Store
+
+        with Store(args.store) as store:
+            text = run_heldout_text(store, info.cell_key, args.split or "test", Path(args.heldout_text))
+        print(f"wrote the {text.split} split of {text.corpus} ({text.n_bytes:,} bytes) to {text.path}")
+        print(f"""score it: --tasks attnbench_heldout_text --metadata '{{"text_path": "{text.path}"}}'""")
     return 0

@@ -15,9 +15,11 @@ if TYPE_CHECKING:
     from attnbench.registry.loader import Registry
 
 
-def add_store_option(parser: argparse.ArgumentParser) -> None:
+def add_store_option(parser: argparse.ArgumentParser, what: str = "results store") -> None:
     parser.add_argument(
-        "--store", default=str(DEFAULT_STORE), help=f"results store (SQLite file; default {DEFAULT_STORE})"
+        "--store",
+        default=str(DEFAULT_STORE),
+        help=f"{what} (SQLite file; default {DEFAULT_STORE}, relative to the current folder)",
     )
 
 

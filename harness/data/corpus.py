@@ -137,8 +137,8 @@ def _texts(spec: DataSpec) -> tuple[str, str | None]:
     return train, val
 
 
-def _split_text(spec: DataSpec) -> tuple[str, str, str | None]:
-    """(train, val, test or None). Cut from the corpus: train | val | test, in that order."""
+def split_text(spec: DataSpec) -> tuple[str, str, str | None]:
+    """(train, val, test or None), as training cuts them. Cut from the corpus: train | val | test, in that order."""
     train_text, val_text = _texts(spec)
     test_text = _load_local(spec.source, _files(spec.test_path), spec.text_field) if spec.test_path else None
     if spec.test_fraction is not None and test_text is None:
@@ -174,7 +174,7 @@ def load_text_corpus(spec: DataSpec) -> Corpus:
 @functools.lru_cache(maxsize=8)
 def _load_cached(spec_json: str) -> Corpus:
     spec = DataSpec.model_validate_json(spec_json)
-    train_text, val_text, test_text = _split_text(spec)
+    train_text, val_text, test_text = split_text(spec)
     tok = make_tokenizer(spec, train_text)
     train, val = tok.encode(train_text), tok.encode(val_text)  # (N,), (M,)
     test = tok.encode(test_text) if test_text is not None else None  # (K,)

@@ -40,6 +40,7 @@ class ExportInfo:
     variant: str
     tokenizer: str  # "bytes", "trained" or "token-ids"
     n_params: int
+    cell_key: str | None = None  # the train cell the checkpoint came from
 
 
 def _hf_modules() -> tuple[Any, Any]:
@@ -126,4 +127,4 @@ def export_checkpoint(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return ExportInfo(out_dir, meta.variant, used["kind"], meta.n_params)
+    return ExportInfo(out_dir, meta.variant, used["kind"], meta.n_params, meta.cell_key)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.decision_words import ANCHOR_RUN_STATUS, CHECK_FAIL, CHECK_PASS, CONFIGURATION_DIFFERS, NOT_RUN
 from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
 from attnbench.report.values import MISSING, is_number, num, seconds_text
@@ -33,6 +34,10 @@ class Anchor:
         if self.rule == "within":
             return abs(ours - self.reference) <= self.tolerance + 1e-9  # 1.93 - 1.88 is 0.05000000000000004
         return ours >= self.reference
+
+    def result(self, ours: float) -> str:
+        """'pass' or 'FAIL': whether ``ours`` meets the reference's rule."""
+        return CHECK_PASS if self.passes(ours) else CHECK_FAIL
 
     def rule_text(self) -> str:
         return f"within ±{self.tolerance:g}" if self.rule == "within" else f">= {self.reference:g}"
@@ -102,7 +107,7 @@ def _row(anchor: Anchor, run: pd.Series | None) -> dict[str, Any]:
         "rule": anchor.rule_text(),
         "source": anchor.source,
         "ours": None,
-        "result": "not run",
+        "result": NOT_RUN,
         "wall_s": None,
         "note": "",
     }
@@ -113,11 +118,11 @@ def _row(anchor: Anchor, run: pd.Series | None) -> dict[str, Any]:
     wall = run["finished_at"] - run["started_at"] if is_number(run.get("finished_at")) else None
     row.update(ours=ours, wall_s=wall)
     if run["status"] != "done" or not is_number(ours):
-        row.update(result=f"run {run['status']}")
+        row.update(result=ANCHOR_RUN_STATUS.format(status=run["status"]))
     elif differs:
-        row.update(result="configuration differs", note="; ".join(differs))
+        row.update(result=CONFIGURATION_DIFFERS, note="; ".join(differs))
     else:
-        row.update(result="pass" if anchor.passes(ours) else "FAIL")
+        row.update(result=anchor.result(ours))
     return row
 
 

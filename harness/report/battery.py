@@ -16,6 +16,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib import pyplot as plt  # noqa: E402
 
+from attnbench.decision_words import LEARNED_ON, NOT_LEARNED  # noqa: E402
 from attnbench.errors import ReportError  # noqa: E402
 from attnbench.report.battery_score import Agreement, battery_cells, best_over_grid, scores, tier_agreement  # noqa: E402
 from attnbench.report.document import Figure, Section, Table  # noqa: E402
@@ -135,7 +136,8 @@ def unlearned_notes(best: pd.DataFrame, baseline: str = "softmax") -> list[str]:
     the tier measures how fast a mechanism learns the task within its budget, not whether it can."""
     notes = []
     for tier, group in best[best["variant"] == baseline].groupby("tier", sort=False):
-        missed = group[group["learned"].str.startswith(("not learned", "learned on"))]  # unknown: no null stored
+        split = LEARNED_ON.split("{", 1)[0]  # "learned on "
+        missed = group[group["learned"].str.startswith((NOT_LEARNED, split))]  # unknown: no null stored
         if missed.empty:
             continue
         where = "; ".join(

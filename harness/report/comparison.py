@@ -9,9 +9,11 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.decision_words import BASELINE
 from attnbench.report.decision import TEST_TEXT, UNDETERMINED, Decision
 from attnbench.report.document import Section, Table
 from attnbench.report.floors import text_floors_text
+from attnbench.report.gate import gate_text
 from attnbench.report.grid import axis_name, edge_clause, edges_of
 from attnbench.report.learned import LEARNED_TEST_TEXT
 from attnbench.report.load import StoreData
@@ -60,13 +62,6 @@ def _protocol(runs: pd.DataFrame) -> dict[str, Any]:
     return {}
 
 
-def _gate_text(sel: Selection) -> str:
-    failed = sorted({c for p in sel.runs["provenance"] for c in (p.get("gate") or {}).get("failed", [])})
-    if failed:
-        return "FAILED " + ", ".join(failed)
-    return "passed" if any("gate" in p for p in sel.runs["provenance"]) else "not recorded"
-
-
 def _speed_text(
     ratio: tuple[float, float, float] | None, T: int | None, noisy: str | None = None, own: bool = False
 ) -> str:
@@ -74,7 +69,7 @@ def _speed_text(
     either point's timing is flagged noisy; 'baseline at T=1024' for the baseline's own rows."""
     if ratio is None:
         return MISSING
-    found = "baseline" if own else ratio_text(*ratio)
+    found = BASELINE if own else ratio_text(*ratio)
     return f"{found} at T={T}" + (f" ({noisy})" if noisy else "")
 
 
@@ -119,8 +114,8 @@ def _vs_columns(name: str, found: tuple[Decision, list[float]] | None) -> dict[s
     """The raw columns of one further baseline: vs_<name>_diff_mean, ..._decision."""
     d = found[0] if found else None
     return {
-        f"vs_{name}_decision": "baseline" if d is None else d.outcome,
-        f"vs_{name}_decision_text": "baseline" if d is None else d.text(decimals=DECIMALS),
+        f"vs_{name}_decision": BASELINE if d is None else d.outcome,
+        f"vs_{name}_decision_text": BASELINE if d is None else d.text(decimals=DECIMALS),
         f"vs_{name}_diff_mean": d and d.mean,
         f"vs_{name}_diff_lo": d and d.lo,
         f"vs_{name}_diff_hi": d and d.hi,
@@ -146,7 +141,7 @@ def _row(
         found = {name: f and (no_interval(f[1], margin), f[1]) for name, f in found.items()}
     baseline = next(iter(bases))
     lead = found[baseline]
-    d, diffs = lead if lead is not None else (Decision("baseline", None, None, None, 0, margin), [])
+    d, diffs = lead if lead is not None else (Decision(BASELINE, None, None, None, 0, margin), [])
     loss = mean_ci(seed_values(data, sel, "loss", setting).values())
     acc = mean_ci(seed_values(data, sel, "accuracy", setting).values(), bounds=(0.0, 1.0))
     value = acc if metric == "accuracy" else loss
@@ -206,7 +201,7 @@ def _row(
         **_speed_columns("train_step", train_x, train_T, train_noisy),
         **_speed_columns("decode", dec_x, dec_T, dec_noisy),
         "state_elements": states[0] if states else None,
-        "gate": _gate_text(sel),
+        "gate": gate_text(sel.runs["provenance"]),
         "flags": "; ".join(flags),
     }
     view = {
@@ -217,15 +212,13 @@ def _row(
         + ")",
         "metric (margin)": metric + (f" (±{margin:g})" if margin else ""),
         **{
-            f"Δ vs {name} [95% CI], n, decision": "baseline" if f is None else f[0].text(decimals=DECIMALS)
+            f"Δ vs {name} [95% CI], n, decision": BASELINE if f is None else f[0].text(decimals=DECIMALS)
             for name, f in found.items()
         },
         "test loss": num(loss.mean),
         "test accuracy": num(acc.mean, 3),
         "null level (test)": raw["floors"] or MISSING,
-        "learned at this budget": {"learned": "yes", "not learned": "no"}.get(
-            gained.status, gained.seeds_text() if gained.status != "unknown" else "unknown"
-        ),
+        "learned at this budget": gained.seeds_text(),
         "train-step speedup": _speed_text(train_x, train_T, train_noisy, sel.variant == baseline),
         "decode speedup / token": _speed_text(dec_x, dec_T, dec_noisy, sel.variant == baseline),
         "state size": fact_text(sel.runs["summary"], "state_elements", lambda v: bytes_text(4 * v)),

@@ -19,8 +19,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from attnbench import sequential as seq
+from attnbench.decision_words import (
+    BETTER,
+    EQUIVALENT,
+    EQUIVALENT_WITHIN,
+    NO_PAIRED_SEEDS,
+    UNDETERMINED,
+    WITHIN_MARGIN,
+    WORSE,
+)
 
-BETTER, WORSE, EQUIVALENT, UNDETERMINED = "better", "worse", "equivalent", "undetermined"
+__all__ = ["BETTER", "EQUIVALENT", "TEST_TEXT", "UNDETERMINED", "WORSE", "Decision", "decide"]
 TEST_TEXT = (
     "paired t on per-seed differences with critical values calibrated on normal and skewed differences "
     "(95% interval for a difference; equivalence: two one-sided tests at 5%, each bound inside ±margin); "
@@ -39,18 +48,24 @@ class Decision:
     within_margin: bool = False  # the 90% interval lies inside ±margin
 
     def text(self, unit: str = "", decimals: int | None = None) -> str:
-        """e.g. "-0.56 [-0.61, -0.51], n=3, worse" or "+0.02 [-0.01, +0.05], n=3, equivalent within 0.05"
+        """e.g. "-0.56 [-0.61, -0.51], n=3, worse" or "+0.02 [-0.01, +0.05], n=3, equivalent within ±0.05"
         (3 significant digits, or ``decimals`` fixed ones)."""
         if self.mean is None:
-            return "no paired seeds"
+            return NO_PAIRED_SEEDS
         fmt = "+.3g" if decimals is None else f"+.{decimals}f"
         head = f"{self.mean:{fmt}}{unit}"
         if self.lo is not None and self.hi is not None:
             head += f" [{self.lo:{fmt}}, {self.hi:{fmt}}]"
-        tail = self.outcome
-        if self.outcome == EQUIVALENT or self.within_margin:
-            tail += f" within ±{self.margin:g}" if self.outcome == EQUIVALENT else f" (within ±{self.margin:g})"
-        return f"{head}, n={self.n}, {tail}"
+        return f"{head}, n={self.n}, {self.word()}"
+
+    def word(self) -> str:
+        """The decision as printed: the outcome, "equivalent within ±margin", or a detected
+        difference with "(within ±margin)" added where it also lies inside the margin."""
+        if self.outcome == EQUIVALENT:
+            return EQUIVALENT_WITHIN.format(margin=f"{self.margin:g}")
+        if self.within_margin and self.outcome in (BETTER, WORSE):
+            return f"{self.outcome} {WITHIN_MARGIN.format(margin=f'{self.margin:g}')}"
+        return self.outcome
 
 
 _OUTCOME = {seq.BETTER: BETTER, seq.WORSE: WORSE, seq.EQUIVALENT: EQUIVALENT}

@@ -10,14 +10,13 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.report.decision import EQUIVALENT, UNDETERMINED
+from attnbench.decision_words import AGREES, DISAGREES, NOT_RUN, NOT_TESTABLE
+from attnbench.report.decision import BETTER, EQUIVALENT, UNDETERMINED, WORSE
 from attnbench.report.document import Section, Table
-from attnbench.report.learned import LEARNED, NOT_LEARNED, NOT_TESTABLE, SPLIT
+from attnbench.report.learned import LEARNED, NOT_LEARNED, SPLIT
 from attnbench.report.load import StoreData
 from attnbench.report.paired import eval_settings, learned_of, metric_of, paired_decision, protocol_of, setting_label
 from attnbench.report.selection import Selection, select
-
-AGREES, DISAGREES = "agrees", "disagrees"
 
 
 def verdict(expected: str, found: str) -> str:
@@ -26,7 +25,7 @@ def verdict(expected: str, found: str) -> str:
     that has not learned tests nothing."""
     if found in (NOT_LEARNED, SPLIT):
         return NOT_TESTABLE
-    if found == UNDETERMINED:
+    if found not in (BETTER, WORSE, EQUIVALENT):  # undetermined, or no interval asked for
         return UNDETERMINED
     return AGREES if found == expected else DISAGREES
 
@@ -76,7 +75,7 @@ def expectation_rows(data: StoreData) -> list[dict]:
                 "comparison": f"{e['variant']} vs {versus}, test {metric} at {setting_label(e.get('setting'))}"
                 + (f" (a trend along {e['trend']}: learned at its easiest setting first)" if e.get("trend") else ""),
                 "expected": e["outcome"],
-                "found": "not run",
+                "found": NOT_RUN,
                 "decision": UNDETERMINED,
                 "verdict": UNDETERMINED,
             }
@@ -87,7 +86,7 @@ def expectation_rows(data: StoreData) -> list[dict]:
                 d, _ = paired_decision(data, mine, theirs, metric, margin, e.get("setting"))
                 row.update(found=d.text(decimals=3), decision=d.outcome, verdict=verdict(e["outcome"], d.outcome))
             else:
-                row["found"] = f"not run: {e['variant'] if mine is None else versus} has no runs here"
+                row["found"] = f"{NOT_RUN}: {e['variant'] if mine is None else versus} has no runs here"
             rows.append(row)
     return rows
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
+from attnbench.decision_words import NO_RUN_FINISHED
 from attnbench.report.document import Section
 from attnbench.report.load import StoreData
 
@@ -44,6 +45,8 @@ def failed_sections(data: StoreData) -> dict[str, list[Section]]:
     for (kind, exp), statuses in failed_experiments(data).items():
         runs = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
         out.setdefault(kind, []).append(
-            Section(f"{KIND_TITLES[kind]}: {exp}", failed=f"no run of {exp} finished ({runs}); see Problems")
+            Section(
+                f"{KIND_TITLES[kind]}: {exp}", failed=f"{NO_RUN_FINISHED.format(experiment=exp)} ({runs}); see Problems"
+            )
         )
     return out

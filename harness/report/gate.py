@@ -5,13 +5,35 @@ variant's latest verdict in the store."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import pandas as pd
 
+from attnbench.decision_words import (
+    CHECK_ERROR,
+    CHECK_FAIL,
+    CHECK_PASS,
+    CHECK_SKIP,
+    GATE_FAILED,
+    GATE_NOT_RECORDED,
+    GATE_PASSED,
+)
 from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
 from attnbench.report.values import MISSING, num
 
 FAILING = ("fail", "error")
+CELL_WORDS = {"pass": CHECK_PASS, "fail": CHECK_FAIL, "error": CHECK_ERROR, "skip": CHECK_SKIP}  # stored -> printed
+
+
+def gate_text(provenances: Iterable[dict[str, Any]]) -> str:
+    """A row's trust gate from its runs' provenance: "passed", "FAILED <checks>", or "not recorded"."""
+    provs = list(provenances)
+    failed = sorted({c for p in provs for c in (p.get("gate") or {}).get("failed", [])})
+    if failed:
+        return GATE_FAILED.format(checks=", ".join(failed))
+    return GATE_PASSED if any("gate" in p for p in provs) else GATE_NOT_RECORDED
 
 
 def suite_verdicts(data: StoreData) -> pd.DataFrame:
@@ -45,7 +67,7 @@ def failing_elsewhere(data: StoreData) -> list[str]:
 
 
 def _cell(r: pd.Series) -> str:
-    status = str(r["status"]).upper() if r["status"] in FAILING else str(r["status"])
+    status = CELL_WORDS.get(str(r["status"]), str(r["status"]))
     if r["figure"] is None or pd.isna(r["figure"]):
         return status
     tol = f" (tolerance {num(r['tolerance'], 3)})" if r["tolerance"] is not None and pd.notna(r["tolerance"]) else ""

@@ -10,6 +10,19 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.decision_words import (
+    BASELINE,
+    BELOW_TRIGRAM,
+    DECIDED_AT,
+    DECIDED_ON_SHARE,
+    DECIDED_WHERE_LEARNED,
+    DIVERGED_NO_SEED,
+    EQUIVALENT_SHORT,
+    FAILED_NO_SEED,
+    LEARNED_ON,
+    NOT_LEARNED_AT_BUDGET,
+    UNDETERMINED_AT,
+)
 from attnbench.report.comparison import summary_table
 from attnbench.report.decision import BETTER, EQUIVALENT, TEST_TEXT, WORSE
 from attnbench.report.document import Section
@@ -24,6 +37,10 @@ from attnbench.report.tradeoff import tradeoff_figure
 from attnbench.report.values import MISSING, bytes_text, is_number, seconds_text
 
 ANSWER = "The answer"
+NO_TRAIN_STEP = (
+    "No train-step speed here: the ratios and the time panel come from a `kind: speed` experiment, and this "
+    "suite has none that timed a train step (add one, e.g. suites/quick.yaml's `speed`)."
+)
 Rounds = dict[int, tuple[float, float, int]]
 
 
@@ -49,7 +66,7 @@ def _value(metric: str, v: Any) -> str:
 
 def _outcome(row: pd.Series) -> str:
     if row["decision"] == EQUIVALENT:
-        return f"equivalent ±{row['margin']:g}"
+        return EQUIVALENT_SHORT.format(margin=f"{row['margin']:g}")
     if row["decision"] == NOT_LEARNED:  # "baseline not learned (...)" -> "baseline not learned"
         return str(row["decision_text"]).split(" (")[0]
     return str(row["decision"])
@@ -65,10 +82,10 @@ def budget_meaning(rows: pd.DataFrame) -> str:
     unlearned = (rows["decision"] == NOT_LEARNED).any()
     split = (rows["decision"] == SPLIT).any()
     if decided:
-        return f"decided at final {metric}" + (" where both learned on every seed" if unlearned or split else "")
+        return (DECIDED_WHERE_LEARNED if unlearned or split else DECIDED_AT).format(metric=metric)
     if split:
-        return "seeds split across the null level: decided on the share of seeds that learned"
-    return "not learned at this budget" if unlearned else f"undetermined at final {metric}"
+        return DECIDED_ON_SHARE
+    return NOT_LEARNED_AT_BUDGET if unlearned else UNDETERMINED_AT.format(metric=metric)
 
 
 def _learned_text(row: pd.Series) -> str:
@@ -78,9 +95,10 @@ def _learned_text(row: pd.Series) -> str:
         return ""
     floor = f"{row['floor_name']} {_value(row['metric'], row['floor'])}"
     status = row["learned"]
-    head = {LEARNED: "learned: beyond ", NOT_LEARNED: "not learned at this budget: "}.get(status, "")
+    head = {LEARNED: f"{LEARNED}: beyond ", NOT_LEARNED: f"{NOT_LEARNED_AT_BUDGET}: "}.get(status, "")
     if status == SPLIT:
-        head = f"learned on {row['learned_seeds']} seeds: "
+        k, n = str(row["learned_seeds"]).split(" of ")
+        head = f"{LEARNED_ON.format(k=k, n=n)}: "
     return f" [{head}{floor}{trigram_clause(row)}]"
 
 
@@ -107,7 +125,7 @@ def _further(row: pd.Series) -> str:
     return "".join(
         f"; vs {b} {row[f'vs_{b}_decision_text']}"
         for b in further_baselines(row)
-        if row.get(f"vs_{b}_decision") != "baseline"
+        if row.get(f"vs_{b}_decision") != BASELINE
     )
 
 
@@ -151,7 +169,7 @@ def trigram_clause(row: pd.Series) -> str:
     if not is_number(row.get("trigram")) or not is_number(row.get("below_trigram")) or not row.get("loss_seeds"):
         return ""
     k, n = int(row["below_trigram"]), int(row["loss_seeds"])
-    return f"; below the trigram ({row['trigram']:.3f}) on {k} of {n} seeds"
+    return "; " + BELOW_TRIGRAM.format(trigram=f"{row['trigram']:.3f}", k=k, n=n)
 
 
 SEE_PROBLEMS = "see Problems"  # the renderers link it to the Problems list
@@ -164,8 +182,8 @@ def failed_clause(row: pd.Series) -> str | None:
     statuses = [f.removesuffix(" seed(s)") for f in flags if f.endswith(" seed(s)")]
     if not statuses or is_number(row.get("value_mean")) or is_number(row.get("loss_seeds")) and row["loss_seeds"]:
         return None
-    word = "diverged" if set(statuses) == {"diverged"} else "failed"
-    return f"{word}: no seed finished (seeds {', '.join(statuses)}; {SEE_PROBLEMS})"
+    word = DIVERGED_NO_SEED if set(statuses) == {"diverged"} else FAILED_NO_SEED
+    return f"{word} (seeds {', '.join(statuses)}; {SEE_PROBLEMS})"
 
 
 def sentence(
@@ -261,7 +279,7 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
     sentences += [
         sentence(v, rows, rounds, state, paths, noisy)
         for v in variants
-        if not (rows.loc[rows["variant"] == v, "decision"] == "baseline").all()
+        if not (rows.loc[rows["variant"] == v, "decision"] == BASELINE).all()
     ]
     sentences += undecided_clauses(data, rows[rows["setting"] == "all test sets"])  # the second question
     overall = rows[rows["setting"] == "all test sets"].copy()
@@ -285,6 +303,7 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
             "Train step: how much faster or slower than the baseline (the ratio of mean times over the timing "
             "rounds, as in the Summary and the speedup pivot, which give the raw ratio), 95% interval from the "
             "rounds; a point whose timing the speed run flagged noisy is named, not quoted."
+            + ("" if rounds else f" {NO_TRAIN_STEP}")
         ),
         notes=sentences,
         figures=[figure] if figure else [],

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from attnbench.decision_words import BASELINE_NOT_LEARNED, LEARNED_ON
 from attnbench.learning import LEARNED, LEARNED_RULE_TEXT, NOT_LEARNED, SPLIT, UNKNOWN, row_learned, share_test
 from attnbench.report.decision import Decision
 from attnbench.report.floors import Floor
@@ -18,7 +19,6 @@ __all__ = [
     "LEARNED",
     "LEARNED_TEST_TEXT",
     "NOT_LEARNED",
-    "NOT_TESTABLE",
     "SPLIT",
     "UNKNOWN",
     "Learned",
@@ -26,7 +26,6 @@ __all__ = [
     "gate",
     "learned",
 ]
-NOT_TESTABLE = "not testable at this budget"
 LEARNED_TEST_TEXT = LEARNED_RULE_TEXT
 
 
@@ -49,7 +48,7 @@ class Learned:
 
     def seeds_text(self) -> str:
         """'learned on 1 of 3 seeds' for a split row, else the status."""
-        return f"learned on {self.k} of {self.n} seeds" if self.status == SPLIT else self.status
+        return LEARNED_ON.format(k=self.k, n=self.n) if self.status == SPLIT else self.status
 
 
 def learned(values: Mapping[int, float], floor: Floor | None, answers: Mapping[int, float] | None = None) -> Learned:
@@ -82,9 +81,9 @@ def gate(
     (``alpha``: the share test's level at this look)."""
     d = decision
     if theirs.status == NOT_LEARNED:
-        reason, outcome = f"baseline not learned ({theirs.value_text(baseline)})", NOT_LEARNED
+        reason, outcome = f"{BASELINE_NOT_LEARNED} ({theirs.value_text(baseline)})", NOT_LEARNED
     elif mine.status == NOT_LEARNED:
-        reason, outcome = f"not learned ({mine.value_text(variant)})", NOT_LEARNED
+        reason, outcome = f"{NOT_LEARNED} ({mine.value_text(variant)})", NOT_LEARNED
     elif SPLIT in (mine.status, theirs.status):
         test = share_test(mine.k, mine.n, theirs.k, theirs.n, alpha)
         reason, outcome = test.text(baseline), SPLIT

@@ -9,6 +9,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from attnbench.decision_words import NO_INTERVAL, NO_INTERVAL_REQUESTED, NO_PAIRED_SEEDS
 from attnbench.report.decision import Decision, decide
 from attnbench.report.floors import Floor, floor_of
 from attnbench.report.learned import Learned, gate, learned
@@ -19,8 +20,7 @@ from attnbench.report.values import is_number
 from attnbench.sequential import Design
 
 HIGHER_IS_BETTER = {"loss": False, "accuracy": True}
-NO_INTERVAL = "no interval"  # the outcome of a row whose protocol asked for none (interval: false)
-NO_INTERVAL_TEXT = "no interval requested (protocol.interval: false)"
+NO_INTERVAL_TEXT = NO_INTERVAL_REQUESTED  # a row whose protocol asked for no interval (interval: false)
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,13 @@ class NoInterval(Decision):
 
     diffs: tuple[float, ...] = ()
 
+    def word(self) -> str:
+        return NO_INTERVAL_TEXT
+
     def text(self, unit: str = "", decimals: int | None = None) -> str:
         """e.g. "+0.012 (per seed +0.010, +0.014), n=2, no interval requested (protocol.interval: false)"."""
         if self.mean is None:
-            return f"no paired seeds, {NO_INTERVAL_TEXT}"
+            return f"{NO_PAIRED_SEEDS}, {NO_INTERVAL_TEXT}"
         fmt = "+.3g" if decimals is None else f"+.{decimals}f"
         per = ", ".join(f"{d:{fmt}}" for d in self.diffs)
         return f"{self.mean:{fmt}}{unit} (per seed {per}), n={self.n}, {NO_INTERVAL_TEXT}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from attnbench.decision_words import NO_SPEED_DIFFERENCE, RATIO_FASTER, RATIO_SLOWER
 from attnbench.report.load import StoreData
 from attnbench.report.values import is_number
 
@@ -22,10 +23,10 @@ def _x(v: float) -> str:
 def ratio_text(ratio: float, lo: float, hi: float) -> str:
     """The baseline's time / the variant's (``ratio``, 95% interval ``lo``..``hi``) read forward."""
     if lo <= 1.0 <= hi:
-        return f"no speed difference detected ({_x(ratio)}x [{_x(lo)}, {_x(hi)}])"
+        return f"{NO_SPEED_DIFFERENCE} ({_x(ratio)}x [{_x(lo)}, {_x(hi)}])"
     if ratio >= 1.0:
-        return f"{_x(ratio)}x faster [{_x(lo)}, {_x(hi)}]"
-    return f"{_x(1 / ratio)}x slower [{_x(1 / hi)}, {_x(1 / lo)}]"
+        return f"{RATIO_FASTER.format(ratio=_x(ratio))} [{_x(lo)}, {_x(hi)}]"
+    return f"{RATIO_SLOWER.format(ratio=_x(1 / ratio))} [{_x(1 / hi)}, {_x(1 / lo)}]"
 
 
 def path_flag(tags: dict[str, Any]) -> str:

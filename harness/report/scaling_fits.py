@@ -28,10 +28,24 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from attnbench.decision_words import (
+    DOES_NOT_FIT,
+    FITS,
+    IRREDUCIBLE_NEEDED,
+    IRREDUCIBLE_NOT_SUPPORTED,
+    MISFIT_MANY,
+    MISFIT_ONE,
+    NO_SEED_SPREAD,
+    SCALES_LIKE,
+    SHALLOWER,
+    STEEPER,
+    UNDETERMINED,
+    WITHIN_MARGIN,
+)
 from attnbench.power_laws import PURE, SATURATING, ScalingFit, fit_scaling, law_values, satterthwaite, widened
 
 EXTRAPOLATE = 10.0  # crossings are searched up to this factor beyond the largest size
-STEEPER, SHALLOWER, LIKE, UNDETERMINED = "steeper", "shallower", "like", "undetermined"
+LIKE = "like"  # the outcome code of "scales like the baseline" (printed as SCALES_LIKE)
 
 
 def fit_from_tags(tags: dict[str, Any]) -> ScalingFit | None:
@@ -47,11 +61,11 @@ def goodness_text(fit: ScalingFit, unit: str = "N") -> str:
     i = int(np.argmax(np.abs(resid)))
     worst = f"largest miss {resid[i]:+.3g} nats ({abs(resid[i]) / fit.means[i]:.1%}) at {unit} = {fit.x[i]:.3g}"
     if fit.lof_p is None:
-        return f"no seed spread to judge misses by (one seed per size); {worst}"
+        return f"{NO_SEED_SPREAD} (one seed per size); {worst}"
     if fit.lof_p >= 0.05:
-        return f"fits: misses within seed noise (lack-of-fit p = {fit.lof_p:.2g}); {worst}"
+        return f"{FITS}: misses within seed noise (lack-of-fit p = {fit.lof_p:.2g}); {worst}"
     return (
-        f"does not fit: misses larger than seed noise explains (lack-of-fit p = {fit.lof_p:.2g}); {worst}; "
+        f"{DOES_NOT_FIT}: misses larger than seed noise explains (lack-of-fit p = {fit.lof_p:.2g}); {worst}; "
         f"read b as a trend over these sizes, not a law (its intervals widened x{fit.inflation:.2g} for the misses)"
     )
 
@@ -59,8 +73,8 @@ def goodness_text(fit: ScalingFit, unit: str = "N") -> str:
 def law_text(fit: ScalingFit) -> str:
     """Which law, and the F test that chose it."""
     if fit.law == SATURATING:
-        return f"a·x^-b + c (irreducible term needed: F-test p = {fit.f_p:.2g})"
-    return f"a·x^-b (irreducible term not supported: F-test p = {fit.f_p:.2g})"
+        return f"a·x^-b + c ({IRREDUCIBLE_NEEDED}: F-test p = {fit.f_p:.2g})"
+    return f"a·x^-b ({IRREDUCIBLE_NOT_SUPPORTED}: F-test p = {fit.f_p:.2g})"
 
 
 def decide_exponent(lo95: float, hi95: float, lo90: float, hi90: float, margin: float | None) -> tuple[str, bool]:
@@ -76,13 +90,15 @@ def decide_exponent(lo95: float, hi95: float, lo90: float, hi90: float, margin: 
 def decision_text(outcome: str, within: bool, margin: float | None, baseline: str, misfit: Sequence[str] = ()) -> str:
     """The decision in words; ``misfit``: the variants whose law misses their sizes."""
     if outcome == LIKE:
-        text = f"scales like {baseline} (within ±{margin:g})"
+        text = SCALES_LIKE.format(baseline=baseline, margin=f"{margin:g}")
     else:
-        text = outcome + (f" (within ±{margin:g})" if within and outcome in (STEEPER, SHALLOWER) else "")
+        text = outcome + (
+            f" {WITHIN_MARGIN.format(margin=f'{margin:g}')}" if within and outcome != UNDETERMINED else ""
+        )
     if len(misfit) == 1:
-        text += f"; the law of {misfit[0]} misses its sizes: this compares trends, not laws"
+        text += "; " + MISFIT_ONE.format(variant=misfit[0])
     elif misfit:
-        text += f"; the laws of {' and '.join(misfit)} miss their sizes: this compares trends, not laws"
+        text += "; " + MISFIT_MANY.format(variants=" and ".join(misfit))
     return text
 
 

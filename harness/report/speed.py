@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.decision_words import FASTER_AT_EVERY_T, FASTER_FROM, NEVER_FASTER, NO_SPEED_BASELINE
 from attnbench.fits import MIN_SLOPE_POINTS, too_few_text
 from attnbench.report import figures
 from attnbench.report.document import Section, Table
@@ -195,15 +196,15 @@ def _legend_slope(r: pd.Series) -> str:
     return f"slope {r['slope']:.2f}" + (f" ± {half:.2f}" if half is not None else "")
 
 
-def _cross_text(r: pd.Series) -> str:
+CROSSOVER_WORDS = {"always": FASTER_AT_EVERY_T, "never": NEVER_FASTER, "no-baseline": NO_SPEED_BASELINE}
+
+
+def crossover_text(r: pd.Series) -> str:
+    """A stored crossover row (status, T, T_interp) in words: 'faster from T=512 (≈400 interpolated)'."""
     if r["status"] == "found":
         interp = f" (≈{r['T_interp']:,.0f} interpolated)" if is_number(r["T_interp"]) else ""
-        return f"faster from T={num(r['T'])}{interp}"
-    return {
-        "always": "faster at every compared T",
-        "never": "never faster at the compared T",
-        "no-baseline": "no softmax baseline measured",
-    }.get(r["status"], str(r["status"]))
+        return FASTER_FROM.format(T=num(r["T"])) + interp
+    return CROSSOVER_WORDS.get(r["status"], str(r["status"]))
 
 
 def speed_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
@@ -245,7 +246,7 @@ def speed_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
         if not cross.empty:
             cv = cross[["variant", "model", "mode", "against"]].copy()
             cv["model"] = [labels.get(m, m) for m in cv["model"]]
-            cv["crossover"] = cross.apply(_cross_text, axis=1)
+            cv["crossover"] = cross.apply(crossover_text, axis=1)
             cv["compared T"] = cross["compared_T"]
             section.tables.append(Table(f"{exp}-crossover", f"{exp}: crossover length against softmax", cross, cv))
         for model in sorted(pts["model"].unique()):

@@ -12,6 +12,20 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.decision_words import (
+    BASELINE,
+    BETTER,
+    CANNOT_DECIDE,
+    DID_NOT_REACH,
+    EQUIVALENT,
+    FASTER,
+    MEDIAN_NOT_REACHED,
+    NEITHER_REACHED,
+    NO_DIFFERENCE,
+    NOT_REACHED,
+    SLOWER,
+    WORSE,
+)
 from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
 from attnbench.report.paired import baselines_of, metric_of, protocol_of
@@ -36,7 +50,7 @@ METHOD = (
 def amount(unit: str, x: float | None) -> str:
     """A time in ``unit`` as the table shows it: whole steps and tokens, seconds to 3 digits."""
     if x is None:
-        return "not reached"
+        return NOT_REACHED
     return f"{x:.3g}" if unit == "seconds" else f"{x:.0f}"
 
 
@@ -69,8 +83,8 @@ class Row:
         if m.median is None:
             budget = amount(unit, max(self.times[unit]) if self.times[unit] else None)
             if m.events == 0:
-                return f"did not reach {self.target_text()} in {budget} {unit}"
-            return f"median not reached in {budget} {unit}"
+                return DID_NOT_REACH.format(target=self.target_text(), budget=budget, unit=unit)
+            return MEDIAN_NOT_REACHED.format(budget=budget, unit=unit)
         lo = MISSING if m.lo is None else amount(unit, m.lo)
         return f"{amount(unit, m.median)} [{lo}, {amount(unit, m.hi)}]"
 
@@ -78,17 +92,27 @@ class Row:
         """'exact permutation log-rank p=0.0022: faster than softmax', or 'cannot decide with 3 vs 3
         seeds (...)' where no outcome at these seeds could reach 5% (no p is given as evidence)."""
         if self.baseline is None:
-            return "baseline"
+            return BASELINE
         if self.versus is None:
-            return f"neither reached it (vs {self.baseline})"
+            return f"{NEITHER_REACHED} (vs {self.baseline})"
         lr = self.versus
         if not lr.decidable:
             return (
-                f"cannot decide with {lr.n1} vs {lr.n2} seeds (vs {self.baseline}: no outcome could reach "
+                f"{CANNOT_DECIDE.format(n1=lr.n1, n2=lr.n2)} (vs {self.baseline}: no outcome could reach "
                 f"p <= {ALPHA:g}, the smallest possible being {lr.min_p:.2g})"
             )
-        found = f"{'faster' if lr.faster else 'slower'} than" if lr.significant else "no difference detected vs"
+        found = f"{versus_word(lr)} {'than' if lr.significant else 'vs'}"
         return f"{lr.method()} p={lr.p:.2g}: {found} {self.baseline}"
+
+
+def versus_word(lr: LogRank) -> str:
+    """The log-rank's decision: faster, slower, no difference detected, or cannot decide with n1
+    vs n2 seeds (no outcome at these seeds could reach ALPHA)."""
+    if not lr.decidable:
+        return CANNOT_DECIDE.format(n1=lr.n1, n2=lr.n2)
+    if not lr.significant:
+        return NO_DIFFERENCE
+    return FASTER if lr.faster else SLOWER
 
 
 def target_of(protocol: dict[str, Any]) -> float | None:
@@ -221,9 +245,8 @@ def _versus_clause(r: Row) -> str:
     if r.baseline is None or lr is None:
         return ""
     if not lr.decidable:
-        return f"; log-rank vs {r.baseline}: cannot decide with {lr.n1} vs {lr.n2} seeds"
-    found = ("faster" if lr.faster else "slower") if lr.significant else "no difference detected"
-    return f"; {lr.method()} vs {r.baseline} p={lr.p:.2g}: {found}"
+        return f"; log-rank vs {r.baseline}: {versus_word(lr)}"
+    return f"; {lr.method()} vs {r.baseline} p={lr.p:.2g}: {versus_word(lr)}"
 
 
 def clause(data: StoreData, exp: str) -> str | None:
@@ -249,10 +272,10 @@ def clause(data: StoreData, exp: str) -> str | None:
 def undecided_clauses(data: StoreData, summary: pd.DataFrame) -> list[str]:
     """Time-to-learn sentences for each experiment of the summary table whose rows against the
     baseline are none of them decided (better / worse / equivalent) at the final budget."""
-    decided = {"better", "worse", "equivalent"}
+    decided = {BETTER, WORSE, EQUIVALENT}
     out = []
     for exp in dict.fromkeys(summary["experiment"]):
-        rows = summary[(summary["experiment"] == exp) & (summary["decision"] != "baseline")]
+        rows = summary[(summary["experiment"] == exp) & (summary["decision"] != BASELINE)]
         if rows.empty or any(d in decided for d in rows["decision"]):
             continue
         text = clause(data, str(exp))

@@ -13,6 +13,7 @@ import pandas as pd
 from attnbench.report import figures
 from attnbench.report.document import Section, Table
 from attnbench.report.floors import floor_note
+from attnbench.report.gate import gate_text
 from attnbench.report.load import StoreData
 from attnbench.report.selection import Selection, select
 from attnbench.report.task_scores import task_rows, task_section
@@ -83,14 +84,6 @@ def _status(runs: pd.DataFrame) -> str:
     return "; ".join(parts) + f"; done {counts.get('done', 0)}/{len(runs)}"
 
 
-def _gate(runs: pd.DataFrame) -> str:
-    failed = sorted({c for p in runs["provenance"] for c in (p.get("gate") or {}).get("failed", [])})
-    if failed:
-        return "FAILED " + ", ".join(failed)
-    known = any("gate" in p for p in runs["provenance"])
-    return "passed" if known else "not recorded"
-
-
 def _no_memory(runs: pd.DataFrame) -> str:
     """Why a training row has no peak memory: CPU runs do not measure it."""
     cpu = all(str(p.get("device", "")).startswith("cpu") for p in runs["provenance"])
@@ -149,7 +142,7 @@ def _row(data: StoreData, sel: Selection) -> tuple[dict[str, Any], dict[str, Any
         view[f"aux loss {name} (final, unweighted)"] = num(value)
     facts = {k: _mean(runs, k) for k in _COST if k != "budget"}
     raw.update(facts)
-    raw.update(budget=_budget(runs), status=_status(runs), trust_gate=_gate(runs))
+    raw.update(budget=_budget(runs), status=_status(runs), trust_gate=gate_text(runs["provenance"]))
     state = fact_text(runs["summary"], "state_elements")
     view.update(
         {
