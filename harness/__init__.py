@@ -15,6 +15,7 @@ __version__ = "0.2.0"
 
 if TYPE_CHECKING:
     from attnbench.contract.config import ModelConfig
+    from attnbench.contract.constraints import ShapeConstraint
     from attnbench.contract.hookspecs import hookimpl
     from attnbench.contract.task import IGNORE, Task, TaskBatch, TaskEval
     from attnbench.contract.variant import AuxLoss, MixerOutput, Variant
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 # public name -> the module that defines it
 _HOMES: dict[str, str] = {
     "ModelConfig": "attnbench.contract.config",
+    "ShapeConstraint": "attnbench.contract.constraints",
     "hookimpl": "attnbench.contract.hookspecs",
     **dict.fromkeys(("IGNORE", "Task", "TaskBatch", "TaskEval"), "attnbench.contract.task"),
     **dict.fromkeys(("AuxLoss", "MixerOutput", "Variant"), "attnbench.contract.variant"),
@@ -77,6 +79,7 @@ __all__ = [
     "MixerOutput",
     "AuxLoss",
     "ModelConfig",
+    "ShapeConstraint",
     "Task",
     "TaskBatch",
     "TaskEval",

@@ -36,6 +36,11 @@ class SuiteError(AttnbenchError):
     """A suite file that is malformed or invalid (message names file, line/key, fix)."""
 
 
+class ModelSizeError(SuiteError):
+    """A model size of a suite that a variant refuses: it breaks one of the variant's declared
+    constraints, or the variant's builder raised at that size (found before any cell runs)."""
+
+
 class StoreError(AttnbenchError):
     """The results store cannot be opened, migrated or written."""
 

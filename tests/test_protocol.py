@@ -227,14 +227,15 @@ def test_the_report_decides_each_row_on_the_final_runs_and_checks_the_stated_fin
     assert list(mine["rung"]) == [0, 0, 0, 0, 1, 1] and mine["went_on"].sum() == 3  # 2 of 4, then 1 of 2
 
 
-def test_a_tuned_experiment_cannot_feed_lm_eval(tmp_path, registry):
+def test_a_tuned_experiment_cannot_feed_finetune(tmp_path, registry):
+    # lm_eval can: it waits for the chosen point's final cells (tests/test_tuned_lm_eval.py)
     body = (
         HALVING_SUITE
         + """
-      - name: ev
-        kind: lm_eval
+      - name: ft
+        kind: finetune
         variants: [softmax, linear]
-        lm_eval: {tasks: [x], from_experiment: text}
+        finetune: {from_experiment: text, budget: {steps: 2}, batch_size: 4, seq_len: 32}
 """
     )
     _write_splits(tmp_path, "x" * 2000)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from attnbench.contract.config import ModelConfig
+from attnbench.contract.constraints import ShapeConstraint
 from attnbench.contract.option_types import type_problem
 from attnbench.errors import quoted, shortened
 
@@ -31,13 +32,22 @@ if TYPE_CHECKING:  # torch for the checker only: a plugin registers (and a suite
     import torch
     from torch import nn
 
-    from attnbench.nn.model import LanguageModel  # nn depends on contract
-
 DecodeKind = Literal["kv_cache", "recurrent", "window", "none"]
 DECODE_KINDS: tuple[str, ...] = ("kv_cache", "recurrent", "window", "none")
 
+
+class OwnModel(Protocol):
+    """What ``build_model`` returns: an ``attnbench.LanguageModel`` subclass, named here by the
+    part the contract relies on (``attnbench.nn`` builds on the contract, not the other way);
+    the harness checks the class when it builds one."""
+
+    config: ModelConfig
+
+    def num_params(self) -> int: ...
+
+
 MixerBuilder = Callable[[ModelConfig, int], "nn.Module"]
-ModelBuilder = Callable[[ModelConfig], "LanguageModel"]
+ModelBuilder = Callable[[ModelConfig], OwnModel]
 # (config, layer_idx, T) -> number of state elements one sequence holds after T tokens.
 StateSize = Callable[[ModelConfig, int, int], int]
 # (config, layer_idx, T) -> forward FLOPs per token of this layer's mixer, averaged over
@@ -105,6 +115,8 @@ class Variant:
     aux_loss: True when the mixer adds an auxiliary training objective.
     attention_maps: optional ``(mixer, x) -> weights`` for ``attnbench inspect``: pairwise
         (B, H, T, T) or per-token importances (B, H, T) of one layer's mixer on its input x.
+    constraints: shapes the builders need (``ShapeConstraint``, e.g. head_dim even); validate
+        states them and refuses a suite's model size that breaks one.
     version: the plugin's version of this variant (part of every content key).
     """
 
@@ -120,6 +132,7 @@ class Variant:
     aux_loss: bool = False
     version: str = "0"
     attention_maps: AttentionMaps | None = None
+    constraints: tuple[ShapeConstraint, ...] = ()
     # Filled by the plugin manager, not by plugins.
     plugin: str = field(default="", compare=False)
     distribution: str = field(default="", compare=False)

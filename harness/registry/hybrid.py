@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from attnbench.contract.config import ModelConfig
+from attnbench.contract.constraints import ShapeConstraint
 from attnbench.contract.variant import Variant
 from attnbench.errors import UnknownVariantError
 
@@ -107,6 +108,27 @@ class _FlopsPerToken(_PerLayer):
     def __call__(self, config: ModelConfig, layer_idx: int, T: int) -> float:
         _, part, cfg = self.at(config, layer_idx)
         return _declared(part, part.variant.flops_per_token, "flops_per_token")(cfg, layer_idx, T)
+
+
+@dataclass(frozen=True)
+class _PartHolds:
+    """A part's declared constraint, checked with that part's options on the config."""
+
+    part: Part
+    constraint: ShapeConstraint
+
+    def __call__(self, config: ModelConfig) -> bool:
+        return self.constraint.holds(config.replace(options=self.part.options))
+
+
+def _part_constraints(parts: tuple[Part, ...]) -> tuple[ShapeConstraint, ...]:
+    """Every part's constraints, each named by the layers it binds ("gla layers: head_dim % 2 == 0")."""
+    found = {
+        f"{p.label} layers: {c.rule}": ShapeConstraint(f"{p.label} layers: {c.rule}", _PartHolds(p, c), c.why)
+        for p in parts
+        for c in p.variant.constraints
+    }
+    return tuple(found.values())
 
 
 class _AttentionMaps(_PerLayer):
@@ -204,6 +226,7 @@ def compose(parts: list[Part]) -> HybridVariant:
         aux_loss=any(p.variant.aux_loss for p in parts),
         version=_join(f"{p.variant.name}={p.variant.version}" for p in parts),
         attention_maps=_AttentionMaps(per) if all_have("attention_maps") else None,
+        constraints=_part_constraints(per),
         plugin=_join(p.variant.plugin for p in parts),
         distribution=_join(p.variant.distribution for p in parts),
         source_files=tuple(sorted({f for p in parts for f in p.variant.source_files})),

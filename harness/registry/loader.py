@@ -16,6 +16,7 @@ from typing import Any
 import pluggy
 
 from attnbench.contract import hookspecs
+from attnbench.contract.constraints import ShapeConstraint
 from attnbench.contract.task import Task
 from attnbench.contract.variant import DECODE_KINDS, Variant
 from attnbench.errors import PluginError, UnknownVariantError, quoted
@@ -137,7 +138,13 @@ def _validate(variant: Any, plugin_name: str) -> Variant:
             f"variant {variant.name!r} (plugin {plugin_name!r}): decode={variant.decode!r}, "
             f"expected one of {DECODE_KINDS}"
         )
-    return variant
+    declared = variant.constraints
+    if not isinstance(declared, (tuple, list)) or not all(isinstance(c, ShapeConstraint) for c in declared):
+        raise PluginError(
+            f"variant {variant.name!r} (plugin {plugin_name!r}): constraints={quoted(declared)}; give a "
+            "tuple of attnbench.ShapeConstraint (e.g. ShapeConstraint.multiple_of('head_dim', 2, why))"
+        )
+    return variant if isinstance(declared, tuple) else replace(variant, constraints=tuple(declared))
 
 
 def _validate_task(task: Any, plugin_name: str) -> Task:

@@ -23,12 +23,14 @@ from attnbench.contract.variant import Variant
 from attnbench.data.loading import load_corpus
 from attnbench.errors import DistributedError
 from attnbench.experiments.base import CellOutcome
-from attnbench.experiments.registry import expand_suite, get_kind
+from attnbench.experiments.registry import expand_suite, get_kind, newly_linked
 from attnbench.gate.verdicts import Verdict, cell_lengths, gate_variant
+from attnbench.plan.after_tuning import runnable
 from attnbench.plan.cells import Cell
 from attnbench.plan.halving import next_cells, planned_total
 from attnbench.plan.requirements import require_packages
 from attnbench.plan.seed_rounds import next_seed_cells, sequential
+from attnbench.plan.size_check import check_model_sizes
 from attnbench.plan.suite import Suite
 from attnbench.registry.loader import Registry
 from attnbench.run.cell import CellJob, cell_record, run_cell
@@ -86,7 +88,7 @@ class _SuiteRun:
     ) -> None:
         self.suite, self.store, self.registry, self.dev, self.cells = suite, store, registry, dev, list(cells)
         self.out, self.executor, self.main = out, executor, distributed.is_main()
-        self.report = RunReport(cells=len(cells))
+        self.report = RunReport(cells=len(runnable(cells)))  # templates are linked, never run
         self.total = planned_total(suite, cells)  # every rung of a tuned protocol included
         self.progress = ProgressLine(out if self.main else io.StringIO())
         self.checkpoint_dir = distributed.main_value(lambda: self._main_store().path.parent / "checkpoints")
@@ -300,16 +302,19 @@ class _SuiteRun:
         if not any(c.coords.get("stage") for c in self.cells) and not sequential(self.suite):
             return []
         self.take(self.executor.drain())
-        wave = distributed.main_value(
-            lambda: [
-                *next_cells(self.suite, self.cells, self._main_store().outcome),
-                *next_seed_cells(self.suite, self.cells, self._main_store().outcome),  # seeds until decided
-            ]
-        )
+        wave = distributed.main_value(self._plan_wave)
         self.cells += wave
-        self.report.cells = len(self.cells)
-        self.total = max(self.total, len(self.cells))
+        self.report.cells = len(runnable(self.cells))
+        self.total = max(self.total, self.report.cells)
         return wave
+
+    def _plan_wave(self) -> list[Cell]:
+        """The next rungs and seed rounds, then the cells that read final cells among them."""
+        wave = [
+            *next_cells(self.suite, self.cells, self._main_store().outcome),
+            *next_seed_cells(self.suite, self.cells, self._main_store().outcome),  # seeds until decided
+        ]
+        return wave + newly_linked(self.suite, [*self.cells, *wave]) if wave else []
 
     def finish(self) -> RunReport:
         self.take(self.executor.drain())
@@ -326,11 +331,14 @@ def prepare_run(
     suite: Suite, registry: Registry, *, device: str | None = None, only_variants: list[str] | None = None
 ) -> list[Cell]:
     """The cells a run of ``suite`` plans, after every check that can refuse it (heap setting,
-    extras installed, variants known, batch split under torchrun). Creates nothing: the command
-    opens the store and trackers only once this has passed, so a refused run leaves no file."""
+    extras installed, variants known, batch split under torchrun, every model size built once).
+    Creates nothing: the command opens the store and trackers only once this has passed, so a
+    refused run leaves no file."""
     heap_choice()  # a bad ATTNBENCH_HEAP stops the run here, not in a worker
     require_packages(suite)  # before any data loads or cell trains
-    return _plan(suite, registry, resolve_device(device or suite.device), only_variants)
+    cells = _plan(suite, registry, resolve_device(device or suite.device), only_variants)
+    check_model_sizes(cells, registry, build=True)  # a size a builder refuses fails here, not on every seed
+    return cells
 
 
 def run_suite(
@@ -362,7 +370,7 @@ def run_suite(
     run = _SuiteRun(suite, store, registry, dev, cells, stream, executor or InProcessExecutor(), trackers, retry_failed)
     wave, done = cells, 0
     while wave:  # a tuned protocol's later rungs exist once the rung before them is stored
-        for cell in wave:
+        for cell in runnable(wave):
             done += 1
             run.submit(done, cell)
         run.await_leased()  # the cells of this wave that another driver holds, stored by it or here

@@ -5,7 +5,9 @@ the cell of ``from_experiment`` that has its variant, model size and seed (one l
 cell per matching trained cell, every grid point of it), takes that cell's model config,
 makes the spec's paths absolute against the suite file, and folds the trained cell's key,
 the task files and lm-eval's version into the lm_eval cell's key: re-training a cell, or
-editing a task, re-evaluates it; nothing else does.
+editing a task, re-evaluates it; nothing else does. Where ``from_experiment`` tunes
+(protocol.tuning), the cells read are the chosen point's final cells, linked as the tuner plans
+them (plan/after_tuning.py).
 
 Running. Each cell evaluates in a child Python process (``python -m attnbench.experiments.lm_eval.evaluate
 REQUEST.json``): lm-eval sets global seeds and logging, and the hub's offline switches
@@ -34,8 +36,8 @@ from typing import Any
 
 from attnbench.contract.variant import Variant
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext, trained_run
+from attnbench.plan.after_tuning import as_template, final_cells_for, template_error, tuned_source
 from attnbench.plan.cells import Cell, trained_cells_for
-from attnbench.plan.halving import tuned_source_error
 from attnbench.plan.specs import LmEvalSpec
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.store.database import Result
@@ -68,8 +70,6 @@ def _inputs_hash(folders: str | list[str] | None, paths: dict[str, str]) -> str:
 
 
 def _source_error(suite: Suite, ei: int, src: str) -> str | None:
-    if (why := tuned_source_error(suite, src)) is not None:
-        return why
     exps = {e.name: e for e in suite.experiments}
     if src not in exps:
         return f"no experiment named {src!r} in this suite; experiments: {sorted(exps)}"
@@ -82,6 +82,47 @@ def _source_error(suite: Suite, ei: int, src: str) -> str | None:
     return None
 
 
+def _check_paths(suite: Suite, ei: int, spec: LmEvalSpec) -> None:
+    """Every task folder and file the (resolved) spec names exists."""
+    for folder in spec.include_path or []:
+        if not Path(folder).is_dir():
+            raise suite_error_at(
+                suite,
+                ("experiments", ei, "lm_eval", "include_path"),
+                f"task folder {folder} does not exist (paths are relative to the suite file)",
+            )
+    for name, value in spec.paths.items():
+        if not Path(value).exists():
+            raise suite_error_at(
+                suite,
+                ("experiments", ei, "lm_eval", "paths", name),
+                f"file {value} does not exist (paths are relative to the suite file)",
+            )
+
+
+def _trained(suite: Suite, ei: int, cell: Cell, src: str, cells: list[Cell]) -> tuple[list[Cell], list[Cell]]:
+    """(the trained cells ``cell`` evaluates now, [``cell`` as a template] where its source tunes
+    and so plans more of them later: plan/after_tuning.py). SuiteError where it can read none."""
+    tuned = tuned_source(suite, src)
+    if tuned is not None:
+        if (why := template_error(cell, tuned, cells)) is not None:
+            raise suite_error_at(suite, ("experiments", ei), why)
+        return final_cells_for(cell, src, cells), [as_template(cell, src)]
+    matches = trained_cells_for(cell, src, cells)
+    if not matches:
+        raise suite_error_at(
+            suite,
+            ("experiments", ei),
+            (
+                f"experiment {src!r} has no trained cell of variant {cell.variant!r}, model d_model "
+                f"{cell.model.d_model} x {cell.model.n_layer} layers x {cell.model.n_head} heads, seed "
+                f"{cell.seed}; give this lm_eval experiment the same variants, models and seeds "
+                "(e.g. through the suite's defaults)"
+            ),
+        )
+    return matches, []
+
+
 def _link(cell: Cell, trained: Cell, spec: Any, tasks_hash: str) -> Cell:
     linked = dataclasses.replace(
         cell,
@@ -89,7 +130,8 @@ def _link(cell: Cell, trained: Cell, spec: Any, tasks_hash: str) -> Cell:
         spec=spec,
         key="",
         key_inputs={},
-        coords={**trained.coords, "from_experiment": trained.experiment},
+        # the trained cell's coordinates but its stage: the tuner plans the train experiment's stages alone
+        coords={**{k: v for k, v in trained.coords.items() if k != "stage"}, "from_experiment": trained.experiment},
     )
     if not cell.key:  # keys are not computed (``attnbench validate``)
         return linked
@@ -104,57 +146,44 @@ def _link(cell: Cell, trained: Cell, spec: Any, tasks_hash: str) -> Cell:
 
 def link_lm_eval_cells(suite: Suite, cells: list[Cell]) -> list[Cell]:
     """Replace each lm_eval cell by one cell per trained cell it evaluates (see the module
-    docstring); lm_eval cells go last so their checkpoints exist when they run. Raises
-    SuiteError naming the experiment when it matches no trained cell. Idempotent."""
+    docstring); lm_eval cells go last so their checkpoints exist when they run. A cell whose
+    source tunes stays as a template and is linked to the source's final cells planned so far
+    (plan/after_tuning.py): call again as more are planned. Raises SuiteError naming the
+    experiment when it can match no trained cell. Idempotent."""
     if not any(c.kind == "lm_eval" and "from_experiment" not in c.coords for c in cells):
         return cells
     base = suite.path.parent if suite.path else Path.cwd()
     index = {e.name: i for i, e in enumerate(suite.experiments)}
     hashes: dict[str, str] = {}
     out = [c for c in cells if c.kind != "lm_eval"]
+    linked = [c for c in cells if c.kind == "lm_eval" and "from_experiment" in c.coords]
+    seen = {_identity(c) for c in linked}
+    out += linked
     for cell in cells:
-        if cell.kind != "lm_eval":
-            continue
-        if "from_experiment" in cell.coords:
-            out.append(cell)
+        if cell.kind != "lm_eval" or "from_experiment" in cell.coords:
             continue
         ei, src = index[cell.experiment], cell.spec_as(LmEvalSpec).from_experiment
-        where = ("experiments", ei, "lm_eval", "from_experiment")
         problem = _source_error(suite, ei, src)
         if problem:
-            raise suite_error_at(suite, where, problem)
+            raise suite_error_at(suite, ("experiments", ei, "lm_eval", "from_experiment"), problem)
         spec = cell.spec_as(LmEvalSpec).resolved(base)
-        for folder in spec.include_path or []:
-            if not Path(folder).is_dir():
-                raise suite_error_at(
-                    suite,
-                    ("experiments", ei, "lm_eval", "include_path"),
-                    f"task folder {folder} does not exist (paths are relative to the suite file)",
-                )
-        for name, value in spec.paths.items():
-            if not Path(value).exists():
-                raise suite_error_at(
-                    suite,
-                    ("experiments", ei, "lm_eval", "paths", name),
-                    f"file {value} does not exist (paths are relative to the suite file)",
-                )
-        matches = trained_cells_for(cell, src, cells)
-        if not matches:
-            raise suite_error_at(
-                suite,
-                ("experiments", ei),
-                (
-                    f"experiment {src!r} has no trained cell of variant {cell.variant!r}, model d_model "
-                    f"{cell.model.d_model} x {cell.model.n_layer} layers x {cell.model.n_head} heads, seed "
-                    f"{cell.seed}; give this lm_eval experiment the same variants, models and seeds "
-                    "(e.g. through the suite's defaults)"
-                ),
-            )
+        _check_paths(suite, ei, spec)
+        matches, templates = _trained(suite, ei, cell, src, cells)
+        out += templates
         key = json.dumps([spec.include_path, spec.paths])
-        if key not in hashes and cell.key:
+        if key not in hashes and cell.key and matches:
             hashes[key] = _inputs_hash(spec.include_path, spec.paths)
-        out.extend(_link(cell, t, spec, hashes.get(key, "")) for t in matches)
+        for t in matches:
+            new = _link(cell, t, spec, hashes.get(key, ""))
+            if _identity(new) not in seen:
+                seen.add(_identity(new))
+                out.append(new)
     return out
+
+
+def _identity(cell: Cell) -> tuple[str, str]:
+    """What makes a linked cell the same one: its key, or (unkeyed, at validate) the cell it reads."""
+    return cell.experiment, cell.key or repr(sorted(cell.coords.items()))
 
 
 # -- running ----------------------------------------------------------------------------

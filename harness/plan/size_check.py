@@ -1,0 +1,141 @@
+"""Every distinct model a suite's cells build (variant x model kind x ``ModelConfig``), checked
+before any cell runs: against each variant's declared constraints (``validate``, no torch),
+then built once, with no training (``validate``, unless --no-build, and the start of ``run``). A refused
+size is a ``ModelSizeError`` naming every refusal: variant, size and the reason."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from attnbench.contract.config import ModelConfig
+from attnbench.contract.variant import Variant
+from attnbench.errors import ModelSizeError, quoted, shortened
+from attnbench.plan.cells import Cell
+from attnbench.registry.loader import Registry
+
+# ModelConfig fields a size names only where they differ from ModelConfig's defaults
+_WHEN_CHANGED = ("mlp_ratio", "mlp_hidden", "dropout", "bias", "activation", "positions", "mlp")
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """One model a suite builds, and the experiments whose cells build it.
+
+    model_kind: "backbone" (the shared backbone around the variant's mixer) or "own" (the
+    variant's own model).
+    """
+
+    variant: str
+    model_kind: str
+    config: ModelConfig
+    experiments: tuple[str, ...]
+
+
+def model_sizes(cells: Iterable[Cell]) -> list[ModelSize]:
+    """The distinct models ``cells`` build, in first-use order. A cell whose spec has no
+    ``model_kind`` (lm_eval) builds none: it reads the checkpoints of train cells of the suite."""
+    found: dict[tuple[str, str, str], ModelSize] = {}
+    for cell in cells:
+        kind = getattr(cell.spec, "model_kind", None)
+        if kind is None:
+            continue
+        key = (cell.variant, kind, repr(cell.model))
+        seen = found.get(key)
+        experiments = seen.experiments if seen else ()
+        if cell.experiment not in experiments:
+            found[key] = ModelSize(cell.variant, kind, cell.model, (*experiments, cell.experiment))
+    return list(found.values())
+
+
+def _plain(options: Any) -> dict[str, Any]:
+    return dataclasses.asdict(options) if dataclasses.is_dataclass(options) and not isinstance(options, type) else {}
+
+
+def size_text(variant: Variant, config: ModelConfig) -> str:
+    """ "d_model 48, n_layer 2, n_head 16 (head_dim 3), context 64, vocab_size 256", then the
+    fields and options that differ from their defaults."""
+    c, default = config, ModelConfig()
+    parts = [
+        f"d_model {c.d_model}",
+        f"n_layer {c.n_layer}",
+        f"n_head {c.n_head} (head_dim {c.head_dim})",
+        f"context {c.context}",
+        f"vocab_size {c.vocab_size}",
+    ]
+    parts += [f"{name} {getattr(c, name)}" for name in _WHEN_CHANGED if getattr(c, name) != getattr(default, name)]
+    try:
+        defaults = _plain(variant.make_options(None))
+    except ValueError:  # options without defaults: every one is the suite's
+        defaults = {}
+    changed = {k: v for k, v in _plain(c.options).items() if k not in defaults or defaults[k] != v}
+    if changed:
+        parts.append("options " + ", ".join(f"{k}={v!r}" for k, v in changed.items()))
+    return ", ".join(parts)
+
+
+def stated_constraints(sizes: Iterable[ModelSize], registry: Registry) -> list[str]:
+    """One line per declared constraint of the variants ``sizes`` build ("name: rule (why)")."""
+    names = dict.fromkeys(s.variant for s in sizes)
+    return [f"{name}: {c.describe()}" for name in names for c in registry.get(name).constraints]
+
+
+def _broken_constraints(variant: Variant, config: ModelConfig) -> str | None:
+    broken = [why for c in variant.constraints if (why := c.broken_by(config)) is not None]
+    return "; ".join(broken) or None
+
+
+def _build_refusal(variant: Variant, size: ModelSize) -> str | None:
+    """None when the builder makes ``size`` (on the meta device, else on the CPU for a builder
+    that computes while it builds), else its error. The global RNG is left as it was."""
+    import torch  # building a model: only here, so that validate --no-build needs no torch
+
+    from attnbench.nn.backbone import Backbone
+
+    def error_on(device: str) -> Exception | None:
+        try:
+            with torch.device(device):
+                if size.model_kind == "own" and variant.build_model is not None:  # plan refuses own without one
+                    variant.build_model(size.config)
+                else:
+                    Backbone(size.config, variant.build_mixer)
+        except Exception as exc:  # a plugin's builder: its own error is the message
+            return exc
+        return None
+
+    with torch.random.fork_rng(devices=[]):
+        exc = error_on("meta")
+        if exc is not None:  # a builder that computes while it builds fails on meta: build it for real
+            exc = error_on("cpu")
+    if exc is None:
+        return None
+    return f"its builder refused: {type(exc).__name__}: {shortened(' '.join(str(exc).split()))}"
+
+
+def check_model_sizes(cells: Iterable[Cell], registry: Registry, *, build: bool) -> list[ModelSize]:
+    """The distinct models of ``cells``, each checked against its variant's declared
+    constraints and, when ``build``, built once (no forward, no training). Raises
+    ModelSizeError naming every refused size, not only the first."""
+    sizes = model_sizes(cells)
+    refused = []
+    for size in sizes:
+        variant = registry.get(size.variant)
+        why = _broken_constraints(variant, size.config)
+        if why is None and build:
+            why = _build_refusal(variant, size)
+        if why is not None:
+            own = " (its own model)" if size.model_kind == "own" else ""
+            refused.append(
+                f"variant {quoted(size.variant)}{own} at {size_text(variant, size.config)}, "
+                f"used by experiment(s) {', '.join(map(quoted, size.experiments))}: {why}"
+            )
+    if refused:
+        raise ModelSizeError(
+            f"{len(refused)} model size(s) refused before any cell runs:\n  - "
+            + "\n  - ".join(refused)
+            + "\nChange those experiments' models[] (d_model, n_head, ...) to sizes the variant "
+            "supports, or leave the variant out of them."
+        )
+    return sizes
