@@ -65,15 +65,29 @@ def test_a_seed_the_chosen_point_never_trains_is_refused(tmp_path, registry):
         expand_suite(suite, registry)
 
 
+def test_a_template_that_reads_nothing_is_said_at_the_end_of_a_run(tmp_path, registry):
+    """Before the choice every lm_eval cell is a template reading nothing: each is named with
+    the experiment whose final cell it waits for (a run prints these lines when it ends)."""
+    from attnbench.plan.after_tuning import unread
+
+    cells = expand_suite(load_suite(_suite(tmp_path)), registry)
+    assert unread(cells) == [
+        f"ev: softmax seed {s} scored no checkpoint: experiment 'text' trained no final cell of it "
+        "(its seeds stopped once decided, or its tuning chose nothing)"
+        for s in (0, 1)
+    ]
+
+
 def test_lm_eval_scores_the_chosen_points_final_cells_resumes_and_reports(tmp_path, registry):
     suite = load_suite(_suite(tmp_path))
     store_path = tmp_path / "s.sqlite"
     with Store(store_path) as store:
-        first = run_suite(suite, store, registry, device="cpu", out=io.StringIO())
+        first = run_suite(suite, store, registry, device="cpu", out=(log := io.StringIO()))
         again = run_suite(suite, store, registry, device="cpu", out=io.StringIO())
         runs = store.runs(suite="tuned-lm-eval")
         rows = {r["id"]: store.results(r["id"]) for r in runs if r["experiment"] == "ev"}
     assert first.not_done == [] and (first.cells, first.ran) == (6, 6)
+    assert "scored no checkpoint" not in log.getvalue()  # every template found its final cell
     assert (again.cells, again.ran, again.skipped) == (6, 0, 6)  # resumed by key: nothing runs again
     train = [r for r in runs if r["experiment"] == "text"]
     final = {r["cell_key"]: r for r in train if r["coords"]["stage"] == "final"}

@@ -75,3 +75,16 @@ def template_error(cell: Cell, source: TrainExperiment, cells: list[Cell]) -> st
             f"has no checkpoint to read; give this {cell.kind} experiment seeds among {seeds}"
         )
     return None
+
+
+def unread(cells: list[Cell]) -> list[str]:
+    """One line per template of ``cells`` that no planned cell reads for: its source's chosen
+    point never trained its seed (seeds added until decided stopped before it) or the source's
+    tuning chose nothing. Said at the end of a run, never dropped silently."""
+    linked = {(c.experiment, c.variant, c.seed, c.model.d_model, c.model.n_layer) for c in runnable(cells)}
+    return [
+        f"{c.experiment}: {c.variant} seed {c.seed} scored no checkpoint: experiment {c.coords[AWAITS]!r} "
+        f"trained no final cell of it (its seeds stopped once decided, or its tuning chose nothing)"
+        for c in cells
+        if awaiting(c) and (c.experiment, c.variant, c.seed, c.model.d_model, c.model.n_layer) not in linked
+    ]

@@ -25,7 +25,7 @@ from attnbench.errors import DistributedError
 from attnbench.experiments.base import CellOutcome
 from attnbench.experiments.registry import expand_suite, get_kind, newly_linked
 from attnbench.gate.verdicts import Verdict, cell_lengths, gate_variant
-from attnbench.plan.after_tuning import runnable
+from attnbench.plan.after_tuning import runnable, unread
 from attnbench.plan.cells import Cell
 from attnbench.plan.halving import next_cells, planned_total
 from attnbench.plan.requirements import require_packages
@@ -324,6 +324,8 @@ class _SuiteRun:
                 finalize = get_kind(group[0].kind).finalize
                 if finalize is not None:
                     finalize(group, self.store, self.dev)
+            for line in unread(self.cells):  # templates that found nothing to read: said, not dropped
+                print(f"note: {line}", file=self.out)
         return self.report
 
 
