@@ -288,3 +288,14 @@ def trained_cells_for(cell: Cell, source: str, cells: list[Cell]) -> list[Cell]:
         and t.seed == cell.seed
         and tuple(getattr(t.model, k) for k in SAME_MODEL) == dims
     ]
+
+
+def no_trained_cell_text(cell: Cell, source: str) -> str:
+    """Why ``cell`` (of an lm_eval or finetune experiment) reads nothing: ``source`` trains no
+    cell of its variant, model size and seed; and how to fix it."""
+    return (
+        f"experiment {source!r} has no trained cell of variant {cell.variant!r}, model d_model "
+        f"{cell.model.d_model} x {cell.model.n_layer} layers x {cell.model.n_head} heads, seed "
+        f"{cell.seed}; give this {cell.kind} experiment the same variants, models and seeds "
+        "(e.g. through the suite's defaults)"
+    )

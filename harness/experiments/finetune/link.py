@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata as md
 
-from attnbench.plan.cells import Cell, trained_cells_for
+from attnbench.plan.cells import Cell, no_trained_cell_text, trained_cells_for
 from attnbench.plan.halving import tuned_source_error
 from attnbench.plan.specs import FinetuneSpec, TrainExperiment
 from attnbench.plan.suite import Suite, suite_error_at
@@ -105,12 +105,7 @@ def link_finetune_cells(suite: Suite, cells: list[Cell]) -> list[Cell]:
             raise suite_error_at(
                 suite,
                 ("experiments", ei),
-                (
-                    f"experiment {src!r} has no trained cell of variant {cell.variant!r}, model d_model "
-                    f"{cell.model.d_model} x {cell.model.n_layer} layers x {cell.model.n_head} heads, seed "
-                    f"{cell.seed}; give this finetune experiment the same variants, models and seeds "
-                    "(e.g. through the suite's defaults)"
-                ),
+                no_trained_cell_text(cell, src),
             )
         for t in matches:
             bad = _fit_error(cell, t)

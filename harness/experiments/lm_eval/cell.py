@@ -37,7 +37,7 @@ from typing import Any
 from attnbench.contract.variant import Variant
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext, trained_run
 from attnbench.plan.after_tuning import as_template, final_cells_for, template_error, tuned_source
-from attnbench.plan.cells import Cell, trained_cells_for
+from attnbench.plan.cells import Cell, no_trained_cell_text, trained_cells_for
 from attnbench.plan.specs import LmEvalSpec
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.store.database import Result
@@ -113,12 +113,7 @@ def _trained(suite: Suite, ei: int, cell: Cell, src: str, cells: list[Cell]) -> 
         raise suite_error_at(
             suite,
             ("experiments", ei),
-            (
-                f"experiment {src!r} has no trained cell of variant {cell.variant!r}, model d_model "
-                f"{cell.model.d_model} x {cell.model.n_layer} layers x {cell.model.n_head} heads, seed "
-                f"{cell.seed}; give this lm_eval experiment the same variants, models and seeds "
-                "(e.g. through the suite's defaults)"
-            ),
+            no_trained_cell_text(cell, src),
         )
     return matches, []
 
