@@ -102,11 +102,7 @@ def link_finetune_cells(suite: Suite, cells: list[Cell]) -> list[Cell]:
             raise suite_error_at(suite, ("experiments", ei, "finetune", "from_experiment"), problem)
         matches = trained_cells_for(cell, src, cells)
         if not matches:
-            raise suite_error_at(
-                suite,
-                ("experiments", ei),
-                no_trained_cell_text(cell, src),
-            )
+            raise suite_error_at(suite, ("experiments", ei), no_trained_cell_text(cell, src))
         for t in matches:
             bad = _fit_error(cell, t)
             if bad:

@@ -110,11 +110,7 @@ def _trained(suite: Suite, ei: int, cell: Cell, src: str, cells: list[Cell]) -> 
         return final_cells_for(cell, src, cells), [as_template(cell, src)]
     matches = trained_cells_for(cell, src, cells)
     if not matches:
-        raise suite_error_at(
-            suite,
-            ("experiments", ei),
-            no_trained_cell_text(cell, src),
-        )
+        raise suite_error_at(suite, ("experiments", ei), no_trained_cell_text(cell, src))
     return matches, []
 
 
