@@ -15,12 +15,14 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 Point = Mapping[str, Any]  # a grid point: axis -> value
 Side = Literal["lower", "upper"]
 WORST = (math.inf, math.inf)
 _TOLERANCE = 1e-9  # relative: a point computed onto a bound counts as on it
+_SURE_FACTOR = 1.01  # at or above it, every 3-digit point's next point is a distinct 3-digit point
+_WALK_LIMIT = 100_000  # points walked to check a smaller factor (beyond: the planner's own guard)
 
 
 def _significant(x: float) -> float:
@@ -38,6 +40,14 @@ class GridWindow(BaseModel):
     factor: float | None = Field(default=None, gt=1, allow_inf_nan=False)
     bounds: list[float] = Field(min_length=2, max_length=2)  # [lower, upper]: no point is tried beyond them
 
+    @field_validator("start", "bounds", "factor", mode="before")
+    @classmethod
+    def _no_bools(cls, raw: Any) -> Any:
+        """YAML's true/false are not numbers here (pydantic would read them as 1.0 and 0.0)."""
+        if isinstance(raw, bool) or (isinstance(raw, list) and any(isinstance(v, bool) for v in raw)):
+            raise ValueError(f"{raw!r} holds true/false; give numbers (e.g. start: [1.0e-3, 3.0e-3])")
+        return raw
+
     @model_validator(mode="after")
     def _ordered(self) -> GridWindow:
         if not all(math.isfinite(v) and v > 0 for v in (*self.start, *self.bounds)):
@@ -53,7 +63,30 @@ class GridWindow(BaseModel):
         if self.factor is None:  # the start's own (geometric mean) ratio
             ratio = (self.start[-1] / self.start[0]) ** (1 / (len(self.start) - 1))
             object.__setattr__(self, "factor", float(f"{ratio:.4g}"))
+        stuck = self._stuck_point()
+        if stuck is not None:
+            raise ValueError(
+                f"factor {self.step():g} cannot move past {stuck:g}: to 3 significant digits the next point is "
+                f"{stuck:g} again, so the search could not go on; give a factor of at least {_SURE_FACTOR:g} "
+                "(e.g. 1.5 or 3)"
+            )
         return self
+
+    def _stuck_point(self) -> float | None:
+        """The first point, walking out from ``start`` to each bound, whose next point rounds
+        back onto it (a search that would re-plan the same point forever); None if there is none."""
+        if self.step() >= _SURE_FACTOR:
+            return None
+        edges: tuple[tuple[float, Side], ...] = ((self.start[0], "lower"), (self.start[-1], "upper"))
+        for value, side in edges:
+            for _ in range(_WALK_LIMIT):
+                nxt = self.beyond(value, side)
+                if nxt is None:
+                    break
+                if (nxt >= value) if side == "lower" else (nxt <= value):
+                    return value
+                value = nxt
+        return None
 
     def step(self) -> float:
         """The factor (resolved from ``start`` when not given)."""

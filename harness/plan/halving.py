@@ -58,6 +58,8 @@ def _widened(best: list[Cell], cells: list[Cell], windows: dict[str, GridWindow]
     tried = [dict(grid_point_of(c)) for c in cells]
     out = []
     for point in extensions(windows, dict(grid_point_of(best[0])), tried):
+        if point in tried:  # a point the rung has (never re-planned: the search goes on, not round)
+            continue
         changed = {k: v for k, v in point.items() if best[0].coords.get(k) != v}
         for c in best:
             out.append(rekey(c, spec=c.spec.model_copy(update=changed), coords={**c.coords, **changed}))
@@ -120,6 +122,29 @@ def next_cells(suite: Suite, cells: list[Cell], lookup: Lookup) -> list[Cell]:
     for (exp_name, *_), group in groups.items():
         exp, tuning = _tuned(experiments[exp_name])
         out += _advance_group(group, exp, tuning, lookup)
+    return out
+
+
+def nothing_chosen(cells: list[Cell], lookup: Lookup) -> list[str]:
+    """One line per tuned group whose last rung is stored with every point failed or diverged:
+    nothing was chosen there, so it has no final runs (the run says so; the report's tuning
+    trail lists each point's status)."""
+    groups: dict[tuple, list[Cell]] = {}
+    for c in cells:
+        if c.coords.get("stage") in ("tune", "final"):
+            groups.setdefault(group_key(c), []).append(c)
+    out = []
+    for (exp, variant, *_), group in groups.items():
+        if any(c.coords.get("stage") == "final" for c in group):
+            continue
+        rung = max(int(c.coords["rung"]) for c in group)
+        outcomes = [lookup(c.key) for c in group if int(c.coords["rung"]) == rung]
+        if outcomes and all(o is not None and math.isinf(val_loss(o)) for o in outcomes):
+            statuses = ", ".join(sorted({o[0] for o in outcomes if o is not None}))
+            out.append(
+                f"{exp}, {variant}: every tuning point of rung {rung} ended {statuses}, so nothing was chosen and "
+                "no final runs were trained; narrow the grid (e.g. smaller learning rates) and run again"
+            )
     return out
 
 

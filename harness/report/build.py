@@ -81,7 +81,7 @@ def build_report(data: StoreData) -> Report:
         *failed.get("train", []),
         *time_to_learn_sections(ran),
         *longcontext_sections(ran, palette),
-        *tuning_section(ran),
+        *tuning_section(data),  # a tuning whose every point failed says so: its experiment is not in ran
         *grid_section(ran),
         *battery_sections(ran, palette),
         *speed_sections(ran, palette),

@@ -27,7 +27,7 @@ from attnbench.experiments.registry import expand_suite, get_kind, newly_linked
 from attnbench.gate.verdicts import Verdict, cell_lengths, gate_variant
 from attnbench.plan.after_tuning import runnable, unread
 from attnbench.plan.cells import Cell
-from attnbench.plan.halving import next_cells, planned_total
+from attnbench.plan.halving import next_cells, nothing_chosen, planned_total
 from attnbench.plan.requirements import require_packages
 from attnbench.plan.seed_rounds import next_seed_cells, sequential
 from attnbench.plan.size_check import check_model_sizes
@@ -303,7 +303,9 @@ class _SuiteRun:
             return []
         self.take(self.executor.drain())
         wave = distributed.main_value(self._plan_wave)
-        self.cells += wave
+        known = {c.key for c in self.cells}
+        wave = list({c.key: c for c in wave if c.key not in known}.values())
+        self.cells += wave  # a wave with no new cell (whatever planned it) ends the run: no re-planning loop
         self.report.cells = len(runnable(self.cells))
         self.total = max(self.total, self.report.cells)
         return wave
@@ -325,6 +327,8 @@ class _SuiteRun:
                 if finalize is not None:
                     finalize(group, self.store, self.dev)
             for line in unread(self.cells):  # templates that found nothing to read: said, not dropped
+                print(f"note: {line}", file=self.out)
+            for line in nothing_chosen(self.cells, self._main_store().outcome):
                 print(f"note: {line}", file=self.out)
         return self.report
 
