@@ -37,7 +37,15 @@ from attnbench.experiments.train.setup import build_model
 from attnbench.nn.flops import model_facts
 from attnbench.plan.cells import Cell
 from attnbench.plan.scaling_spec import ScalingSpec
-from attnbench.power_laws import BOOT_DRAWS, BOOT_SEED, MIN_SCALING_SIZES, SATURATING, fit_scaling, too_few_sizes_text
+from attnbench.power_laws import (
+    BOOT_DRAWS,
+    BOOT_SEED,
+    MIN_SCALING_SIZES,
+    SATURATING,
+    ScalingFit,
+    fit_scaling,
+    too_few_sizes_text,
+)
 from attnbench.registry.identity import code_hash
 from attnbench.store.database import Result, Store
 from attnbench.store.provenance import device_name
@@ -117,6 +125,19 @@ def boot_seed(variant: str, x_name: str) -> int:
     return BOOT_SEED + zlib.crc32(f"{variant}/{x_name}".encode()) % 1_000_000
 
 
+def _fit_or_why(runs: list[dict[str, Any]], key: str, tags: dict[str, Any], seed: int) -> tuple[ScalingFit | None, str]:
+    """The fit of ``tags``' sizes and seed losses, or (None, why there is none): too few distinct
+    sizes (models of one parameter count are one size), or sizes and losses no law fits."""
+    distinct = len(set(tags["sizes"]))
+    if distinct < MIN_SCALING_SIZES:
+        unrecorded = any(r["status"] == "done" and r["summary"].get(key) is None for r in runs)
+        return None, (f"{key} not recorded by every run; " if unrecorded else "") + too_few_sizes_text(distinct)
+    try:
+        return fit_scaling(tags["sizes"], tags["seed_losses"], seed=seed, draws=BOOT_DRAWS), ""
+    except ValueError as exc:  # stored as why there is no fit, never raised at the end of a run
+        return None, f"no fit: {exc}"
+
+
 def power_law_rows(runs: list[dict[str, Any]], variant: str = "", margin: float | None = None) -> list[Result]:
     """One "power_law" row per x: both laws, the supported one's b (the row's value) and c
     with bootstrap intervals, residuals and the lack-of-fit test; or why there is no fit."""
@@ -134,14 +155,11 @@ def power_law_rows(runs: list[dict[str, Any]], variant: str = "", margin: float 
             "baseline": BASELINE,
             "exponent_margin": margin,
         }
-        if len(groups) < MIN_SCALING_SIZES:
-            unrecorded = any(r["status"] == "done" and r["summary"].get(key) is None for r in runs)
-            error = f"{key} not recorded by every run; " if unrecorded else ""
-            error += too_few_sizes_text(len(groups))
+        fit, error = _fit_or_why(runs, key, tags, boot_seed(variant, x_name))
+        if fit is None:
             rows.append(Result("power_law", None, "", {**tags, "law": None, "b": None, "c": None, "error": error}))
             continue
         seed = boot_seed(variant, x_name)
-        fit = fit_scaling(tags["sizes"], tags["seed_losses"], seed=seed, draws=BOOT_DRAWS)
         a, b, c, sse = (float(v) for v in fit.params())
         resid = fit.residuals()
         tags |= {

@@ -5,9 +5,9 @@ and the margin the exponent comparison uses (run by attnbench.experiments.scalin
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from attnbench.data.spec import DataSpec
 from attnbench.plan.base import Budget, ExperimentBase, TrainSpec, spec_as
@@ -21,11 +21,19 @@ class ScalingSpec(TrainSpec):
     ``tokens_per_param`` (tokens = k N) or ``flops_per_param`` (training FLOPs = k N)."""
 
     budget: Budget | None = None  # set per size from the rule; do not give it
-    tokens_per_param: float | None = Field(default=None, gt=0)
-    flops_per_param: float | None = Field(default=None, gt=0)
+    tokens_per_param: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    flops_per_param: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     # |b - b_baseline| within this margin reads "scales like <baseline>" (report/scaling.py);
     # None: only "steeper" / "shallower" where the interval excludes 0, else "undetermined"
-    exponent_margin: float | None = Field(default=None, gt=0)
+    exponent_margin: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @field_validator("tokens_per_param", "flops_per_param", "exponent_margin", mode="before")
+    @classmethod
+    def _no_bools(cls, raw: Any) -> Any:
+        """YAML's true/false are not numbers here (pydantic would read true as 1.0)."""
+        if isinstance(raw, bool):
+            raise ValueError(f"{raw!r} is not a number; give a finite positive number (e.g. 20)")
+        return raw
 
     @model_validator(mode="after")
     def _one_rule(self) -> ScalingSpec:

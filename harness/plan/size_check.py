@@ -14,6 +14,7 @@ from attnbench.contract.config import ModelConfig
 from attnbench.contract.variant import Variant
 from attnbench.errors import ModelSizeError, quoted, shortened
 from attnbench.plan.cells import Cell
+from attnbench.plan.scaling_spec import MIN_SCALING_SIZES
 from attnbench.registry.loader import Registry
 
 # ModelConfig fields a size names only where they differ from ModelConfig's defaults
@@ -138,4 +139,49 @@ def check_model_sizes(cells: Iterable[Cell], registry: Registry, *, build: bool)
             + "\nChange those experiments' models[] (d_model, n_head, ...) to sizes the variant "
             "supports, or leave the variant out of them."
         )
+    if build:
+        check_scaling_sizes(cells, registry)
     return sizes
+
+
+def _param_count(variant: Variant, model_kind: str, config: ModelConfig) -> int | None:
+    """Parameters of the model (built on the meta device: no memory, no RNG draw); None where
+    the builder refuses it there (the build check above names such sizes)."""
+    import torch
+
+    from attnbench.nn.backbone import Backbone
+
+    try:
+        with torch.device("meta"):
+            build = variant.build_model if model_kind == "own" else None
+            model = build(config) if build is not None else Backbone(config, variant.build_mixer)
+    except Exception:  # a plugin's builder: refused or computing while it builds; no count to compare
+        return None
+    return model.num_params()
+
+
+def check_scaling_sizes(cells: Iterable[Cell], registry: Registry) -> None:
+    """Each scaling experiment's models, per variant, have at least MIN_SCALING_SIZES distinct
+    parameter counts (models that differ only in n_head have one count: one size to the fit)."""
+    groups: dict[tuple[str, str], dict[str, tuple[str, ModelConfig]]] = {}
+    for c in cells:
+        if c.kind == "scaling":
+            kind = str(getattr(c.spec, "model_kind", "backbone"))
+            groups.setdefault((c.experiment, c.variant), {})[repr(c.model)] = (kind, c.model)
+    short = []
+    for (exp, name), models in groups.items():
+        variant = registry.get(name)
+        counts = [_param_count(variant, kind, config) for kind, config in models.values()]
+        distinct = sorted({n for n in counts if n is not None})
+        if None not in counts and len(distinct) < MIN_SCALING_SIZES:
+            short.append(
+                f"experiment {quoted(exp)}, variant {quoted(name)}: {len(models)} models, "
+                f"{len(distinct)} distinct parameter count(s) ({', '.join(f'{n:,}' for n in distinct)})"
+            )
+    if short:
+        raise ModelSizeError(
+            f"a scaling fit needs at least {MIN_SCALING_SIZES} sizes, and a size is a parameter count:\n  - "
+            + "\n  - ".join(short)
+            + "\nModels that differ only in n_head (or another setting that adds no parameter) are one size; "
+            "vary d_model or n_layer so that the models span a decade of parameters."
+        )

@@ -323,6 +323,13 @@ def _curves(rows: pd.DataFrame, rebuilt: dict) -> list[Curve]:
     return out
 
 
+def _usable_margin(value: Any) -> float | None:
+    """A stored margin the comparison can use, a finite positive number; else None (a store
+    written before the suite refused them may hold .inf or true)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return float(value) if ok else None
+
+
 def scaling_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
     runs = data.runs_of("scaling")
     if runs.empty:
@@ -333,7 +340,7 @@ def scaling_sections(data: StoreData, palette: figures.Palette) -> list[Section]
         rows = _sizes(_fitted_runs(runs[runs["experiment"] == exp], latest))
         tags = [t for _, by_x in latest.values() for t in by_x.values()]
         baseline = next((t["baseline"] for t in tags if t.get("baseline")), BASELINE)
-        margin = next((t["exponent_margin"] for t in tags if t.get("exponent_margin") is not None), None)
+        margin = next((m for t in tags if (m := _usable_margin(t.get("exponent_margin"))) is not None), None)
         section = Section(
             f"Scaling: {exp}",
             intro=(
