@@ -70,7 +70,8 @@ def build_report(data: StoreData) -> Report:
                 f"--store {data.path}), then make the report again"
             ),
         )
-        return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, [], [section, gate_section(data)])
+        shown = [section, gate_section(data)]  # rows skipped as damaged still show, under Problems
+        return Report(data.suite or EMPTY_SUITE, str(data.path), now, summary, find_problems(data), shown)
     palette = figures.make_palette(data.all_variants)
     ran, failed = without_failed(data), failed_sections(data)  # sections of the kinds the suite has, only
     sections: list[Section] = [

@@ -50,6 +50,8 @@ class StoreData:
     all_variants: list[str]
     # Earlier attempts at the suite's cells (retried failures, conflicting merged results).
     attempts: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Rows skipped because a JSON column could not be decoded: (table, row id, what was wrong).
+    damaged: list[tuple[str, int, str]] = field(default_factory=list)
 
     def runs_of(self, kind: str) -> pd.DataFrame:
         return self.runs[self.runs["kind"] == kind]
@@ -91,11 +93,22 @@ def _frame(db: sqlite3.Connection, sql: str, args: tuple[Any, ...] = ()) -> pd.D
     return pd.DataFrame([tuple(r) for r in cur.fetchall()], columns=columns)
 
 
-def _decode(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+def _decode(
+    frame: pd.DataFrame, columns: tuple[str, ...], table: str, damaged: list[tuple[str, int, str]]
+) -> pd.DataFrame:
+    """``frame`` with ``columns`` decoded; a row whose column is damaged (not a JSON object) is
+    dropped and noted in ``damaged`` as (table, its id, the columns), for Problems."""
+    bad: dict[Any, list[str]] = {}
     for col in columns:
-        decoded = [jsonsafe.loads(v) if isinstance(v, str) else {} for v in frame[col]]
-        frame[col] = pd.Series(decoded, index=frame.index, dtype=object)
-    return frame
+        decoded = [jsonsafe.loads_object(v) for v in frame[col]]
+        for idx, value in zip(frame.index, decoded, strict=True):
+            if value is None:
+                bad.setdefault(idx, []).append(col)
+        frame[col] = pd.Series([v or {} for v in decoded], index=frame.index, dtype=object)
+    ids = frame["id" if "id" in frame.columns else "run_id"]
+    for idx, cols in bad.items():
+        damaged.append((table, int(ids[idx]), f"{', '.join(cols)} not readable as a JSON object"))
+    return frame.drop(index=list(bad)) if bad else frame
 
 
 def _suite_ids(runs_sql: str) -> str:
@@ -138,15 +151,25 @@ def load_store(path: Path, suite: str | None) -> StoreData:
                 f"{', '.join(suites)} (pass one with --suite)"
             )
         where, args = "suite = ?", (suite,)
-        runs = _decode(_frame(db, f"SELECT * FROM runs WHERE {where} ORDER BY id", args), _JSON_RUN_COLUMNS)
+        damaged: list[tuple[str, int, str]] = []
+        runs = _decode(
+            _frame(db, f"SELECT * FROM runs WHERE {where} ORDER BY id", args), _JSON_RUN_COLUMNS, "runs", damaged
+        )
         metrics = _frame(
             db, f"SELECT * FROM metrics WHERE run_id IN ({_suite_ids(where)}) ORDER BY run_id, name, step", args
         )
         results = _decode(
             _frame(db, f"SELECT * FROM results WHERE run_id IN ({_suite_ids(where)}) ORDER BY run_id, rowid", args),
             ("tags",),
+            "results",
+            damaged,
         )
-        checks = _decode(_frame(db, "SELECT * FROM checks ORDER BY variant, created_at"), ("provenance",))
+        checks = _decode(
+            _frame(db, "SELECT rowid AS id, * FROM checks ORDER BY variant, created_at"),
+            ("provenance",),
+            "checks",
+            damaged,
+        ).drop(columns="id")
         attempts = (
             _frame(
                 db,
@@ -162,4 +185,7 @@ def load_store(path: Path, suite: str | None) -> StoreData:
         raise ReportError(f"cannot read results store {path}: {exc}") from exc
     finally:
         db.close()
-    return StoreData(path, suite, suites, runs, metrics, results, checks, migrations, all_variants, attempts)
+    kept = set(runs["id"]) if "id" in runs else set()
+    metrics = metrics[metrics["run_id"].isin(kept)] if "run_id" in metrics else metrics  # of skipped runs: dropped
+    results = results[results["run_id"].isin(kept)] if "run_id" in results else results
+    return StoreData(path, suite, suites, runs, metrics, results, checks, migrations, all_variants, attempts, damaged)

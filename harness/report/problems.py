@@ -41,6 +41,8 @@ def _attempts(data: StoreData) -> list[Problem]:
     runs = data.runs.set_index("cell_key")
     out = []
     for _, a in data.attempts.iterrows():
+        if a["cell_key"] not in runs.index:  # its run's row is damaged: listed by _damaged
+            continue
         r = runs.loc[a["cell_key"]]
         out.append(
             Problem(
@@ -222,11 +224,29 @@ def _gate(data: StoreData) -> list[Problem]:
     ]
 
 
+def _damaged(data: StoreData) -> list[Problem]:
+    """Store rows skipped because a JSON column could not be decoded (a truncated write, a hand edit)."""
+    out = []
+    for table, row_id, what in data.damaged:
+        where = f"results row of run {row_id}" if table == "results" else f"{table} row id {row_id}"
+        fix = "restore the store from a copy, or delete the row (sqlite3) and run the suite again to re-make it"
+        out.append(Problem("damaged store row", "", where, f"skipped: {what}", fix))
+    return out
+
+
 def find_problems(data: StoreData) -> list[Problem]:
     """Real faults: failed runs and points, failed gate checks, measurements under load."""
     if data.runs.empty:
-        return []
-    return _runs(data) + _attempts(data) + _points(data) + _load(data) + _mixed_precision(data) + _gate(data)
+        return _damaged(data)
+    return (
+        _damaged(data)
+        + _runs(data)
+        + _attempts(data)
+        + _points(data)
+        + _load(data)
+        + _mixed_precision(data)
+        + _gate(data)
+    )
 
 
 def find_notes(data: StoreData) -> list[Problem]:

@@ -177,7 +177,7 @@ class Store:
     def outcome(self, cell_key: str) -> tuple[str, dict[str, Any]] | None:
         """A stored cell's status and summary; None when the key is not stored."""
         row = self._db.execute("SELECT status, summary FROM runs WHERE cell_key = ?", (cell_key,)).fetchone()
-        return None if row is None else (row["status"], jsonsafe.loads(row["summary"]))
+        return None if row is None else (row["status"], jsonsafe.loads_object(row["summary"]) or {})  # damaged: {}
 
     def save_run(self, run: RunRecord) -> int | None:
         """Store a cell with its metrics and results atomically; None if already stored.
@@ -230,7 +230,8 @@ class Store:
         if cell_key is not None:
             sql, args = sql + " WHERE cell_key = ?", (cell_key,)
         rows = self._db.execute(sql + " ORDER BY started_at, id", args)
-        return [dict(r, summary=jsonsafe.loads(r["summary"]), provenance=jsonsafe.loads(r["provenance"])) for r in rows]
+        decoded = (jsonsafe.decoded(dict(r), ("summary", "provenance")) for r in rows)
+        return [d for d in decoded if d is not None]
 
     def runs(self, suite: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
         sql, args = "SELECT * FROM runs WHERE 1=1", []
@@ -239,13 +240,8 @@ class Store:
         if kind is not None:
             sql, args = sql + " AND kind = ?", args + [kind]
         rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
-        out = []
-        for r in rows:
-            d = dict(r)
-            for key in ("coords", "config", "provenance", "summary"):
-                d[key] = jsonsafe.loads(d[key])
-            out.append(d)
-        return out
+        decoded = (jsonsafe.decoded(dict(r), ("coords", "config", "provenance", "summary")) for r in rows)
+        return [d for d in decoded if d is not None]  # a damaged row is skipped (the report lists it)
 
     def metrics(self, run_id: int, name: str | None = None) -> list[dict[str, Any]]:
         sql, args = "SELECT * FROM metrics WHERE run_id = ?", [run_id]
@@ -255,7 +251,7 @@ class Store:
 
     def results(self, run_id: int) -> list[dict[str, Any]]:
         rows = self._db.execute("SELECT * FROM results WHERE run_id = ? ORDER BY rowid", (run_id,))
-        return [dict(r, tags=jsonsafe.loads(r["tags"])) for r in rows]
+        return [d for r in rows if (d := jsonsafe.decoded(dict(r), ("tags",))) is not None]
 
     def suites(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT DISTINCT suite FROM runs ORDER BY suite")]
@@ -329,7 +325,7 @@ class Store:
             if variant is not None:
                 sql, args = sql + " WHERE c.variant = ?", [variant]
             rows = self._db.execute(sql, args)
-        return [dict(r, provenance=jsonsafe.loads(r["provenance"])) for r in rows]
+        return [d for r in rows if (d := jsonsafe.decoded(dict(r), ("provenance",))) is not None]
 
 
 def _insert_run(db: sqlite3.Connection, run: RunRecord) -> int:

@@ -38,3 +38,27 @@ def dumps(obj: Any) -> str:
 
 def loads(text: str) -> Any:
     return _restore(json.loads(text))
+
+
+def loads_object(text: Any) -> dict[str, Any] | None:
+    """A JSON column that holds an object: {} for SQL NULL; None where the text is damaged
+    (not JSON, or JSON that is not an object: a truncated write, a hand edit)."""
+    if text is None:
+        return {}
+    try:
+        value = _restore(json.loads(text)) if isinstance(text, (str, bytes)) else None
+    except (ValueError, RecursionError):  # json.JSONDecodeError is a ValueError
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def decoded(row: dict[str, Any], columns: tuple[str, ...]) -> dict[str, Any] | None:
+    """``row`` with each of ``columns`` decoded (``loads_object``); None where one is damaged:
+    readers skip such a row rather than fail on it (the report lists it under Problems)."""
+    out = dict(row)
+    for col in columns:
+        value = loads_object(out.get(col))
+        if value is None:
+            return None
+        out[col] = value
+    return out

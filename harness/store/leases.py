@@ -14,7 +14,13 @@ another driver finds the owner gone:
   or it is a zombie;
 - another machine: the owner is gone when its heartbeat is older than ``LEASE_TIMEOUT_S``
   (5 minutes). A driver holding leases writes its heartbeat every ``HEARTBEAT_S`` (30 s)
-  from a background thread, whatever its cells are doing.
+  from a background thread, whatever its cells are doing. A heartbeat more than
+  ``LEASE_TIMEOUT_S`` ahead of this machine's clock tells nothing (the clocks disagree by more
+  than the timeout): the lease counts as gone, so a clock skew never makes a driver wait
+  unbounded.
+
+A lease row that cannot be read (a process id or heartbeat that is not a number, a hand edit
+or a damaged store) counts as gone: the cell is taken over, never a traceback.
 
 A driver that finds a cell leased by a live owner takes other cells, then waits for the
 leased ones to be stored (``attnbench.run.runner``). Ended leases stay in the table: the
@@ -23,6 +29,7 @@ history of which process trained which cell."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import sqlite3
@@ -57,9 +64,17 @@ class Holder:
     pid: int
     host: str
     started_at: float
+    expires_at: float | None = None  # another machine's lease: LEASE_TIMEOUT_S after its last heartbeat
 
     def text(self) -> str:
-        return f"process {self.pid} on {self.host}, since {time.strftime('%H:%M:%S', time.localtime(self.started_at))}"
+        since = f"process {self.pid} on {self.host}, since {_clock(self.started_at)}"
+        if self.expires_at is None:
+            return since
+        return f"{since}; its lease expires at {_clock(self.expires_at)} unless that driver renews it"
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t)) if math.isfinite(t) else "an unknown time"
 
 
 def _read(path: str) -> str:
@@ -113,11 +128,30 @@ def process_alive(pid: int, process_start: str) -> bool:
     return state not in ("Z", "X") and (not process_start or start == process_start)
 
 
+def _number(value: Any) -> float | None:
+    """A lease row's number, or None where the row does not hold one (read as a gone owner)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
 def holder_alive(row: Any, owner: Owner, now: float) -> bool:
-    """Whether the owner of lease ``row`` is still there, as ``owner`` can tell (module docstring)."""
+    """Whether the owner of lease ``row`` is still there, as ``owner`` can tell (module
+    docstring); an unreadable row's owner is gone."""
+    pid, heartbeat = _number(row["pid"]), _number(row["heartbeat_at"])
+    if pid is None or heartbeat is None or pid != int(pid) or pid <= 0:
+        return False
     if row["host"] == owner.host and row["machine"] == owner.machine:
-        return process_alive(int(row["pid"]), row["process_start"])
-    return now - float(row["heartbeat_at"]) < LEASE_TIMEOUT_S
+        return process_alive(int(pid), str(row["process_start"] or ""))
+    return -LEASE_TIMEOUT_S <= now - heartbeat < LEASE_TIMEOUT_S  # far in the future: clocks disagree
+
+
+def _holder(row: Any, owner: Owner) -> Holder:
+    """The live owner of lease ``row`` (``holder_alive``), as a waiting driver names it."""
+    started, heartbeat = _number(row["started_at"]), _number(row["heartbeat_at"])
+    remote = not (row["host"] == owner.host and row["machine"] == owner.machine)
+    expires = heartbeat + LEASE_TIMEOUT_S if remote and heartbeat is not None else None
+    return Holder(int(row["pid"]), str(row["host"]), math.nan if started is None else started, expires)
 
 
 def _mine(row: Any, owner: Owner) -> bool:
@@ -141,7 +175,7 @@ def claim(db: sqlite3.Connection, cell_key: str, owner: Owner, *, settled: bool)
         if _mine(row, owner):
             return CLAIMED
         if holder_alive(row, owner, now):
-            return Holder(int(row["pid"]), row["host"], float(row["started_at"]))
+            return _holder(row, owner)
         db.execute("UPDATE leases SET ended_at = ?, ending = 'expired' WHERE id = ?", (now, row["id"]))
     db.execute(
         "INSERT INTO leases (cell_key, pid, host, machine, process_start, started_at, heartbeat_at) "
