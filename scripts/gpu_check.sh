@@ -35,6 +35,10 @@
 # kernel: fla against SDPA is opt-in, one device call of its own (first use compiles for minutes):
 # --steps env,fla,report.
 set -euo pipefail
+case "${1:-}" in  # OUT (the first argument) is relative to the caller's folder, not the checkout's
+  "" | -* | /*) ;;
+  *) set -- "$PWD/$1" "${@:2}" ;;
+esac
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 WHEELS="pydantic pydantic-core annotated-types typing-inspection typing-extensions fla-core setuptools"

@@ -208,15 +208,16 @@ def render(store: Store, cells: list[Cell], device: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from attnbench.experiments.registry import expand_suite
-    from attnbench.run.runner import run_suite
+    from attnbench.run.runner import prepare_run, run_suite
     from attnbench.store.database import Store
     from attnbench.store.provenance import device_name, resolve_device
 
     suite = bench_suite(args)
     registry = registry_with_warnings()
     dev = resolve_device(args.device or suite.device)
+    planned = prepare_run(suite, registry, device=args.device)  # every refusal (ATTNBENCH_HEAP, ...) creates nothing
     with Store(args.store) as store:
-        report = run_suite(suite, store, registry, device=args.device)
+        report = run_suite(suite, store, registry, device=args.device, cells=planned)
         cells = expand_suite(suite, registry, device=device_name(dev), corpus_hash=lambda spec: "")
         print(render(store, cells, device_name(dev)))
     print(f"\n{report.cells} cells, {report.ran} run, {report.skipped} already stored (store: {args.store})")
