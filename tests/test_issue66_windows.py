@@ -133,12 +133,28 @@ def test_every_tuning_point_diverged_the_run_and_the_report_say_nothing_was_chos
     suite = _suite(tmp_path, "{start: [300.0, 1000.0], factor: 3, bounds: [300.0, 1000.0]}")
     out = io.StringIO()
     with Store(tmp_path / "s.sqlite") as store:
-        run_suite(suite, store, registry, device="cpu", out=out)
+        report_ = run_suite(suite, store, registry, device="cpu", out=out)
         runs = store.runs("plan")
     assert {r["status"] for r in runs} == {"diverged"} and len(runs) == 2
     said = out.getvalue()
     assert "t, softmax: every tuning point of rung 0 ended diverged, so nothing was chosen" in said
     assert "no final runs were trained" in said
+    assert any("nothing was chosen" in line for line in report_.not_done)  # the run exits 1
     report = build_report(load_store(tmp_path / "s.sqlite", "plan"))
     tuning = next(s for s in report.sections if s.title.startswith("Tuning"))
     assert any("nothing was chosen and no final runs were trained" in n for n in tuning.notes)
+
+
+# -- unclear: a search point that diverged is named as one, and fails nothing -------------------
+
+
+def test_a_diverged_search_point_is_named_as_one_and_the_run_succeeds(tmp_path: Path, registry: Any) -> None:
+    suite = _suite(tmp_path, "{start: [3.0e-2, 1.0e-1], factor: 10, bounds: [1.0e-3, 1.0]}")
+    out = io.StringIO()
+    with Store(tmp_path / "s.sqlite") as store:
+        report = run_suite(suite, store, registry, device="cpu", out=out)
+        runs = store.runs("plan")
+    assert {r["coords"]["lr"]: r["status"] for r in runs if r["coords"]["stage"] == "tune"}[1.0] == "diverged"
+    assert {r["coords"]["lr"] for r in runs if r["coords"]["stage"] == "final"} == {0.1}
+    assert "tuning point lr=1 diverged" in out.getvalue() and "the search goes on" in out.getvalue()
+    assert report.not_done == []  # before: "t/softmax seed 0: diverged (...)", and exit 1

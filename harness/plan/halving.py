@@ -51,6 +51,11 @@ def grid_point_of(cell: Cell) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((k, v) for k, v in cell.coords.items() if k not in skip))
 
 
+def point_text(cell: Cell) -> str:
+    """A tuning cell's grid point as a reader names it: "lr=1, wd=0.1"."""
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in grid_point_of(cell)) or "-"
+
+
 def _widened(best: list[Cell], cells: list[Cell], windows: dict[str, GridWindow]) -> list[Cell]:
     """The cells of the points beyond ``best`` (the rung's best point's cells, one per tuning
     seed) on each window axis where it lies on an edge of the values tried (every rung of

@@ -27,7 +27,7 @@ from attnbench.experiments.registry import expand_suite, get_kind, newly_linked
 from attnbench.gate.verdicts import Verdict, cell_lengths, gate_variant
 from attnbench.plan.after_tuning import runnable, unread
 from attnbench.plan.cells import Cell
-from attnbench.plan.halving import next_cells, nothing_chosen, planned_total
+from attnbench.plan.halving import next_cells, nothing_chosen, planned_total, point_text
 from attnbench.plan.requirements import require_packages
 from attnbench.plan.seed_rounds import next_seed_cells, sequential
 from attnbench.plan.size_check import check_model_sizes
@@ -195,6 +195,9 @@ class _SuiteRun:
                 f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}: done, results stored, but {rec.error}"
             )
             print("[{}/{}] done, results stored, but: {}".format(*job.index, rec.error), file=self.out)
+        elif rec.status == "diverged" and job.cell.coords.get("stage") == "tune":  # data to the search, no fault
+            said = f"tuning point {point_text(job.cell)} diverged ({rec.error}): ranked last, the search goes on"
+            print("[{}/{}] {}".format(*job.index, said), file=self.out)
         elif rec.status != "done":
             name = f"{job.cell.experiment}/{job.cell.variant} seed {job.cell.seed}"
             first = self.said.setdefault(str(rec.error), name)  # a full disk fails every cell alike: said once
@@ -330,6 +333,7 @@ class _SuiteRun:
                 print(f"note: {line}", file=self.out)
             for line in nothing_chosen(self.cells, self._main_store().outcome):
                 print(f"note: {line}", file=self.out)
+                self.report.not_done.append(line)
         return self.report
 
 
