@@ -158,3 +158,17 @@ def test_a_diverged_search_point_is_named_as_one_and_the_run_succeeds(tmp_path: 
     assert {r["coords"]["lr"] for r in runs if r["coords"]["stage"] == "final"} == {0.1}
     assert "tuning point lr=1 diverged" in out.getvalue() and "the search goes on" in out.getvalue()
     assert report.not_done == []  # before: "t/softmax seed 0: diverged (...)", and exit 1
+
+
+# -- unclear: a bound note says what was tried --------------------------------------------------
+
+
+def test_a_bound_note_says_nothing_between_the_chosen_point_and_the_bound_was_tried() -> None:
+    from attnbench.report.grid import Edge, _bound_text
+
+    far = Edge("lr", "upper", (0.001, 0.003), 0.03, 3e297)  # factor 1e300 from 0.003
+    said = _bound_text(far, 0.003)
+    assert "next point (3e+297) would pass the declared upper bound 0.03" in said
+    assert "nothing between 0.003 and 0.03 was tried" in said and "smaller factor" in said
+    at = _bound_text(Edge("lr", "upper", (0.01, 0.03), 0.03, 0.09), 0.03)  # the search reached the bound
+    assert "nothing between" not in at and "widen the bounds" in at

@@ -8,6 +8,7 @@ search stopped at a declared bound: the note then names that bound."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ class Edge:
     side: str
     values: tuple[float, ...]  # the axis' grid values, ascending
     bound: float | None = None  # a search window's declared bound the search stopped at
+    beyond: float | None = None  # the point the search would have tried next, past that bound
 
     def text(self) -> str:
         if self.bound is not None:
@@ -69,7 +71,8 @@ def edges_of(sel: Selection) -> list[Edge]:
         window = windows.get(axis)
         side = stopped_at(window, axis, sel.point, sel.grid) if window is not None else None
         if side is not None and window is not None:
-            out.append(Edge(axis, side, values, window.bound(side)))
+            step = window.step() if side == "upper" else 1 / window.step()
+            out.append(Edge(axis, side, values, window.bound(side), float(v) * step))
         elif window is not None and float(v) not in (values[0], values[-1]):
             continue  # inside its search
         elif float(v) == values[0]:
@@ -161,6 +164,19 @@ def train_selections(data: StoreData) -> list[Selection]:
     return [s for exp in dict.fromkeys(train["experiment"]) for s in select(train[train["experiment"] == exp])]
 
 
+def _bound_text(e: Edge, chosen: float) -> str:
+    """Where a search stopped at a declared bound, and what between the chosen point and the bound
+    was not tried (a large factor can jump from the chosen point far past the bound)."""
+    bound = num(e.bound, 3)
+    said = f"searched until the next point ({num(e.beyond, 3)}) would pass the declared {e.side} bound {bound}"
+    if e.bound is None or math.isclose(chosen, e.bound, rel_tol=1e-9):
+        return f"{said}: the best may lie beyond it; widen the bounds to search further"
+    return (
+        f"{said}, so nothing between {num(chosen, 3)} and {bound} was tried: the best may lie there or beyond; "
+        "give a smaller factor to search up to the bound, or widen the bounds"
+    )
+
+
 def edge_notes(data: StoreData) -> list[Problem]:
     """One note per (experiment, variant) whose chosen point lies on a grid edge, or where its
     search stopped at a declared bound."""
@@ -171,13 +187,7 @@ def edge_notes(data: StoreData) -> list[Problem]:
             if e.bound is None:
                 kind, detail = EDGE_NOTE, f"{chose}: the best may lie beyond the grid, widen it"
             else:
-                kind, detail = (
-                    BOUND_NOTE,
-                    (
-                        f"{chose}, searched until the next point would pass the declared {e.side} bound "
-                        f"{num(e.bound, 3)}: the best may lie beyond it; widen the bounds to search further"
-                    ),
-                )
+                kind, detail = BOUND_NOTE, f"{chose}, {_bound_text(e, float(sel.point[e.axis]))}"
             out.append(Problem(kind, sel.label, f"{sel.experiment} ({sel.model_label})", e.text(), detail))
     return out
 
