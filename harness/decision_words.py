@@ -18,6 +18,13 @@ NO_INTERVAL = "no interval"  # the outcome code of protocol.interval: false
 NO_INTERVAL_REQUESTED = "no interval requested (protocol.interval: false)"
 BASELINE = "baseline"  # the baseline's own row
 
+# A decision on fresh seeds (report/replication.py).
+REPEATED = "repeated"
+REPLICATION_UNDETERMINED = "undetermined on fresh seeds"
+REVERSED = "reversed"
+NOT_REPEATED = "not repeated"
+NOT_REPLICATED = "not replicated"
+
 # Learned before compared (learning.py, report/learned.py).
 LEARNED = "learned"
 NOT_LEARNED = "not learned"
@@ -26,7 +33,7 @@ SPLIT = "learned on some seeds"  # the status code of a row whose seeds split
 LEARNED_ON = "learned on {k} of {n} seeds"
 UNKNOWN = "unknown"  # no null level stored
 NOT_LEARNED_AT_BUDGET = "not learned at this budget"
-BELOW_TRIGRAM = "below the trigram ({trigram}) on {k} of {n} seeds"
+BELOW_NGRAM = "below the {order} ({value}) on {k} of {n} seeds"  # text: the trigram and the 4-gram
 
 # The share of learned seeds (learning.py).
 LEARNS_ON_FEWER = "learns on fewer seeds"

@@ -211,7 +211,8 @@ def test_the_extension_reads_the_tuning_criterion(tmp_path, registry) -> None:
 
     def outcome(lr: float) -> tuple[str, dict[str, Any]]:
         accuracy = 0.3 if lr < 2e-3 else 0.5 if lr < 5e-3 else 0.9
-        return "done", {"val_loss": 2 + math.log10(lr), "val_accuracy": accuracy}
+        null = {"val_guess_accuracy": 0.2, "val_answers_total": 1000.0}  # every point beyond its null
+        return "done", {"val_loss": 2 + math.log10(lr), "val_accuracy": accuracy, **null}
 
     by_loss = _planned(_plan_suite(tmp_path, WINDOW), registry, outcome)
     assert _rung0(by_loss) == [0.000111, 0.000333, 0.001, 0.003]  # down to the lower bound 1e-4

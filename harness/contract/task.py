@@ -28,6 +28,7 @@ NULL_PREDICTORS = (
     "copy_by_rank",
     "copy_by_rank_and_position",
     "copy_by_offset",
+    "copy_by_layout",
 )
 
 

@@ -1,15 +1,17 @@
 """Null levels a trained model must clear, computed from a cell's data alone (counts, no training).
 
-Text: an evaluation split's cross-entropy under n-gram models fitted on the training split
-(unigram add-one; bigram and trigram interpolated Kneser-Ney, Chen & Goodman 1999, discount
-n1 / (n1 + 2 n2) per order, the lowest order mixed with uniform), all scoring the split's tokens
-from the third on. Tasks: the null level, the best accuracy of binding-free predictors fitted on
-the training examples (data/nulls.py) and of the task's declared level (``Task.guess_accuracy``,
-checked to be a float in [0, 1]), on each evaluation set's own examples.
+Text: the cross-entropy of n-gram models fitted on the training split (unigram add-one; bigram to
+4-gram interpolated Kneser-Ney, Chen & Goodman 1999, discount n1 / (n1 + 2 n2) per order, the
+lowest order mixed with uniform) on exactly the targets a model is scored on: its evaluation
+windows, each target seeing only its window's earlier tokens (the model's context limit).
+Tasks: the null level, the best accuracy of binding-free predictors fitted on the training examples
+(data/nulls.py) and of the task's declared level (``Task.guess_accuracy``, checked to be a float in
+[0, 1]), on each evaluation set's own examples.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 from collections.abc import Sequence
@@ -23,9 +25,13 @@ from attnbench.contract.task import Task, TaskBatch
 from attnbench.data.nulls import NullLevel, describe, fit_predictors, null_level
 from attnbench.errors import PluginError, quoted
 
-ORDERS = ("unigram", "bigram", "trigram")
-SMOOTHING = "unigram add-one; bigram and trigram interpolated Kneser-Ney (discount n1/(n1+2n2) per order)"
-_TEXT_CACHE: dict[tuple[str, int], dict[str, dict[str, float]]] = {}  # per corpus: its floors per split
+ORDERS = ("unigram", "bigram", "trigram", "4gram")
+MAX_ORDER = len(ORDERS)
+SMOOTHING = (
+    "unigram add-one; bigram to 4-gram interpolated Kneser-Ney (discount n1/(n1+2n2) per order), scored on the "
+    "model's own evaluation windows with its context limit"
+)
+_TEXT_CACHE: dict[tuple[str, int], NGramCounts] = {}  # per corpus: its n-gram counts
 _TASK_CACHE: dict[tuple[str, Task], list[tuple[str, Any, NullLevel]]] = {}  # per task data: its nulls per set
 
 
@@ -73,36 +79,115 @@ def _group_sum(groups: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.n
     return keys, np.bincount(inverse, weights=values).astype(np.float64)
 
 
+class NGramCounts:
+    """Counts of a training token stream for interpolated Kneser-Ney models up to ``order``: raw
+    n-gram counts for each top order, and continuation counts N1+(. h w) for the lower levels."""
+
+    def __init__(self, train: npt.ArrayLike, vocab_size: int, order: int = MAX_ORDER) -> None:
+        x = np.asarray(train, dtype=np.int64)
+        if len(x) < order:
+            raise ValueError(f"n-gram floors need at least {order} training tokens")
+        self.V, self.order, self.n_train = int(vocab_size), order, len(x)
+        self.raw = {j: _Counts.of(_grams(x, j, self.V)) for j in range(1, order + 1)}  # c(h w)
+        # N1+(. h w): distinct left extensions of each j-gram, over the (j+1)-gram types
+        self.cont = {j: _Counts.of(self.raw[j + 1].keys % self.V**j) for j in range(1, order)}
+
+    def unigram(self, w: np.ndarray) -> np.ndarray:
+        """(Q,) add-one unigram probabilities."""
+        return (self.raw[1](w) + 1.0) / (self.n_train + self.V)
+
+    def probs(self, history: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """(Q,) P(w | history) under the interpolated Kneser-Ney model of order k + 1, ``history``
+        (Q, k) the k tokens before each scored ``w`` (Q,); the top level reads raw counts."""
+        top = history.shape[1] + 1
+        V = self.V
+        cont1 = self.cont[1]  # continuation unigram N1+(. w), interpolated with uniform
+        D1, total1 = _discount(cont1.counts), float(cont1.counts.sum())
+        p = np.maximum(cont1(w) - D1, 0.0) / total1 + D1 * len(cont1.keys) / total1 / V  # (Q,)
+        for j in range(2, top + 1):
+            grams = self.raw[j] if j == top else self.cont[j]
+            h = _pack(history[:, history.shape[1] - (j - 1) :], V)  # (Q,) the last j - 1 tokens
+            p = _level(grams, grams.keys // V, h * V + w, h, p)
+        return p
+
+
+def _grams(x: np.ndarray, n: int, V: int) -> np.ndarray:
+    """Every n-gram of ``x``, packed base V."""
+    keys = np.zeros(len(x) - n + 1, dtype=np.int64)
+    for i in range(n):
+        keys = keys * V + x[i : len(x) - n + 1 + i]
+    return keys
+
+
+def _pack(cols: np.ndarray, V: int) -> np.ndarray:
+    """(Q,) the rows of ``cols`` (Q, k) packed base V."""
+    keys = np.zeros(len(cols), dtype=np.int64)
+    for i in range(cols.shape[1]):
+        keys = keys * V + cols[:, i]
+    return keys
+
+
+def window_cross_entropy(counts: NGramCounts, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Nats per target of ``y`` (N, T) under each n-gram order, each target seeing only the tokens
+    a model scored on these windows sees: its window ``x`` (N, T) up to its own position (an order-n
+    model uses the last min(n - 1, t + 1) of them). The same targets and context limit as the model."""
+    N, T = x.shape
+    out = {"unigram": float(-np.mean(np.log(counts.unigram(y.reshape(-1)))))}
+    for order, name in enumerate(ORDERS[1:], start=2):
+        logs = []
+        for t in range(T):
+            k = min(order - 1, t + 1)  # history tokens available at position t
+            logs.append(np.log(counts.probs(x[:, t - k + 1 : t + 1], y[:, t])))  # (N,)
+        out[name] = float(-np.mean(np.concatenate(logs)))
+    return out
+
+
 def ngram_cross_entropy(train: npt.ArrayLike, test: npt.ArrayLike, vocab_size: int) -> dict[str, float]:
-    """Nats per token of ``test`` under unigram, bigram and trigram models fitted on ``train``."""
-    V = int(vocab_size)
-    x, y = np.asarray(train, dtype=np.int64), np.asarray(test, dtype=np.int64)
-    if len(x) < 3 or len(y) < 3:
+    """Nats per token of ``test`` (from its third token on, each seeing every earlier token) under
+    unigram to 4-gram models fitted on ``train``."""
+    y = np.asarray(test, dtype=np.int64)
+    if len(y) < 3:
         raise ValueError("n-gram floors need at least 3 training and 3 test tokens")
-    u, v, w = y[:-2], y[1:-1], y[2:]  # (Q,) each: the scored token w, its history (u, v)
-    unigram = (_Counts.of(x)(w) + 1.0) / (len(x) + V)  # add-one
-    bi_types = _Counts.of(x[:-1] * V + x[1:])  # raw bigram counts c(v w)
-    tri_types = _Counts.of((x[:-2] * V + x[1:-1]) * V + x[2:])  # raw trigram counts c(u v w)
-    # continuation unigram N1+(. w) over bigram types, interpolated with uniform
-    cont1 = _Counts.of(bi_types.keys % V)
-    D1, total1 = _discount(cont1.counts), float(cont1.counts.sum())
-    p1 = np.maximum(cont1(w) - D1, 0.0) / total1 + D1 * len(cont1.keys) / total1 / V  # (Q,)
-    bigram = _level(bi_types, bi_types.keys // V, v * V + w, v, p1)
-    cont2 = _Counts.of(tri_types.keys % (V * V))  # continuation bigram N1+(. v w)
-    p2 = _level(cont2, cont2.keys // V, v * V + w, v, p1)
-    trigram = _level(tri_types, tri_types.keys // V, (u * V + v) * V + w, u * V + v, p2)
-    return {name: float(-np.mean(np.log(p))) for name, p in zip(ORDERS, (unigram, bigram, trigram), strict=True)}
+    counts = NGramCounts(train, vocab_size)
+    scored = np.arange(2, len(y))  # (Q,) positions of the scored tokens
+    out = {"unigram": float(-np.mean(np.log(counts.unigram(y[scored]))))}
+    for order, name in enumerate(ORDERS[1:], start=2):
+        seen = np.minimum(order - 1, scored)  # (Q,) history tokens each scored token can use
+        logs = []
+        for h in np.unique(seen):
+            pos = scored[seen == h]  # (q,)
+            hist = np.stack([y[pos - int(h) + i] for i in range(int(h))], axis=1)  # (q, h)
+            logs.append(np.log(counts.probs(hist, y[pos])))
+        out[name] = float(-np.mean(np.concatenate(logs)))
+    return out
 
 
-def text_floors(data: Any) -> dict[str, dict[str, float]]:
+def targets_fingerprint(batches: Sequence[tuple[Any, Any]]) -> str:
+    """A short hash of evaluation windows (inputs and targets): a floor and a model value stand on
+    one line only where both carry the same one."""
+    h = hashlib.sha256()
+    for x, y in batches:
+        h.update(np.asarray(x, dtype=np.int64).tobytes() + np.asarray(y, dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def text_floors(data: Any, batch_size: int, seq_len: int, max_tokens: int) -> dict[str, dict[str, Any]]:
     """Per evaluation split of a text ``Corpus`` ("val", and "test" when it has one): nats per
-    token of each n-gram order. Cached per corpus (its sha256)."""
+    target of each n-gram order on exactly the windows a model is evaluated on (``eval_sets`` at
+    this batch size, length and token cap), and their ``targets`` fingerprint. Counts cached per corpus."""
     key = (data.sha256, data.vocab_size)
     if key not in _TEXT_CACHE:
-        train = data.train.numpy()
-        splits = {"val": data.val, **({"test": data.test} if data.test is not None else {})}
-        _TEXT_CACHE[key] = {s: ngram_cross_entropy(train, t.numpy(), data.vocab_size) for s, t in splits.items()}
-    return _TEXT_CACHE[key]
+        _TEXT_CACHE[key] = NGramCounts(data.train.numpy(), data.vocab_size)
+    counts = _TEXT_CACHE[key]
+    out: dict[str, dict[str, Any]] = {}
+    for es in data.eval_sets(batch_size, seq_len, max_tokens):
+        x = np.concatenate([np.asarray(b[0], dtype=np.int64) for b in es.batches])  # (N, T)
+        y = np.concatenate([np.asarray(b[1], dtype=np.int64) for b in es.batches])  # (N, T)
+        out[es.tags.get("split", "val")] = {
+            **window_cross_entropy(counts, x, y),
+            "targets": targets_fingerprint(es.batches),
+        }
+    return out
 
 
 def check_declared(task: Task, options: Any, value: object) -> float:

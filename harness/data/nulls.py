@@ -17,6 +17,11 @@ the example's inputs up to and including the scored position, as a causal model 
 * ``copy_by_rank_and_position``: the same with the table keyed by (r, scored position t),
   backing off to ``copy_by_rank`` for keys without training evidence.
 * ``copy_by_offset``: copy the input at t - d, d >= 0 chosen per rank r in training.
+* ``copy_by_layout``: the position-only Bayes rule: copy the input at the position j that most
+  often held the answer in training among examples of the same layout: the same number of
+  answers K (MQAR's pairs, shown by the key-value section before any query), rank r, position t
+  and position of the previous answer; backing off to ``copy_by_rank_and_position``, then
+  ``copy_by_rank``. It never looks a key up.
 
 A copy predictor whose source lies after the scored position (or has no training evidence)
 predicts nothing: no credit. The task's null level is the best of its predictors and of its
@@ -35,6 +40,7 @@ from attnbench.contract.task import IGNORE, NULL_PREDICTORS, TaskBatch
 
 MAX_TRAIN_EXAMPLES = 2048  # training examples a predictor is fitted on
 MAX_FIT_CELLS = 1 << 25  # ... and about this many (scored position, input position) pairs
+LAYOUT_MIN_SUPPORT = 10  # training matches a layout key needs before copy_by_layout trusts it
 _CHUNK = 1 << 22  # elements of one temporary (rows x T, or rows x T x answers) tensor
 DECLARED = "declared"  # the name of a task's declared level among the candidates
 DESCRIPTIONS = {
@@ -43,6 +49,7 @@ DESCRIPTIONS = {
     "copy_by_rank": "copy a fixed position per answer rank",
     "copy_by_rank_and_position": "copy a fixed position per (answer rank, position)",
     "copy_by_offset": "copy a fixed offset back per answer rank",
+    "copy_by_layout": "copy a fixed position per (answers in the example, rank, position, previous answer's position)",
 }
 assert tuple(DESCRIPTIONS) == NULL_PREDICTORS  # the contract names them (torch-free); this module fits them
 
@@ -67,13 +74,20 @@ class Scored:
     t: torch.Tensor  # (S,) position
     r: torch.Tensor  # (S,) rank among the example's scored positions
     y: torch.Tensor  # (S,) answer
+    k: torch.Tensor  # (S,) answers in the example (its layout: MQAR's number of pairs)
+    prev: torch.Tensor  # (S,) the previous answer's position + 1 (0 for the first answer)
 
 
 def scored(batch: TaskBatch) -> Scored:
     mask = batch.targets != IGNORE  # (N, T)
     rank = mask.long().cumsum(dim=1) - 1  # (N, T)
     n, t = mask.nonzero(as_tuple=True)  # (S,), (S,) row-major: ranks ascend within an example
-    return Scored(n, t, rank[n, t], batch.targets[n, t])
+    r = rank[n, t]  # (S,)
+    prev = torch.zeros_like(t)  # (S,)
+    if t.numel() > 1:
+        follows = r[1:] > 0  # (S - 1,) the same example's earlier answer precedes it
+        prev[1:] = torch.where(follows, t[:-1] + 1, torch.zeros_like(t[1:]))
+    return Scored(n, t, r, batch.targets[n, t], mask.sum(dim=1)[n], prev)
 
 
 def training_subset(train: TaskBatch) -> TaskBatch:
@@ -162,6 +176,7 @@ class _Table:
 
     keys: torch.Tensor  # (K,) int64, sorted
     src: torch.Tensor  # (K,) int64
+    support: torch.Tensor | None = None  # (K,) training matches of the winning source
 
     @classmethod
     def fit(cls, parts: list[tuple[torch.Tensor, torch.Tensor]], width: int) -> _Table:
@@ -177,7 +192,14 @@ class _Table:
         key, src = key[order], src[order]
         first = torch.ones_like(key, dtype=torch.bool)  # (U,)
         first[1:] = key[1:] != key[:-1]
-        return cls(key[first], src[first])
+        return cls(key[first], src[first], counts[order][first])
+
+    def evidence(self, query: torch.Tensor) -> torch.Tensor:
+        """(Q,) training matches behind each query key's source (0 where unseen)."""
+        if self.keys.numel() == 0 or self.support is None:
+            return torch.zeros_like(query)
+        i = torch.searchsorted(self.keys, query).clamp(max=self.keys.numel() - 1)  # (Q,)
+        return torch.where(self.keys[i] == query, self.support[i], torch.zeros_like(query))
 
     def lookup(self, query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(found (Q,) bool, source (Q,)) for each query key."""
@@ -206,12 +228,21 @@ def _copy_credit(batch: TaskBatch, s: Scored, found: torch.Tensor, j: torch.Tens
     return (ok & (pred == s.y)).double()
 
 
-def _code(table: str, r: torch.Tensor, t: torch.Tensor, j: torch.Tensor, T: int) -> torch.Tensor:
-    """(M,) key * T + source of each training match: key r (or (r, t)), source j (or t - j)."""
+def _layout_key(s: Scored, i: torch.Tensor | slice, T: int) -> torch.Tensor:
+    """(M,) the layout key (answers in the example, rank, position, previous answer's position)."""
+    return ((s.k[i] * T + s.r[i]) * T + s.t[i]) * (T + 1) + s.prev[i]
+
+
+def _code(table: str, s: Scored, i: torch.Tensor, j: torch.Tensor, T: int) -> torch.Tensor:
+    """(M,) key * T + source of each training match ``i``: key r, (r, t) or the layout, source j
+    (or t - j for the offset table)."""
+    r, t = s.r[i], s.t[i]  # (M,) each
     if table == "rank":
         return r * T + j
     if table == "rank_pos":
         return (r * T + t) * T + j
+    if table == "layout":
+        return _layout_key(s, i, T) * T + j
     return r * T + t - j  # offset
 
 
@@ -219,26 +250,42 @@ def _copy_predictors(train: TaskBatch, names: set[str]) -> dict[str, Credit]:
     """The copy predictors in ``names``, fitted in one pass over the training matches."""
     s = scored(train)
     T = train.inputs.size(1)
-    tables = {"rank"}  # copy_by_rank_and_position backs off to it
-    tables |= {"rank_pos"} if "copy_by_rank_and_position" in names else set()
+    most = int(s.k.max()) if s.k.numel() else 0
+    layout = "copy_by_layout" in names and (most + 1) * T**4 * (T + 1) < 2**62  # int64 codes
+    tables = {"rank"}  # copy_by_rank_and_position and copy_by_layout back off to it
+    tables |= {"rank_pos"} if names & {"copy_by_rank_and_position", "copy_by_layout"} else set()
     tables |= {"offset"} if "copy_by_offset" in names else set()
-    parts: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {"rank": [], "rank_pos": [], "offset": []}
+    tables |= {"layout"} if layout else set()
+    parts: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {
+        t: [] for t in ("rank", "rank_pos", "offset", "layout")
+    }
     for i, j in _matches(train, s):
-        r, t = s.r[i], s.t[i]  # (M,) each
         for table in tables:
-            parts[table].append(torch.unique(_code(table, r, t, j, T), return_counts=True))  # (U,), (U,)
+            parts[table].append(torch.unique(_code(table, s, i, j, T), return_counts=True))  # (U,), (U,)
     rank, rank_pos = _Table.fit(parts["rank"], T), _Table.fit(parts["rank_pos"], T)
-    offset = _Table.fit(parts["offset"], T)
+    offset, by_layout_table = _Table.fit(parts["offset"], T), _Table.fit(parts["layout"], T)
 
     def by_rank(batch: TaskBatch) -> torch.Tensor:
         e = scored(batch)
         return _copy_credit(batch, e, *rank.lookup(e.r))
 
-    def by_rank_and_position(batch: TaskBatch) -> torch.Tensor:
-        e = scored(batch)
+    def rank_and_position(e: Scored) -> tuple[torch.Tensor, torch.Tensor]:
         found, j = rank_pos.lookup(e.r * T + e.t)  # (S,) each
         found &= e.t < T  # a position past the training length is no key of the table
         back_found, back_j = rank.lookup(e.r)  # (S,) each: the backing-off table
+        return found | back_found, torch.where(found, j, back_j)
+
+    def by_rank_and_position(batch: TaskBatch) -> torch.Tensor:
+        e = scored(batch)
+        return _copy_credit(batch, e, *rank_and_position(e))
+
+    def by_layout(batch: TaskBatch) -> torch.Tensor:
+        e = scored(batch)
+        fits = (e.t < T) & (e.prev <= T)  # (S,) a layout the training length can key
+        query = torch.where(fits, _layout_key(e, slice(None), T), -1)  # (S,)
+        found, j = by_layout_table.lookup(query)  # (S,) each
+        found &= fits & (by_layout_table.evidence(query) >= LAYOUT_MIN_SUPPORT)  # else back off: too few to trust
+        back_found, back_j = rank_and_position(e)
         return _copy_credit(batch, e, found | back_found, torch.where(found, j, back_j))
 
     def by_offset(batch: TaskBatch) -> torch.Tensor:
@@ -246,7 +293,12 @@ def _copy_predictors(train: TaskBatch, names: set[str]) -> dict[str, Credit]:
         found, d = offset.lookup(e.r)  # (S,) each
         return _copy_credit(batch, e, found, e.t - d)
 
-    every = {"copy_by_rank": by_rank, "copy_by_rank_and_position": by_rank_and_position, "copy_by_offset": by_offset}
+    every = {
+        "copy_by_rank": by_rank,
+        "copy_by_rank_and_position": by_rank_and_position,
+        "copy_by_offset": by_offset,
+        "copy_by_layout": by_layout,
+    }
     return {k: v for k, v in every.items() if k in names}
 
 

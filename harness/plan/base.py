@@ -278,6 +278,10 @@ class Protocol(BaseModel):
     tuning: Tuning | None = None  # successive halving on few seeds and a short budget before the reported runs
     # seeds until decided, e.g. {min: 3, max: 10}; None: the experiment's fixed seeds list
     seeds: SeedRounds | None = None
+    # fresh seeds, e.g. [6, 7, 8, 9, 10, 11], on which every decided row (better, worse, equivalent) and its
+    # baseline are trained again once the decisions are made: each decision is then repeated, undetermined
+    # or reversed on seeds that took no part in choosing or deciding (attnbench replicate does it afterwards)
+    replicate: list[int] | None = Field(default=None, min_length=2)
     # time to learn: the validation level a run must first reach (accuracy for a task metric,
     # default 0.9 of the ceiling 1.0; a loss in nats per token for text, no default)
     learn_target: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -305,6 +309,19 @@ class Protocol(BaseModel):
             raise ValueError(
                 f"protocol.seeds takes seeds until decided as a mapping, e.g. {{min: 3, max: 10}}; a list of "
                 f"seeds belongs in the experiment's own seeds: (beside protocol:, e.g. seeds: {v})"
+            )
+        return v
+
+    @field_validator("replicate", mode="before")
+    @classmethod
+    def _fresh_seeds(cls, v: Any) -> Any:
+        """Distinct non-negative integer seeds (true/false would be read as 1 / 0)."""
+        if isinstance(v, list) and (
+            any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in v) or len(set(v)) < len(v)
+        ):
+            raise ValueError(
+                f"protocol.replicate takes distinct non-negative integer seeds, got {v}; "
+                "e.g. replicate: [6, 7, 8, 9, 10, 11]"
             )
         return v
 

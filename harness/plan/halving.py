@@ -8,9 +8,10 @@ an edge of the values tried on its axis, the next point beyond joins that rung (
 same budget) before any point goes on: the rung is decided once its best point is inside the
 window or stopped at a declared bound.
 
-The choice reads validation data only (``protocol.tuning.criterion``: loss by default). It is
-a pure function of stored outcomes, so a resumed run, another driver or a torchrun rank plans
-exactly the same cells."""
+The choice reads validation data only (``protocol.tuning.criterion``: loss by default; accuracy
+ranks only points beyond their null; near-ties within the tuning seeds' spread go to the lower
+rate: plan/tuning_choice.py). It is a pure function of stored outcomes, so a resumed run,
+another driver or a torchrun rank plans exactly the same cells."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from typing import Any
 
 from attnbench.plan.base import Budget, TrainSpec, Tuning
 from attnbench.plan.cells import Cell, rekey
-from attnbench.plan.grid_window import GridWindow, extensions, mean_score, score
+from attnbench.plan.grid_window import GridWindow, extensions
 from attnbench.plan.specs import AnyExperiment, TrainExperiment
 from attnbench.plan.suite import Suite
+from attnbench.plan.tuning_choice import rank, score_point
 
 # key -> (status, summary) of a stored cell, or None while it is not stored
 Lookup = Callable[[str], "tuple[str, dict[str, Any]] | None"]
@@ -85,10 +87,10 @@ def _advance_group(cells: list[Cell], exp: TrainExperiment, tuning: Tuning, look
     for c in current:
         by_point.setdefault(grid_point_of(c), []).append(c)
     criterion = tuning.criterion
-    means = {p: mean_score(score(criterion, *(outcomes[c.key] or (None, None))) for c in by_point[p]) for p in by_point}
-    if all(math.isinf(m[0]) for m in means.values()):
+    scored = [score_point(p, [outcomes[c.key] for c in by_point[p]], criterion) for p in by_point]
+    if all(math.isinf(s.mean) for s in scored):
         return []  # every point failed or diverged: nothing to choose, no final runs (the report says so)
-    ranked = sorted(by_point, key=lambda p: means[p])  # stable: on a tie the earlier point (never a new one) leads
+    ranked = [s.point for s in rank(scored)]  # best first; near-ties to the lower rate (plan/tuning_choice.py)
     wider = _widened(by_point[ranked[0]], cells, exp.windows())
     if wider:
         return wider

@@ -7,8 +7,9 @@ row goes past ``max``; a row stops where it or its baseline learned on no seed (
 made with a model that has not learned, so more seeds there could not decide anything); and a row
 whose seeds split across the null level goes on while the share test is undecided.
 
-The decision is the one the report prints: the group-sequential rule of attnbench.sequential on
-the paired test metric of the finished seeds. Like halving.next_cells it is a pure function of
+The decision is the one the report prints: attnbench.stats.paired (the group-sequential t of
+attnbench.sequential, the shape checks and the exact test) on the paired test metric of the
+finished seeds. Like halving.next_cells it is a pure function of
 stored outcomes, so a resumed run plans the same cells."""
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from attnbench.plan.cells import Cell, rekey
 from attnbench.plan.halving import Lookup, grid_point_of, group_key, val_loss
 from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import Suite
-from attnbench.sequential import UNDETERMINED, Design, decide_arrays
+from attnbench.sequential import UNDETERMINED, Design
+from attnbench.stats.paired import decide_paired
 
 HIGHER_IS_BETTER = {"loss": False, "accuracy": True}
 Row = tuple[Any, ...]  # (experiment, variant, model, options)
 
 
-def _chosen(cells: list[Cell], lookup: Lookup) -> list[Cell]:
+def chosen_cells(cells: list[Cell], lookup: Lookup) -> list[Cell]:
     """The cells of a row's chosen grid point: the lowest mean validation loss over its seeds."""
     by_point: dict[tuple, list[Cell]] = {}
     for c in cells:
@@ -106,11 +108,10 @@ def still_open(mine: Arm, base: Arm, design: Design, metric: str, margin: float 
         return False
     if SPLIT in (a.status, b.status):
         return not share_test(a.k, a.n, b.k, b.n, design.look_alpha(n)).decided
-    code, _, _ = decide_arrays(diffs.mean(), diffs.std(ddof=1), n, design, margin, higher)
-    return int(code) == UNDETERMINED
+    return decide_paired(diffs.tolist(), margin, higher, design).code == UNDETERMINED
 
 
-def _experiment_round(exp: TrainExperiment, cells: list[Cell], lookup: Lookup) -> list[Cell]:
+def seed_round(exp: TrainExperiment, cells: list[Cell], lookup: Lookup) -> list[Cell]:
     protocol = exp.protocol
     if protocol is None or protocol.seeds is None:
         return []
@@ -120,7 +121,7 @@ def _experiment_round(exp: TrainExperiment, cells: list[Cell], lookup: Lookup) -
     rows: dict[Row, list[Cell]] = {}
     for c in cells:
         rows.setdefault(group_key(c), []).append(c)
-    chosen = {row: _chosen(group, lookup) for row, group in rows.items()}
+    chosen = {row: chosen_cells(group, lookup) for row, group in rows.items()}
     out: dict[str, Cell] = {}
     for row, picked in chosen.items():
         if row[1] == protocol.baseline:
@@ -158,7 +159,7 @@ def next_seed_cells(suite: Suite, cells: list[Cell], lookup: Lookup) -> list[Cel
             continue  # a tuned row has not reached its final runs yet
         if not reported or any(lookup(c.key) is None for c in reported):
             continue  # this round is still running (or was refused): wait
-        out += _experiment_round(exp, reported, lookup)
+        out += seed_round(exp, reported, lookup)
     return out
 
 

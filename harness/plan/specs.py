@@ -126,6 +126,20 @@ class TrainExperiment(ExperimentBase):
             )
         return self
 
+    def _replication_possible(self, fresh: list[int], p: Protocol) -> None:
+        """Replication seeds must be fresh: none chose the point or decided the row."""
+        used = set(self.seeds) | set(p.tuning.seeds if p.tuning is not None else [])
+        if p.seeds is not None:
+            used |= set(range(p.seeds.max))
+        if used & set(fresh):
+            suggestion = [max(used) + 1 + i for i in range(len(fresh))]
+            raise ValueError(
+                f"protocol.replicate {fresh} reuses seed(s) {sorted(used & set(fresh))} that train, tune or may "
+                f"decide this experiment; give fresh seeds, e.g. replicate: {suggestion}"
+            )
+        if not p.interval:
+            raise ValueError("protocol.replicate repeats decisions, and protocol.interval: false makes none; drop one")
+
     @model_validator(mode="after")
     def _protocol_possible(self) -> TrainExperiment:
         p = self.protocol
@@ -172,6 +186,8 @@ class TrainExperiment(ExperimentBase):
             )
         if p.tuning is not None:
             self._tuning_possible(p, p.tuning)
+        if p.replicate is not None:
+            self._replication_possible(p.replicate, p)
         if p.learn_target is not None and p.metric == "accuracy" and p.learn_target > 1:
             raise ValueError(
                 f"protocol.learn_target {p.learn_target} is an accuracy here (metric: accuracy), which is at most "

@@ -12,7 +12,7 @@ import pandas as pd
 from attnbench.decision_words import BASELINE
 from attnbench.report.decision import TEST_TEXT, UNDETERMINED, Decision
 from attnbench.report.document import Section, Table
-from attnbench.report.floors import text_floors_text
+from attnbench.report.floors import STRONGER_ORDERS, text_floor, text_floors_text
 from attnbench.report.gate import gate_text
 from attnbench.report.grid import axis_name, edge_clause, edges_of
 from attnbench.report.learned import LEARNED_TEST_TEXT
@@ -38,6 +38,7 @@ from attnbench.report.ratios import (
     speed_rounds,
     speedup_at_longest,
 )
+from attnbench.report.replication import replication
 from attnbench.report.selection import Selection, select
 from attnbench.report.sequential import method_text
 from attnbench.report.values import (
@@ -142,12 +143,13 @@ def _row(
     baseline = next(iter(bases))
     lead = found[baseline]
     d, diffs = lead if lead is not None else (Decision(BASELINE, None, None, None, 0, margin), [])
+    fresh = replication(data, sel, bases[baseline], d, metric, margin, setting)
     loss = mean_ci(seed_values(data, sel, "loss", setting).values())
     acc = mean_ci(seed_values(data, sel, "accuracy", setting).values(), bounds=(0.0, 1.0))
     value = acc if metric == "accuracy" else loss
     gained = learned_of(data, sel, metric, setting)
     floors = text_floors_text(sel.runs["summary"], "test") if metric == "loss" else None
-    trigram = mean_ci(s.get("test_floor_trigram_loss") for s in sel.runs["summary"]).mean if metric == "loss" else None
+    stronger = {o: text_floor(sel.runs["summary"], o) if metric == "loss" else None for o in STRONGER_ORDERS}
     losses = seed_values(data, sel, "loss", setting).values()
     train_x, train_T = speedup_at_longest(speed["train_step"][0], sel.variant, baseline)
     dec_x, dec_T = speedup_at_longest(speed["decode"][0], sel.variant, baseline)
@@ -177,6 +179,11 @@ def _row(
         "margin": margin,
         "decision": d.outcome,
         "decision_text": d.text(decimals=DECIMALS),
+        "exact_p": d.exact_p,
+        "decision_why": d.why or None,
+        "replication": fresh and fresh.status,  # the decision on fresh seeds: repeated, reversed, ...
+        "replication_text": fresh and fresh.text(),
+        "replication_seeds": fresh and " ".join(str(x) for x in fresh.seeds),
         "value_mean": value.mean,
         "value_lo": value.lo,
         "value_hi": value.hi,
@@ -185,8 +192,9 @@ def _row(
         "floor": gained.floor and gained.floor.value,
         "floor_name": gained.floor and gained.floor.name,
         "floors": floors or (gained.floor.text() if gained.floor else None),
-        "trigram": trigram,  # text: the Kneser-Ney trigram's test loss, a stronger null than the bigram
-        "below_trigram": None if trigram is None else sum(v < trigram for v in losses),  # seeds, of loss_seeds
+        # text: the Kneser-Ney trigram's and 4-gram's test loss on the model's targets, stronger nulls than the bigram
+        **{order: value for order, value in stronger.items()},
+        **{f"below_{o}": None if v is None else sum(x < v for x in losses) for o, v in stronger.items()},  # seeds
         "loss_seeds": len(losses),
         "baseline": baseline,
         "diff_mean": d.mean,
@@ -215,6 +223,7 @@ def _row(
             f"Δ vs {name} [95% CI], n, decision": BASELINE if f is None else f[0].text(decimals=DECIMALS)
             for name, f in found.items()
         },
+        "replication on fresh seeds": fresh.text() if fresh else MISSING,
         "test loss": num(loss.mean),
         "test accuracy": num(acc.mean, 3),
         "null level (test)": raw["floors"] or MISSING,
@@ -271,7 +280,8 @@ def summary_table(data: StoreData) -> Table | None:
         f"numbers are on the test split, which took no part in that choice. Δ = variant - baseline "
         f"({' / '.join(baselines)}), one column per baseline, on the same seed (same batches in the same "
         f"order); decision: {method_text(data, TEST_TEXT)}; margins: {'; '.join(sorted(margins))}. Null level: "
-        "the bigram's cross-entropy for text (unigram / bigram / trigram shown), the best binding-free "
+        "the bigram's cross-entropy for text on the model's own targets (unigram / bigram / trigram / 4-gram "
+        "shown), the best binding-free "
         "predictor for tasks (measured on the same examples); "
         f"{LEARNED_TEST_TEXT}, else no decision (not learned). Speedups: the (first) "
         "baseline's mean time over its timing rounds / the variant's, at the longest T both timed, with a 95% "

@@ -1,20 +1,18 @@
 """Every paired comparison ends in a decision: better, worse, equivalent within a stated margin
-(two one-sided t tests, TOST), or undetermined.
-
-On the per-seed differences d = variant - baseline (n seeds), the paired t statistic with
-critical values that hold for normal and skewed differences (attnbench.sequential: one look of
-n seeds; Student t alone called skewed variants better or worse in 11-15% of null comparisons):
-  better / worse   the 95% interval of mean(d) excludes 0 (direction by the metric's sense);
-  equivalent       both one-sided 95% bounds lie inside (-margin, +margin): both one-sided tests
-                   at 5% reject |mean(d)| >= margin (Schuirmann 1987);
-  undetermined     neither: the run cannot tell, at this n and spread.
+(two one-sided tests, TOST), or undetermined, by the one rule of attnbench.stats.paired (read by
+the planner too): at least 6 paired seeds (an exact test can reach 5%), differences of a shape the
+calibrated t covers (no two groups, no skew beyond 2), the calibrated paired t, and the exact
+sign-flip test agreeing. On the per-seed differences d = variant - baseline (n seeds):
+  better / worse   the 95% interval of mean(d) excludes 0 (direction by the metric's sense), and
+                   the sign-flip p is at most 5%;
+  equivalent       both one-sided 95% bounds lie inside (-margin, +margin), and both one-sided
+                   exact tests of the margin agree (Schuirmann 1987);
+  undetermined     neither, or the seeds, the shape or the exact test stop it (the reason is kept).
 A difference that is both detected and inside the margin is reported as the difference
 (better / worse) with "within the margin" added."""
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,12 +26,14 @@ from attnbench.decision_words import (
     WITHIN_MARGIN,
     WORSE,
 )
+from attnbench.stats.exact import EXACT_TEXT
+from attnbench.stats.paired import decide_paired
 
 __all__ = ["BETTER", "EQUIVALENT", "TEST_TEXT", "UNDETERMINED", "WORSE", "Decision", "decide"]
 TEST_TEXT = (
-    "paired t on per-seed differences with critical values calibrated on normal and skewed differences "
-    "(95% interval for a difference; equivalence: two one-sided tests at 5%, each bound inside ±margin); "
-    + seq.ASSUMPTION_TEXT
+    "at least 6 paired seeds; paired t on per-seed differences with critical values calibrated on normal and "
+    "skewed differences (95% interval for a difference; equivalence: two one-sided tests at 5%, each bound "
+    f"inside ±margin), confirmed by the {EXACT_TEXT}; " + seq.ASSUMPTION_TEXT
 )
 
 
@@ -46,6 +46,8 @@ class Decision:
     n: int
     margin: float | None
     within_margin: bool = False  # the 90% interval lies inside ±margin
+    exact_p: float | None = None  # the sign-flip p (two-sided; equivalence: the larger one-sided p)
+    why: str = ""  # why a row with an interval is undetermined (too few seeds, shape, exact test)
 
     def text(self, unit: str = "", decimals: int | None = None) -> str:
         """e.g. "-0.56 [-0.61, -0.51], n=3, worse" or "+0.02 [-0.01, +0.05], n=3, equivalent within ±0.05"
@@ -56,7 +58,9 @@ class Decision:
         head = f"{self.mean:{fmt}}{unit}"
         if self.lo is not None and self.hi is not None:
             head += f" [{self.lo:{fmt}}, {self.hi:{fmt}}]"
-        return f"{head}, n={self.n}, {self.word()}"
+        exact = "" if self.exact_p is None else f", exact p={self.exact_p:.3g}"
+        why = f" ({self.why})" if self.why and self.outcome == UNDETERMINED else ""
+        return f"{head}, n={self.n}{exact}, {self.word()}{why}"
 
     def word(self) -> str:
         """The decision as printed: the outcome, "equivalent within ±margin", or a detected
@@ -77,18 +81,7 @@ def decide(
     """The decision on per-seed differences ``diffs`` (variant - baseline) at the look of
     len(diffs) seeds of ``design`` (None: fixed seeds, one look); the interval shown is the
     two-sided 95% one (a repeated one for a sequential design)."""
-    diffs = [float(d) for d in diffs if d is not None and math.isfinite(d)]
-    n = len(diffs)
-    if n == 0:
-        return Decision(UNDETERMINED, None, None, None, 0, margin)
-    mean = statistics.fmean(diffs)
-    design = design or seq.Design(n, n)
-    if n < max(2, design.min) or n > design.max:  # no look of the design at this n
-        return Decision(UNDETERMINED, mean, None, None, n, margin)
-    sd = statistics.stdev(diffs)
-    code, lo, hi = seq.decide_arrays(mean, sd, n, design, margin, higher_is_better)
-    within = False
-    if margin is not None:
-        half = design.t_crit(n, design.alpha, "one") * sd / math.sqrt(n)
-        within = -margin < mean - half and mean + half < margin
-    return Decision(_OUTCOME.get(int(code), UNDETERMINED), mean, float(lo), float(hi), n, margin, within)
+    o = decide_paired(diffs, margin, higher_is_better, design)
+    return Decision(
+        _OUTCOME.get(o.code, UNDETERMINED), o.mean, o.lo, o.hi, o.n, margin, o.within_margin, o.exact_p, o.reason
+    )

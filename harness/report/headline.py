@@ -12,7 +12,7 @@ import pandas as pd
 
 from attnbench.decision_words import (
     BASELINE,
-    BELOW_TRIGRAM,
+    BELOW_NGRAM,
     DECIDED_AT,
     DECIDED_ON_SHARE,
     DECIDED_WHERE_LEARNED,
@@ -27,6 +27,7 @@ from attnbench.report.comparison import summary_table
 from attnbench.report.decision import BETTER, EQUIVALENT, TEST_TEXT, WORSE
 from attnbench.report.document import Section
 from attnbench.report.figures import Palette
+from attnbench.report.floors import STRONGER_ORDERS
 from attnbench.report.learned import LEARNED, LEARNED_TEST_TEXT, NOT_LEARNED, SPLIT
 from attnbench.report.load import StoreData
 from attnbench.report.paired import NO_INTERVAL, NO_INTERVAL_TEXT
@@ -157,6 +158,12 @@ def _speed(
     return "train step " + ", ".join(parts) if parts else ""
 
 
+def _replicated(row: pd.Series) -> str:
+    """'; repeated on seeds 6-11 (...)' for a decided row: its decision on fresh seeds."""
+    text = row.get("replication_text")
+    return f"; {text}" if isinstance(text, str) and text else ""
+
+
 def _edge(row: pd.Series, lead: str = "; ") -> str:
     """The grid-edge clause of a summary row ('lr at the grid's upper edge: widen it'), led by ``lead``."""
     text = row.get("grid_edge_text")
@@ -164,12 +171,18 @@ def _edge(row: pd.Series, lead: str = "; ") -> str:
 
 
 def trigram_clause(row: pd.Series) -> str:
-    """'; below the trigram (2.098) on 3 of 3 seeds' for a text row: where the model stands against
-    the Kneser-Ney trigram, a stronger null than the bigram ('' without one)."""
-    if not is_number(row.get("trigram")) or not is_number(row.get("below_trigram")) or not row.get("loss_seeds"):
+    """'; below the trigram (1.947) on 0 of 6 seeds, below the 4gram (1.651) on 0 of 6 seeds' for a
+    text row: where the model stands against the Kneser-Ney trigram and 4-gram on its own targets,
+    stronger nulls than the bigram ('' without them)."""
+    if not row.get("loss_seeds"):
         return ""
-    k, n = int(row["below_trigram"]), int(row["loss_seeds"])
-    return "; " + BELOW_TRIGRAM.format(trigram=f"{row['trigram']:.3f}", k=k, n=n)
+    n = int(row["loss_seeds"])
+    parts = [
+        BELOW_NGRAM.format(order=o, value=f"{row[o]:.3f}", k=int(row[f"below_{o}"]), n=n)
+        for o in STRONGER_ORDERS
+        if is_number(row.get(o)) and is_number(row.get(f"below_{o}"))
+    ]
+    return "; " + ", ".join(parts) if parts else ""
 
 
 SEE_PROBLEMS = "see Problems"  # the renderers link it to the Problems list
@@ -207,7 +220,7 @@ def sentence(
             continue
         parts.append(
             f"{exp} {head['metric']} {_value(head['metric'], head['value_mean'])} ({head['decision_text']}"
-            f"{_further(head)}{_edge(head)})"
+            f"{_replicated(head)}{_further(head)}{_edge(head)})"
             + _by_setting(rows[rows["setting"] != "all test sets"])
             + f" [{budget_meaning(rows)}{trigram_clause(head)}]"
         )

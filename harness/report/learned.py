@@ -90,5 +90,5 @@ def gate(
     else:
         return decision
     if outcome == SPLIT:  # no mean or interval over two populations of seeds
-        return NotLearned(outcome, None, None, None, d.n, d.margin, False, reason)
-    return NotLearned(outcome, d.mean, d.lo, d.hi, d.n, d.margin, False, reason)
+        return NotLearned(outcome, None, None, None, d.n, d.margin, reason=reason)
+    return NotLearned(outcome, d.mean, d.lo, d.hi, d.n, d.margin, reason=reason)

@@ -46,7 +46,7 @@ def no_interval(diffs: list[float], margin: float | None) -> NoInterval:
     """The row of a protocol with ``interval: false``: the mean of the per-seed differences, no decision."""
     finite = tuple(float(d) for d in diffs if d is not None and math.isfinite(d))
     mean = statistics.fmean(finite) if finite else None
-    return NoInterval(NO_INTERVAL, mean, None, None, len(finite), margin, False, finite)
+    return NoInterval(NO_INTERVAL, mean, None, None, len(finite), margin, diffs=finite)
 
 
 def wants_interval(protocol: dict[str, Any]) -> bool:

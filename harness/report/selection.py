@@ -99,10 +99,15 @@ def _loss(summary: dict[str, Any]) -> float | None:
     return float(v) if isinstance(v, (int, float)) and is_number(v) else None
 
 
+UNREPORTED_STAGES = ("tune", "replicate")
+
+
 def reported_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs a comparison reads: every run but the tuning rungs of successive halving
-    (short budgets on few seeds; the survivor's runs at the full budget stand for it)."""
-    return runs[pd.Series([c.get("stage") != "tune" for c in runs["coords"]], index=runs.index, dtype=bool)]
+    (short budgets on few seeds; the survivor's runs at the full budget stand for it) and the
+    replication runs (fresh seeds that test the decision, never part of it)."""
+    keep = [c.get("stage") not in UNREPORTED_STAGES for c in runs["coords"]]
+    return runs[pd.Series(keep, index=runs.index, dtype=bool)]
 
 
 def select(runs: pd.DataFrame) -> list[Selection]:

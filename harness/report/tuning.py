@@ -11,7 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.plan.grid_window import GridWindow, edge_sides, line_values, mean_score, read_windows, score, stopped_at
+from attnbench.plan.grid_window import GridWindow, edge_sides, line_values, read_windows, stopped_at
+from attnbench.plan.tuning_choice import near_tie_text, rank, score_point
 from attnbench.report.document import Figure, Section, Table
 from attnbench.report.figures import make_palette
 from attnbench.report.load import StoreData
@@ -77,11 +78,17 @@ def _group_rows(exp: str, variant: str, runs: pd.DataFrame, protocol: dict[str, 
         at = tune[[int(c["rung"]) == rung for c in tune["coords"]]]
         later = {point_text(grid_point(c)) for c in tune["coords"] if int(c["rung"]) > rung} or final
         points = _by_point(at)
-        ranks = {
-            text: mean_score(score(criterion, s, m) for s, m in zip(sub["status"], sub["summary"], strict=True))
-            for text, (_, sub) in points.items()
+        scored = {
+            text: score_point(
+                tuple(sorted(point.items())),
+                list(zip(sub["status"], sub["summary"], strict=True)),
+                criterion,
+            )
+            for text, (point, sub) in points.items()
         }
-        for text in sorted(points, key=lambda t: ranks[t]):
+        order = [next(t for t, s in scored.items() if s is ps) for ps in rank(list(scored.values()))]
+        tie = near_tie_text(list(scored.values()))
+        for text in order:
             point, sub = points[text]
             loss = _mean([m.get("val_loss") for m in sub["summary"]])
             value = _mean([m.get(key) for m in sub["summary"]])
@@ -96,6 +103,9 @@ def _group_rows(exp: str, variant: str, runs: pd.DataFrame, protocol: dict[str, 
                     "seeds": len(sub),
                     "val_loss": loss if loss is not None else math.inf,
                     **({"val_accuracy": value} if criterion == "accuracy" else {}),
+                    "seed_spread": scored[text].spread if len(sub) > 1 else None,  # max - min of the seeds' scores
+                    **({"beyond_null": scored[text].learned} if criterion == "accuracy" else {}),
+                    "near_tie": tie if text == order[0] else None,
                     "status": ", ".join(failed) if failed else "done",
                     "added_by_search": any(a in point and float(point[a]) not in w.start for a, w in windows.items()),
                     "went_on": text in later,
@@ -158,7 +168,8 @@ def tuning_section(data: StoreData) -> list[Section]:
         return []
     raw = pd.DataFrame(rows)
     view = raw.assign(
-        **{k: [num(v) for v in raw[k]] for k in ("val_loss", "val_accuracy") if k in raw},
+        **{k: [num(v) for v in raw[k]] for k in ("val_loss", "val_accuracy", "seed_spread") if k in raw},
+        near_tie=[t if isinstance(t, str) else "" for t in raw["near_tie"]],
         went_on=["yes" if w else "" for w in raw["went_on"]],
         added_by_search=["yes" if a else "" for a in raw["added_by_search"]],
     )
@@ -179,8 +190,11 @@ def tuning_section(data: StoreData) -> list[Section]:
             intro=(
                 "Each rung trains every remaining grid point on the tuning seeds at its budget (a search window adds "
                 "points beyond an edge that is best, in the same rung); the best points by the tuning criterion "
-                "(mean validation loss unless the protocol names accuracy) go on at a larger budget, and the "
-                "survivor runs at the full budget on every seed (the runs the summary reports)."
+                "(mean validation loss; with the accuracy criterion, mean validation accuracy among the points "
+                "whose every seed is beyond its null, the others by loss) go on at a larger budget, and the "
+                "survivor runs at the full budget on every seed (the runs the summary reports). seed_spread is "
+                "the max - min of a point's seed scores; a point within that spread of the best mean is a "
+                "near-tie, and a near-tie goes to the lower rate (near_tie says where that decided the choice)."
             ),
             tables=tables,
             figures=[figure] if figure is not None else [],

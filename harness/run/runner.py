@@ -28,6 +28,7 @@ from attnbench.gate.verdicts import Verdict, cell_lengths, gate_variant
 from attnbench.plan.after_tuning import runnable, unread
 from attnbench.plan.cells import Cell
 from attnbench.plan.halving import next_cells, nothing_chosen, planned_total, point_text
+from attnbench.plan.replication import next_replication_cells, replicates
 from attnbench.plan.requirements import require_packages
 from attnbench.plan.seed_rounds import next_seed_cells, sequential
 from attnbench.plan.size_check import check_model_sizes
@@ -268,7 +269,7 @@ class _SuiteRun:
             distributed.main_value(lambda: self._main_store().release(cell.key, "refused"))
             self.report.not_done.append(
                 f"{cell.experiment}/{cell.variant} seed {cell.seed}: refused, failed checks "
-                f"{verdict.failed} (see `attnbench check {cell.variant}`; set allow_failed_checks: true "
+                f"{verdict.failed} (reproduce: `{verdict.command}`; set allow_failed_checks: true "
                 "in the suite to record its numbers marked as failing)"
             )
             return
@@ -302,7 +303,9 @@ class _SuiteRun:
 
     def next_wave(self) -> list[Cell]:
         """Store what is in flight, then plan the cells the stored outcomes make runnable."""
-        if not any(c.coords.get("stage") for c in self.cells) and not sequential(self.suite):
+        if not any(c.coords.get("stage") for c in self.cells) and not (
+            sequential(self.suite) or replicates(self.suite)
+        ):
             return []
         self.take(self.executor.drain())
         wave = distributed.main_value(self._plan_wave)
@@ -318,6 +321,7 @@ class _SuiteRun:
         wave = [
             *next_cells(self.suite, self.cells, self._main_store().outcome),
             *next_seed_cells(self.suite, self.cells, self._main_store().outcome),  # seeds until decided
+            *next_replication_cells(self.suite, self.cells, self._main_store().outcome),  # decisions on fresh seeds
         ]
         return wave + newly_linked(self.suite, [*self.cells, *wave]) if wave else []
 

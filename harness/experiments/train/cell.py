@@ -6,7 +6,7 @@ from attnbench import distributed
 from attnbench.contract.variant import Variant
 from attnbench.data.loading import load_corpus
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext
-from attnbench.experiments.train.floors import floor_rows, floor_summary
+from attnbench.experiments.train.floors import floor_rows, floor_summary, targets_summary
 from attnbench.experiments.train.loop import train_cell
 from attnbench.plan.cells import Cell
 
@@ -15,9 +15,9 @@ def run_train_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
     data = load_corpus(cell.data_spec(), ctx.registry)
     outcome = train_cell(cell, variant, data, ctx.device, ctx.progress, ctx.checkpoint_dir, ctx.live)
     if distributed.is_main():  # the null levels beside the evaluation rows
-        floors = floor_rows(data)
+        floors = floor_rows(data, cell)
+        outcome.summary |= targets_summary(outcome.results) | floor_summary(data, floors)
         outcome.results.extend(floors)
-        outcome.summary |= floor_summary(data, floors)
     if cell.protocol is not None:  # the choice rule and the splits, recorded with the result
         outcome.summary["protocol"] = {**cell.protocol, "splits": split_description(cell.data)}
     return outcome

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from attnbench.data.floors import targets_fingerprint
 from attnbench.nn.model import LanguageModel
 from attnbench.nn.precision import autocast_for
 from attnbench.plan.base import TrainSpec
@@ -39,13 +40,14 @@ def evaluate(
             count += int(scored.sum())
             correct += int((logits.argmax(-1) == y)[scored].sum())
         loss = nats / max(1, count)
-        rows.append(Result("loss", loss, "nats/token", dict(es.tags)))
+        tags = dict(es.tags) if es.scored == "answers" else {**es.tags, "targets": targets_fingerprint(es.batches)}
+        rows.append(Result("loss", loss, "nats/token", tags))
         if es.scored == "answers":
             rows.append(Result("accuracy", correct / max(1, count), "", dict(es.tags)))
             rows.append(Result("answers", float(count), "count", dict(es.tags)))  # n behind the accuracy
         else:
-            rows.append(Result("bpb", loss / math.log(2) / es.bytes_per_token, "bits/byte", dict(es.tags)))
-            rows.append(Result("ppl", math.exp(min(loss, 50.0)), "", dict(es.tags)))
+            rows.append(Result("bpb", loss / math.log(2) / es.bytes_per_token, "bits/byte", dict(tags)))
+            rows.append(Result("ppl", math.exp(min(loss, 50.0)), "", dict(tags)))
     task = getattr(data, "task", None)
     if task is not None and task.evaluate is not None:
         for e in task.evaluate(model, data.options, device, cell.seed):

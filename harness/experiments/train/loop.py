@@ -209,10 +209,14 @@ def _measured(
 
 
 def _answers_total(rows: list[Result]) -> dict[str, float]:
-    """``test_answers_total``: the answers scored over all test sets (the n behind the test
-    accuracy's per-seed exact test); none for text."""
-    counts = [r.value for r in rows if r.name == "answers" and r.tags.get("split") == "test" and r.value is not None]
-    return {"test_answers_total": float(sum(counts))} if counts else {}
+    """``val_answers_total`` and ``test_answers_total``: the answers scored over all sets of a split
+    (the n behind its accuracy's per-seed exact test: tuning reads val, decisions test); none for text."""
+    out = {}
+    for split in ("val", "test"):
+        counts = [r.value for r in rows if r.name == "answers" and r.tags.get("split") == split and r.value is not None]
+        if counts:
+            out[f"{split}_answers_total"] = float(sum(counts))
+    return out
 
 
 def _timed_step(

@@ -1,0 +1,104 @@
+"""Each decision on fresh seeds: the replication runs of a row (``stage: replicate``, planned by
+plan/replication.py or ``attnbench replicate``) are decided against the baseline's replication
+runs by the same rule, and the two decisions compared:
+  repeated        the fresh seeds give the same decision;
+  undetermined    they decide nothing at their n and spread;
+  reversed        they decide the opposite direction (better against worse);
+  not repeated    they decide otherwise without reversing it (equivalence where a difference was
+                  found, or a difference where equivalence was);
+  not replicated  the run trained no replication seeds for the row."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from attnbench.decision_words import (
+    BETTER,
+    EQUIVALENT,
+    NOT_REPEATED,
+    NOT_REPLICATED,
+    REPEATED,
+    REPLICATION_UNDETERMINED,
+    REVERSED,
+    WORSE,
+)
+from attnbench.report.decision import Decision
+from attnbench.report.load import StoreData
+from attnbench.report.paired import paired_decision
+from attnbench.report.selection import Selection, fixed_options
+from attnbench.report.values import grid_point, key_of
+
+DECIDED = (BETTER, WORSE, EQUIVALENT)
+
+
+@dataclass(frozen=True)
+class Replication:
+    """A decision and its replication on fresh seeds."""
+
+    status: str  # repeated | undetermined on fresh seeds | reversed | not repeated | not replicated
+    seeds: tuple[int, ...]
+    decision: Decision | None  # the replication's own decision (None: not replicated)
+
+    def text(self) -> str:
+        """'repeated on seeds 6-11 (+0.104 [+0.05, +0.16], n=6, exact p=0.031, worse)'."""
+        if self.decision is None:
+            return self.status
+        return f"{self.status} on seeds {seeds_text(self.seeds)} ({self.decision.text(decimals=3)})"
+
+
+def seeds_text(seeds: tuple[int, ...] | list[int]) -> str:
+    """'6-11' for a run of seeds, else '3, 5, 9'."""
+    s = sorted(seeds)
+    if s and s == list(range(s[0], s[-1] + 1)) and len(s) > 2:
+        return f"{s[0]}-{s[-1]}"
+    return ", ".join(str(x) for x in s)
+
+
+def replica_of(data: StoreData, sel: Selection) -> Selection | None:
+    """``sel``'s replication runs at its chosen point, as a Selection (None: there are none)."""
+    runs = data.runs_of("train")
+    want = key_of(sel.options)
+    keep = [
+        exp == sel.experiment
+        and variant == sel.variant
+        and coords.get("stage") == "replicate"
+        and int(coords.get("model", 0)) == sel.model
+        and grid_point(coords) == sel.point
+        and key_of(fixed_options(str(variant), coords, config)) == want
+        for exp, variant, coords, config in zip(
+            runs["experiment"], runs["variant"], runs["coords"], runs["config"], strict=True
+        )
+    ]
+    picked = runs[keep]
+    return None if picked.empty else dataclasses.replace(sel, runs=picked)
+
+
+def compare(original: Decision, fresh: Decision) -> str:
+    """The replication status of ``original`` given the ``fresh`` seeds' decision."""
+    if fresh.outcome == original.outcome:
+        return REPEATED
+    if {fresh.outcome, original.outcome} == {BETTER, WORSE}:
+        return REVERSED
+    return NOT_REPEATED if fresh.outcome in DECIDED else REPLICATION_UNDETERMINED
+
+
+def replication(
+    data: StoreData,
+    sel: Selection,
+    base: Selection | None,
+    original: Decision,
+    metric: str,
+    margin: float | None,
+    setting: dict[str, Any] | None = None,
+) -> Replication | None:
+    """The replication of ``sel``'s decision against ``base`` (None where nothing was decided)."""
+    if original.outcome not in DECIDED or base is None or base is sel:
+        return None
+    mine, theirs = replica_of(data, sel), replica_of(data, base)
+    if mine is None or theirs is None:
+        return Replication(NOT_REPLICATED, (), None)
+    fresh, _ = paired_decision(data, mine, theirs, metric, margin, setting)
+    seeds = tuple(sorted(set(int(s) for s in mine.runs["seed"]) & set(int(s) for s in theirs.runs["seed"])))
+    return Replication(compare(original, fresh), seeds, fresh)
