@@ -22,16 +22,21 @@ BUILTINS = ["additive", "future", "heinsen", "linear", "softmax", "windowed"]
 # variant -> the checks that must fail; every other check must pass or skip.
 CAUGHT_BY = {
     "leaky": {"no_future_leak_forward", "no_future_leak_backward", "leak_at_scale"},
-    "grad_leaky": {"no_future_leak_backward"},
+    # a gradient no value change explains: the finite differences see it too
+    "grad_leaky": {"no_future_leak_backward", "grad_finite_difference"},
     "drifty": {"incremental_equals_parallel", "incremental_at_scale"},
     "overflowy": {"finite_long_inputs", "leak_at_scale", "float64_at_scale"},
     # the float64 run builds the mixer a second time: different gains, different outputs
     "nondeterministic": {"deterministic", "float64_at_scale"},
-    "chunk_normalised": {"leak_at_scale"},  # causal at init scale, leaks at trained scale
+    # causal at init scale, leaks at trained scale; its backward treats the leaking max as a constant
+    "chunk_normalised": {"leak_at_scale", "grad_finite_difference"},
     "wrong_state_size": {"declared_facts"},
     "own_model_leaky": {"no_future_leak_forward"},  # the backbone with its mixer is fine
     "undeclared_aux": {"declared_facts"},
 }
+# checks a variant may fail besides: two runs of one nondeterministic float64 mixer differ, so its
+# finite differences are no derivative (whether they exceed the check's noise margin is chance)
+MAY_ALSO = {"nondeterministic": {"grad_finite_difference"}}
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +86,9 @@ def test_leak_only_at_trained_magnitudes_names_check_magnitude_and_position(brok
 def test_broken_variant_is_caught_by_exactly_the_right_check(broken_results, name):
     results = _by_check(broken_results[name])
     failed = {c for c, r in results.items() if r.status == "fail"}
-    assert failed == CAUGHT_BY[name], {c: r.detail for c, r in results.items()}
+    assert CAUGHT_BY[name] <= failed <= CAUGHT_BY[name] | MAY_ALSO.get(name, set()), {
+        c: r.detail for c, r in results.items()
+    }
     assert all(r.status in ("pass", "skip") for c, r in results.items() if c not in failed)
     for c in failed:
         r = results[c]
@@ -121,7 +128,7 @@ def test_contract_violations_are_errors_and_other_variants_still_checked(broken)
     )
     assert _by_check(results["raises"])["autocast_at_scale"].status == "skip"  # CPU: never builds
     for name, word in (
-        ("bad_shape", "shape (2, 9, 16) for input (2, 9, 32)"),
+        ("bad_shape", "shape (9, 9, 16) for input (9, 9, 32)"),  # one row per cut of T = 9, and the reference
         ("bad_dtype", "torch.float64 for a torch.float32 input"),
     ):
         by = _by_check(results[name])
@@ -165,6 +172,7 @@ def test_table_has_one_row_per_variant_and_column_per_check(broken_results):
         "incr@scale",
         "f64@scale",
         "grad@scale",
+        "grad-fd",
         "amp@scale",
     ]
     rows = {line.split()[0]: line for line in lines[1 : 1 + len(CAUGHT_BY)]}

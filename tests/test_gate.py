@@ -82,7 +82,7 @@ def test_check_command_table_and_exit_code(tmp_path):
     table = bad.stdout.splitlines()[1:4]  # header, then one row per variant in the order asked
     lines = {line.split()[0]: line for line in table}
     # softmax passes every check; the bf16/fp16 autocast check is skipped (and says so) on a CPU
-    assert lines["leaky"].split()[1] == "FAIL" and lines["softmax"].count("pass") == 10
+    assert lines["leaky"].split()[1] == "FAIL" and lines["softmax"].count("pass") == 11
     assert lines["softmax"].split()[-1] == "skip"
     assert "FAIL" in lines["overflowy"] and "1/3 variants passed every check" in bad.stdout
     good = run_cli("check", "softmax", "--store", store, env=env)

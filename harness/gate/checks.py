@@ -39,6 +39,7 @@ from attnbench.gate.common import (
     fmt,
 )
 from attnbench.gate.decode import check_declared_facts, check_incremental
+from attnbench.gate.finite_diff import FD_TOL, check_grad_finite_difference
 from attnbench.gate.gradients import GRAD_TOL, check_grad_float64_at_scale
 from attnbench.gate.leak import check_backward_leak, check_forward_leak
 from attnbench.gate.numeric import check_deterministic, check_finite
@@ -81,6 +82,7 @@ CHECKS: tuple[str, ...] = (
     "incremental_at_scale",
     "float64_at_scale",
     "grad_float64_at_scale",
+    "grad_finite_difference",
     "autocast_at_scale",
 )
 _FUNCS: dict[str, Check] = {
@@ -94,6 +96,7 @@ _FUNCS: dict[str, Check] = {
     "incremental_at_scale": check_incremental_at_scale,
     "float64_at_scale": check_float64_at_scale,
     "grad_float64_at_scale": check_grad_float64_at_scale,
+    "grad_finite_difference": check_grad_finite_difference,
     "autocast_at_scale": check_autocast_at_scale,
 }
 _SHORT = {
@@ -107,6 +110,7 @@ _SHORT = {
     "incremental_at_scale": "incr@scale",
     "float64_at_scale": "f64@scale",
     "grad_float64_at_scale": "grad@scale",
+    "grad_finite_difference": "grad-fd",
     "autocast_at_scale": "amp@scale",
 }
 DEFAULT_TIME_LIMIT_S = 300.0
@@ -332,7 +336,8 @@ def format_table(results: dict[str, list[CheckResult]], *, verbose: bool = False
         "amp per autocast dtype (CUDA: bf16 and fp16; a CPU: bf16 when it trains in it); grad@scale "
         "the worst parameter group's max|g - g64|/max|g64| over its bound (pass <= 1; bounds "
         + ", ".join(f"{k} {v:g}" for k, v in GRAD_TOL.items())
-        + ")"
+        + f"); grad-fd the worst group's float64 gradient against a float64 central difference along one "
+        f"direction, relative (tol {FD_TOL:g})"
     )
     for name, rs in results.items():
         for r in rs:

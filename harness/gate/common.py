@@ -31,7 +31,7 @@ FACTS_TOL = 0.0  # declared state elements must equal the measured ones exactly
 
 INPUT_SCALE = 10.0  # the finite check scales its unit-variance inputs by this
 LEAK_LENGTHS = (9, 40, 97)  # several lengths, none a power of two
-BACKWARD_LENGTHS = (24, 61)
+BACKWARD_LENGTHS = (24, 61, 97)  # 97: past a 64-token chunk edge
 INCREMENTAL_T = 320  # well past the 64-token chunk sizes and windows of the built-ins
 CHUNK_SIZES = (1, 3, 7, 64)  # 3 and 7 do not divide INCREMENTAL_T
 MIXED_SCHEDULE = (5, 1, 64, 2, 33)  # cycled: chunk boundaries at irregular positions

@@ -32,6 +32,7 @@ from attnbench.gate.common import (
     tokens,
     verdict,
 )
+from attnbench.gate.decode_lengths import decode_at_lengths
 from attnbench.nn.backbone import Backbone
 from attnbench.nn.model import LanguageModel
 
@@ -108,10 +109,20 @@ def check_incremental(ctx: CheckContext) -> CheckResult:
             for dev in (branch, rel_dev(first, ref[:, P : P + 7], scale)):
                 if is_worse(dev, worst):
                     worst, where = dev, f"{label}, stepping twice from the state saved at {P}"
+    probed, at, skipped = decode_at_lengths(ctx)
+    if is_worse(probed, worst):
+        worst, where = probed, at
+    lengths = (
+        f"; bare mixers stepped at the experiment lengths T={'/'.join(map(str, ctx.lengths))}, every position"
+        + (f" ({'; '.join(skipped)})" if skipped else "")
+        if ctx.lengths
+        else ""
+    )
     detail = (
         "".join(f"{r}; " for r in rules)
         + f"max |step logits - forward logits| / max |logits| = {fmt(worst)} at T={T}"
         + (f", worst at {where}" if where else "")
+        + lengths
         + "".join(f"; {n}" for n in notes)
     )
     return verdict(name, worst, INCREMENTAL_TOL, detail)
