@@ -13,8 +13,9 @@ Mamba2's A_log 7.8x and Gated DeltaNet's 4.8x further from float64 than fla's fp
 (tests/test_gate_gradients.py; docs/trust.md has the figures).
 ``decay_matrix`` sums the spanning pairs alone, so the scalar decays (Gated DeltaNet, Mamba2,
 RetNet) use it and never factorise; GLA's decay per key channel stays factorised (a (c, c, d_k)
-decay would cost d_k times more), its factors from float64, and its gradients measured no
-further from float64 than fla's fp32 recurrence.
+decay would cost d_k times more) for rows within e^-8 (``gla_kernel.GLA_SPAN``), its factors from
+float64; past it, pairwise: at strong gates the factorised gradients were 2-16x fla's fp32 error
+(issue 65), now within 2x (tests/test_gate_gla_strong.py).
 """
 
 from __future__ import annotations
@@ -65,13 +66,17 @@ def after_sums(g: torch.Tensor) -> torch.Tensor:
 
 
 def exact_past_span(
-    out: torch.Tensor, G_rows: torch.Tensor, exact: Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
+    out: torch.Tensor,
+    G_rows: torch.Tensor,
+    exact: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
+    span: float = FACTOR_SPAN,
 ) -> torch.Tensor:
     """``out`` (B, H, N, c, ...), computed factorised, with the rows whose log decay since the
     chunk's start, ``G_rows`` (B, H, N, c), fell below -FACTOR_SPAN taken from ``exact(at)``
     ((M, c, ...) for the chunks ``at`` = (b, h, n) indices that hold such a row). Each row keeps
-    one form or the other by its own span alone, never a later key's gate: causal to the bit."""
-    inside = G_rows >= -FACTOR_SPAN  # (B, H, N, c) rows whose factors stay in range
+    one form or the other by its own span alone, never a later key's gate: causal to the bit.
+    ``span``: the widest log decay kept factorised (GLA's gradients ask for less: ``GLA_SPAN``)."""
+    inside = G_rows >= -span  # (B, H, N, c) rows whose factors stay in range
     wide = ~inside[..., -1]  # (B, H, N) chunks with a row out of range (G falls along the chunk: the last one)
     if not wide.any():
         return out

@@ -8,7 +8,8 @@ A_ij = scale * sum_d q_id k_jd exp(G_id - G_jd) for j <= i. A decay per head wei
 (c, c) scores by its decay matrix (``decays.decay_matrix``); a decay per key channel takes one
 matmul of q e^G and k e^-G (G, e^G and e^-G from float64, each rounded once), and pairwise
 (c, c, d_k) exponents, all <= 0, for the rows whose decay since the chunk's start spans more
-than e^-30 (``FACTOR_SPAN``): no factor can overflow, whatever the decay. Across
+than e^-8 (``GLA_SPAN``): no factor can overflow, whatever the decay, and the log decays'
+gradients keep their digits at strong gates. Across
 chunks the state, S_{n+1} = diag(exp(G_c)) S_n + (K * exp(G_c - G))^T V, is carried by a
 loop over chunks.
 Computes in fp32 with autocast off (float64 when given float64); the caller's state is
@@ -21,6 +22,13 @@ import torch
 
 from attnbench.plugins.recurrent.common import causal, chunks, compute_dtype, state_dtype
 from attnbench.plugins.recurrent.decays import after_sums, decay_factors, decay_matrix, exact_past_span, segment_sums
+
+# Rows whose decay since the chunk's start spans more than e^-GLA_SPAN (their widest channel) take
+# the pairwise form: the factorised one's gradient of the log decays is a row sum less a column sum
+# that cancel, and at strong gates (T 100, chunk 7, log decays -4..-6 per step) it put gate_up's fp32
+# gradients 2-3x (16x in issue 65's case) further from float64 than fla's fp32 recurrence; past
+# e^-8, 0.9x (tests/test_gate_gla_strong.py). At default gates (temperature 16) no row gets there.
+GLA_SPAN = 8.0
 
 
 def gla_init_state(
@@ -69,7 +77,7 @@ def _channel_scores(
     qc: torch.Tensor, kc: torch.Tensor, gc: torch.Tensor, decays: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 ) -> torch.Tensor:
     """A_ij = sum_d q_id k_jd exp(G_id - G_jd) for j <= i, else 0: (B, H, N, c, c). One small
-    matmul per chunk, and the pairwise form for the rows whose own decay leaves FACTOR_SPAN: a
+    matmul per chunk, and the pairwise form for the rows whose own decay leaves GLA_SPAN: a
     row's path depends on its own span only, never on a later key's gate (causal to the bit).
     decays: G, e^G and e^-G (clamped at e^FACTOR_SPAN), (B, H, N, c, d_k), from float64."""
     c = qc.shape[3]
@@ -83,4 +91,4 @@ def _channel_scores(
         k_d = kc[at].transpose(-1, -2).unsqueeze(-2)  # (M, d_k, 1, c) k_jd
         return (q_d * pair_decay(gc[at]) * k_d).sum(dim=-3)
 
-    return exact_past_span(scores, G.amin(dim=-1), exact)  # (B, H, N, c, c) a row's span: its widest channel
+    return exact_past_span(scores, G.amin(dim=-1), exact, GLA_SPAN)  # (B, H, N, c, c) a row's span: its widest channel

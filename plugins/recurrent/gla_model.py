@@ -9,9 +9,8 @@ from torch import nn
 
 from attnbench import ModelConfig, mark_residual, merge_heads
 from attnbench.plugins.recurrent.common import HeadRMSNorm, full_precision_linear, require_fla
-from attnbench.plugins.recurrent.decays import FACTOR_SPAN
 from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_gla
-from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention, gla_init_state, pair_decay
+from attnbench.plugins.recurrent.gla_kernel import GLA_SPAN, gated_linear_attention, gla_init_state, pair_decay
 from attnbench.plugins.recurrent.gla_options import key_width, options_of
 
 
@@ -44,8 +43,8 @@ class GatedLinearAttention(nn.Module):
             "decode_kernel": "recurrent.gla_kernel.gated_linear_attention",
             "chunk_size": self.chunk_size,
         }
-        if self.kernel != "fla":  # ours: per chunk one matmul where its decay spans <= e^-FACTOR_SPAN
-            path["intra_chunk_scores"] = f"factorised within e^-{FACTOR_SPAN:g}, else pairwise"
+        if self.kernel != "fla":  # ours: per chunk one matmul where its decay spans <= e^-GLA_SPAN
+            path["intra_chunk_scores"] = f"factorised within e^-{GLA_SPAN:g}, else pairwise"
         return path
 
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:

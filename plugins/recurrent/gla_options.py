@@ -12,8 +12,8 @@ from attnbench.plugins.recurrent.checks import check_kernel, check_positive_int
 @dataclass(frozen=True)
 class GLAOptions:
     """chunk_size: positions per chunk. Scores inside a chunk are one matmul where its decay
-    spans at most e^-30 per channel, else c x c x d_k pairwise decays (``gla_kernel``); 16 keeps
-    that fallback to channels with gate logits below about -30 for 16 steps running. Train step
+    spans at most e^-8 per channel, else c x c x d_k pairwise decays (``gla_kernel.GLA_SPAN``); 16
+    keeps that fallback to gates whose log decays sum below -8 over 16 steps running. Train step
     time against chunk 16, one CPU thread (bench_gla_chunks.py at 21ac57f, 2026-11-27): chunk
     8 1.04x and 1.18x at d 64 / T 64 and d 128 / T 8192, chunk 64 0.92x and 0.95x. expand_k: key
     width over d_model. gate_rank, gate_temperature: the gate's low rank and tau. kernel: chunked
