@@ -15,6 +15,19 @@ def _length(raw: str) -> int:
     return value
 
 
+def _option(raw: str) -> tuple[str, object]:
+    """An argparse type: NAME=VALUE, the value read as YAML (as a suite's variant_options)."""
+    import yaml
+
+    name, sep, value = raw.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"{raw!r} is not NAME=VALUE (e.g. windows=[4,4])")
+    try:
+        return name.strip(), yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise argparse.ArgumentTypeError(f"{raw!r}: the value is not YAML ({exc})") from exc
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "check",
@@ -47,6 +60,14 @@ def add_parser(sub) -> None:
         "(as `attnbench run` does with each experiment's training length and the longest it evaluates or times)",
     )
     p.add_argument(
+        "--option",
+        type=_option,
+        action="append",
+        metavar="NAME=VALUE",
+        help="a variant option (as a suite's variant_options; repeatable): check the variant built with it, "
+        "as a run whose refusal names this command did",
+    )
+    p.add_argument(
         "--verbose", action="store_true", help="print each check's detail line (an error's exception chain included)"
     )
     p.set_defaults(func=run)
@@ -68,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
     autocast = None  # CUDA: the gate's default, bf16 and fp16
     if device.type == "cpu":
         autocast = ("bf16",) if resolve(device, args.precision).dtype == "bf16-autocast" else ()
+    raw_options = dict(args.option or [])
+    if raw_options and len(variants) != 1:
+        raise SystemExit("attnbench check: --option applies to one variant; name exactly one")
+    options = variants[0].make_options(raw_options) if raw_options else None  # ValueError names a bad key
     results = {}
     with Store(args.store) as store:
         for v in variants:
@@ -75,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
                 v,
                 store,
                 device,
+                options=options,
                 use_cache=not args.no_cache,
                 long_T=long_T,
                 time_limit_s=time_limit_s,

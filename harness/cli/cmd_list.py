@@ -13,17 +13,26 @@ from attnbench.store.database import Store
 
 
 def _gate_column(registry, store_path: str, device: str) -> dict[str, str]:
-    """'pass', 'FAIL: checks' or 'unchecked' for each variant's current code."""
+    """Each stored verdict of a variant's current code with what it covers ('pass (fixed lengths);
+    FAIL no_future_leak_forward (fixed lengths + T 64/2048)'), or 'unchecked'."""
     if not Path(store_path).is_file():
         return {}
-    from attnbench.gate.verdicts import cached_verdict  # torch: only when there are verdicts to read
+    from attnbench.gate.reproduce import coverage  # torch: only when there are verdicts to read
+    from attnbench.gate.verdicts import cached_verdict
     from attnbench.store.provenance import resolve_device
 
     dev = resolve_device(device)
     out = {}
     with Store(store_path) as store:
         for name, v in registry.variants.items():
-            verdict = cached_verdict(v, store, dev)
+            found = coverage(store_path, v, dev)
+            if found:
+                out[name] = "; ".join(
+                    ("pass" if status == "pass" else "FAIL: " + ",".join(failed)) + f" ({covers})"
+                    for status, failed, covers in found
+                )
+                continue
+            verdict = cached_verdict(v, store, dev)  # stored before verdicts named their settings
             out[name] = (
                 "unchecked" if verdict is None else ("FAIL: " + ",".join(verdict.failed) if verdict.failed else "pass")
             )

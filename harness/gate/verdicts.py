@@ -4,14 +4,15 @@ per code version, and `attnbench run` refuses numbers from a variant that failed
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from attnbench.contract.config import ModelConfig
 from attnbench.contract.variant import Variant
-from attnbench.gate.checks import CHECKS, CheckResult, default_config, gate_key_inputs, run_checks
+from attnbench.gate.checks import CHECKS, CheckResult, default_config, gate_autocast, gate_key_inputs, run_checks
+from attnbench.gate.reproduce import check_command, code_key, option_changes
 from attnbench.store.database import Store
 from attnbench.store.provenance import content_key, provenance
 
@@ -22,6 +23,7 @@ class Verdict:
     key: str
     results: list[CheckResult]
     cached: bool
+    command: str = ""  # the `attnbench check` command that reaches this verdict (issue 65)
 
     @property
     def failed(self) -> list[str]:
@@ -83,23 +85,34 @@ def gate_variant(
     use_cache: bool = True,
     **check_kwargs: Any,
 ) -> Verdict:
+    """The variant's verdict: cached in ``store`` under its key, else the checks run now. A
+    failed check's detail ends with the command that reproduces it (``Verdict.command``)."""
     config = gate_config(variant, options)
-    key = content_key(
-        gate_key_inputs(
-            variant,
-            device,
-            config=config,
-            **{k: v for k, v in check_kwargs.items() if k in ("long_T", "autocast", "lengths")},
-        )
+    keyed = {k: v for k, v in check_kwargs.items() if k in ("long_T", "autocast", "lengths")}
+    key = content_key(gate_key_inputs(variant, device, config=config, **keyed))
+    lengths = tuple(sorted(set(check_kwargs.get("lengths") or ())))
+    autocast = gate_autocast(device, check_kwargs.get("autocast"))
+    command = check_command(
+        variant, device, options, lengths=lengths, autocast=autocast, store=None if store is None else store.path
     )
     if store is not None and use_cache:
         cached = _from_rows(store.checks(gate_key=key))
         if cached is not None:
-            return Verdict(variant.name, key, cached, True)
-    results = run_checks(variant, device=device, config=config, **check_kwargs)
+            return Verdict(variant.name, key, cached, True, command)
+    results = [
+        r if r.ok else replace(r, detail=f"{r.detail}; reproduce: `{command}`")
+        for r in run_checks(variant, device=device, config=config, **check_kwargs)
+    ]
     if store is not None and _cacheable(results):
-        store.save_checks(key, variant.name, results, {**provenance(device), "gate_key": key})
-    return Verdict(variant.name, key, results, False)
+        settings = {
+            "code_key": code_key(variant, device),
+            "lengths": list(lengths),
+            "options": option_changes(variant, options),
+            "autocast": list(autocast),
+        }
+        meta = {**provenance(device), "gate_key": key, "gate_settings": settings}
+        store.save_checks(key, variant.name, results, meta)
+    return Verdict(variant.name, key, results, False, command)
 
 
 def cached_verdict(variant: Variant, store: Store, device: torch.device) -> Verdict | None:
