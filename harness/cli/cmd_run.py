@@ -18,6 +18,12 @@ from attnbench.run.executors import EXECUTORS, JOBS_ENV
 
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run a suite; cells already stored are skipped")
+    add_run_options(p)
+    p.set_defaults(func=run)
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options of ``run`` (``replicate`` runs a suite too, and takes them all)."""
     add_suite_arguments(p)
     add_store_option(p)
     p.add_argument("--variants", help="comma-separated variants to run (default: the suite's)")
@@ -64,7 +70,6 @@ def add_parser(sub) -> None:
         action="store_false",
         help="do not write the suite's report (reports/<suite>/ beside the store) at the end",
     )
-    p.set_defaults(func=run)
 
 
 def _workers(raw: str) -> int:

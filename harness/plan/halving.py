@@ -49,7 +49,7 @@ def group_key(cell: Cell) -> tuple[str, str, int, str]:
 
 
 def grid_point_of(cell: Cell) -> tuple[tuple[str, Any], ...]:
-    skip = {"variant", "model", "d_model", "n_layer", "seed", "stage", "rung", "battery"}
+    skip = {"variant", "model", "d_model", "n_layer", "seed", "stage", "rung", "battery", "replication"}
     return tuple(sorted((k, v) for k, v in cell.coords.items() if k not in skip))
 
 

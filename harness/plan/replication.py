@@ -22,6 +22,14 @@ from attnbench.stats.paired import decide_paired
 REPLICATE = "replicate"  # the stage of a replication cell
 
 
+def round_label(seeds: list[int] | tuple[int, ...]) -> str:
+    """'6-11' for a run of seeds, else '3, 5, 9': a replication round's name (its cells' coords)."""
+    s = sorted(seeds)
+    if s and s == list(range(s[0], s[-1] + 1)) and len(s) > 2:
+        return f"{s[0]}-{s[-1]}"
+    return ", ".join(str(x) for x in s)
+
+
 def decided(mine: Arm, base: Arm, metric: str, margin: float | None, design: Design | None) -> bool:
     """Whether the report decides this row (better, worse or equivalent) on its stored seeds."""
     higher = HIGHER_IS_BETTER[metric]
@@ -38,7 +46,7 @@ def decided(mine: Arm, base: Arm, metric: str, margin: float | None, design: Des
 def _replicas(picked: list[Cell], seeds: list[int]) -> list[Cell]:
     """The replication cells of a row's chosen point at ``seeds``."""
     template = picked[0]
-    coords = {k: v for k, v in template.coords.items() if k != "rung"}
+    coords = {k: v for k, v in template.coords.items() if k != "rung"} | {"replication": round_label(seeds)}
     return [rekey(template, seed=s, coords={**coords, "seed": s, "stage": REPLICATE}) for s in seeds]
 
 

@@ -181,9 +181,9 @@ def _row(
         "decision_text": d.text(decimals=DECIMALS),
         "exact_p": d.exact_p,
         "decision_why": d.why or None,
-        "replication": fresh and fresh.status,  # the decision on fresh seeds: repeated, reversed, ...
-        "replication_text": fresh and fresh.text(),
-        "replication_seeds": fresh and " ".join(str(x) for x in fresh.seeds),
+        # the decision on fresh seeds, per round: repeated, undetermined on fresh seeds, reversed, ...
+        "replication": "; ".join(r.status for r in fresh) or None,
+        "replication_text": "; ".join(r.text() for r in fresh) or None,
         "value_mean": value.mean,
         "value_lo": value.lo,
         "value_hi": value.hi,
@@ -223,7 +223,7 @@ def _row(
             f"Δ vs {name} [95% CI], n, decision": BASELINE if f is None else f[0].text(decimals=DECIMALS)
             for name, f in found.items()
         },
-        "replication on fresh seeds": fresh.text() if fresh else MISSING,
+        "replication on fresh seeds": "; ".join(r.text() for r in fresh) or MISSING,
         "test loss": num(loss.mean),
         "test accuracy": num(acc.mean, 3),
         "null level (test)": raw["floors"] or MISSING,

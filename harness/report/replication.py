@@ -24,6 +24,7 @@ from attnbench.decision_words import (
     REVERSED,
     WORSE,
 )
+from attnbench.plan.replication import round_label
 from attnbench.report.decision import Decision
 from attnbench.report.load import StoreData
 from attnbench.report.paired import paired_decision
@@ -45,19 +46,11 @@ class Replication:
         """'repeated on seeds 6-11 (+0.104 [+0.05, +0.16], n=6, exact p=0.031, worse)'."""
         if self.decision is None:
             return self.status
-        return f"{self.status} on seeds {seeds_text(self.seeds)} ({self.decision.text(decimals=3)})"
+        return f"{self.status} on seeds {round_label(self.seeds)} ({self.decision.text(decimals=3)})"
 
 
-def seeds_text(seeds: tuple[int, ...] | list[int]) -> str:
-    """'6-11' for a run of seeds, else '3, 5, 9'."""
-    s = sorted(seeds)
-    if s and s == list(range(s[0], s[-1] + 1)) and len(s) > 2:
-        return f"{s[0]}-{s[-1]}"
-    return ", ".join(str(x) for x in s)
-
-
-def replica_of(data: StoreData, sel: Selection) -> Selection | None:
-    """``sel``'s replication runs at its chosen point, as a Selection (None: there are none)."""
+def replicas_of(data: StoreData, sel: Selection) -> dict[str, Selection]:
+    """``sel``'s replication runs at its chosen point, one Selection per round (by its seeds' label)."""
     runs = data.runs_of("train")
     want = key_of(sel.options)
     keep = [
@@ -72,7 +65,8 @@ def replica_of(data: StoreData, sel: Selection) -> Selection | None:
         )
     ]
     picked = runs[keep]
-    return None if picked.empty else dataclasses.replace(sel, runs=picked)
+    rounds = [str(c.get("replication", "")) for c in picked["coords"]]
+    return {r: dataclasses.replace(sel, runs=picked[[x == r for x in rounds]]) for r in dict.fromkeys(rounds)}
 
 
 def compare(original: Decision, fresh: Decision) -> str:
@@ -92,13 +86,15 @@ def replication(
     metric: str,
     margin: float | None,
     setting: dict[str, Any] | None = None,
-) -> Replication | None:
-    """The replication of ``sel``'s decision against ``base`` (None where nothing was decided)."""
+) -> list[Replication]:
+    """The replications of ``sel``'s decision against ``base``, one per round of fresh seeds ([]
+    where nothing was decided; a 'not replicated' entry where no round trained the row)."""
     if original.outcome not in DECIDED or base is None or base is sel:
-        return None
-    mine, theirs = replica_of(data, sel), replica_of(data, base)
-    if mine is None or theirs is None:
-        return Replication(NOT_REPLICATED, (), None)
-    fresh, _ = paired_decision(data, mine, theirs, metric, margin, setting)
-    seeds = tuple(sorted(set(int(s) for s in mine.runs["seed"]) & set(int(s) for s in theirs.runs["seed"])))
-    return Replication(compare(original, fresh), seeds, fresh)
+        return []
+    mine, theirs = replicas_of(data, sel), replicas_of(data, base)
+    out = []
+    for label in (r for r in mine if r in theirs):
+        fresh, _ = paired_decision(data, mine[label], theirs[label], metric, margin, setting)
+        seeds = set(int(s) for s in mine[label].runs["seed"]) & set(int(s) for s in theirs[label].runs["seed"])
+        out.append(Replication(compare(original, fresh), tuple(sorted(seeds)), fresh))
+    return out or [Replication(NOT_REPLICATED, (), None)]

@@ -16,7 +16,7 @@ NOT_DECLARED = "not declared"  # an optional fact the variant does not declare (
 OPTION_PREFIX = "variant_options."  # grid coordinates that sweep a variant's own option
 # Coordinates of a cell that are not grid (hyper-parameter) coordinates.
 NON_GRID_COORDS = frozenset(
-    {"variant", "model", "d_model", "n_layer", "seed", "from_experiment", "stage", "rung", "battery"}
+    {"variant", "model", "d_model", "n_layer", "seed", "from_experiment", "stage", "rung", "battery", "replication"}
 )
 
 
