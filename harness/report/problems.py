@@ -15,7 +15,7 @@ from attnbench.report.grid import edge_notes
 from attnbench.report.load import StoreData
 from attnbench.report.selection import reported_runs
 
-_POINT_FAILURES = ("oom", "timeout", "error")
+_POINT_FAILURES = ("oom", "killed", "timeout", "error")
 
 
 def _runs(data: StoreData) -> list[Problem]:

@@ -14,7 +14,7 @@ For each mode the lengths are swept upward in two passes:
    failing here is stored likewise and ends the sweep of that mode.
 
 Failures are data: every point yields a "time_s" and a "peak_memory_bytes" row whose
-``tags["status"]`` is "ok", "oom", "timeout", "error" or "skipped" (value null unless
+``tags["status"]`` is "ok", "oom", "killed", "timeout", "error" or "skipped" (value null unless
 ok), and the sweep goes on with the next mode. Rows also record the path that ran: the
 SDPA kernel seen by the profiler, the dtype, the mixers' ``describe_path()`` (see
 ``attnbench.experiments.speed.points``) and whether a fallback ran.
@@ -348,6 +348,12 @@ def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
         "benchmark": _benchmark(spec, version),
         "machine_info": machine_info,
     }
+    killed = sorted({f"{r.tags['mode']} T={r.tags['T']}" for r in rows if r.tags.get("status") == "killed"})
+    if killed:  # not a measurement: the cell is retried (every point measured again) by the next run
+        why = (
+            f"speed point(s) {', '.join(killed)} killed by SIGKILL (the OOM killer, or a kill -9); run again to measure"
+        )
+        return CellOutcome("failed", summary, results=rows, error=why)
     return CellOutcome("done", summary, results=rows)
 
 

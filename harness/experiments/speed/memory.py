@@ -168,8 +168,9 @@ def measure_peak(target: str, timeout: float = 600.0, **kwargs: Any) -> PeakMemo
 
     target: ``"module:function"``; the function is called with ``kwargs`` to set up
     (build the model, make inputs) and returns a zero-argument callable, whose single
-    call is measured. A child killed by SIGKILL (the OOM killer) reports "oom"; one that dies
-    otherwise, "error".
+    call is measured. A child killed by SIGKILL (the OOM killer, or a kill -9) reports "killed"
+    (its cell is stored as failed, so the next run measures it again); one that dies otherwise,
+    "error".
     """
     ctx, how = _context(str(kwargs.get("device", "cpu")))
     recv, send = ctx.Pipe(duplex=False)
@@ -225,8 +226,13 @@ def measure_peaks(target: str, calls: list[dict[str, Any]], timeout: float = 600
 def _died(exitcode: int | None) -> PeakMemory:
     """What a child that died without a word tells: SIGKILL is the OOM killer's signal; any
     other exit (a crash at import, say) is an error, never reported as memory."""
-    if exitcode == -signal.SIGKILL:
-        return PeakMemory(None, "", "oom", "process killed by SIGKILL (the OOM killer, most likely)")
+    if exitcode == -signal.SIGKILL:  # the OOM killer or a kill -9: which one, the exit code cannot tell
+        return PeakMemory(
+            None,
+            "",
+            "killed",
+            "process killed by SIGKILL (the OOM killer, or a kill -9); measured again on the next run",
+        )
     return PeakMemory(
         None,
         "",
