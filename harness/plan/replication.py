@@ -93,8 +93,3 @@ def next_replication_cells(suite: Suite, cells: list[Cell], lookup: Lookup) -> l
             continue  # seeds until decided still adds seeds: the decisions are not final
         out += _experiment_replicas(exp, reported, lookup)
     return out
-
-
-def replicates(suite: Suite) -> bool:
-    """Whether any experiment of ``suite`` replicates its decisions."""
-    return any(getattr(getattr(e, "protocol", None), "replicate", None) is not None for e in suite.experiments)

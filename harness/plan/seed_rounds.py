@@ -166,3 +166,11 @@ def next_seed_cells(suite: Suite, cells: list[Cell], lookup: Lookup) -> list[Cel
 def sequential(suite: Suite) -> bool:
     """Whether any experiment of ``suite`` adds seeds until decided."""
     return any(getattr(getattr(e, "protocol", None), "seeds", None) is not None for e in suite.experiments)
+
+
+def adds_cells(suite: Suite) -> bool:
+    """Whether stored outcomes can add cells to ``suite`` beyond its tuning: seeds until decided,
+    or replication of its decisions on fresh seeds (``protocol.replicate``)."""
+    return sequential(suite) or any(
+        getattr(getattr(e, "protocol", None), "replicate", None) is not None for e in suite.experiments
+    )

@@ -28,9 +28,9 @@ from attnbench.gate.verdicts import Verdict, cell_lengths, gate_variant
 from attnbench.plan.after_tuning import runnable, unread
 from attnbench.plan.cells import Cell
 from attnbench.plan.halving import next_cells, nothing_chosen, planned_total, point_text
-from attnbench.plan.replication import next_replication_cells, replicates
+from attnbench.plan.replication import next_replication_cells
 from attnbench.plan.requirements import require_packages
-from attnbench.plan.seed_rounds import next_seed_cells, sequential
+from attnbench.plan.seed_rounds import adds_cells, next_seed_cells
 from attnbench.plan.size_check import check_model_sizes
 from attnbench.plan.suite import Suite
 from attnbench.registry.loader import Registry
@@ -303,9 +303,7 @@ class _SuiteRun:
 
     def next_wave(self) -> list[Cell]:
         """Store what is in flight, then plan the cells the stored outcomes make runnable."""
-        if not any(c.coords.get("stage") for c in self.cells) and not (
-            sequential(self.suite) or replicates(self.suite)
-        ):
+        if not any(c.coords.get("stage") for c in self.cells) and not adds_cells(self.suite):
             return []
         self.take(self.executor.drain())
         wave = distributed.main_value(self._plan_wave)
