@@ -348,11 +348,15 @@ def run_speed_cell(cell: Cell, variant: Variant, ctx: RunContext) -> CellOutcome
         "benchmark": _benchmark(spec, version),
         "machine_info": machine_info,
     }
+    return _outcome(summary, rows)
+
+
+def _outcome(summary: dict[str, Any], rows: list[Result]) -> CellOutcome:
+    """The cell's outcome: done, or failed where a point was killed (not a measurement: the next
+    run retries the cell and measures every point again)."""
     killed = sorted({f"{r.tags['mode']} T={r.tags['T']}" for r in rows if r.tags.get("status") == "killed"})
-    if killed:  # not a measurement: the cell is retried (every point measured again) by the next run
-        why = (
-            f"speed point(s) {', '.join(killed)} killed by SIGKILL (the OOM killer, or a kill -9); run again to measure"
-        )
+    if killed:
+        why = f"speed point(s) {', '.join(killed)} killed by SIGKILL (the OOM killer, or a kill -9); run again"
         return CellOutcome("failed", summary, results=rows, error=why)
     return CellOutcome("done", summary, results=rows)
 
