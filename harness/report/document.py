@@ -38,6 +38,7 @@ class Section:
     notes: list[str] = field(default_factory=list)
     missing: str = ""  # set when the store lacks this section's data: what to run instead
     failed: str = ""  # set when the section's experiment ran but no run finished: what happened
+    method: str = ""  # the full method, folded below the section's one-sentence intro
 
 
 @dataclass

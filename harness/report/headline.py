@@ -36,6 +36,7 @@ from attnbench.report.sequential import method_text
 from attnbench.report.time_to_learn import undecided_clauses
 from attnbench.report.tradeoff import tradeoff_figure
 from attnbench.report.values import MISSING, bytes_text, is_number, seconds_text
+from attnbench.report.verdict import verdict_table
 
 ANSWER = "The answer"
 NO_TRAIN_STEP = (
@@ -308,16 +309,22 @@ def headline_section(data: StoreData, palette: Palette) -> Section | None:
     return Section(
         ANSWER,
         intro=(
-            f"Each variant at its chosen grid point on the test split: value (Δ vs {' / '.join(baselines)} [95% "
-            f"interval], seeds, decision{also}) and what the budget's numbers mean. Decision: "
-            f"{method_text(data, TEST_TEXT)}; margins: {margins}; none where the baseline or the variant has not "
-            f"learned ({LEARNED_TEST_TEXT}: the bigram's cross-entropy for text, the best binding-free predictor "
-            "for tasks). "
+            f"Each variant against {' / '.join(baselines)} on the test split at its own tuned rate: the verdict "
+            "first, then each variant in words, then quality against cost (the method is folded below)."
+        ),
+        method=(
+            f"Value (Δ vs {' / '.join(baselines)} [95% interval], seeds, decision{also}) and what the budget's "
+            f"numbers mean. Decision: {method_text(data, TEST_TEXT)}; margins: {margins}; none where the baseline "
+            f"or the variant has not learned ({LEARNED_TEST_TEXT}: the bigram's cross-entropy on the model's own "
+            "targets for text, the best binding-free predictor for tasks). A decided row is trained again on fresh "
+            "seeds where the protocol replicates (protocol.replicate; attnbench replicate), and marked repeated, "
+            "undetermined on fresh seeds, not repeated or reversed. "
             "Train step: how much faster or slower than the baseline (the ratio of mean times over the timing "
             "rounds, as in the Summary and the speedup pivot, which give the raw ratio), 95% interval from the "
             "rounds; a point whose timing the speed run flagged noisy is named, not quoted."
             + ("" if rounds else f" {NO_TRAIN_STEP}")
         ),
+        tables=[verdict_table(rows, rounds, state, T)],
         notes=sentences,
         figures=[figure] if figure else [],
     )

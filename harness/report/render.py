@@ -137,9 +137,16 @@ def _html_headline(section: Section | None) -> str:
         return ""
     items = "".join(f"<li>{sentence_html(n)}</li>" for n in section.notes)
     figs = "".join(_html_figure(f) for f in section.figures)
+    tables = "".join(html_table(t, {}) for t in section.tables)
+    method = (
+        f'<details><summary>Method</summary><p class="note">{_e(section.method)}</p></details>'
+        if section.method
+        else ""
+    )
     return (
         f'<section id="s-answer"><h2>{_e(section.title)}</h2><p class="note">{_e(section.intro)}</p>'
-        f'<div id="answer"><ul>{items}</ul>{figs}</div></section>'
+        f'{tables}{figs}<details><summary>In words</summary><div id="answer"><ul>{items}</ul></div></details>'
+        f"{method}</section>"
     )
 
 
@@ -240,10 +247,11 @@ def to_markdown(report: Report, figure_path: Callable[[str], str], links: Callab
     out += [f"- **{md_escape(k)}:** {md_escape(v)}" for k, v in report.summary] + [""]
     if report.headline is not None:
         h = report.headline
-        out += (
-            [f"## {md_escape(h.title)}", "", md_escape(h.intro), ""] + [f"- {_md_sentence(n)}" for n in h.notes] + [""]
-        )
+        out += [f"## {md_escape(h.title)}", "", md_escape(h.intro), ""]
+        out += [line for t in h.tables for line in (md_table(t.view), "", md_escape(t.note), "")]
         out += [f"![{md_escape(f.title)}]({figure_path(f.slug)})\n\n*{md_escape(f.caption)}*\n" for f in h.figures]
+        out += [f"- {_md_sentence(n)}" for n in h.notes] + [""]
+        out += [f"Method: {md_escape(h.method)}", ""] if h.method else []
     out += ["## Problems", ""]
     out += [f"- **{md_escape(_problem_text(p))}**" for p in report.problems] or [
         "None: every run finished, every speed point was measured and every trust-gate check passed."
