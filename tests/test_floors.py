@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 
@@ -108,3 +109,25 @@ def _registered(module, name: str) -> Task:
     found: list[Task] = []
     module.attnbench_register_tasks(found.append)
     return next(t for t in found if t.name == name)
+
+
+def test_window_floors_score_every_target_with_only_its_window_s_earlier_tokens():
+    """The floors a text row stands beside: each target of each evaluation window, an order-n model
+    seeing the last min(n - 1, t + 1) tokens of its own window, against a one-target-at-a-time
+    computation; the first target of a window is scored by the bigram whatever the order."""
+    from attnbench.data.floors import NGramCounts, window_cross_entropy
+
+    train = np.frombuffer(TRAIN * 3, dtype=np.uint8).astype(np.int64)
+    stream = np.frombuffer(b"cadabra abracad bra", dtype=np.uint8).astype(np.int64)
+    x, y = stream[:18].reshape(3, 6), stream[1:19].reshape(3, 6)  # 3 windows of 6 targets
+    counts = NGramCounts(train, 256)
+    got = window_cross_entropy(counts, x, y)
+    for order, name in ((2, "bigram"), (3, "trigram"), (4, "4gram")):
+        logs = [
+            math.log(counts.probs(x[n : n + 1, max(0, t + 1 - (order - 1)) : t + 1], y[n, t : t + 1])[0])
+            for n in range(3)
+            for t in range(6)
+        ]
+        assert got[name] == pytest.approx(-sum(logs) / len(logs), rel=1e-12)
+    first = window_cross_entropy(counts, x[:, :1], y[:, :1])
+    assert first["bigram"] == first["trigram"] == first["4gram"]  # one token of context: the bigram

@@ -32,6 +32,7 @@ SMOOTHING = (
     "model's own evaluation windows with its context limit"
 )
 _TEXT_CACHE: dict[tuple[str, int], NGramCounts] = {}  # per corpus: its n-gram counts
+_SCORED_CACHE: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}  # per corpus and evaluation windows
 _TASK_CACHE: dict[tuple[str, Task], list[tuple[str, Any, NullLevel]]] = {}  # per task data: its nulls per set
 
 
@@ -131,13 +132,15 @@ def window_cross_entropy(counts: NGramCounts, x: np.ndarray, y: np.ndarray) -> d
     """Nats per target of ``y`` (N, T) under each n-gram order, each target seeing only the tokens
     a model scored on these windows sees: its window ``x`` (N, T) up to its own position (an order-n
     model uses the last min(n - 1, t + 1) of them). The same targets and context limit as the model."""
-    N, T = x.shape
+    T = x.shape[1]
     out = {"unigram": float(-np.mean(np.log(counts.unigram(y.reshape(-1)))))}
     for order, name in enumerate(ORDERS[1:], start=2):
+        seen = np.minimum(order - 1, np.arange(T) + 1)  # (T,) history tokens available at each position
         logs = []
-        for t in range(T):
-            k = min(order - 1, t + 1)  # history tokens available at position t
-            logs.append(np.log(counts.probs(x[:, t - k + 1 : t + 1], y[:, t])))  # (N,)
+        for k in np.unique(seen):  # one call per history length: positions t with min(order - 1, t + 1) == k
+            ts = np.nonzero(seen == k)[0]  # (P,)
+            hist = np.stack([x[:, ts - int(k) + 1 + i] for i in range(int(k))], axis=-1)  # (N, P, k)
+            logs.append(np.log(counts.probs(hist.reshape(-1, int(k)), y[:, ts].reshape(-1))))  # (N * P,)
         out[name] = float(-np.mean(np.concatenate(logs)))
     return out
 
@@ -179,6 +182,9 @@ def text_floors(data: Any, batch_size: int, seq_len: int, max_tokens: int) -> di
     if key not in _TEXT_CACHE:
         _TEXT_CACHE[key] = NGramCounts(data.train.numpy(), data.vocab_size)
     counts = _TEXT_CACHE[key]
+    scored = (data.sha256, data.vocab_size, batch_size, seq_len, max_tokens)
+    if scored in _SCORED_CACHE:
+        return _SCORED_CACHE[scored]
     out: dict[str, dict[str, Any]] = {}
     for es in data.eval_sets(batch_size, seq_len, max_tokens):
         x = np.concatenate([np.asarray(b[0], dtype=np.int64) for b in es.batches])  # (N, T)
@@ -187,6 +193,7 @@ def text_floors(data: Any, batch_size: int, seq_len: int, max_tokens: int) -> di
             **window_cross_entropy(counts, x, y),
             "targets": targets_fingerprint(es.batches),
         }
+    _SCORED_CACHE[scored] = out
     return out
 
 
