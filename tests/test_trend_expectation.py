@@ -5,6 +5,8 @@ every seed and is worse at 6; a trend needs a setting naming its axis (refused a
 
 from __future__ import annotations
 
+import ast
+
 import pandas as pd
 import pytest
 
@@ -102,5 +104,15 @@ def test_a_trend_needs_a_setting_on_its_axis(tmp_path):
     exp = ok.experiments[0]
     assert isinstance(exp, TrainExperiment) and exp.protocol is not None
     assert exp.protocol.expectations[0].trend == "num_kv_pairs"
-    with pytest.raises(SuiteError, match="trend 'num_kv_pairs' needs a setting with that key"):
+    with pytest.raises(SuiteError, match="trend 'num_kv_pairs' needs its setting at the hardest point") as refused:
         load_suite(write_suite(tmp_path / "bad.yaml", SUITE.replace(", SETTING", "")))
+    # the fix the message suggests is one of the experiment's own eval settings, and is accepted (issue 66)
+    suggested = str(refused.value).split("e.g. setting: ")[1].split("; got")[0]
+    fixed = load_suite(write_suite(tmp_path / "fixed.yaml", SUITE.replace("SETTING", f"setting: {suggested}")))
+    exp = fixed.experiments[0]
+    assert isinstance(exp, TrainExperiment) and exp.protocol is not None
+    assert exp.protocol.expectations[0].setting == ast.literal_eval(suggested)
+    with pytest.raises(
+        SuiteError, match=r"trend 'pairs' is not a key of data.eval_settings \(keys: \['num_kv_pairs'\]\)"
+    ):
+        load_suite(write_suite(tmp_path / "axis.yaml", SUITE.replace("trend: num_kv_pairs, SETTING", "trend: pairs")))

@@ -204,11 +204,31 @@ class TrainExperiment(ExperimentBase):
                         f"protocol.expectations[{i}].{role} {quoted(name)} is not among this "
                         f"experiment's variants {quoted(self.variants)}"
                     )
+            if e.trend is not None:
+                self._trend_possible(i, e.trend, e.setting)
             if e.setting is not None and e.setting not in self.data.eval_settings:
                 raise ValueError(
                     f"protocol.expectations[{i}].setting {e.setting} is not one of data.eval_settings "
                     f"{self.data.eval_settings}; name one of those"
                 )
+
+    def _trend_possible(self, i: int, trend: str, setting: dict[str, Any] | None) -> None:
+        """A trend claim's setting is the hardest eval setting along its axis: the suggested fix is
+        one of this experiment's own eval settings, so the next check accepts it."""
+        along = [s for s in self.data.eval_settings if trend in s]
+        if setting is not None and trend in setting:
+            return
+        if not along:
+            keys = sorted({k for s in self.data.eval_settings for k in s})
+            raise ValueError(
+                f"protocol.expectations[{i}].trend {trend!r} is not a key of data.eval_settings (keys: {keys}); "
+                "name one of those keys, or evaluate per setting of that axis"
+            )
+        hardest = max(along, key=lambda s: s[trend])
+        raise ValueError(
+            f"protocol.expectations[{i}].trend {trend!r} needs its setting at the hardest point of that axis, "
+            f"one of data.eval_settings: e.g. setting: {hardest}; got setting {setting!r}"
+        )
 
     def _tuning_possible(self, p: Protocol, t: Tuning) -> None:
         full = self.train.budget
