@@ -6,11 +6,13 @@ one-sided exact binomial test of attnbench.learning on its validation answers), 
 Points whose every seed is beyond the null rank first, by mean accuracy; the rest by mean loss
 (a point below its null has learned nothing an accuracy could rank).
 
-A near-tie goes to the lower rate: where another point's mean lies within the tuning seeds'
-spread of the best mean (the larger of the two points' max - min over seeds), the lowest learning
-rate among those points is chosen. A rate that throws some seeds into a slow mode has a wide
-spread, so it cannot win by a margin its own seeds do not support. With one tuning seed there is
-no spread and the best mean wins (ties: the earlier point)."""
+A near-tie goes to the rate whose seeds agree, then to the lower rate: the points whose mean lies
+within the best point's own seed spread (max - min over its tuning seeds) of the best mean are
+near-tied with it; among those whose seeds agree about as well as the best's (spread at most twice
+the best's), the lowest learning rate is chosen. So a rate does not win by a margin its own seeds do
+not support, and a rate that throws some seeds into a slow mode (a wide spread) is never preferred
+for being lower. With one tuning seed there is no spread and the best mean wins (ties: the earlier
+point)."""
 
 from __future__ import annotations
 
@@ -92,7 +94,7 @@ def rank(points: Sequence[PointScore]) -> list[PointScore]:
     tied = [
         p
         for p in ordered
-        if p.learned == best.learned and p.mean - best.mean <= max(best.spread, p.spread) and math.isfinite(p.spread)
+        if p.learned == best.learned and p.mean - best.mean <= best.spread and p.spread <= 2 * best.spread
     ]
     chosen = min(tied, key=lambda p: (p.lr(), ordered.index(p)))
     return [chosen, *(p for p in ordered if p is not chosen)]
@@ -106,6 +108,6 @@ def near_tie_text(points: Sequence[PointScore]) -> str | None:
         return None
     b, c = ordered[0], chosen[0]
     return (
-        f"lr {c.lr():g} chosen over lr {b.lr():g} (mean {b.mean:.4g} against {c.mean:.4g}): within the tuning "
-        f"seeds' spread ({max(b.spread, c.spread):.3g}), the near-tie goes to the lower rate"
+        f"lr {c.lr():g} chosen over lr {b.lr():g} (mean {c.mean:.4g} against {b.mean:.4g}): within the best "
+        f"point's seed spread ({b.spread:.3g}), with seeds that agree as well ({c.spread:.3g}), the lower rate"
     )
