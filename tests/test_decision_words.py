@@ -37,6 +37,7 @@ from attnbench.report.learned import learned
 from attnbench.report.load import load_store
 from attnbench.report.paired import compare_rows, no_interval
 from attnbench.report.ratios import ratio_text
+from attnbench.report.replication import Replication, compare
 from attnbench.report.scaling_fits import decide_exponent, decision_text, goodness_text, law_text
 from attnbench.report.speed import crossover_text
 from attnbench.report.survival import log_rank, median_time
@@ -50,8 +51,8 @@ HEADING = "### What the report's words mean"
 NUMBER = r"[-+]?[0-9][0-9.,e+-]*"
 NAME = r"[\w.\-]+"
 FIELDS = {  # what a field in braces stands for, as a pattern
-    **dict.fromkeys(("margin", "k", "n", "n1", "n2", "trigram", "ratio", "T", "budget"), NUMBER),
-    **dict.fromkeys(("baseline", "variant", "experiment", "metric", "unit", "status"), NAME),
+    **dict.fromkeys(("margin", "k", "n", "n1", "n2", "value", "ratio", "T", "budget"), NUMBER),
+    **dict.fromkeys(("baseline", "variant", "experiment", "metric", "unit", "status", "order"), NAME),
     "variants": rf"{NAME}(?: and {NAME})+",
     "target": rf"{NUMBER} \w+",
     "checks": rf"{NAME}(?:, {NAME})*",
@@ -112,10 +113,14 @@ class Printed:
 
 # What each printed text holds besides its words: evidence to strip (numbers, intervals, names).
 def paired_words(text: str) -> list[str]:
-    """A comparison's printed decision: '<mean> [<lo>, <hi>], n=3, <words>', a share test
-    '<words> (<baseline> k of n): <words>[, Boschloo p=...]', or '<words> (<evidence>)'."""
-    if m := re.fullmatch(r".+, n=\d+, (.+)", text):
-        return [m[1]]
+    """A comparison's printed decision: '<mean> [<lo>, <hi>], n=6, exact p=0.0312, <words>' (an
+    undetermined row adds '(<why>)'), a share test '<words> (<baseline> k of n): <words>[, Boschloo
+    p=...]', or '<words> (<evidence>)'."""
+    if m := re.fullmatch(rf".+, n=\d+(?:, exact p={NUMBER})?, (.+)", text):
+        words = m[1]
+        if words_of(words) is None and (why := re.fullmatch(r"(.+?) \((.+)\)", words)):
+            return [why[1]]  # the reason an interval decided nothing is evidence, not a word
+        return [words]
     if m := re.fullmatch(rf"(.+?) \({NAME} \d+ of \d+\): (.+?)(?:, Boschloo p={NUMBER})?", text):
         return [m[1], m[2]]
     if words_of(text) is None and (m := re.fullmatch(r"(.+?) \([^()]*\)", text)):
@@ -167,12 +172,14 @@ def test_paired_decisions_print_only_table_words():
     printed = Printed()
     loss = False  # higher is not better
     spread = [
-        ([-0.10, -0.12, -0.11], 0.05),  # better
-        ([0.10, 0.12, 0.11], 0.05),  # worse
-        ([-0.010, -0.011, -0.012], 0.05),  # better, within the margin
-        ([0.001, -0.002, 0.0015], 0.05),  # equivalent
-        ([0.10, -0.10, 0.05], 0.01),  # undetermined
-        ([0.10, -0.10, 0.05], None),  # undetermined, no margin
+        ([-0.10, -0.12, -0.11, -0.105, -0.115, -0.11], 0.05),  # better
+        ([0.10, 0.12, 0.11, 0.105, 0.115, 0.11], 0.05),  # worse
+        ([-0.010, -0.011, -0.012, -0.0105, -0.0115, -0.011], 0.05),  # better, within the margin
+        ([0.001, -0.002, 0.0015, -0.0005, 0.0, 0.001], 0.05),  # equivalent
+        ([0.10, -0.10, 0.05, -0.05, 0.08, -0.02], 0.01),  # undetermined
+        ([0.10, -0.10, 0.05, -0.05, 0.08, -0.02], None),  # undetermined, no margin
+        ([0.10, 0.12, 0.11], 0.05),  # undetermined: 3 paired seeds, too few for an exact test
+        ([0.20, 0.21, 0.22, 0.40, 0.41, 0.42], 0.05),  # undetermined: two groups
         ([0.1], 0.05),  # one seed: no interval
         ([], 0.05),  # no paired seeds
     ]
@@ -191,7 +198,7 @@ def test_paired_decisions_print_only_table_words():
 @pytest.mark.parametrize(
     ("mine", "theirs", "expected"),
     [
-        (seeds(2.0, 2.1, 2.0), seeds(2.2, 2.3, 2.2), "better"),
+        (seeds(2.0, 2.1, 2.0, 2.05, 2.02, 2.08), seeds(2.2, 2.3, 2.2, 2.22, 2.25, 2.24), "better"),
         (seeds(2.6, 2.7, 2.8), seeds(2.2, 2.3, 2.2), "not learned"),
         (seeds(2.0, 2.1, 2.0), seeds(2.6, 2.7, 2.8), "baseline not learned"),
         (seeds(2.0, 2.7), seeds(2.2, 2.3), "cannot decide with {n1} vs {n2} seeds"),
@@ -255,7 +262,11 @@ def test_findings_and_the_first_screen_print_only_table_words():
         clause = failed_clause(pd.Series({"flags": flags, "value_mean": None, "loss_seeds": 0}))
         assert clause is not None
         printed(re.sub(r" \(seeds .*\)$", "", clause))
-    printed(trigram_clause(pd.Series({"trigram": 2.1, "below_trigram": 2, "loss_seeds": 3})).removeprefix("; "))
+    row = {"trigram": 2.1, "below_trigram": 2, "4gram": 1.9, "below_4gram": 0, "loss_seeds": 6}
+    clause = trigram_clause(pd.Series(row)).removeprefix("; ")
+    assert clause == "below the trigram (2.100) on 2 of 6 seeds, below the 4gram (1.900) on 0 of 6 seeds"
+    printed(clause)
+    assert "below the {order} ({value}) on {k} of {n} seeds" in printed.seen
     assert {"failed: no seed finished", "diverged: no seed finished", "decided at final {metric}"} <= printed.seen
 
 
@@ -363,6 +374,32 @@ def test_gate_and_anchor_words_are_table_words():
     assert {"passed", "FAILED {checks}", "not recorded", "pass", "FAIL"} <= printed.seen
 
 
+def test_replication_words_are_table_words():
+    printed = Printed()
+    worse = decide([0.10, 0.12, 0.11, 0.105, 0.115, 0.11], 0.05, False)
+    equivalent = decide([0.001, -0.002, 0.0015, -0.0005, 0.0, 0.001], 0.05, False)
+    fresh = {
+        "worse": worse,
+        "better": decide([-0.10, -0.12, -0.11, -0.105, -0.115, -0.11], 0.05, False),
+        "equivalent": equivalent,
+        "undetermined": decide([0.10, 0.12, 0.11], 0.05, False),
+    }
+    for original in (worse, equivalent):
+        for decision in fresh.values():
+            status = compare(original, decision)
+            replica = Replication(status, tuple(range(6, 12)), decision)
+            assert replica.text().startswith(f"{status} on seeds 6-11 (")
+            printed(status)
+    printed(Replication(decision_words.NOT_REPLICATED, (), None).text())
+    assert {
+        "repeated",
+        "reversed",
+        "not repeated",
+        "undetermined on fresh seeds",
+        "not replicated",
+    } <= printed.seen
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     """The synthetic store's report, with a failed experiment, a failed check and an anchor run."""
@@ -386,6 +423,7 @@ def test_a_built_report_prints_only_table_words_in_its_decision_columns(report):
             printed(*paired_words(text))
     for column in ("learned at this budget", "trust gate"):
         printed(*summary[column])
+    printed(*(re.sub(r" on seeds .*$", "", t) for t in summary["replication on fresh seeds"] if t != "—"))
     for column in ("train-step speedup", "decode speedup / token"):
         printed(*(re.sub(r" [\[(].*$| at T=\d+.*$", "", t) for t in summary[column] if t != "—"))
     expectations = views["expectations"]
@@ -401,4 +439,5 @@ def test_a_built_report_prints_only_table_words_in_its_decision_columns(report):
         for bracket in re.findall(r"\[([^\[\]]*[a-z][^\[\]]*)\]", note):  # what the budget's numbers mean
             printed(re.sub(rf": (?:beyond )?{NAME} {NUMBER}", "", bracket))
     assert {"worse", "equivalent within ±{margin}", "equivalent ±{margin}", "baseline", "passed"} <= printed.seen
+    assert "not replicated" in printed.seen  # decided rows of a store that ran no replication round
     assert {"agrees", "disagrees", "no run of {experiment} finished", "configuration differs"} <= printed.seen
