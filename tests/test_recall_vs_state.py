@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from scipy import stats
 
 from tests.report_store import RECALL_TEST, STATE, SUITE, write_store
 
@@ -34,9 +37,14 @@ def test_draws_each_variant_at_its_chosen_rate_with_seed_intervals(tmp_path):
     lr, edge, accuracy, lo, hi, seeds, state = _rows(done.stdout)[("linear", "16")]
     assert float(lr) == 0.001 and edge == "low"  # the lower validation loss, at the grid's low end
     values = RECALL_TEST["linear"][16]
-    assert abs(float(accuracy) - sum(values) / 3) < 1e-6  # test rows, mean over the 3 seeds
-    assert float(lo) <= min(values) and float(hi) >= max(values)  # a 95% t interval over 3 seeds covers them
-    assert (int(seeds), int(state)) == (3, STATE["linear"] // 2)
+    n = len(values)
+    assert abs(float(accuracy) - statistics.fmean(values)) < 1e-6  # test rows, mean over the seeds
+    half = stats.t.ppf(0.975, n - 1) * statistics.stdev(values) / n**0.5  # a 95% t interval over the seeds
+    assert (
+        abs(float(lo) - (statistics.fmean(values) - half)) < 1e-5
+        and abs(float(hi) - (statistics.fmean(values) + half)) < 1e-5
+    )
+    assert (int(seeds), int(state)) == (n, STATE["linear"] // 2)
 
 
 def test_one_grid_point_for_every_variant_on_request(tmp_path):
@@ -45,7 +53,7 @@ def test_one_grid_point_for_every_variant_on_request(tmp_path):
     done = _run(*common, "--lr", "0.003", "--out", str(tmp_path / "f.png"), tmp=tmp_path)
     assert done.returncode == 0, done.stderr
     lr, _edge, accuracy, *_ = _rows(done.stdout)[("linear", "16")]
-    expected = sum(max(0.0, a - 0.3) for a in RECALL_TEST["linear"][16]) / 3  # the worse point, as asked
+    expected = statistics.fmean(max(0.0, a - 0.3) for a in RECALL_TEST["linear"][16])  # the worse point, as asked
     assert float(lr) == 0.003 and abs(float(accuracy) - expected) < 1e-6
     missing = _run(*common, "--lr", "0.5", "--out", str(tmp_path / "g.png"), tmp=tmp_path)
     assert missing.returncode != 0 and "no runs at lr 0.5" in missing.stderr

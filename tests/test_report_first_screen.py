@@ -21,7 +21,7 @@ from attnbench.report import write_report
 from attnbench.report.build import build_report
 from attnbench.report.load import load_store
 from attnbench.store.database import Result
-from tests.report_store import DECOY_TEST_LOSS, RECALL_TEST, SUITE, TEXT_TEST, protocol_dict, record, write_store
+from tests.report_store import DECOY_TEST_LOSS, RECALL_TEST, SEEDS, SUITE, TEXT_TEST, protocol_dict, record, write_store
 
 
 def _table(report, slug: str):
@@ -37,7 +37,7 @@ def test_every_comparison_row_ends_in_a_decision_on_the_final_runs(report):
     rows = _table(report, "summary").set_index(["experiment", "variant", "setting"])
     text = rows.loc[("text", "linear", "all test sets")]
     diffs = [a - b for a, b in zip(TEXT_TEST["linear"], TEXT_TEST["softmax"], strict=True)]
-    assert text["decision"] == "worse" and text["n"] == 3
+    assert text["decision"] == "worse" and text["n"] == len(SEEDS) == 6
     assert text["diff_mean"] == pytest.approx(statistics.fmean(diffs))
     assert text["grid_points"] == 4 and text["margin"] == 0.05  # 4 points tuned; the survivor's final runs report
     assert rows.loc[("text", "softmax", "all test sets"), "value_mean"] == pytest.approx(
@@ -66,7 +66,9 @@ def test_the_headline_sentences_say_what_was_found(report):
         "state 128 KiB"
     )
     linear = next(s for s in head.notes if s.startswith("linear:"))
-    assert "text loss 2.273 (+0.163 [" in linear and "n=3, worse; lr at the grid's upper edge: widen it)" in linear
+    # a decided row with no replication round says so before the grid-edge clause
+    assert "text loss 2.273 (+0.163 [" in linear
+    assert "n=6, exact p=0.0312, worse; not replicated; lr at the grid's upper edge: widen it)" in linear
     assert "recall accuracy 0.71 (-0.269 [" in linear
     assert "by num_kv_pairs 4 / 16 / 32: -0.01 equivalent ±0.05 / -0.26 worse / -0.54 worse" in linear
     # speed reads forward: the baseline's 10 ms against linear's 12.5 ms is 1.25x slower, not "0.80x"
@@ -105,10 +107,10 @@ def test_choices_on_a_grid_edge_are_flagged_and_counted(report):
     head = report.headline
     assert head is not None
     linear = next(s for s in head.notes if s.startswith("linear:"))
-    assert "worse; lr at the grid's upper edge: widen it)" in linear
-    assert "n=3, worse; lr at the grid's lower edge: widen it)" in linear  # recall
+    assert "worse; not replicated; lr at the grid's upper edge: widen it)" in linear
+    assert "n=6, exact p=0.0312, worse; not replicated; lr at the grid's lower edge: widen it)" in linear  # recall
     window = next(s for s in head.notes if s.startswith("window:"))
-    assert "equivalent within ±0.05)" in window  # text: inside the grid, no clause
+    assert "equivalent within ±0.05; not replicated)" in window  # text: inside the grid, no clause
     rows = _table(report, "summary").set_index(["experiment", "variant", "setting"])
     assert rows.loc[("text", "linear", "all test sets"), "grid_edges"] == "lr upper"
     assert rows.loc[("text", "softmax", "all test sets"), "grid_edges"] == ""
