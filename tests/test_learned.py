@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from attnbench.cli import main
-from attnbench.report.floors import Floor
+from attnbench.report.floors import Floor, text_floor, text_floors_text
 from attnbench.report.learned import LEARNED, NOT_LEARNED, SPLIT, UNKNOWN, learned
 from attnbench.store.database import Result, Store
 from tests.report_store import protocol_dict, record
@@ -26,7 +26,8 @@ RECALL = {
 }
 TEXT = {"softmax": (2.10, 2.12, 2.11), "linear": (2.50, 2.52, 2.49)}  # linear not below the bigram
 STATE = {"softmax": 4096, "linear": 1024}
-FLOORS = {"unigram": 3.36, "bigram": 2.45, "trigram": 2.10}  # nats/token (bytes: bits/byte = / ln 2)
+FLOORS = {"unigram": 3.36, "bigram": 2.45, "trigram": 2.10, "4gram": 1.90}  # nats/token (bytes: bits/byte = / ln 2)
+TARGETS = "0123456789abcdef"  # the evaluation windows' fingerprint: the floors and the model share their targets
 EXPECT = [
     {
         "claim": "linear recalls fewer pairs",
@@ -75,7 +76,8 @@ def _text(v: str, i: int) -> dict:
         "state_elements": STATE[v],
         "test_loss": TEXT[v][i],
         **floors,
-        "floor_method": "unigram add-one; bigram and trigram interpolated Kneser-Ney",
+        **{f"{s}_{kind}": TARGETS for s in ("val", "test") for kind in ("targets", "floor_targets")},
+        "floor_method": "unigram add-one; bigram to 4-gram interpolated Kneser-Ney",
         "protocol": protocol_dict("loss", [], None),
     }
 
@@ -128,7 +130,9 @@ def test_a_baseline_at_chance_yields_not_learned_and_no_decision(out):
         text["decision"] == "not learned"
         and text["decision_text"] == "not learned (linear 2.503, bigram 2.450, 0 of 3 seeds beyond it)"
     )
-    assert text["floors"].startswith("unigram 3.360 / bigram 2.450 / trigram 2.100 nats/token (4.85 / 3.53 / 3.03")
+    assert text["floors"].startswith(
+        "unigram 3.360 / bigram 2.450 / trigram 2.100 / 4gram 1.900 nats/token (4.85 / 3.53 / 3.03 / 2.74"
+    )
 
 
 def test_the_first_screen_and_the_findings_say_not_learned(out):
@@ -140,10 +144,14 @@ def test_the_first_screen_and_the_findings_say_not_learned(out):
     )
     assert (
         "text loss 2.503 (not learned (linear 2.503, bigram 2.450, 0 of 3 seeds beyond it)) "
-        "[not learned at this budget; below the trigram (2.100) on 0 of 3 seeds]" in md
+        "[not learned at this budget; below the trigram (2.100) on 0 of 3 seeds, below the 4gram (1.900) on 0 of 3 "
+        "seeds]" in md
     )
-    # softmax's own text loss, in the baseline's sentence, and where it stands against the trigram
-    assert "[learned: beyond bigram 2.450; below the trigram (2.100) on 0 of 3 seeds]" in md
+    # softmax's own text loss, in the baseline's sentence, and where it stands against the trigram and 4-gram
+    assert (
+        "[learned: beyond bigram 2.450; below the trigram (2.100) on 0 of 3 seeds, below the 4gram (1.900) on 0 of 3 "
+        "seeds]" in md
+    )
     assert "(null 0.25 / 0.12) [not learned at this budget: null 0.19]" in md
     assert " better" not in md.split("## ")[1] and " worse" not in md.split("## ")[1]  # no decision on the first screen
     found = pd.read_parquet(out / "tables" / "expectations.parquet")
@@ -173,3 +181,15 @@ def test_each_seed_is_judged_against_the_floor(values, floor, answers, status):
     counts = None if answers is None else {s: float(answers) for s in range(len(values))}
     got = learned(dict(enumerate(values)), floor, counts)
     assert got.status == status
+
+
+def test_a_text_floor_stands_beside_the_model_only_on_the_same_targets():
+    """A stored floor counts only where its targets fingerprint is the model's own: a summary
+    without fingerprints (stores from before), or with another one, has no text floor."""
+    matched = _text("linear", 0)
+    assert text_floor([matched], "bigram") == pytest.approx(FLOORS["bigram"])
+    assert text_floor([matched], "4gram") == pytest.approx(FLOORS["4gram"])
+    older = {k: v for k, v in matched.items() if not k.endswith("targets")}
+    other = {**matched, "test_floor_targets": "fedcba9876543210"}
+    for summary in (older, other):
+        assert text_floor([summary], "bigram") is None and text_floors_text([summary], "test") is None
