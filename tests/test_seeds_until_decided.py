@@ -4,6 +4,8 @@ seed only to an undetermined row (and to the baseline, for pairing), never past 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -37,26 +39,35 @@ def test_no_true_difference_is_called_better_or_worse_at_most_5_percent_of_the_t
 
 
 def test_power_at_a_true_difference_of_one_margin():
-    """Per-seed differences N(margin, sd) for sd = margin / 2, margin, 2 margin: the share called better."""
+    """Per-seed differences N(margin, sd) for sd = margin / 2, margin, 2 margin: the share called better.
+    The critical values hold up to skewness 2 and a decision needs 6 paired seeds, so the design
+    reaches this power over 6..16 seeds (over 3..10 it is about 0.34)."""
     for sd in (0.5, 1.0, 2.0):
-        found = simulate(Design(3, 10), effect=1.0 / sd, margin=1.0 / sd, sims=SIMS, seed=11)
+        found = simulate(Design(6, 16), effect=1.0 / sd, margin=1.0 / sd, sims=SIMS, seed=11)
         print(f"\nmargin = {1 / sd:g} sd: power {found['better']:.3f}, mean seeds {found['mean_seeds']:.2f}, {found}")
         if sd == 1.0:
             assert 0.6 < found["better"] < 0.9 and found["worse"] < 0.01
 
 
 def test_one_look_is_the_fixed_paired_t_test():
-    diffs = [0.3, 0.2, 0.25]
-    fixed, seq = decide(diffs, 0.05, False), decide_sequential(diffs, 0.05, False, Design(3, 3))
-    assert (seq.outcome, seq.n) == (fixed.outcome, fixed.n) == ("worse", 3)
+    diffs = [0.3, 0.2, 0.25, 0.22, 0.28, 0.26]
+    fixed, seq = decide(diffs, 0.05, False), decide_sequential(diffs, 0.05, False, Design(6, 6))
+    assert (seq.outcome, seq.n) == (fixed.outcome, fixed.n) == ("worse", 6)
     assert (seq.lo, seq.hi) == pytest.approx((fixed.lo, fixed.hi))
+    assert seq.exact_p == fixed.exact_p == pytest.approx(2 / 2**6)
 
 
 def test_an_early_look_needs_far_stronger_evidence_than_the_fixed_test():
-    diffs = [0.3, 0.2, 0.25]  # worse by the fixed 3-seed t test
-    assert decide_sequential(diffs, None, False, Design(3, 10)).outcome == "undetermined"
-    assert decide_sequential([0.3, 0.3001, 0.2999], None, False, Design(3, 10)).outcome == "worse"
-    assert decide_sequential(diffs[:2], None, False, Design(3, 10)).hi is None  # before the first look
+    diffs = [0.3, 0.08, 0.25, 0.12, 0.38, 0.17]  # t = 4.66: worse by the fixed 6-seed test (critical 4.15)
+    assert decide(diffs, None, False).outcome == "worse"
+    early = decide_sequential(diffs, None, False, Design(6, 7))  # the first of two looks: critical 4.93
+    assert early.outcome == "undetermined" and early.lo is not None and early.lo < 0 < early.hi
+    tight = [0.3, 0.3001, 0.2999, 0.3002, 0.2998, 0.30005]
+    assert decide_sequential(tight, None, False, Design(6, 7)).outcome == "worse"
+    # a look whose share of the error is below the least sign-flip p (2 / 64) decides nothing, however tight
+    assert Design(6, 10).look_alpha(6) < 2 / 2**6
+    assert decide_sequential(tight, None, False, Design(6, 10)).outcome == "undetermined"
+    assert decide_sequential(diffs[:5], None, False, Design(6, 7)).hi is None  # before the first look
 
 
 SUITE = """
@@ -70,16 +81,20 @@ SUITE = """
         models: [{d_model: 16, n_layer: 1, n_head: 2}]
         data: {source: builtin, test_fraction: 0.05}
         train: {budget: {steps: 4}, batch_size: 2, seq_len: 16, checkpoint: false, checkpoint_interval: 0}
-        protocol: {tune: false, metric: loss, seeds: {min: 2, max: 3}}
+        protocol: {tune: false, metric: loss, seeds: {min: 6, max: 7}}
 """
-# test loss per seed: linear clearly worse by the same amount every seed (decided at 2 seeds),
-# toy-ema on either side of softmax (undetermined)
-LOSS = {"softmax": [2.0, 2.1, 2.05], "linear": [2.5, 2.6001, 2.55], "toy-ema": [2.1, 2.0, 2.3]}
+# test loss per seed: linear clearly worse by the same amount every seed (decided at 6 seeds, the
+# fewest a paired decision needs), toy-ema on either side of softmax (undetermined)
+LOSS = {
+    "softmax": [2.0, 2.1, 2.05, 2.02, 2.08, 2.04, 2.06],
+    "linear": [2.5, 2.6001, 2.5499, 2.5202, 2.5798, 2.54005, 2.56],
+    "toy-ema": [2.1, 2.0, 2.3, 1.9, 2.2, 1.95, 2.15],
+}
 
 
 def test_a_seed_round_goes_to_the_undetermined_row_and_its_baseline_only(tmp_path, registry):
     suite = load_suite(write_suite(tmp_path / "s.yaml", SUITE))
-    assert suite.experiments[0].seeds == [0, 1]  # the first round: seeds 0..min-1
+    assert suite.experiments[0].seeds == [0, 1, 2, 3, 4, 5]  # the first round: seeds 0..min-1
     cells = expand_suite(suite, registry, device="cpu", corpus_hash=lambda spec: "x")
     stored: dict[str, tuple[str, dict]] = {}
 
@@ -91,8 +106,8 @@ def test_a_seed_round_goes_to_the_undetermined_row_and_its_baseline_only(tmp_pat
     assert next_seed_cells(suite, cells, stored.get) == []  # the round is not stored yet: wait
     store(cells)
     wave = next_seed_cells(suite, cells, stored.get)
-    assert sorted((c.variant, c.seed) for c in wave) == [("softmax", 2), ("toy-ema", 2)]
-    assert all(c.key and c.key not in stored and c.coords["seed"] == 2 for c in wave)
+    assert sorted((c.variant, c.seed) for c in wave) == [("softmax", 6), ("toy-ema", 6)]
+    assert all(c.key and c.key not in stored and c.coords["seed"] == 6 for c in wave)
     store(wave)
     assert next_seed_cells(suite, [*cells, *wave], stored.get) == []  # max reached: stop
 
@@ -109,8 +124,8 @@ def test_no_seed_round_goes_to_a_row_whose_baseline_has_not_learned(tmp_path, re
     for c in cells:
         stored[c.key][1]["test_floor_bigram_loss"] = bigram[c.variant] + 1.0  # everyone beyond the bigram
     assert sorted((c.variant, c.seed) for c in next_seed_cells(suite, cells, stored.get)) == [
-        ("softmax", 2),
-        ("toy-ema", 2),
+        ("softmax", 6),
+        ("toy-ema", 6),
     ]
 
 
@@ -120,7 +135,7 @@ def test_protocol_seeds_are_validated(tmp_path):
     with pytest.raises(SuiteError, match="both"):
         load_suite(write_suite(tmp_path / "a.yaml", SUITE.replace("protocol:", "seeds: [0, 1, 2]\n        protocol:")))
     with pytest.raises(SuiteError, match="max"):
-        load_suite(write_suite(tmp_path / "b.yaml", SUITE.replace("max: 3", "max: 1")))
+        load_suite(write_suite(tmp_path / "b.yaml", SUITE.replace("max: 7", "max: 1")))
     task = SUITE.replace("metric: loss,", "metric: accuracy, learn_target: 1.5,")
     with pytest.raises(SuiteError, match="at most"):
         load_suite(
@@ -164,9 +179,11 @@ def test_a_run_plans_each_round_from_stored_outcomes_and_resumes_it(tmp_path, re
         again = runner.run_suite(suite, store, registry, device="cpu", out=io.StringIO())
         runs = store.runs("rounds")
     seeds = {v: sorted(r["seed"] for r in runs if r["variant"] == v) for v in LOSS}
-    assert seeds == {"softmax": [0, 1, 2], "linear": [0, 1], "toy-ema": [0, 1, 2]}  # linear decided at 2
-    assert (first.ran, again.ran, again.skipped) == (8, 0, 8)
+    six = list(range(6))
+    assert seeds == {"softmax": [*six, 6], "linear": six, "toy-ema": [*six, 6]}  # linear decided at 6
+    assert (first.ran, again.ran, again.skipped) == (20, 0, 20)
     table = summary_table(load_store(tmp_path / "s.sqlite", "rounds"))
-    assert table is not None and "O'Brien-Fleming-type Lan-DeMets alpha spending over 2..3 seeds" in table.note
+    assert table is not None and "O'Brien-Fleming-type Lan-DeMets alpha spending over 6..7 seeds" in table.note
     found = {r["variant"]: r["decision_text"] for _, r in table.data.iterrows()}
-    assert found["linear"].endswith("n=2, worse") and found["toy-ema"].endswith("n=3, undetermined")
+    assert found["linear"].endswith("n=6, exact p=0.0312, worse")
+    assert re.search(r"n=7, exact p=[\d.]+, undetermined$", found["toy-ema"])
