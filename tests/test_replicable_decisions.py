@@ -269,3 +269,16 @@ def test_the_report_marks_each_decision_on_its_fresh_seeds(tmp_path) -> None:
     assert table.data[table.data["variant"] == "linear"].iloc[0]["replication"] == REVERSED
     none = summary_table(load_store(_text_store(tmp_path / "n.sqlite", "abc"), "screen"))
     assert none is not None and none.data[none.data["variant"] == "linear"].iloc[0]["replication"] == "not replicated"
+
+
+def test_problems_list_runs_under_load_whatever_the_kind(tmp_path) -> None:
+    """Issue 67 item 3: a scaling suite trained under load says so in Problems (it said 'None')."""
+    from attnbench.report.problems import find_problems
+
+    load = {"load_before": {"load1": 7.5, "cpus": 2}, "load_after": {"load1": 9.0, "cpus": 2}}
+    summary = {"throughput_under_load": True, **load, "val_loss": 3.0}
+    with Store(tmp_path / "s.sqlite") as store:
+        for i in range(2):
+            store.save_run(record(f"sc-{i}", "scaling-cpu", "scaling", "softmax", i, {}, {}, summary))
+    found = [p for p in find_problems(load_store(tmp_path / "s.sqlite", "screen")) if p.kind.endswith("under load")]
+    assert [(p.where, p.kind) for p in found] == [("scaling-cpu (2 of 2 runs)", "throughput under load")]

@@ -158,12 +158,11 @@ def _load(data: StoreData) -> list[Problem]:
 
 
 def _throughput_load(data: StoreData) -> list[Problem]:
-    """Training runs whose tokens/s and train time were taken on a loaded machine: one line per
-    experiment (a suite run on a busy machine would otherwise list every cell); each run's load
-    stays in the store (summary load_before, load_after)."""
-    train = data.runs[data.runs["kind"] == "train"]
+    """Runs whose tokens/s and train time were taken on a loaded machine, whatever their kind (train,
+    scaling, finetune): one line per experiment (a suite run on a busy machine would otherwise list
+    every cell); each run's load stays in the store (summary load_before, load_after)."""
     out = []
-    for exp, runs in train.groupby("experiment", sort=True):
+    for exp, runs in data.runs.groupby("experiment", sort=True):
         pairs = [
             (v, s) for v, s in zip(runs["variant"], runs["summary"], strict=True) if s.get("throughput_under_load")
         ]
