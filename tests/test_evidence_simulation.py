@@ -137,6 +137,12 @@ def test_the_planner_gives_a_split_row_seeds_until_its_share_is_decided():
     assert still_open(split, learned, design, "accuracy", MARGIN)  # 1 of 3 against 3 of 3: undecided
     assert not still_open(never, learned, design, "accuracy", MARGIN)  # learned on no seed: nothing to decide
     assert not still_open(split, learned, Design(3, 3), "accuracy", MARGIN)  # at max
-    close = Arm({0: 0.961, 1: 0.9611, 2: 0.9609}, split.floors, split.answers)  # equivalent within the margin
-    assert not still_open(close, learned, design, "accuracy", MARGIN)  # decided: no more seeds
-    assert still_open(close, learned, design, "accuracy", None)  # without a margin nothing decides it yet
+    close3 = Arm({0: 0.961, 1: 0.9611, 2: 0.9609}, split.floors, split.answers)  # inside the margin, on 3 seeds
+    assert still_open(close3, learned, design, "accuracy", MARGIN)  # too few seeds for an exact test: more seeds
+    eight = range(8)  # at the look of 8 seeds the one-sided exact p (1 / 2^8) is within the look's share of 5%
+    close = Arm(
+        {s: 0.96 + 0.0001 * (s % 3 - 1) for s in eight}, dict.fromkeys(eight, NULL), dict.fromkeys(eight, ANSWERS)
+    )
+    learned8 = Arm(dict.fromkeys(eight, 0.96), close.floors, close.answers)
+    assert not still_open(close, learned8, design, "accuracy", MARGIN)  # equivalent within the margin: decided
+    assert still_open(close, learned8, design, "accuracy", None)  # without a margin nothing decides it (signs differ)
