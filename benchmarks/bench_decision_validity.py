@@ -61,6 +61,23 @@ def draw(name: str, rng: np.random.Generator, n: int) -> np.ndarray:
     return rng.normal(0.0, 0.05, n)
 
 
+def replication_rates(name: str, effect: float, sims: int) -> tuple[int, int, int, int]:
+    """(decided, repeated, undetermined on fresh seeds, reversed): decide on 6 seeds, then the same
+    rule on 6 fresh seeds of the same laws, ``effect`` added to the variant's differences."""
+    rng = np.random.default_rng(70_071)
+    decided = repeated = undetermined = reversed_ = 0
+    for _ in range(sims):
+        first = decide_paired((draw(name, rng, 6) + effect).tolist(), 0.05, False).code
+        if first not in (BETTER, WORSE):
+            continue
+        fresh = decide_paired((draw(name, rng, 6) + effect).tolist(), 0.05, False).code
+        decided += 1
+        repeated += fresh == first
+        reversed_ += fresh in (BETTER, WORSE) and fresh != first
+        undetermined += fresh not in (BETTER, WORSE)
+    return decided, repeated, undetermined, reversed_
+
+
 def upper(k: int, n: int) -> float:
     return 1.0 if k == n else float(stats.beta.ppf(0.975, k + 1, n - k))
 
@@ -79,6 +96,16 @@ def main() -> None:
         new = sum(new_rule(draw(name, rng, 6)) for _ in range(args.sims))
         cells = [f"{k / args.sims:6.1%} (upper {upper(k, args.sims):5.1%})" for k in (old, new)]
         print(f"{name:22s} {cells[0]:>22s} {cells[1]:>22s}")
+    print("\nthe rule now, decided on 6 seeds and decided again on 6 fresh ones (among the decided rows):")
+    for name, effect in (
+        ("bimodal-vs-unimodal", 0.0),
+        ("skew+2", 0.0),
+        ("bimodal-vs-unimodal", 0.05),
+        ("normal", 0.05),
+    ):
+        n, rep, und, rev = replication_rates(name, effect, args.sims)
+        share = f"repeated {rep / max(n, 1):.1%}, undetermined {und / max(n, 1):.1%}, reversed {rev / max(n, 1):.1%}"
+        print(f"{name:22s} effect {effect:+.2f}: {n} decided; {share} (reversed upper {upper(rev, max(n, 1)):.1%})")
 
 
 if __name__ == "__main__":

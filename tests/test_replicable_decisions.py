@@ -17,6 +17,7 @@ exact test or shape check; one tuning seed, best mean): benchmarks/bench_decisio
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +283,17 @@ def test_problems_list_runs_under_load_whatever_the_kind(tmp_path) -> None:
             store.save_run(record(f"sc-{i}", "scaling-cpu", "scaling", "softmax", i, {}, {}, summary))
     found = [p for p in find_problems(load_store(tmp_path / "s.sqlite", "screen")) if p.kind.endswith("under load")]
     assert [(p.where, p.kind) for p in found] == [("scaling-cpu (2 of 2 runs)", "throughput under load")]
+
+
+def test_the_first_screen_opens_on_a_verdict_table_with_each_decision_and_its_replication(tmp_path) -> None:
+    from attnbench.report import write_report
+
+    repeat = {"softmax": [2.10, 2.11, 2.09, 2.10, 2.12, 2.10], "linear": [2.22, 2.21, 2.23, 2.22, 2.24, 2.21]}
+    store = _text_store(tmp_path / "v.sqlite", "abc", repeat)
+    md = (write_report(store, "screen", tmp_path / "out").parent / "report.md").read_text()
+    answer = md.split("## The answer", 1)[1].split("## Problems", 1)[0]
+    table = answer.index("| variant | text (loss, vs softmax) |")
+    assert table < answer.index("- softmax (baseline):")  # the table before the sentences
+    linear = next(line for line in answer.splitlines() if line.startswith("| linear |"))
+    assert linear.startswith("| linear | worse +0.1") and "n 6, exact p 0.031; fresh seeds: repeated |" in linear
+    assert re.search(r"\| softmax \| 2\.\d{3}, baseline \|", answer)

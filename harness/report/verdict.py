@@ -113,6 +113,8 @@ def verdict_table(rows: pd.DataFrame, rounds: dict[str, Rounds], state: dict[str
         view.append(out_view)
     note = (
         "Each cell: the decision against the baseline on the test split, Δ [95% interval], paired seeds, the exact "
-        "sign-flip p, and the decision on fresh seeds where the run replicated it; or why nothing was decided."
+        "sign-flip p, and the decision on fresh seeds (repeated, undetermined on fresh seeds, reversed; or not "
+        "replicated: the rule reverses at most 2.5% of its decisions on fresh seeds, simulated under bimodal and "
+        "skewed differences, and `attnbench replicate SUITE` checks them); or why nothing was decided."
     )
     return Table("verdict", "Verdict", pd.DataFrame(raw), pd.DataFrame(view), note)
