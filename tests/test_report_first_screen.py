@@ -75,12 +75,14 @@ def test_the_headline_sentences_say_what_was_found(report):
     assert re.search(
         r"train step 1\.25x slower \[1\.2\d, 1\.2\d\] at T=256, 1\.3x faster \[1\.\d+, 1\.\d+\] at T=1024;", linear
     )
-    assert "0.8x" not in linear and "slower" in head.intro
+    assert "0.8x" not in linear and "slower" in head.method
     assert linear.endswith("state 16.5 KiB")
     window = next(s for s in head.notes if s.startswith("window:"))
     assert "equivalent within ±0.05" in window and "undetermined" in window
     assert len(head.notes) == 3 and str(DECOY_TEST_LOSS) not in " ".join(head.notes)
-    assert "text loss ±0.05" in head.intro and "recall accuracy ±0.05" in head.intro and "two one-sided" in head.intro
+    assert (
+        "text loss ±0.05" in head.method and "recall accuracy ±0.05" in head.method and "two one-sided" in head.method
+    )
     assert [f.slug for f in head.figures] == ["tradeoff"]
 
 
@@ -292,5 +294,5 @@ def test_a_suite_without_a_speed_experiment_is_told_where_speed_comes_from(tmp_p
                 store.save_run(record(f"text-{v}-{seed}", "text", "train", v, seed, {}, {}, summary))
     head = build_report(load_store(tmp_path / "s.sqlite", SUITE)).headline
     assert head is not None
-    assert "a `kind: speed` experiment, and this suite has none that timed a train step" in head.intro
+    assert "a `kind: speed` experiment, and this suite has none that timed a train step" in head.method
     assert not any("train step" in s for s in head.notes)

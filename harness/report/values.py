@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from attnbench.fits import t_quantile_975
 
@@ -53,7 +56,8 @@ def mean_ci(values: Iterable[Any], bounds: tuple[float, float] | None = None) ->
 
 
 def is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite real number, numpy's included (a DataFrame's integer column gives numpy ints)."""
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v)
 
 
 def num(v: Any, digits: int = 4) -> str:
