@@ -227,7 +227,7 @@ def test_problems_are_faults_and_budget_limits_are_notes(tmp_path):
 LAYOUT_PROBE = """<script>
 const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
 document.body.setAttribute("data-layout", JSON.stringify({
-  sentences: [...document.querySelectorAll("#answer li")].map(box),
+  verdict: [...document.querySelectorAll("#answer table tr")].map(box),
   picture: box(document.querySelector("#answer figure img")),
   width: innerWidth, height: innerHeight}));
 </script></body>"""
@@ -242,7 +242,7 @@ def _chromium() -> str:
     return found
 
 
-def test_the_first_screen_at_1400_by_900_shows_every_sentence_and_the_picture(tmp_path):
+def test_the_first_screen_at_1400_by_900_shows_the_verdict_table_and_the_picture(tmp_path):
     chromium = _chromium()
     index = write_report(write_store(tmp_path / "s.sqlite"), SUITE, tmp_path / "out")
     flags = [
@@ -268,8 +268,8 @@ def test_the_first_screen_at_1400_by_900_shows_every_sentence_and_the_picture(tm
     # --dump-dom keeps room for the window's frame (innerHeight < 900); the layout depends on the
     # width only, so boxes measured from the top of the page are where a 1400 x 900 viewport shows them.
     assert layout["width"] == 1400
-    assert len(layout["sentences"]) == 3  # the baseline's values, then linear and window against it
-    for left, top, right, bottom in [*layout["sentences"], layout["picture"]]:
+    assert len(layout["verdict"]) == 4  # the header, the baseline's row, then linear and window against it
+    for left, top, right, bottom in [*layout["verdict"], layout["picture"]]:
         assert 0 <= left < right <= 1400 and 0 <= top < bottom <= 900
     # The screenshot of the page itself (CSP on) shows the picture where the probe measured it.
     shot = tmp_path / "first-screen.png"

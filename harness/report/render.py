@@ -36,9 +36,11 @@ dl.summary dt { font-weight: 600; } dl.summary dt::after { content: ":"; } dl.su
 nav ul { columns: 2; }
 #s-answer h2 { margin-top: .5em; } #s-answer > p.note { margin: .3em 0 .5em; font-size: 11.5px; }
 #answer { display: flex; gap: 1.2em; align-items: flex-start; }
-#answer ul { flex: 1 1 58%; margin: 0; padding-left: 1.1em; font-size: 12.5px; line-height: 1.35; }
-#answer li { margin: 0 0 .35em; } #answer li > b:first-child { font-size: 13px; }
-#answer figure { flex: 0 0 41%; margin: 0; } #answer figcaption { font-size: 11px; }
+#answer > h3, #answer > p.note { display: none; }
+#answer table { flex: 1 1 58%; font-size: 12px; line-height: 1.3; }
+#answer figure { flex: 0 0 38%; margin: 0; } #answer figcaption { font-size: 11px; }
+#sentences { margin: .3em 0; padding-left: 1.1em; font-size: 12.5px; line-height: 1.35; }
+#sentences li { margin: 0 0 .35em; } #sentences li > b:first-child { font-size: 13px; }
 b.better { color: #1b6e20; } b.worse { color: #9a4d00; } b.equivalent { color: #1f4e99; }
 b.undetermined { color: #666; } b.failed { color: #a40000; }
 header h1 { margin: .2em 0; } header dl.summary { font-size: 12px; color: #333; }
@@ -132,12 +134,14 @@ def _md_sentence(text: str) -> str:
 
 
 def _html_headline(section: Section | None) -> str:
-    """The first screen: one sentence per variant beside the quality-against-cost picture."""
+    """The first screen: the verdict table beside the quality-against-cost picture, its note, then
+    the sentences and the method, each folded."""
     if section is None:
         return ""
     items = "".join(f"<li>{sentence_html(n)}</li>" for n in section.notes)
     figs = "".join(_html_figure(f) for f in section.figures)
-    tables = "".join(html_table(t, {}) for t in section.tables)
+    tables = "".join(html_table(t, {}) for t in section.tables)  # its title and note hidden in the flex row
+    notes = "".join(f'<p class="note">{_e(t.note)}</p>' for t in section.tables if t.note)
     method = (
         f'<details><summary>Method</summary><p class="note">{_e(section.method)}</p></details>'
         if section.method
@@ -145,8 +149,8 @@ def _html_headline(section: Section | None) -> str:
     )
     return (
         f'<section id="s-answer"><h2>{_e(section.title)}</h2><p class="note">{_e(section.intro)}</p>'
-        f'{tables}{figs}<details><summary>In words</summary><div id="answer"><ul>{items}</ul></div></details>'
-        f"{method}</section>"
+        f'<div id="answer">{tables}{figs}</div>{notes}<details><summary>In words</summary><ul id="sentences">'
+        f"{items}</ul></details>{method}</section>"
     )
 
 
