@@ -276,7 +276,9 @@ def summary_table(data: StoreData) -> Table | None:
     if not raws:
         return None
     note = (
-        f"Each variant at its own chosen grid point (lowest mean validation loss over its seeds); the "
+        f"Each variant at its own chosen grid point, chosen on validation data (a tuned experiment: by its tuning "
+        f"criterion, loss or accuracy beyond the null, near-ties to the rate whose seeds agree: see Tuning; "
+        f"otherwise the lowest mean validation loss over its seeds); the "
         f"numbers are on the test split, which took no part in that choice. Δ = variant - baseline "
         f"({' / '.join(baselines)}), one column per baseline, on the same seed (same batches in the same "
         f"order); decision: {method_text(data, TEST_TEXT)}; margins: {'; '.join(sorted(margins))}. Null level: "

@@ -255,8 +255,9 @@ def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
             intro=(
                 "Each row is one variant with its options (and model size) at the experiment's common budget; "
                 "runs with different variant_options are different rows. Held-out values "
-                "are the mean over finished seeds with a two-sided 95% Student-t interval, at the grid point "
-                "with the lowest mean validation loss. These are validation values, the split the choice read, "
+                "are the mean over finished seeds with a two-sided 95% Student-t interval, at the chosen grid point "
+                "(tuned: by the tuning criterion, see Tuning; else the lowest mean validation loss). These are "
+                "validation values, the split the choice read, "
                 "so they flatter larger grids; where the data has a test split, the Summary at the top reports "
                 "the chosen points on it. Facts: parameters measured; state size and FLOPs per "
                 "token as declared by the variant at the training length."
