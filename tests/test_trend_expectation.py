@@ -40,11 +40,11 @@ def _store(tmp_path, linear: dict[int, float]) -> pd.DataFrame:
     config = {"data": {"source": "task", "task": "mqar", "eval_settings": [{"num_kv_pairs": k} for k in PAIRS]}}
     with Store(path) as store:
         for v, acc in (("softmax", softmax), ("linear", linear)):
-            for seed in (0, 1, 2):
+            for seed in range(6):  # 6 paired seeds: the fewest a paired decision needs
                 results = []
                 for k in PAIRS:
                     tags = {"split": "test", "task": "mqar", "num_kv_pairs": k}
-                    value = acc[k] + 0.005 * (seed - 1)
+                    value = acc[k] + 0.005 * (seed % 3 - 1)
                     results += [
                         Result("accuracy", value, "", tags),
                         Result("guess_accuracy", NULL[k], "", tags),
@@ -53,7 +53,7 @@ def _store(tmp_path, linear: dict[int, float]) -> pd.DataFrame:
                 summary = {
                     "val_loss": 1.0,
                     "test_loss": 1.0,
-                    "test_accuracy": sum(acc.values()) / 3 + 0.005 * (seed - 1),
+                    "test_accuracy": sum(acc.values()) / 3 + 0.005 * (seed % 3 - 1),
                     "test_guess_accuracy": sum(NULL.values()) / 3,
                     "test_answers_total": 3 * ANSWERS,
                     "protocol": protocol_dict("accuracy", [CLAIM], None),
