@@ -525,7 +525,7 @@ def test_runs_timed_under_load_are_one_problem_per_experiment(tmp_path):
     assert problems.count("throughput under load") == 1 and md.count("throughput under load") == 1
     lines = [line for line in md.splitlines() if "throughput under load" in line]
     assert (
-        "2 variants" in lines[0] and "(2 of 30 runs)" in lines[0] and "load average 3.00 to 4.75 on 2 CPUs" in lines[0]
+        "2 variants" in lines[0] and "(2 of 39 runs)" in lines[0] and "load average 3.00 to 4.75 on 2 CPUs" in lines[0]
     )
 
 

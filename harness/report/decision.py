@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from attnbench import sequential as seq
 from attnbench.decision_words import (
+    BASELINE,
     BETTER,
     EQUIVALENT,
     EQUIVALENT_WITHIN,
@@ -52,6 +53,8 @@ class Decision:
     def text(self, unit: str = "", decimals: int | None = None) -> str:
         """e.g. "-0.56 [-0.61, -0.51], n=3, worse" or "+0.02 [-0.01, +0.05], n=3, equivalent within ±0.05"
         (3 significant digits, or ``decimals`` fixed ones)."""
+        if self.outcome == BASELINE:  # the baseline's own row
+            return BASELINE
         if self.mean is None:
             return NO_PAIRED_SEEDS
         fmt = "+.3g" if decimals is None else f"+.{decimals}f"
