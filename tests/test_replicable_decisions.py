@@ -297,3 +297,19 @@ def test_the_first_screen_opens_on_a_verdict_table_with_each_decision_and_its_re
     linear = next(line for line in answer.splitlines() if line.startswith("| linear |"))
     assert linear.startswith("| linear | worse +0.1") and "n 6, exact p 0.031; fresh seeds: repeated |" in linear
     assert re.search(r"\| softmax \| 2\.\d{3}, baseline \|", answer)
+
+
+def test_speed_points_carry_the_mean_time_the_ratios_read_and_no_zero_byte_peaks(tmp_path) -> None:
+    """Issue 67 item 4: speed-points.csv had only the median time while every ratio reads the mean;
+    a peak under one page printed as '0 B'."""
+    from attnbench.report.speed import memory_text, speed_points
+    from tests.report_store import write_store
+
+    data = load_store(write_store(tmp_path / "s.sqlite"), "screen")
+    ids = [int(i) for i in data.runs_of("speed")["id"]]
+    times = speed_points(data, ids).query("quantity == 'time'")
+    assert len(times) == 12 and times["mean_s"].notna().all()  # the synthetic store: mean = median
+
+    assert memory_text(0.0) == "< 4 KiB (below the measurement's resolution)"
+    assert memory_text(6164480.0) == "5.88 MiB"
+    assert memory_text(None) != "0 B"

@@ -21,7 +21,8 @@ MODES = ("forward", "train_step", "decode")
 
 
 def speed_points(data: StoreData, run_ids: list[int]) -> pd.DataFrame:
-    """One row per (run, mode, T, quantity): variant, seed, model, mode, T, quantity, value,
+    """One row per (run, mode, T, quantity): variant, seed, model, mode, T, quantity, value (a time:
+    the median round), mean_s (a time: the mean over the rounds, what every speed ratio reads),
     status, error, stddev_s, backend, fallback, dtype."""
     res = data.results[data.results["run_id"].isin(run_ids) & data.results["name"].isin(list(QUANTITY))]
     runs = {int(r["id"]): r for _, r in data.runs.iterrows() if int(r["id"]) in set(run_ids)}
@@ -39,6 +40,7 @@ def speed_points(data: StoreData, run_ids: list[int]) -> pd.DataFrame:
                 "T": t.get("T"),
                 "quantity": QUANTITY[r["name"]],
                 "value": r["value"],
+                "mean_s": t.get("mean_s"),
                 "status": t.get("status", "ok" if r["value"] is not None else "unknown"),
                 "error": t.get("error"),
                 "stddev_s": t.get("stddev_s"),
@@ -50,6 +52,19 @@ def speed_points(data: StoreData, run_ids: list[int]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+MEMORY_RESOLUTION = 4096  # bytes: a CPU peak is read from the process's high-water mark, in pages
+
+
+def memory_text(v: Any) -> str:
+    """'5.88 MiB', or '< 4 KiB (below the measurement's resolution)' for a peak under one page,
+    never '0 B'."""
+    if not is_number(v):
+        return MISSING
+    if v < MEMORY_RESOLUTION:
+        return f"< {bytes_text(MEMORY_RESOLUTION)} (below the measurement's resolution)"
+    return bytes_text(v)
 
 
 def path_text(backend: Any, path: Any, fallback: Any) -> str:
@@ -116,7 +131,7 @@ def _points_table(exp: str, pts: pd.DataFrame) -> Table:
             "mode": data["mode"],
             "T": [num(t) for t in data["T"]],
             "time (median ± sd)": data.apply(time_text, axis=1),
-            "peak memory": [bytes_text(v) if is_number(v) else MISSING for v in data["peak_memory_bytes"]],
+            "peak memory": [memory_text(v) for v in data["peak_memory_bytes"]],
             "status": data["status"],
             "path": [
                 path_text(b, p, f) for b, p, f in zip(data["backend"], data["path"], data["fallback"], strict=True)
