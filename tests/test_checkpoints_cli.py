@@ -202,7 +202,7 @@ def test_task_accuracy_is_decided_against_each_baseline_per_setting(tmp_path):
     headline = report.headline
     assert headline is not None
     sentence = next(s for s in headline.notes if s.startswith("window:"))
-    assert "; vs linear " in sentence and "then vs linear" in headline.intro
+    assert "; vs linear " in sentence and "then vs linear" in headline.method
 
 
 BAD_BASELINES = """

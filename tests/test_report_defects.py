@@ -140,6 +140,6 @@ def test_the_first_screen_does_not_quote_a_noisy_speed_point(tmp_path):
     linear = next(s for s in head.notes if s.startswith("linear:"))
     assert re.search(r"train step 1\.25x slower \[[\d.]+, [\d.]+\] at T=256, not quoted at T=1024 \(noisy", linear)
     assert "faster" not in linear.split("train step")[1]  # the T=1024 ratio itself is not given
-    assert "noisy" in head.intro
+    assert "noisy" in head.method
     assert "(noisy timing" in str(_linear(summary, "train-step speedup", view=True))  # the table keeps it, marked
     assert bool(_linear(summary, "train_step_noisy"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from attnbench.learning import LEARNED, row_learned
 from attnbench.plan.cells import Cell, rekey
 from attnbench.plan.halving import Lookup, group_key
-from attnbench.plan.seed_rounds import HIGHER_IS_BETTER, Arm, arm_of, chosen_cells, seed_round
+from attnbench.plan.seed_rounds import HIGHER_IS_BETTER, Arm, arm_of, paired_rows, seed_round
 from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import Suite
 from attnbench.sequential import UNDETERMINED, Design
@@ -57,20 +57,11 @@ def _experiment_replicas(exp: TrainExperiment, reported: list[Cell], lookup: Loo
     design = None
     if protocol.seeds is not None:
         design = Design(protocol.seeds.min, protocol.seeds.max, protocol.seeds.spending)
-    rows: dict[tuple, list[Cell]] = {}
-    for c in reported:
-        rows.setdefault(group_key(c), []).append(c)
-    chosen = {row: chosen_cells(group, lookup) for row, group in rows.items()}
     out: dict[str, Cell] = {}
-    for row, picked in chosen.items():
-        if row[1] == protocol.baseline:
-            continue
-        base_row = next((r for r in chosen if r[1] == protocol.baseline and r[2] == row[2]), None)
-        if base_row is None:
-            continue
-        mine, base = arm_of(picked, lookup, metric), arm_of(chosen[base_row], lookup, metric)
+    for picked, base_picked in paired_rows(reported, lookup, protocol.baseline):
+        mine, base = arm_of(picked, lookup, metric), arm_of(base_picked, lookup, metric)
         if decided(mine, base, metric, protocol.margin, design):
-            for cell in _replicas(picked, protocol.replicate) + _replicas(chosen[base_row], protocol.replicate):
+            for cell in _replicas(picked, protocol.replicate) + _replicas(base_picked, protocol.replicate):
                 out[cell.key or repr((cell.variant, cell.seed, cell.coords))] = cell
     return list(out.values())
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +112,18 @@ def still_open(mine: Arm, base: Arm, design: Design, metric: str, margin: float 
     return decide_paired(diffs.tolist(), margin, higher, design).code == UNDETERMINED
 
 
+def paired_rows(cells: list[Cell], lookup: Lookup, baseline: str) -> Iterator[tuple[list[Cell], list[Cell]]]:
+    """Each non-baseline row's chosen cells with its baseline's at the same model size."""
+    rows: dict[Row, list[Cell]] = {}
+    for c in cells:
+        rows.setdefault(group_key(c), []).append(c)
+    chosen = {row: chosen_cells(group, lookup) for row, group in rows.items()}
+    for row, picked in chosen.items():
+        base_row = next((r for r in chosen if r[1] == baseline and r[2] == row[2]), None)
+        if row[1] != baseline and base_row is not None:
+            yield picked, chosen[base_row]
+
+
 def seed_round(exp: TrainExperiment, cells: list[Cell], lookup: Lookup) -> list[Cell]:
     protocol = exp.protocol
     if protocol is None or protocol.seeds is None:
@@ -118,30 +131,21 @@ def seed_round(exp: TrainExperiment, cells: list[Cell], lookup: Lookup) -> list[
     rule = protocol.seeds
     design = Design(rule.min, rule.max, rule.spending)
     metric = protocol.metric or "loss"
-    rows: dict[Row, list[Cell]] = {}
-    for c in cells:
-        rows.setdefault(group_key(c), []).append(c)
-    chosen = {row: chosen_cells(group, lookup) for row, group in rows.items()}
     out: dict[str, Cell] = {}
-    for row, picked in chosen.items():
-        if row[1] == protocol.baseline:
-            continue
-        base_row = next((r for r in chosen if r[1] == protocol.baseline and r[2] == row[2]), None)
-        if base_row is None:
-            continue
+    for picked, base_picked in paired_rows(cells, lookup, protocol.baseline):
         planned = {c.seed for c in picked}
         if len(planned) >= rule.max:
             continue
-        mine, base = arm_of(picked, lookup, metric), arm_of(chosen[base_row], lookup, metric)
+        mine, base = arm_of(picked, lookup, metric), arm_of(base_picked, lookup, metric)
         if not still_open(mine, base, design, metric, protocol.margin):
             continue
         seed = next(s for s in range(rule.max + len(planned) + 1) if s not in planned)
-        for group in (picked, chosen[base_row]):
+        for group in (picked, base_picked):
             if seed in {c.seed for c in group}:
                 continue
             template = group[0]
             new = rekey(template, seed=seed, coords={**template.coords, "seed": seed})
-            out[new.key or repr((row, new.variant, seed))] = new
+            out[new.key or repr((new.variant, new.coords, seed))] = new
     return list(out.values())
 
 
