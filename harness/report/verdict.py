@@ -71,7 +71,10 @@ def _settings_cell(rows: pd.DataFrame) -> str:
     settings = [json.loads(o) for o in rows["setting_options"]]
     keys = list(dict.fromkeys(k for s in settings for k in s))
     labels = ["/".join(str(s.get(k)) for k in keys) for s in settings]
-    return f" · by {'/'.join(keys)} {' / '.join(labels)}: {' / '.join(_word(r) for _, r in rows.iterrows())}"
+    found = [
+        _num(r["metric"], r["value_mean"]) if r["decision"] == BASELINE else _word(r) for _, r in rows.iterrows()
+    ]  # the baseline's own values, the others' decisions
+    return f" · by {'/'.join(keys)} {' / '.join(labels)}: {' / '.join(found)}"
 
 
 def _speed_cell(variant: str, baseline: str, rounds: dict[str, Rounds], T: int | None) -> str:
