@@ -388,7 +388,7 @@ def test_replication_words_are_table_words():
         for decision in fresh.values():
             status = compare(original, decision)
             replica = Replication(status, tuple(range(6, 12)), decision)
-            assert replica.text().startswith(f"{status} on seeds 6-11 (")
+            assert replica.text().startswith(f"{status} (seeds 6-11: ")
             printed(status)
     printed(Replication(decision_words.NOT_REPLICATED, (), None).text())
     assert {

@@ -263,7 +263,7 @@ def test_the_report_marks_each_decision_on_its_fresh_seeds(tmp_path) -> None:
     table = summary_table(load_store(_text_store(tmp_path / "r.sqlite", "abc", repeat), "screen"))
     assert table is not None
     row = table.data[table.data["variant"] == "linear"].iloc[0]
-    assert row["replication"] == REPEATED and row["replication_text"].startswith("repeated on seeds 6-11 (+0.")
+    assert row["replication"] == REPEATED and row["replication_text"].startswith("repeated (seeds 6-11: +0.")
     flip = {"softmax": repeat["linear"], "linear": repeat["softmax"]}
     table = summary_table(load_store(_text_store(tmp_path / "f.sqlite", "abc", flip), "screen"))
     assert table is not None

@@ -160,7 +160,7 @@ def _speed(
 
 
 def _replicated(row: pd.Series) -> str:
-    """'; repeated on seeds 6-11 (...)' for a decided row: its decision on fresh seeds."""
+    """'; repeated (seeds 6-11: ...)' for a decided row: its decision on fresh seeds."""
     text = row.get("replication_text")
     return f"; {text}" if isinstance(text, str) and text else ""
 

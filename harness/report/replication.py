@@ -43,10 +43,10 @@ class Replication:
     decision: Decision | None  # the replication's own decision (None: not replicated)
 
     def text(self) -> str:
-        """'repeated on seeds 6-11 (+0.104 [+0.05, +0.16], n=6, exact p=0.031, worse)'."""
+        """'repeated (seeds 6-11: +0.104 [+0.05, +0.16], n=6, exact p=0.031, worse)'."""
         if self.decision is None:
             return self.status
-        return f"{self.status} on seeds {round_label(self.seeds)} ({self.decision.text(decimals=3)})"
+        return f"{self.status} (seeds {round_label(self.seeds)}: {self.decision.text(decimals=3)})"
 
 
 def replicas_of(data: StoreData, sel: Selection) -> dict[str, Selection]:
