@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from attnbench.learning import LEARNED, row_learned
 from attnbench.plan.cells import Cell, rekey
-from attnbench.plan.halving import Lookup, group_key
-from attnbench.plan.seed_rounds import HIGHER_IS_BETTER, Arm, arm_of, paired_rows, seed_round
+from attnbench.plan.halving import Lookup
+from attnbench.plan.seed_rounds import HIGHER_IS_BETTER, Arm, arm_of, paired_rows, seed_round, stored_round
 from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import Suite
 from attnbench.sequential import UNDETERMINED, Design
@@ -73,13 +73,9 @@ def next_replication_cells(suite: Suite, cells: list[Cell], lookup: Lookup) -> l
     for exp in suite.experiments:
         if not isinstance(exp, TrainExperiment) or exp.protocol is None or exp.protocol.replicate is None:
             continue
-        mine = [c for c in cells if c.experiment == exp.name]
-        tuned = {group_key(c) for c in mine if c.coords.get("stage") == "tune"}
-        reported = [c for c in mine if c.coords.get("stage") in (None, "final")]
-        if len({group_key(c) for c in reported if c.coords.get("stage") == "final"}) < len(tuned):
-            continue  # a tuned row has not reached its final runs yet
-        if not reported or any(lookup(c.key) is None for c in reported):
-            continue  # still running (or refused): wait
+        reported = stored_round(exp, cells, lookup)
+        if not reported:
+            continue  # a rung or a round still running (or refused): wait
         if exp.protocol.seeds is not None and seed_round(exp, reported, lookup):
             continue  # seeds until decided still adds seeds: the decisions are not final
         out += _experiment_replicas(exp, reported, lookup)

@@ -149,6 +149,18 @@ def seed_round(exp: TrainExperiment, cells: list[Cell], lookup: Lookup) -> list[
     return list(out.values())
 
 
+def stored_round(exp: TrainExperiment, cells: list[Cell], lookup: Lookup) -> list[Cell]:
+    """The experiment's reported cells (final, or untuned) once every tuned row has reached its
+    final runs and every one of them is stored; [] while a rung or a round is still running (or
+    was refused)."""
+    mine = [c for c in cells if c.experiment == exp.name]
+    tuned = {group_key(c) for c in mine if c.coords.get("stage") == "tune"}
+    reported = [c for c in mine if c.coords.get("stage") in (None, "final")]
+    if len({group_key(c) for c in reported if c.coords.get("stage") == "final"}) < len(tuned):
+        return []
+    return [] if any(lookup(c.key) is None for c in reported) else reported
+
+
 def next_seed_cells(suite: Suite, cells: list[Cell], lookup: Lookup) -> list[Cell]:
     """The next seed round of each experiment with ``protocol.seeds`` whose cells are all
     stored: one more seed for every undetermined row and its baseline."""
@@ -156,14 +168,9 @@ def next_seed_cells(suite: Suite, cells: list[Cell], lookup: Lookup) -> list[Cel
     for exp in suite.experiments:
         if not isinstance(exp, TrainExperiment) or exp.protocol is None or exp.protocol.seeds is None:
             continue
-        mine = [c for c in cells if c.experiment == exp.name]
-        tuned = {group_key(c) for c in mine if c.coords.get("stage") == "tune"}
-        reported = [c for c in mine if c.coords.get("stage") in (None, "final")]
-        if len({group_key(c) for c in reported if c.coords.get("stage") == "final"}) < len(tuned):
-            continue  # a tuned row has not reached its final runs yet
-        if not reported or any(lookup(c.key) is None for c in reported):
-            continue  # this round is still running (or was refused): wait
-        out += seed_round(exp, reported, lookup)
+        reported = stored_round(exp, cells, lookup)
+        if reported:
+            out += seed_round(exp, reported, lookup)
     return out
 
 
