@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from attnbench.cli import main
+from attnbench.gate.checks import CHECKS
 from attnbench.store import database
 from tests.helpers import fake_distribution
 
@@ -52,7 +53,7 @@ def test_a_store_that_fills_up_while_verdicts_are_written_says_so_and_keeps_what
     assert _check(tmp_path, capsys, "softmax")[0] == 0
     with sqlite3.connect(path) as db:
         before = db.execute("SELECT * FROM checks ORDER BY check_name").fetchall()
-    assert len(before) == 11
+    assert len(before) == len(CHECKS)  # one row per check of the gate
 
     opened = database.Store.__init__
 

@@ -61,7 +61,8 @@ def test_an_early_look_needs_far_stronger_evidence_than_the_fixed_test():
     diffs = [0.3, 0.08, 0.25, 0.12, 0.38, 0.17]  # t = 4.66: worse by the fixed 6-seed test (critical 4.15)
     assert decide(diffs, None, False).outcome == "worse"
     early = decide_sequential(diffs, None, False, Design(6, 7))  # the first of two looks: critical 4.93
-    assert early.outcome == "undetermined" and early.lo is not None and early.lo < 0 < early.hi
+    assert early.outcome == "undetermined" and early.lo is not None and early.hi is not None
+    assert early.lo < 0 < early.hi
     tight = [0.3, 0.3001, 0.2999, 0.3002, 0.2998, 0.30005]
     assert decide_sequential(tight, None, False, Design(6, 7)).outcome == "worse"
     # a look whose share of the error is below the least sign-flip p (2 / 64) decides nothing, however tight

@@ -209,6 +209,8 @@ def test_a_plugin_tracker_receives_every_stored_cell(tmp_path):
             only_variants=["softmax"],
             trackers=[tracker],
         )
-    floors = {f"floor_{order}_{unit}" for order in ("unigram", "bigram", "trigram") for unit in ("loss", "bpb")}
+    floors = {
+        f"floor_{order}_{unit}" for order in ("unigram", "bigram", "trigram", "4gram") for unit in ("loss", "bpb")
+    }
     metrics = {"train/loss", "train/lr", "val/loss", "val/bpb", "val/ppl"}
     assert seen == [("text", metrics, {"loss", "bpb", "ppl", *floors})]  # the null levels go out beside the scores
