@@ -3,6 +3,8 @@ suites a new user can write, ends with a message or a result, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sqlite3
 import subprocess
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from attnbench.cli import main
 from attnbench.store.database import Store
 from tests.report_store import write_store
 
@@ -95,9 +98,32 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Pa
     return root, _stores(root), suites
 
 
+GUARD_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "ATTNBENCH_PLUGINS": "softmax"}
+
+
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "ATTNBENCH_PLUGINS": "softmax"}
-    return subprocess.run(["attnbench", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+    """The command in this process (the CLI's one error layer included), its output captured: an
+    exception that escapes ``main`` fails the test as a traceback would reach the user. In process,
+    not a subprocess per command: 66 commands, each importing torch, took minutes."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = {k: os.environ.get(k) for k in GUARD_ENV}
+    here = os.getcwd()
+    os.environ.update(GUARD_ENV)
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's refusals
+                code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        os.chdir(here)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def _no_traceback(proc: subprocess.CompletedProcess) -> None:
