@@ -159,9 +159,9 @@ def score(criterion: str, status: str | None, summary: Mapping[str, Any] | None)
     value ranks last."""
     if status != "done" or summary is None:
         return WORST
-    loss = _finite(summary.get("val_loss"))
+    loss = finite_number(summary.get("val_loss"))
     if criterion == "accuracy":
-        acc = _finite(summary.get("val_accuracy"))
+        acc = finite_number(summary.get("val_accuracy"))
         return (math.inf if acc is None else -acc, math.inf if loss is None else loss)
     return (math.inf if loss is None else loss, 0.0)
 
@@ -174,7 +174,8 @@ def mean_score(scores: Iterable[tuple[float, float]]) -> tuple[float, float]:
     return (statistics.fmean(s[0] for s in got), statistics.fmean(s[1] for s in got))
 
 
-def _finite(v: Any) -> float | None:
+def finite_number(v: Any) -> float | None:
+    """``v`` as a float where it is a finite number (not a bool), else None."""
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     return float(v) if ok else None
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from attnbench.learning import NOT_LEARNED, SPLIT, row_learned, share_test
 from attnbench.plan.cells import Cell, rekey
+from attnbench.plan.grid_window import finite_number
 from attnbench.plan.halving import Lookup, grid_point_of, group_key, val_loss
 from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import Suite
@@ -72,7 +73,7 @@ def arm_of(cells: list[Cell], lookup: Lookup, metric: str) -> Arm:
         if o is None or o[0] != "done":
             continue
         value, floor, count = (
-            _finite(o[1].get(k)) for k in (f"test_{metric}", FLOOR_FIELD[metric], "test_answers_total")
+            finite_number(o[1].get(k)) for k in (f"test_{metric}", FLOOR_FIELD[metric], "test_answers_total")
         )
         if value is not None:
             values[c.seed] = value
@@ -81,12 +82,6 @@ def arm_of(cells: list[Cell], lookup: Lookup, metric: str) -> Arm:
             if count is not None:
                 answers[c.seed] = count
     return Arm(values, floors, answers)
-
-
-def _finite(v: Any) -> float | None:
-    """``v`` as a float where it is a finite number (not a bool), else None."""
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    return float(v) if ok else None
 
 
 def still_open(mine: Arm, base: Arm, design: Design, metric: str, margin: float | None) -> bool:

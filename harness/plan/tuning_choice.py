@@ -23,22 +23,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnbench.learning import seed_learned
-
-Outcome = "tuple[str, Mapping[str, Any]] | None"  # (status, summary) of a stored cell
-
-
-def _finite(v: Any) -> float | None:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    return float(v) if ok else None
+from attnbench.plan.grid_window import finite_number
 
 
 def beyond_null(summary: Mapping[str, Any]) -> bool:
     """Whether a run's validation accuracy is beyond its validation null (exact binomial test on
     its validation answers where their count is stored)."""
-    acc, null = _finite(summary.get("val_accuracy")), _finite(summary.get("val_guess_accuracy"))
+    acc, null = finite_number(summary.get("val_accuracy")), finite_number(summary.get("val_guess_accuracy"))
     if acc is None or null is None:
         return False
-    return seed_learned(acc, null, True, _finite(summary.get("val_answers_total")))
+    return seed_learned(acc, null, True, finite_number(summary.get("val_answers_total")))
 
 
 @dataclass(frozen=True)
@@ -77,8 +71,8 @@ def score_point(point: tuple[tuple[str, Any], ...], outcomes: Sequence[Any], cri
     scores, losses = [], []
     for o in outcomes:
         summary = o[1] if o is not None and o[0] == "done" else {}
-        loss = _finite(summary.get("val_loss"))
-        value = _finite(summary.get("val_accuracy")) if learned else loss
+        loss = finite_number(summary.get("val_loss"))
+        value = finite_number(summary.get("val_accuracy")) if learned else loss
         scores.append(math.inf if value is None else (-value if learned else value))
         losses.append(math.inf if loss is None else loss)
     return PointScore(point, learned, tuple(scores), tuple(losses))

@@ -86,7 +86,8 @@ def _group_rows(exp: str, variant: str, runs: pd.DataFrame, protocol: dict[str, 
             )
             for text, (point, sub) in points.items()
         }
-        order = [next(t for t, s in scored.items() if s is ps) for ps in rank(list(scored.values()))]
+        text_of = {ps.point: text for text, ps in scored.items()}
+        order = [text_of[ps.point] for ps in rank(list(scored.values()))]
         tie = near_tie_text(list(scored.values()))
         for text in order:
             point, sub = points[text]
