@@ -18,7 +18,7 @@ def lm_eval_sections(data: StoreData) -> list[Section]:
     sections = []
     for exp in dict.fromkeys(runs["experiment"]):
         exp_runs = runs[runs["experiment"] == exp]
-        res = data.results[data.results["run_id"].isin([int(i) for i in exp_runs["id"]])]
+        res = data.results_of(exp_runs["id"])
         meta = exp_runs.set_index("id")
         rows = []
         for _, r in res.iterrows():

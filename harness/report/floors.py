@@ -68,12 +68,11 @@ def floor_of(data: StoreData, sel: Selection, metric: str, setting: dict[str, An
     if setting is None:
         value = _mean(sel.runs["summary"], "test_guess_accuracy")
     else:
-        res = data.results[data.results["run_id"].isin([int(i) for i in sel.runs["id"]])]
-        res = res[res["name"] == "guess_accuracy"]
+        res = data.results_of(sel.runs["id"], "guess_accuracy", split="test")
         value = mean_ci(
             v
             for v, tags in zip(res["value"], res["tags"], strict=True)
-            if tags.get("split") == "test" and all(tags.get(k) == x for k, x in setting.items())
+            if all(tags.get(k) == x for k, x in setting.items())
         ).mean
     return None if value is None else Floor(NULL, value, True, _method(sel))
 

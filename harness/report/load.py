@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ class StoreData:
         detail, created_at, provenance) of every variant in the store.
     all_variants: every variant name in the store (keys the colour palette, so a variant
         has one colour in every report of the store).
+    Read rows of some runs through ``results_of`` / ``metrics_of``, never by hand.
     """
 
     path: Path
@@ -59,6 +61,27 @@ class StoreData:
     def kinds(self) -> set[str]:
         return set(self.runs["kind"])
 
+    def results_of(
+        self, run_ids: Iterable[Any], name: str | Iterable[str] | None = None, split: str | None = None
+    ) -> pd.DataFrame:
+        """The result rows of ``run_ids`` in store order, of one metric ``name`` or any of
+        several, on one evaluation ``split`` (a row whose tags name none is "val")."""
+        rows = _rows_of(self.results, run_ids, name)
+        if split is None:
+            return rows
+        return rows[pd.Series([t.get("split", "val") == split for t in rows["tags"]], index=rows.index, dtype=bool)]
+
+    def metrics_of(self, run_ids: Iterable[Any], name: str | Iterable[str] | None = None) -> pd.DataFrame:
+        """The curve points of ``run_ids`` (by run, name and step), of one ``name`` or any of several."""
+        return _rows_of(self.metrics, run_ids, name)
+
+
+def _rows_of(frame: pd.DataFrame, run_ids: Iterable[Any], name: str | Iterable[str] | None) -> pd.DataFrame:
+    keep = frame["run_id"].isin(list(run_ids))
+    if name is not None:
+        keep &= frame["name"] == name if isinstance(name, str) else frame["name"].isin(list(name))
+    return frame[keep]
+
 
 def _connect(path: Path) -> sqlite3.Connection:
     uri = path.resolve().as_uri()
@@ -73,7 +96,8 @@ def _connect(path: Path) -> sqlite3.Connection:
     return db
 
 
-def _check_file(path: Path) -> None:
+def _open(path: Path) -> sqlite3.Connection:
+    """The store at ``path``, opened read-only; ReportError where it is missing or no SQLite file."""
     if not path.exists():
         raise ReportError(
             f"no results store at {path}: run a suite first (attnbench run suites/smoke.yaml) "
@@ -85,6 +109,10 @@ def _check_file(path: Path) -> None:
         head = f.read(16)
     if head != _SQLITE_MAGIC:
         raise ReportError(f"{path} is not a results store (not a SQLite database); pass another --store")
+    try:
+        return _connect(path)
+    except sqlite3.DatabaseError as exc:
+        raise ReportError(f"cannot open results store {path} read-only: {exc}") from exc
 
 
 def _frame(db: sqlite3.Connection, sql: str, args: tuple[Any, ...] = ()) -> pd.DataFrame:
@@ -111,8 +139,53 @@ def _decode(
     return frame.drop(index=list(bad)) if bad else frame
 
 
-def _suite_ids(runs_sql: str) -> str:
-    return f"SELECT id FROM runs WHERE {runs_sql}"
+def _suite_of(db: sqlite3.Connection, path: Path, suite: str | None, suites: list[str]) -> str | None:
+    """``suite``, or the suite of the most recently finished run; ReportError for one not in the store."""
+    if suite is None and suites:
+        suite = db.execute("SELECT suite FROM runs ORDER BY finished_at DESC, id DESC LIMIT 1").fetchone()[0]
+    if suite is not None and suites and suite not in suites:
+        close = difflib.get_close_matches(suite, suites, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ReportError(
+            f"suite {suite!r} has no runs in {path}{hint}; suites in this store: "
+            f"{', '.join(suites)} (pass one with --suite)"
+        )
+    return suite
+
+
+def _read(db: sqlite3.Connection, path: Path, suite: str | None) -> StoreData:
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    missing = [t for t in _TABLES if t not in names]
+    if missing:
+        raise ReportError(
+            f"{path} is a SQLite database but not an attnbench results store "
+            f"(no tables {missing}); pass another --store"
+        )
+    migrations = (
+        [r[0] for r in db.execute("SELECT name FROM schema_migrations ORDER BY id")]
+        if "schema_migrations" in names
+        else []
+    )
+    suites = [r[0] for r in db.execute("SELECT DISTINCT suite FROM runs ORDER BY suite")]
+    suite = _suite_of(db, path, suite, suites)
+    args, ids = (suite,), "SELECT id FROM runs WHERE suite = ?"
+    damaged: list[tuple[str, int, str]] = []
+    runs = _frame(db, "SELECT * FROM runs WHERE suite = ? ORDER BY id", args)
+    runs = _decode(runs, _JSON_RUN_COLUMNS, "runs", damaged)
+    metrics = _frame(db, f"SELECT * FROM metrics WHERE run_id IN ({ids}) ORDER BY run_id, name, step", args)
+    results = _frame(db, f"SELECT * FROM results WHERE run_id IN ({ids}) ORDER BY run_id, rowid", args)
+    results = _decode(results, ("tags",), "results", damaged)
+    checks = _frame(db, "SELECT rowid AS id, * FROM checks ORDER BY variant, created_at")
+    checks = _decode(checks, ("provenance",), "checks", damaged).drop(columns="id")
+    attempts = pd.DataFrame()
+    if "attempts" in names:
+        sql = "SELECT * FROM attempts WHERE cell_key IN (SELECT cell_key FROM runs WHERE suite = ?)"
+        attempts = _frame(db, f"{sql} ORDER BY started_at, id", args)
+    all_variants = sorted({r[0] for r in db.execute("SELECT variant FROM runs UNION SELECT variant FROM checks")})
+    kept = set(runs["id"]) if "id" in runs else set()  # rows of runs skipped as damaged: dropped
+    metrics = metrics[metrics["run_id"].isin(kept)] if "run_id" in metrics else metrics
+    results = results[results["run_id"].isin(kept)] if "run_id" in results else results
+    return StoreData(path, suite, suites, runs, metrics, results, checks, migrations, all_variants, attempts, damaged)
 
 
 def load_store(path: Path, suite: str | None) -> StoreData:
@@ -122,70 +195,10 @@ def load_store(path: Path, suite: str | None) -> StoreData:
     in a non-empty store (the message lists the suites it has). An empty store loads as
     empty frames (the report then says what is missing)."""
     path = Path(path)
-    _check_file(path)
+    db = _open(path)
     try:
-        db = _connect(path)
-    except sqlite3.DatabaseError as exc:
-        raise ReportError(f"cannot open results store {path} read-only: {exc}") from exc
-    try:
-        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        missing = [t for t in _TABLES if t not in names]
-        if missing:
-            raise ReportError(
-                f"{path} is a SQLite database but not an attnbench results store "
-                f"(no tables {missing}); pass another --store"
-            )
-        migrations = (
-            [r[0] for r in db.execute("SELECT name FROM schema_migrations ORDER BY id")]
-            if "schema_migrations" in names
-            else []
-        )
-        suites = [r[0] for r in db.execute("SELECT DISTINCT suite FROM runs ORDER BY suite")]
-        if suite is None and suites:
-            suite = db.execute("SELECT suite FROM runs ORDER BY finished_at DESC, id DESC LIMIT 1").fetchone()[0]
-        if suite is not None and suites and suite not in suites:
-            close = difflib.get_close_matches(suite, suites, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ReportError(
-                f"suite {suite!r} has no runs in {path}{hint}; suites in this store: "
-                f"{', '.join(suites)} (pass one with --suite)"
-            )
-        where, args = "suite = ?", (suite,)
-        damaged: list[tuple[str, int, str]] = []
-        runs = _decode(
-            _frame(db, f"SELECT * FROM runs WHERE {where} ORDER BY id", args), _JSON_RUN_COLUMNS, "runs", damaged
-        )
-        metrics = _frame(
-            db, f"SELECT * FROM metrics WHERE run_id IN ({_suite_ids(where)}) ORDER BY run_id, name, step", args
-        )
-        results = _decode(
-            _frame(db, f"SELECT * FROM results WHERE run_id IN ({_suite_ids(where)}) ORDER BY run_id, rowid", args),
-            ("tags",),
-            "results",
-            damaged,
-        )
-        checks = _decode(
-            _frame(db, "SELECT rowid AS id, * FROM checks ORDER BY variant, created_at"),
-            ("provenance",),
-            "checks",
-            damaged,
-        ).drop(columns="id")
-        attempts = (
-            _frame(
-                db,
-                "SELECT * FROM attempts WHERE cell_key IN (SELECT cell_key FROM runs WHERE "
-                f"{where}) ORDER BY started_at, id",
-                args,
-            )
-            if "attempts" in names
-            else pd.DataFrame()
-        )
-        all_variants = sorted({r[0] for r in db.execute("SELECT variant FROM runs UNION SELECT variant FROM checks")})
+        return _read(db, path, suite)
     except sqlite3.DatabaseError as exc:
         raise ReportError(f"cannot read results store {path}: {exc}") from exc
     finally:
         db.close()
-    kept = set(runs["id"]) if "id" in runs else set()
-    metrics = metrics[metrics["run_id"].isin(kept)] if "run_id" in metrics else metrics  # of skipped runs: dropped
-    results = results[results["run_id"].isin(kept)] if "run_id" in results else results
-    return StoreData(path, suite, suites, runs, metrics, results, checks, migrations, all_variants, attempts, damaged)

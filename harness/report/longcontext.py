@@ -43,8 +43,7 @@ def _rows(data: StoreData, exp: str) -> pd.DataFrame:
         label = f"{s.label} ({pos} positions)" if mixed else s.label
         done = s.runs[s.runs["status"] == "done"]
         seeds = dict(zip(done["id"], done["seed"], strict=True))
-        res = data.results[data.results["run_id"].isin([int(i) for i in done["id"]])]
-        for _, r in res[res["name"].isin(LENGTH_METRICS)].iterrows():
+        for _, r in data.results_of(done["id"], LENGTH_METRICS).iterrows():
             out.append(
                 {"variant": label, "seed": seeds[r["run_id"]], "name": r["name"], "value": r["value"], **r["tags"]}
             )

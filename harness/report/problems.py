@@ -58,7 +58,7 @@ def _attempts(data: StoreData) -> list[Problem]:
 
 def _points(data: StoreData) -> list[Problem]:
     speed = data.runs_of("speed").set_index("id")
-    res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
+    res = data.results_of(speed.index, "time_s")
     out = []
     for _, r in res.iterrows():
         t = r["tags"]
@@ -83,7 +83,7 @@ def _noisy(data: StoreData) -> list[Problem]:
     ids = set(data.runs_of("speed")["id"]) | set(data.runs_of("speed_fit")["id"])
     runs = data.runs.set_index("id")
     out = []
-    for _, r in data.results[data.results["run_id"].isin(ids)].iterrows():
+    for _, r in data.results_of(ids).iterrows():
         t, run = r["tags"], runs.loc[r["run_id"]]
         if r["name"] == "time_s" and t.get("noisy") and not _loaded(t):
             out.append(
@@ -142,7 +142,7 @@ def _few_seeds(data: StoreData) -> list[Problem]:
 def _load(data: StoreData) -> list[Problem]:
     """Training runs whose throughput, and speed points whose times, were measured on a loaded machine."""
     speed = data.runs_of("speed").set_index("id")
-    res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
+    res = data.results_of(speed.index, "time_s")
     out = [
         Problem(
             "speed point under load",

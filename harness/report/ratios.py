@@ -45,7 +45,7 @@ def path_flag(tags: dict[str, Any]) -> str:
 def path_flags(data: StoreData, mode: str) -> dict[str, dict[int, str]]:
     """Per (variant, T) of one mode's ok points, the flag of what ran, where there is one."""
     speed = data.runs_of("speed").set_index("id")
-    res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
+    res = data.results_of(speed.index, "time_s")
     variant_of = dict(zip(speed.index, speed["variant"], strict=True))
     out: dict[str, dict[int, str]] = {}
     for run_id, tags in zip(res["run_id"], res["tags"], strict=True):
@@ -59,7 +59,7 @@ def _timed_points(data: StoreData, mode: str) -> dict[str, dict[int, tuple[Round
     """Per (variant, T) of one mode, the ok point with the most timing rounds (at least 2): its
     rounds and, where its stored result is flagged noisy, why ('noisy timing: ...'), else None."""
     speed = data.runs_of("speed").set_index("id")
-    res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
+    res = data.results_of(speed.index, "time_s")
     variant_of = dict(zip(speed.index, speed["variant"], strict=True))
     out: dict[str, dict[int, tuple[Rounds, str | None]]] = {}
     for run_id, tags in zip(res["run_id"], res["tags"], strict=True):
@@ -122,7 +122,7 @@ def speedup_at_longest(
 def noisy_counts(data: StoreData) -> dict[str, int]:
     """Speed points stored as noisy, per variant."""
     speed = data.runs_of("speed").set_index("id")
-    res = data.results[data.results["run_id"].isin(speed.index) & (data.results["name"] == "time_s")]
+    res = data.results_of(speed.index, "time_s")
     variant_of = dict(zip(speed.index, speed["variant"], strict=True))
     out: dict[str, int] = {}
     for _, r in res.iterrows():

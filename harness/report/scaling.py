@@ -55,7 +55,7 @@ def _latest_fits(data: StoreData, exp: str) -> dict[str, tuple[pd.Series, dict[s
     fits = fits[fits["experiment"] == exp].sort_values("id")
     out: dict[str, tuple[pd.Series, dict[str, dict[str, Any]]]] = {}
     for _, run in fits.iterrows():
-        rows = data.results[(data.results["run_id"] == run["id"]) & (data.results["name"] == "power_law")]
+        rows = data.results_of([run["id"]], "power_law")
         out[run["variant"]] = (run, {r["tags"].get("x"): r["tags"] for _, r in rows.iterrows()})
     return out
 

@@ -24,7 +24,7 @@ def speed_points(data: StoreData, run_ids: list[int]) -> pd.DataFrame:
     """One row per (run, mode, T, quantity): variant, seed, model, mode, T, quantity, value (a time:
     the median round), mean_s (a time: the mean over the rounds, what every speed ratio reads),
     status, error, stddev_s, backend, fallback, dtype."""
-    res = data.results[data.results["run_id"].isin(run_ids) & data.results["name"].isin(list(QUANTITY))]
+    res = data.results_of(run_ids, QUANTITY)
     runs = {int(r["id"]): r for _, r in data.runs.iterrows() if int(r["id"]) in set(run_ids)}
     rows = []
     for _, r in res.iterrows():
@@ -152,7 +152,7 @@ def _points_table(exp: str, pts: pd.DataFrame) -> Table:
 def _fit_rows(data: StoreData, exp: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     fits = data.runs_of("speed_fit")
     fits = fits[fits["experiment"] == exp]
-    res = data.results[data.results["run_id"].isin([int(i) for i in fits["id"]])]
+    res = data.results_of(fits["id"])
     variants = dict(zip(fits["id"], fits["variant"], strict=True))
     slopes, cross = [], []
     for _, r in res.iterrows():

@@ -21,7 +21,7 @@ def task_rows(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
     rows = []
     for s in sels:
         done = s.runs[s.runs["status"] == "done"]
-        res = data.results[data.results["run_id"].isin([int(i) for i in done["id"]])]
+        res = data.results_of(done["id"])
         seeds = dict(zip(done["id"], done["seed"], strict=True))
         for _, r in res.iterrows():
             tags = r["tags"]

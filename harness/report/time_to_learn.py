@@ -133,7 +133,7 @@ def first_at_target(curve: pd.DataFrame, target: float, higher_is_better: bool =
 
 def _times(data: StoreData, sel: Selection, metric: str, target: float) -> tuple[dict[str, list[float]], list[bool]]:
     runs = sel.runs[sel.runs["status"].isin(["done", "diverged"])]
-    curves = data.metrics[data.metrics["run_id"].isin(runs["id"]) & (data.metrics["name"] == f"val/{metric}")]
+    curves = data.metrics_of(runs["id"], f"val/{metric}")
     times: dict[str, list[float]] = {u: [] for u in UNITS}
     reached: list[bool] = []
     for run_id in runs["id"]:

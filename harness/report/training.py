@@ -51,9 +51,8 @@ _COST = (
 
 def aux_names(data: StoreData, run_ids: list[int]) -> list[str]:
     """Auxiliary-loss metric names (``train/aux/NAME``) recorded by these runs."""
-    m = data.metrics
-    names = m.loc[m["run_id"].isin(run_ids) & m["name"].str.startswith(AUX_PREFIX), "name"]
-    return sorted({n.removeprefix(AUX_PREFIX) for n in names})
+    names = data.metrics_of(run_ids)["name"]
+    return sorted({n.removeprefix(AUX_PREFIX) for n in names if n.startswith(AUX_PREFIX)})
 
 
 def variant_labels(data: StoreData) -> dict[str, str]:
@@ -66,8 +65,7 @@ def variant_labels(data: StoreData) -> dict[str, str]:
 
 
 def _final_aux(data: StoreData, run_ids: list[int], name: str) -> float | None:
-    m = data.metrics
-    rows = m[m["run_id"].isin(run_ids) & (m["name"] == AUX_PREFIX + name)]
+    rows = data.metrics_of(run_ids, AUX_PREFIX + name)
     finals = [g.sort_values("step")["value"].iloc[-1] for _, g in rows.groupby("run_id")]
     return mean_ci(finals).mean
 
@@ -206,7 +204,7 @@ def _curves(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
         ids = [int(i) for i in s.runs["id"]]
         seeds = dict(zip(s.runs["id"], s.runs["seed"], strict=True))
         per_token = mean_ci(r.get("train_flops_per_token") for r in s.runs["summary"]).mean
-        m = data.metrics[data.metrics["run_id"].isin(ids) & data.metrics["name"].isin(["train/loss", "val/loss"])]
+        m = data.metrics_of(ids, ["train/loss", "val/loss"])
         if m.empty:
             continue
         frames.append(
