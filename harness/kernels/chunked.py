@@ -305,47 +305,87 @@ def log_attention(
     std 20 with log V std >= 20.
     Finite and causal (1e-6) at every magnitude tried (q, k x100); exact in float64.
     """
-    out_dtype, (B, H, T, hk), hv = log_v.dtype, q.shape, log_v.shape[-1]
+    out_dtype, T, hv = log_v.dtype, q.shape[2], log_v.shape[-1]
     dt = _compute_dtype(q, k, log_v)
-    ninf, cut = float("-inf"), CUT[dt]
+    cut = CUT[dt]
     cut_row = cut - HEADROOM  # for terms scaled by exp(HEADROOM - L_i): CUT below L_i, as the backward needs
     with torch.autocast(q.device.type, enabled=False):  # exponentials and log-sums: fp32 or fp64
         c = min(chunk, T)
-        q, k, log_v = q.to(dt), k.to(dt), log_v.to(dt)
-        with torch.no_grad():
-            kappa = k.amax(dim=-1, keepdim=True)  # (B, H, T, 1) per key token
-        qc = _chunks(q, c, 0.0)  # (B, H, N, c, h_k)
-        kc = _chunks(k - kappa, c, ninf)  # (B, H, N, c, h_k) k~ <= 0; padded keys weigh 0
-        lvc = _chunks(F.pad(log_v, (0, 1)) + kappa, c, ninf)  # (B, H, N, c, h_v+1) log V~, kappa for z
-        N = qc.shape[2]
-        log_s0 = torch.cat([state.log_s, state.log_z[..., None]], dim=-1).to(dt)  # (B, H, h_k, h_v+1)
-        with torch.no_grad():  # key stabilisers
-            run = torch.cummax(kc.reshape(B, H, N * c, hk), dim=2).values  # (B, H, N*c, h_k)
-            mk = torch.maximum(run, state.m_k.to(dt)[:, :, None]).view(B, H, N, c, hk)  # (B, H, N, c, h_k)
-            base_k, end_k = mk[:, :, :, :1], mk[:, :, :, -1:]  # (B, H, N, 1, h_k) each
-            row = (qc + mk).amax(dim=-1, keepdim=True) - HEADROOM  # (B, H, N, c, 1) L_i - HEADROOM
-            end_v = lvc.amax(dim=3, keepdim=True)  # (B, H, N, 1, h_v+1) chunk max, finite
+        qc, kc, lvc = _log_chunks(q.to(dt), k.to(dt), log_v.to(dt), c)  # (B, H, N, c, h_k) x2, (B, H, N, c, h_v+1)
+        mk, row = _key_references(qc, kc, state.m_k.to(dt))  # (B, H, N, c, h_k), (B, H, N, c, 1) L_i - HEADROOM
+        base_k, end_k = mk[:, :, :, :1], mk[:, :, :, -1:]  # (B, H, N, 1, h_k) each
         scores = _intra_scores(qc, kc, mk, row, cut_row)  # (B, H, N, c, c) x exp(HEADROOM - L_i)
         scores = _cut(scores, cut_row).masked_fill(_future(c, q.device), 0.0)  # (B, H, N, c, c) causal
-        sums = torch.exp(kc - end_k).transpose(-1, -2) @ torch.exp(lvc - end_v)  # (B, H, N, h_k, h_v+1) <= c
-        log_sums = _cut_log(sums, cut) + end_k.transpose(-1, -2) + end_v  # (B, H, N, h_k, h_v+1) absolute
-        log_incl = torch.logaddexp(torch.logcumsumexp(log_sums, dim=2), log_s0[:, :, None])  # (B, H, N, h_k, h_v+1)
-        log_before = _exclusive(log_incl, log_s0[:, :, None])  # (B, H, N, h_k, h_v+1) state before chunk n
-        with torch.no_grad():  # value stabilisers
-            base_v = torch.maximum(log_before.amax(dim=3), lvc[:, :, :, 0])[:, :, :, None]  # (B, H, N, 1, h_v+1)
-            run_v = torch.maximum(torch.cummax(lvc, dim=3).values, base_v)  # (B, H, N, c, h_v+1)
-            level_v = torch.div(run_v - base_v, LEVEL, rounding_mode="floor")  # (B, H, N, c, h_v+1)
+        log_s0 = torch.cat([state.log_s, state.log_z[..., None]], dim=-1).to(dt)  # (B, H, h_k, h_v+1)
+        log_incl, log_before = _chunk_states(kc, lvc, end_k, log_s0, cut)  # (B, H, N, h_k, h_v+1) each
         q_base = _cut_exp(qc + base_k - row, cut_row)  # (B, H, N, c, h_k) <= e^HEADROOM
         carried_log = log_before - base_k.transpose(-1, -2)  # (B, H, N, h_k, h_v+1) per key reference
-        num = torch.zeros(())  # replaced at level 0: every row's level is >= 0
-        for lvl in range(int(level_v.max()) + 1):  # usually one; each row keeps its own level's result
-            ref = base_v + lvl * LEVEL  # (B, H, N, 1, h_v+1)
-            v_f = torch.exp((lvc - ref).clamp_max(LEVEL))  # (B, H, N, c, h_v+1) cap hits only j > i
-            s_f = torch.exp(carried_log - ref)  # (B, H, N, h_k, h_v+1) <= T
-            part = scores @ v_f + q_base @ s_f  # (B, H, N, c, h_v+1) x exp(HEADROOM - L_i - ref)
-            num = part if lvl == 0 else torch.where(level_v == lvl, part, num)
-        log_num = _cut_log(num, cut_row, HEADROOM) + (base_v + level_v * LEVEL)  # (B, H, N, c, h_v+1) L_i cancels in o
+        log_num = _log_numerator(scores, q_base, lvc, carried_log, log_before, cut_row)  # (B, H, N, c, h_v+1)
         o = log_num[..., :hv] - log_num[..., hv:]  # (B, H, N, c, h_v) log numerator - log normaliser
         final = log_incl[:, :, -1]  # (B, H, h_k, h_v+1)
         new = LogState(final[..., :hv].contiguous(), final[..., hv].contiguous(), end_k[:, :, -1, 0].contiguous())
     return _unchunk(o, T).to(out_dtype), new
+
+
+def _log_chunks(q: torch.Tensor, k: torch.Tensor, log_v: torch.Tensor, c: int) -> tuple[torch.Tensor, ...]:
+    """q, k~ = k - kappa and log V~ = [log V, 0] + kappa in chunks of c (kappa_j = max_d k_jd per key
+    token, moved into its values; the extra value column is the normaliser z's)."""
+    ninf = float("-inf")
+    with torch.no_grad():
+        kappa = k.amax(dim=-1, keepdim=True)  # (B, H, T, 1) per key token
+    qc = _chunks(q, c, 0.0)  # (B, H, N, c, h_k)
+    kc = _chunks(k - kappa, c, ninf)  # (B, H, N, c, h_k) k~ <= 0; padded keys weigh 0
+    lvc = _chunks(F.pad(log_v, (0, 1)) + kappa, c, ninf)  # (B, H, N, c, h_v+1) log V~, kappa for z
+    return qc, kc, lvc
+
+
+@torch.no_grad()
+def _key_references(qc: torch.Tensor, kc: torch.Tensor, m_k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Key stabilisers: m = running max of k~ per channel (from the state's m_k), and the row
+    shift L_i - HEADROOM with L_i = max_d(q_id + m_id)."""
+    B, H, N, c, hk = kc.shape
+    run = torch.cummax(kc.reshape(B, H, N * c, hk), dim=2).values  # (B, H, N*c, h_k)
+    mk = torch.maximum(run, m_k[:, :, None]).view(B, H, N, c, hk)  # (B, H, N, c, h_k)
+    row = (qc + mk).amax(dim=-1, keepdim=True) - HEADROOM  # (B, H, N, c, 1) L_i - HEADROOM
+    return mk, row
+
+
+def _chunk_states(
+    kc: torch.Tensor, lvc: torch.Tensor, end_k: torch.Tensor, log_s0: torch.Tensor, cut: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The state across chunks, log S_n = log(S_0 + sum_{j in chunks <= n} exp(k~_j) V~_j^T): each
+    chunk's summary against its own maxima, then a logcumsumexp over the T / c summaries.
+    Returns (the state after chunk n, the state before it)."""
+    with torch.no_grad():
+        end_v = lvc.amax(dim=3, keepdim=True)  # (B, H, N, 1, h_v+1) chunk max, finite
+    sums = torch.exp(kc - end_k).transpose(-1, -2) @ torch.exp(lvc - end_v)  # (B, H, N, h_k, h_v+1) <= c
+    log_sums = _cut_log(sums, cut) + end_k.transpose(-1, -2) + end_v  # (B, H, N, h_k, h_v+1) absolute
+    log_incl = torch.logaddexp(torch.logcumsumexp(log_sums, dim=2), log_s0[:, :, None])  # (B, H, N, h_k, h_v+1)
+    log_before = _exclusive(log_incl, log_s0[:, :, None])  # (B, H, N, h_k, h_v+1) state before chunk n
+    return log_incl, log_before
+
+
+def _log_numerator(
+    scores: torch.Tensor,
+    q_base: torch.Tensor,
+    lvc: torch.Tensor,
+    carried_log: torch.Tensor,
+    log_before: torch.Tensor,
+    cut_row: float,
+) -> torch.Tensor:
+    """log sum_{j<=i} exp(LSE_d(q_id + k_jd)) V_j per value column (eq. 12's numerator; the last
+    column is the normaliser's): pairs inside the chunk plus the carried state. Value stabilisers:
+    per column the reference is the max of everything before the chunk and of its first position,
+    LEVEL higher for rows whose running max outgrew it."""
+    with torch.no_grad():  # value stabilisers
+        base_v = torch.maximum(log_before.amax(dim=3), lvc[:, :, :, 0])[:, :, :, None]  # (B, H, N, 1, h_v+1)
+        run_v = torch.maximum(torch.cummax(lvc, dim=3).values, base_v)  # (B, H, N, c, h_v+1)
+        level_v = torch.div(run_v - base_v, LEVEL, rounding_mode="floor")  # (B, H, N, c, h_v+1)
+    num = torch.zeros(())  # replaced at level 0: every row's level is >= 0
+    for lvl in range(int(level_v.max()) + 1):  # usually one; each row keeps its own level's result
+        ref = base_v + lvl * LEVEL  # (B, H, N, 1, h_v+1)
+        v_f = torch.exp((lvc - ref).clamp_max(LEVEL))  # (B, H, N, c, h_v+1) cap hits only j > i
+        s_f = torch.exp(carried_log - ref)  # (B, H, N, h_k, h_v+1) <= T
+        part = scores @ v_f + q_base @ s_f  # (B, H, N, c, h_v+1) x exp(HEADROOM - L_i - ref)
+        num = part if lvl == 0 else torch.where(level_v == lvl, part, num)
+    return _cut_log(num, cut_row, HEADROOM) + (base_v + level_v * LEVEL)  # (B, H, N, c, h_v+1) L_i cancels in o
