@@ -22,7 +22,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from attnbench import sequential as seq
+from attnbench.stats import sequential as seq
 from attnbench.stats.paired import BETTER, WORSE, decide_paired
 
 SLOW, SHARE, SD = 0.3, 0.4, 0.03

@@ -9,8 +9,8 @@ import pytest
 
 from attnbench.report.decision import BETTER, EQUIVALENT, UNDETERMINED, WORSE, decide
 from attnbench.report.expectations import verdict
-from attnbench.sequential import Design
 from attnbench.stats.exact import min_seeds
+from attnbench.stats.sequential import Design
 
 FALL = [-0.50, -0.55, -0.60, -0.52, -0.58, -0.54]  # 6 paired seeds, every one lower, tight spread
 TIGHT = [0.01, -0.01, 0.005, -0.005, 0.0, 0.008]  # centred on 0, far inside +-0.05

@@ -23,9 +23,6 @@ import pandas as pd
 import pytest
 
 from attnbench import decision_words
-from attnbench.fits import crossover
-from attnbench.learning import row_learned, share_test
-from attnbench.power_laws import fit_scaling
 from attnbench.report.anchors import ANCHORS
 from attnbench.report.build import build_report
 from attnbench.report.decision import decide
@@ -38,11 +35,15 @@ from attnbench.report.load import load_store
 from attnbench.report.paired import compare_rows, no_interval
 from attnbench.report.ratios import ratio_text
 from attnbench.report.replication import Replication, compare
-from attnbench.report.scaling_fits import decide_exponent, decision_text, goodness_text, law_text
+from attnbench.report.scaling_fits import decision_text, goodness_text, law_text
 from attnbench.report.speed import crossover_text
-from attnbench.report.survival import log_rank, median_time
 from attnbench.report.time_to_learn import Row, versus_word
-from attnbench.sequential import Design
+from attnbench.stats.learned import row_learned, share_test
+from attnbench.stats.power_laws import fit_scaling
+from attnbench.stats.scaling_comparison import decide_exponent
+from attnbench.stats.sequential import Design
+from attnbench.stats.slopes import crossover
+from attnbench.stats.survival import log_rank, median_time
 from tests.helpers import REPO
 from tests.report_store import SUITE, protocol_dict, record, write_store
 

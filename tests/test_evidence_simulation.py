@@ -25,7 +25,7 @@ from attnbench.plan.seed_rounds import Arm, still_open
 from attnbench.report.decision import BETTER, EQUIVALENT, WORSE
 from attnbench.report.floors import Floor
 from attnbench.report.paired import compare_rows
-from attnbench.sequential import Design
+from attnbench.stats.sequential import Design
 
 SIMS = 2000
 NULL = 0.378  # the null level of the accuracy: quick's MQAR, the best binding-free predictor (mean of K = 2, 4, 6)

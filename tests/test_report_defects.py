@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 
 from attnbench.report.build import build_report
+from attnbench.report.decision import decide
 from attnbench.report.load import load_store
 from attnbench.report.ratios import ratio_text
-from attnbench.report.sequential import decide_sequential
-from attnbench.sequential import Design
+from attnbench.stats.sequential import Design
 from attnbench.store.database import Result, RunRecord, Store
 from tests.report_store import SUITE, protocol_dict, record, write_store
 
 
 def test_an_equivalent_row_of_seeds_until_decided_reads_equivalent():
     diffs = [0.001, -0.002, 0.0015, -0.0005, 0.0, 0.001]  # far inside ±0.05, tight
-    d = decide_sequential(diffs, 0.05, False, Design(3, 6))
+    d = decide(diffs, 0.05, False, Design(3, 6))
     assert d.outcome == "equivalent" and d.within_margin
     assert "equivalent" in d.text(decimals=3)
 

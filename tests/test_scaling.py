@@ -15,9 +15,9 @@ from attnbench.errors import SuiteError
 from attnbench.experiments.scaling import size_lr
 from attnbench.plan.scaling_spec import ScalingSpec
 from attnbench.plan.suite import load_suite
-from attnbench.power_laws import fit_power_law
 from attnbench.registry.loader import load_registry
 from attnbench.run.runner import run_suite
+from attnbench.stats.power_laws import fit_power_law
 from attnbench.store.database import Store
 from tests.helpers import REPO, write_suite
 

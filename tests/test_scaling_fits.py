@@ -13,19 +13,13 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from attnbench.decision_words import SHALLOWER, STEEPER, UNDETERMINED
 from attnbench.experiments.derived import save_derived
 from attnbench.experiments.scaling import power_law_rows, size_lr
-from attnbench.power_laws import PURE, SATURATING, fit_laws, fit_scaling
 from attnbench.report import write_report
-from attnbench.report.scaling_fits import (
-    LIKE,
-    SHALLOWER,
-    STEEPER,
-    UNDETERMINED,
-    compare_fits,
-    decide_exponent,
-    fit_from_tags,
-)
+from attnbench.report.scaling_fits import fit_from_tags
+from attnbench.stats.power_laws import PURE, SATURATING, fit_laws, fit_scaling
+from attnbench.stats.scaling_comparison import LIKE, compare_fits, decide_exponent
 from attnbench.store.database import RunRecord, Store
 
 SIZES = np.geomspace(6.6e3, 1.0e5, 6)  # the shipped suite's span of non-embedding parameters

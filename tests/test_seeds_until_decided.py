@@ -16,8 +16,7 @@ from attnbench.plan.suite import load_suite
 from attnbench.report.comparison import summary_table
 from attnbench.report.decision import decide
 from attnbench.report.load import load_store
-from attnbench.report.sequential import decide_sequential
-from attnbench.sequential import Design, simulate
+from attnbench.stats.sequential import Design, simulate
 from tests.helpers import write_suite
 
 SIMS = 10_000
@@ -51,7 +50,7 @@ def test_power_at_a_true_difference_of_one_margin():
 
 def test_one_look_is_the_fixed_paired_t_test():
     diffs = [0.3, 0.2, 0.25, 0.22, 0.28, 0.26]
-    fixed, seq = decide(diffs, 0.05, False), decide_sequential(diffs, 0.05, False, Design(6, 6))
+    fixed, seq = decide(diffs, 0.05, False), decide(diffs, 0.05, False, Design(6, 6))
     assert (seq.outcome, seq.n) == (fixed.outcome, fixed.n) == ("worse", 6)
     assert (seq.lo, seq.hi) == pytest.approx((fixed.lo, fixed.hi))
     assert seq.exact_p == fixed.exact_p == pytest.approx(2 / 2**6)
@@ -60,15 +59,15 @@ def test_one_look_is_the_fixed_paired_t_test():
 def test_an_early_look_needs_far_stronger_evidence_than_the_fixed_test():
     diffs = [0.3, 0.08, 0.25, 0.12, 0.38, 0.17]  # t = 4.66: worse by the fixed 6-seed test (critical 4.15)
     assert decide(diffs, None, False).outcome == "worse"
-    early = decide_sequential(diffs, None, False, Design(6, 7))  # the first of two looks: critical 4.93
+    early = decide(diffs, None, False, Design(6, 7))  # the first of two looks: critical 4.93
     assert early.outcome == "undetermined" and early.lo is not None and early.hi is not None
     assert early.lo < 0 < early.hi
     tight = [0.3, 0.3001, 0.2999, 0.3002, 0.2998, 0.30005]
-    assert decide_sequential(tight, None, False, Design(6, 7)).outcome == "worse"
+    assert decide(tight, None, False, Design(6, 7)).outcome == "worse"
     # a look whose share of the error is below the least sign-flip p (2 / 64) decides nothing, however tight
     assert Design(6, 10).look_alpha(6) < 2 / 2**6
-    assert decide_sequential(tight, None, False, Design(6, 10)).outcome == "undetermined"
-    assert decide_sequential(diffs[:5], None, False, Design(6, 7)).hi is None  # before the first look
+    assert decide(tight, None, False, Design(6, 10)).outcome == "undetermined"
+    assert decide(diffs[:5], None, False, Design(6, 7)).hi is None  # before the first look
 
 
 SUITE = """

@@ -21,11 +21,11 @@ from torch import nn
 from attnbench import Variant, hookimpl
 from attnbench.errors import SuiteError
 from attnbench.experiments.registry import expand_suite
-from attnbench.fits import crossover, loglog_slope, t_quantile_975
 from attnbench.plan.speed_spec import SpeedExperiment, SpeedSpec
 from attnbench.plan.suite import load_suite
 from attnbench.registry.loader import get_plugin_manager, load_registry
 from attnbench.run.runner import run_suite
+from attnbench.stats.slopes import crossover, loglog_slope, t_quantile_975
 from attnbench.store.database import Store
 from tests.helpers import REPO, run_cli, write_suite
 

@@ -1,4 +1,4 @@
-"""The exact (permutation) log-rank test of report/survival.py: its p against a brute force over
+"""The exact (permutation) log-rank test of attnbench.stats.survival: its p against a brute force over
 itertools.combinations written here independently, the smallest p the arms allow ("cannot decide
 with 3 vs 3 seeds"), the Monte Carlo p beyond the exact limit, the time-to-learn table's words,
 and its null rejection rate at 5 vs 5 seeds (<= 5%, where the chi-squared p of the same statistic
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from attnbench.report import survival
 from attnbench.report.build import build_report
 from attnbench.report.load import load_store
-from attnbench.report.survival import log_rank
+from attnbench.stats import survival
+from attnbench.stats.survival import log_rank
 from tests.report_store import time_to_learn_store
 
 

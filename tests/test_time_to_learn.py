@@ -10,7 +10,7 @@ import pytest
 
 from attnbench.report.build import build_report
 from attnbench.report.load import load_store
-from attnbench.report.survival import kaplan_meier, log_rank, median_time
+from attnbench.stats.survival import kaplan_meier, log_rank, median_time
 from tests.report_store import time_to_learn_store
 
 SUITE = "ttl"

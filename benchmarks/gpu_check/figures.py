@@ -7,9 +7,9 @@ import math
 import re
 from typing import Any
 
-from attnbench.fits import crossover
 from attnbench.gate.checks import CHECKS
 from attnbench.gate.scale import AUTOCAST_F64_UP_TO, AUTOCAST_TOL
+from attnbench.stats.slopes import crossover
 from attnbench.store.database import Store
 from benchmarks.gpu_check.plan import LONG_T, SUITE_NAME
 
@@ -203,7 +203,7 @@ def _points(store: Store, run_id: int) -> dict[int, dict[str, Any]]:
 
 def speed_figures(store: Store) -> dict[str, Any]:
     """Per curve (variant, and `(fla)` for kernel: fla): points, crossover against softmax's
-    train-step time (attnbench.fits.crossover, the harness's own rule), and the T = 16K verdict."""
+    train-step time (attnbench.stats.slopes.crossover, the harness's own rule), and the T = 16K verdict."""
     curves: dict[str, Any] = {}
     for experiment in ("speed", "speed-fla"):
         for run in _runs(store, experiment, "speed"):

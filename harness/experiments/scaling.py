@@ -13,7 +13,7 @@ training compute C,
 
     L(x) = a x^-b + c    and    L(x) = a x^-b
 
-with ``attnbench.power_laws.fit_scaling`` (the law the data support, bootstrap intervals over
+with ``attnbench.stats.power_laws.fit_scaling`` (the law the data support, bootstrap intervals over
 seeds, lack of fit), stored as one "scaling_fit" run per (experiment, variant) with one
 "power_law" row per x (value = b of the supported law; None with fewer than 4 sizes).
 """
@@ -37,7 +37,8 @@ from attnbench.experiments.train.setup import build_model
 from attnbench.nn.flops import model_facts
 from attnbench.plan.cells import Cell
 from attnbench.plan.scaling_spec import ScalingSpec
-from attnbench.power_laws import (
+from attnbench.registry.identity import code_hash
+from attnbench.stats.power_laws import (
     BOOT_DRAWS,
     BOOT_SEED,
     MIN_SCALING_SIZES,
@@ -46,7 +47,6 @@ from attnbench.power_laws import (
     fit_scaling,
     too_few_sizes_text,
 )
-from attnbench.registry.identity import code_hash
 from attnbench.store.database import Result, Store
 from attnbench.store.provenance import device_name
 
@@ -204,7 +204,9 @@ def finalize_scaling(cells: list[Cell], store: Store, device: torch.device) -> N
             "device": device_name(device),
             "cells": sorted(r["cell_key"] for r in vruns),
             "exponent_margin": margin,
-            "code": code_hash("attnbench.fits", "attnbench.experiments.scaling"),
+            "code": code_hash(
+                "attnbench.stats.power_laws", "attnbench.stats.intervals", "attnbench.experiments.scaling"
+            ),
         }
         save_derived(
             store,
@@ -227,7 +229,8 @@ KIND = Kind(
         "attnbench.experiments.train",
         "attnbench.experiments.scaling",
         "attnbench.distributed",
-        "attnbench.fits",
+        "attnbench.stats.power_laws",
+        "attnbench.stats.intervals",
     ),
     finalize=finalize_scaling,
     data_parallel=True,

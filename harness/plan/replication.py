@@ -10,14 +10,14 @@ decision they test."""
 
 from __future__ import annotations
 
-from attnbench.learning import LEARNED, row_learned
 from attnbench.plan.cells import Cell, rekey
 from attnbench.plan.halving import Lookup
 from attnbench.plan.seed_rounds import HIGHER_IS_BETTER, Arm, arm_of, paired_rows, seed_round, stored_round
 from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import Suite
-from attnbench.sequential import UNDETERMINED, Design
+from attnbench.stats.learned import LEARNED, row_learned
 from attnbench.stats.paired import decide_paired
+from attnbench.stats.sequential import UNDETERMINED, Design
 
 REPLICATE = "replicate"  # the stage of a replication cell
 

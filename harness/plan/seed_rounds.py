@@ -8,7 +8,7 @@ made with a model that has not learned, so more seeds there could not decide any
 whose seeds split across the null level goes on while the share test is undecided.
 
 The decision is the one the report prints: attnbench.stats.paired (the group-sequential t of
-attnbench.sequential, the shape checks and the exact test) on the paired test metric of the
+attnbench.stats.sequential, the shape checks and the exact test) on the paired test metric of the
 finished seeds. Like halving.next_cells it is a pure function of
 stored outcomes, so a resumed run plans the same cells."""
 
@@ -22,14 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from attnbench.learning import NOT_LEARNED, SPLIT, row_learned, share_test
 from attnbench.plan.cells import Cell, rekey
 from attnbench.plan.grid_window import finite_number
 from attnbench.plan.halving import Lookup, grid_point_of, group_key, val_loss
 from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import Suite
-from attnbench.sequential import UNDETERMINED, Design
+from attnbench.stats.learned import NOT_LEARNED, SPLIT, row_learned, share_test
 from attnbench.stats.paired import decide_paired
+from attnbench.stats.sequential import UNDETERMINED, Design
 
 HIGHER_IS_BETTER = {"loss": False, "accuracy": True}
 Row = tuple[Any, ...]  # (experiment, variant, model, options)

@@ -2,7 +2,7 @@
 
 Each seed of a point gets a score, lower is better: its validation loss, or for the ``accuracy``
 criterion its validation accuracy (negated) where that seed is beyond its measured null (the
-one-sided exact binomial test of attnbench.learning on its validation answers), else its loss.
+one-sided exact binomial test of attnbench.stats.learned on its validation answers), else its loss.
 Points whose every seed is beyond the null rank first, by mean accuracy; the rest by mean loss
 (a point below its null has learned nothing an accuracy could rank).
 
@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from attnbench.learning import seed_learned
 from attnbench.plan.grid_window import finite_number
+from attnbench.stats.learned import seed_learned
 
 
 def beyond_null(summary: Mapping[str, Any]) -> bool:

@@ -29,9 +29,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from attnbench.learning import row_learned
 from attnbench.report.load import StoreData
 from attnbench.report.values import grid_point, point_text
+from attnbench.stats.learned import row_learned
 
 BOOTSTRAP = 2000
 CELL_COLUMNS = ["tier", "variant", "task", "setting", "options", "point", "seed", "val", "test", "answers", "null"]

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from attnbench.decision_words import BASELINE
-from attnbench.report.decision import TEST_TEXT, UNDETERMINED, Decision
+from attnbench.report.decision import TEST_TEXT, UNDETERMINED, Decision, method_text
 from attnbench.report.document import Section, Table
 from attnbench.report.floors import STRONGER_ORDERS, text_floor, text_floors_text
 from attnbench.report.gate import gate_text
@@ -40,7 +40,6 @@ from attnbench.report.ratios import (
 )
 from attnbench.report.replication import replication
 from attnbench.report.selection import Selection, select
-from attnbench.report.sequential import method_text
 from attnbench.report.values import (
     MISSING,
     bytes_text,

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from attnbench import sequential as seq
 from attnbench.decision_words import (
     BASELINE,
     BETTER,
@@ -27,10 +26,12 @@ from attnbench.decision_words import (
     WITHIN_MARGIN,
     WORSE,
 )
+from attnbench.report.load import StoreData
+from attnbench.stats import sequential as seq
 from attnbench.stats.exact import EXACT_TEXT
 from attnbench.stats.paired import decide_paired
 
-__all__ = ["BETTER", "EQUIVALENT", "TEST_TEXT", "UNDETERMINED", "WORSE", "Decision", "decide"]
+__all__ = ["BETTER", "EQUIVALENT", "TEST_TEXT", "UNDETERMINED", "WORSE", "Decision", "decide", "method_text"]
 TEST_TEXT = (
     "at least 6 paired seeds; paired t on per-seed differences with critical values calibrated on normal and "
     "skewed differences (95% interval for a difference; equivalence: two one-sided tests at 5%, each bound "
@@ -87,4 +88,23 @@ def decide(
     o = decide_paired(diffs, margin, higher_is_better, design)
     return Decision(
         _OUTCOME.get(o.code, UNDETERMINED), o.mean, o.lo, o.hi, o.n, margin, o.within_margin, o.exact_p, o.reason
+    )
+
+
+def method_text(data: StoreData, fixed: str) -> str:
+    """``fixed`` (the fixed-seed test), with the sequential design of each experiment that
+    adds seeds until decided."""
+    designs: dict[str, list[str]] = {}
+    for exp, summary in zip(data.runs["experiment"], data.runs["summary"], strict=True):
+        design = seq.design_of(summary.get("protocol") or {}) if isinstance(summary, dict) else None
+        if design is not None:
+            designs.setdefault(design.method(), [])
+            if exp not in designs[design.method()]:
+                designs[design.method()].append(exp)
+    if not designs:
+        return fixed
+    per_design = "; ".join(f"{', '.join(exps)}: {m}" for m, exps in designs.items())
+    return (
+        f"{fixed}. Seeds until decided ({per_design}): a row undetermined after a round gets another seed, and its "
+        "decision reads the 95% repeated confidence interval (90% for equivalence), valid under that stopping"
     )

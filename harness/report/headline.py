@@ -24,7 +24,7 @@ from attnbench.decision_words import (
     UNDETERMINED_AT,
 )
 from attnbench.report.comparison import summary_table
-from attnbench.report.decision import BETTER, EQUIVALENT, TEST_TEXT, WORSE
+from attnbench.report.decision import BETTER, EQUIVALENT, TEST_TEXT, WORSE, method_text
 from attnbench.report.document import Section
 from attnbench.report.figures import Palette
 from attnbench.report.floors import STRONGER_ORDERS
@@ -32,7 +32,6 @@ from attnbench.report.learned import LEARNED, LEARNED_TEST_TEXT, NOT_LEARNED, SP
 from attnbench.report.load import StoreData
 from attnbench.report.paired import NO_INTERVAL, NO_INTERVAL_TEXT
 from attnbench.report.ratios import path_flags, ratio_interval, ratio_text, speed_noisy, speed_rounds
-from attnbench.report.sequential import method_text
 from attnbench.report.time_to_learn import undecided_clauses
 from attnbench.report.tradeoff import tradeoff_figure
 from attnbench.report.values import MISSING, bytes_text, is_number, seconds_text

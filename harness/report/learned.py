@@ -2,7 +2,7 @@
 bigram's cross-entropy; tasks: the best binding-free predictor) has not learned at this budget,
 and no comparison with it is better, worse or equivalent. A row whose seeds split (some beyond
 the level, some not) is compared on the share of seeds that learned, never on a mean over the
-two populations (attnbench.learning holds the rules)."""
+two populations (attnbench.stats.learned holds the rules)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from attnbench.decision_words import BASELINE_NOT_LEARNED, LEARNED_ON
-from attnbench.learning import LEARNED, LEARNED_RULE_TEXT, NOT_LEARNED, SPLIT, UNKNOWN, row_learned, share_test
 from attnbench.report.decision import Decision
 from attnbench.report.floors import Floor
 from attnbench.report.values import mean_ci
+from attnbench.stats.learned import LEARNED, LEARNED_RULE_TEXT, NOT_LEARNED, SPLIT, UNKNOWN, row_learned, share_test
 
 __all__ = [
     "LEARNED",

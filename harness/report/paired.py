@@ -15,9 +15,8 @@ from attnbench.report.floors import Floor, floor_of
 from attnbench.report.learned import Learned, gate, learned
 from attnbench.report.load import StoreData
 from attnbench.report.selection import Selection
-from attnbench.report.sequential import design_of
 from attnbench.report.values import is_number
-from attnbench.sequential import Design
+from attnbench.stats.sequential import Design, design_of
 
 HIGHER_IS_BETTER = {"loss": False, "accuracy": True}
 NO_INTERVAL_TEXT = NO_INTERVAL_REQUESTED  # a row whose protocol asked for no interval (interval: false)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attnbench.fits import t_quantile_975
 from attnbench.report.document import Problem
 from attnbench.report.gate import FAILING, suite_verdicts
 from attnbench.report.grid import edge_notes
 from attnbench.report.load import StoreData
 from attnbench.report.selection import reported_runs
+from attnbench.stats.intervals import t_quantile_975
 
 _POINT_FAILURES = ("oom", "killed", "timeout", "error")
 

@@ -12,21 +12,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnbench.power_laws import MIN_SCALING_SIZES, SATURATING, ScalingFit
 from attnbench.report import figures
 from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
 from attnbench.report.scaling_figure import Curve, scaling_figure
-from attnbench.report.scaling_fits import (
-    compare_fits,
-    cross_text,
-    decision_text,
-    fit_from_tags,
-    goodness_text,
-    law_text,
-)
+from attnbench.report.scaling_fits import cross_text, decision_text, fit_from_tags, goodness_text, law_text
 from attnbench.report.selection import model_label
 from attnbench.report.values import MISSING, MeanCI, ci_text, fact_text, mean_ci, num
+from attnbench.stats.power_laws import MIN_SCALING_SIZES, SATURATING, ScalingFit
+from attnbench.stats.scaling_comparison import compare_fits
 
 _X = {"params": ("N", "non-embedding parameters N"), "flops": ("C", "training FLOPs C")}
 BASELINE = "softmax"

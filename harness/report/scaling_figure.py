@@ -18,10 +18,10 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure as MplFigure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from attnbench.power_laws import LAW_TEXT, ScalingFit, law_values  # noqa: E402
 from attnbench.report import figures  # noqa: E402
 from attnbench.report.document import Figure  # noqa: E402
-from attnbench.report.scaling_fits import band  # noqa: E402
+from attnbench.stats.power_laws import LAW_TEXT, ScalingFit, law_values  # noqa: E402
+from attnbench.stats.scaling_comparison import band  # noqa: E402
 
 COLUMNS = 3
 

@@ -9,12 +9,12 @@ from typing import Any
 import pandas as pd
 
 from attnbench.decision_words import FASTER_AT_EVERY_T, FASTER_FROM, NEVER_FASTER, NO_SPEED_BASELINE
-from attnbench.fits import MIN_SLOPE_POINTS, too_few_text
 from attnbench.report import figures
 from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
 from attnbench.report.selection import model_label
 from attnbench.report.values import MISSING, bytes_text, is_number, num, seconds_text
+from attnbench.stats.slopes import MIN_SLOPE_POINTS, too_few_text
 
 QUANTITY = {"time_s": "time", "peak_memory_bytes": "memory"}
 MODES = ("forward", "train_step", "decode")

@@ -3,7 +3,7 @@ variant first reaches a target (task accuracy, default 0.9 of the ceiling 1.0; a
 ``protocol.learn_target``). A seed that never reaches it is censored at its budget, never
 dropped. Per variant: the Kaplan-Meier median over seeds with a Brookmeyer-Crowley interval;
 against the baseline: the permutation log-rank test on steps, exact at these seed counts
-(report/survival.py), or "cannot decide with n1 vs n2 seeds" where no outcome could reach 5%."""
+(attnbench.stats.survival), or "cannot decide with n1 vs n2 seeds" where no outcome could reach 5%."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ from attnbench.report.document import Section, Table
 from attnbench.report.load import StoreData
 from attnbench.report.paired import baselines_of, metric_of, protocol_of
 from attnbench.report.selection import Selection, select
-from attnbench.report.survival import ALPHA, EXACT_LIMIT, MONTE_CARLO, LogRank, Median, log_rank, median_time
 from attnbench.report.values import MISSING, is_number
+from attnbench.stats.survival import ALPHA, EXACT_LIMIT, MONTE_CARLO, LogRank, Median, log_rank, median_time
 
 DEFAULT_ACCURACY_TARGET = 0.9  # of the task's ceiling, accuracy 1.0
 UNITS = ("steps", "tokens", "seconds")

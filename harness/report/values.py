@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from attnbench.fits import t_quantile_975
+from attnbench.stats.intervals import t_quantile_975
 
 MISSING = "—"
 NOT_DECLARED = "not declared"  # an optional fact the variant does not declare (e.g. no flops_per_token)

@@ -6,7 +6,7 @@ A row is decided only where all of these hold:
            reach the level, so no decision rests on an assumed law alone;
   shape    the differences show neither two groups nor skew beyond the calibrated range
            (attnbench.stats.shape); else no decision, with the reason;
-  t        the calibrated paired t (attnbench.sequential: critical values that hold for normal and
+  t        the calibrated paired t (attnbench.stats.sequential: critical values that hold for normal and
            skewed differences up to skewness 2, repeated intervals under seeds-until-decided):
            better / worse where the 95% interval excludes 0, equivalent where both one-sided
            bounds lie inside (-margin, +margin);
@@ -21,7 +21,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from attnbench import sequential as seq
+from attnbench.stats import sequential as seq
 from attnbench.stats.exact import min_seeds, sign_flip_p
 from attnbench.stats.shape import Shape, check_shape
 

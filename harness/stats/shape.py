@@ -1,6 +1,6 @@
 """Checks of the shape of a row's per-seed differences, before a mean decides anything.
 
-The paired t's critical values hold for the laws they were calibrated on (attnbench.sequential:
+The paired t's critical values hold for the laws they were calibrated on (attnbench.stats.sequential:
 normal, and skewness up to SKEW_BOUND). Two shapes fall outside, and each is tested on the data:
   two groups   seeds in a slow mode and the rest: sorted differences with a gap between two groups
                of at least 2 seeds each, gap / pooled within-group sd above the 99th percentile
@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from attnbench.sequential import SKEW_BOUND
+from attnbench.stats.sequential import SKEW_BOUND
 
 _PATHS = 40_000  # simulated rows per calibration (fixed seeds: the same n gives the same threshold)
 GAP_QUANTILE = 0.99

@@ -17,10 +17,10 @@ from typing import Any
 import torch
 
 from attnbench.experiments.derived import save_derived
-from attnbench.fits import MIN_SLOPE_POINTS, crossover, loglog_slope, too_few_text
 from attnbench.plan.cells import Cell
 from attnbench.plan.speed_spec import SpeedSpec
 from attnbench.registry.identity import code_hash
+from attnbench.stats.slopes import MIN_SLOPE_POINTS, crossover, loglog_slope, too_few_text
 from attnbench.store.database import Result, Store
 from attnbench.store.provenance import device_name
 
@@ -249,7 +249,9 @@ def finalize_speed(cells: list[Cell], store: Store, device: torch.device) -> Non
             "cells": sorted(r["cell_key"] for r in vruns),
             "fit_T_min": fit_T_min,
             "baseline": [] if variant == BASELINE else sorted(r["cell_key"] for r in base_runs),
-            "code": code_hash("attnbench.fits", "attnbench.experiments.speed.fits"),
+            "code": code_hash(
+                "attnbench.stats.slopes", "attnbench.stats.intervals", "attnbench.experiments.speed.fits"
+            ),
         }
         save_derived(
             store,

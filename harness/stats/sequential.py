@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -153,6 +153,14 @@ class Design:
 
     def method(self) -> str:
         return f"{METHOD_TEXT[self.spending]} over {self.min}..{self.max} seeds (repeated confidence intervals)"
+
+
+def design_of(protocol: dict[str, Any]) -> Design | None:
+    """The seeds-until-decided design a stored protocol names (``seeds: {min, max}``); None for fixed seeds."""
+    rule = protocol.get("seeds")
+    if not isinstance(rule, dict):
+        return None
+    return Design(int(rule["min"]), int(rule["max"]), rule.get("spending") or "obrien_fleming")
 
 
 def decide_arrays(

@@ -1,13 +1,9 @@
-"""Fits on measured curves (numpy; scipy imported where used): log-log slopes with confidence
-intervals, crossover lengths, and scaling laws of loss against model size.
+"""Speed curves against sequence length (numpy only): log-log slopes with 95% intervals, and the
+length from which a variant stays faster than its baseline.
 
     log y = log k + s log T          (ordinary least squares; s is the scaling exponent)
-    L(x)  = a x^-b + c               (c: irreducible loss; c profiled on a grid, then
-                                      Levenberg-Marquardt on (log a, b, c))
-    L(x)  = a x^-b                   (the same without the irreducible term)
 
-with bootstrap intervals over seeds (resampled within each size) for the scaling laws.
-"""
+(the scaling laws of loss against size are attnbench.stats.power_laws)."""
 
 from __future__ import annotations
 
@@ -17,50 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Two-sided 95% Student-t quantiles t_{0.975, dof} for dof = 1..30; beyond, the
-# Cornish-Fisher expansion around the normal quantile is accurate to < 1e-4.
-_T975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-)
-
-
-def t_quantile_975(dof: int) -> float:
-    """The 97.5% quantile of Student's t with ``dof`` degrees of freedom (dof >= 1)."""
-    if dof < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {dof}")
-    if dof <= len(_T975):
-        return _T975[dof - 1]
-    z, n = 1.959964, float(dof)
-    return z + (z**3 + z) / (4 * n) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * n**2)
+from attnbench.stats.intervals import t_quantile_975
 
 
 @dataclass(frozen=True)

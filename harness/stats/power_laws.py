@@ -1,6 +1,7 @@
 """Scaling laws of loss against size (non-embedding parameters or training FLOPs), fitted with
 intervals that a reviewer can check: the law the data support, bootstrap intervals over seeds,
-residuals and a lack-of-fit test (numpy/scipy only; the scaling experiment and the report read it)."""
+residuals and a lack-of-fit test (numpy/scipy only; the scaling experiment and the report read it;
+attnbench.stats.scaling_comparison sets one variant's fit against the baseline's)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from attnbench.plan.scaling_spec import MIN_SCALING_SIZES  # 4: 3 sizes would interpolate a 3-parameter law
+from attnbench.stats.intervals import satterthwaite, seed_mean_draws, widened
 
 # --- Scaling laws --------------------------------------------------------------------------
 # Two laws of loss against size x (parameters or training FLOPs):
@@ -124,35 +126,6 @@ def law_values(params: npt.ArrayLike, x: npt.ArrayLike) -> np.ndarray:
     return P[..., :1] * xs ** -P[..., 1:2] + P[..., 2:3]
 
 
-def seed_mean_draws(groups: Sequence[Sequence[float]], draws: int, seed: int) -> np.ndarray:
-    """(draws, k) bootstrap means per size: each size's seeds resampled with replacement, as
-    deviations from that size's mean scaled by sqrt(m / (m - 1)) (so a draw's mean has the
-    variance s^2 / m of the data, not (m - 1)/m of it: that matters at 2-3 seeds). A size
-    with one seed draws its deviation from the others' pooled."""
-    rng = np.random.default_rng(seed)
-    devs = [
-        (np.asarray(g, dtype=np.float64) - np.mean(g)) * math.sqrt(len(g) / (len(g) - 1)) if len(g) > 1 else None
-        for g in groups
-    ]
-    pool = np.concatenate([d for d in devs if d is not None] or [np.zeros(1)])
-    out = np.empty((draws, len(groups)))
-    for i, (g, d) in enumerate(zip(groups, devs, strict=True)):
-        src = pool if d is None else d
-        out[:, i] = float(np.mean(g)) + src[rng.integers(0, len(src), size=(draws, len(g)))].mean(axis=1)
-    return out
-
-
-def interval(values: npt.ArrayLike, level: float = 0.95) -> tuple[float, float]:
-    """Central percentile interval of bootstrap values (non-finite draws dropped)."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[np.isfinite(v)]
-    if len(v) == 0:
-        return (math.nan, math.nan)
-    q = (1 - level) / 2
-    lo, hi = np.quantile(v, [q, 1 - q])
-    return float(lo), float(hi)
-
-
 @dataclass
 class ScalingFit:
     """Both laws fitted to one variant's mean loss per size, the one the data support, the
@@ -251,36 +224,6 @@ class ScalingFit:
     def ci(self, name: str, law: str | None = None, level: float = 0.95) -> tuple[float, float]:
         """Bootstrap interval of parameter ``name`` of ``law``, widened for few seeds (``widened``)."""
         return widened(self.draws(law)[:, "abc".index(name)], satterthwaite([self.terms(name, law)]), level)
-
-
-def satterthwaite(terms: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
-    """Welch-Satterthwaite degrees of freedom of a sum of variance terms (each with its own
-    degrees of freedom): (sum t)^2 / sum(t^2 / dof); infinite where every term is 0."""
-    t = np.concatenate([np.asarray(v, dtype=np.float64) for v, _ in terms])
-    d = np.concatenate([np.asarray(dof, dtype=np.float64) for _, dof in terms])
-    den = float((t**2 / d).sum())
-    return math.inf if den <= 0 else float(t.sum() ** 2 / den)
-
-
-def widened(draws: npt.ArrayLike, dof: float, level: float = 0.95) -> tuple[float, float]:
-    """The bootstrap percentile interval stretched about the draws' median by t_dof / z.
-
-    Seeds resampled within a size carry that size's spread as measured on 2-3 seeds: the
-    percentile interval alone treats it as known and covered b in 87-93% of simulated draws
-    at 2-3 seeds. Stretched by the Student-t quantile at the statistic's Welch-Satterthwaite
-    degrees of freedom (``ScalingFit.variance_terms``) it covered 94-96%
-    (tests/test_scaling_fits.py checks the rate)."""
-    from scipy import stats  # imported here: `attnbench --help` imports no scipy
-
-    v = np.asarray(draws, dtype=np.float64)
-    v = v[np.isfinite(v)]
-    if len(v) == 0:
-        return (math.nan, math.nan)
-    lo, hi = interval(v, level)
-    mid = float(np.median(v))
-    q = 1 - (1 - level) / 2
-    f = 1.0 if not math.isfinite(dof) or dof <= 0 else float(stats.t.ppf(q, dof) / stats.norm.ppf(q))
-    return mid - f * (mid - lo), mid + f * (hi - mid)
 
 
 def fit_scaling(
