@@ -59,23 +59,31 @@ def fit_laws(
     """Least-squares fits of one law to every row of ``Y`` (R, k) at sizes ``x`` (k,):
     returns (R, 4) columns a, b, c, weighted SSE (c = 0 for the pure law).
 
-    x is scaled by its geometric mean (so a stays O(y)); c is profiled over a grid denser
-    near min(y) (for each c the rest is a weighted linear fit of log(y - c) on log x), then
-    (log a, b[, c]) are refined by Levenberg-Marquardt steps, each kept only where it lowers
-    the row's SSE and keeps 0 <= c < min(y)."""
+    x is scaled by its geometric mean (so a stays O(y)); the start is the best point of a grid
+    over c (``_profile_c``), refined by Levenberg-Marquardt steps (``_refine``)."""
     xs = np.asarray(x, dtype=np.float64)  # (k,)
     Y = np.atleast_2d(np.asarray(Y, dtype=np.float64))  # (R, k)
     if law not in LAW_TEXT:
         raise ValueError(f"unknown law {law!r}; use {SATURATING!r} or {PURE!r}")
     if (xs <= 0).any() or (Y <= 0).any():
         raise ValueError("power-law sizes and losses must be positive")
-    R, k = Y.shape
-    w = np.ones(k) if weights is None else np.asarray(weights, dtype=np.float64)  # (k,)
+    w = np.ones(Y.shape[1]) if weights is None else np.asarray(weights, dtype=np.float64)  # (k,)
     x0 = float(np.exp(np.log(xs).mean()))
     lu = np.log(xs / x0)  # (k,) log scaled sizes
-    top = Y.min(axis=1)  # (R,)
     sat = law == SATURATING
-    C = top[:, None] * (1.0 - np.geomspace(1.0, 1e-6, grid))[None, :] if sat else np.zeros((R, 1))  # (R, G)
+    theta, best = _profile_c(lu, Y, w, grid if sat else 0)
+    theta, best = _refine(theta, best, lu, Y, w, 3 if sat else 2, iters)
+    a = np.exp(theta[:, 0]) * x0 ** theta[:, 1]  # undo the scaling: a u^-b = a x0^b x^-b
+    return np.stack([a, theta[:, 1], theta[:, 2], best], axis=1)
+
+
+def _profile_c(lu: np.ndarray, Y: np.ndarray, w: np.ndarray, grid: int) -> tuple[np.ndarray, np.ndarray]:
+    """The start of each row: (R, 3) (log a, b, c) and its weighted SSE, at the best c of ``grid``
+    values denser near min(y) (for each c the rest is a weighted linear fit of log(y - c) on log u);
+    ``grid`` 0: c = 0 (the pure law)."""
+    R = len(Y)
+    top = Y.min(axis=1)  # (R,)
+    C = top[:, None] * (1.0 - np.geomspace(1.0, 1e-6, grid))[None, :] if grid else np.zeros((R, 1))  # (R, G)
     wl = w / w.sum()
     lbar = float(wl @ lu)
     Z = np.log(Y[:, None, :] - C[:, :, None])  # (R, G, k)
@@ -84,10 +92,16 @@ def fit_laws(
     loga = zbar + b * lbar
     sse = (np.exp(loga[..., None] - b[..., None] * lu) + C[..., None] - Y[:, None, :]) ** 2 @ w  # (R, G)
     g, rows = sse.argmin(axis=1), np.arange(R)
-    theta = np.stack([loga[rows, g], b[rows, g], C[rows, g]], axis=1)  # (R, 3)
-    best = sse[rows, g]
-    p = 3 if sat else 2
-    lam = np.full(R, 1e-3)
+    return np.stack([loga[rows, g], b[rows, g], C[rows, g]], axis=1), sse[rows, g]
+
+
+def _refine(
+    theta: np.ndarray, best: np.ndarray, lu: np.ndarray, Y: np.ndarray, w: np.ndarray, p: int, iters: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Levenberg-Marquardt steps on the first ``p`` of (log a, b, c) per row, each kept only where
+    it lowers the row's SSE and keeps 0 <= c < min(y); returns the refined (theta, SSE)."""
+    top = Y.min(axis=1)  # (R,)
+    lam = np.full(len(Y), 1e-3)
     eye = np.eye(p)
     with np.errstate(over="ignore", invalid="ignore"):
         for _ in range(iters):
@@ -107,8 +121,7 @@ def fit_laws(
             ok = np.isfinite(cand_sse) & (cand_sse < best[act]) & (cand[:, 2] >= 0) & (cand[:, 2] < top[act])
             theta[act[ok]], best[act[ok]] = cand[ok], cand_sse[ok]
             lam[act] = np.where(ok, lam[act] * 0.3, lam[act] * 10.0)
-    a = np.exp(theta[:, 0]) * x0 ** theta[:, 1]  # undo the scaling: a u^-b = a x0^b x^-b
-    return np.stack([a, theta[:, 1], theta[:, 2], best], axis=1)
+    return theta, best
 
 
 def fit_power_law(x: list[float], y: list[float], grid: int = 400, iters: int = 60) -> PowerLaw:
