@@ -19,7 +19,6 @@ exact permutation p (every ordering of the variants, or a seeded sample past eig
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from scipy import stats
 
 from attnbench.report.load import StoreData
 from attnbench.report.values import grid_point, point_text
+from attnbench.stats.exact import spearman_permutation_p
 from attnbench.stats.learned import row_learned
 
 BOOTSTRAP = 2000
@@ -163,28 +163,6 @@ class Agreement:
     p_value: float | None  # two-sided exact permutation p of rho (no asymptotic t at a handful of variants)
 
 
-EXACT_UP_TO = 8  # variants whose every ordering is enumerated (8! = 40,320); more: 20,000 random orderings
-
-
-def permutation_p(x: np.ndarray, y: np.ndarray) -> float:
-    """Two-sided permutation p of Spearman's rho: the share of orderings of ``y`` against ``x`` whose
-    |rho| is at least the observed (all orderings up to EXACT_UP_TO, else a seeded sample, (b+1)/(m+1))."""
-    rx, ry = stats.rankdata(x), stats.rankdata(y)  # (n,) each
-
-    def rho(r: np.ndarray) -> np.ndarray:  # (m, n) orderings of ry -> (m,) Pearson r of ranks
-        a, b = rx - rx.mean(), r - r.mean(axis=-1, keepdims=True)
-        return (b @ a) / np.sqrt((a @ a) * (b * b).sum(axis=-1))
-
-    seen = abs(float(rho(ry[None, :])[0])) - 1e-12  # float ties count as at least as extreme
-    n = len(ry)
-    if n <= EXACT_UP_TO:
-        orders = np.array(list(itertools.permutations(range(n))))  # (n!, n)
-        return float(np.mean(np.abs(rho(ry[orders])) >= seen))
-    rng = np.random.default_rng(0)
-    draws = np.argsort(rng.random((20_000, n)), axis=1)  # (m, n) random orderings
-    return float((np.sum(np.abs(rho(ry[draws])) >= seen) + 1) / (len(draws) + 1))
-
-
 def tier_agreement(table: pd.DataFrame) -> list[Agreement]:
     """Every pair of tiers in ``table`` (a ``scores`` frame), in order of first appearance."""
     tiers = list(dict.fromkeys(table["tier"]))
@@ -198,6 +176,6 @@ def tier_agreement(table: pd.DataFrame) -> list[Agreement]:
             x, y = left[shared].to_numpy(), right[shared].to_numpy()
             if len(shared) >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
                 rho = float(stats.spearmanr(x, y).statistic)  # pyright: ignore[reportAttributeAccessIssue]
-                p = permutation_p(x, y)
+                p = spearman_permutation_p(x, y)
             out.append(Agreement((a, b), len(shared), rho, p))
     return out
