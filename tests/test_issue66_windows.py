@@ -18,6 +18,7 @@ from attnbench.plan.cells import Cell, expand
 from attnbench.plan.grid_window import GridWindow
 from attnbench.plan.halving import next_cells
 from attnbench.plan.suite import load_suite
+from attnbench.plan.validation import check_suite
 from attnbench.report.build import build_report
 from attnbench.report.load import load_store
 from attnbench.run.runner import run_suite
@@ -65,7 +66,7 @@ def test_the_suggested_factor_and_small_distinct_factors_are_accepted(tmp_path: 
 
 def _plan_all(suite: Any, registry: Any, limit: int = 50) -> list[Cell]:
     """Every cell the runner would plan with every cell diverging except lr 1e-3 (best)."""
-    cells = expand(suite, registry, corpus_hash=lambda _d: "corpus", kind_code=lambda _k: "code")
+    cells = expand(check_suite(suite, registry, corpus_hash=lambda _d: "corpus"), kind_code=lambda _k: "code")
 
     def outcome(lr: float) -> tuple[str, dict[str, Any]]:
         return ("done", {"val_loss": 2.0 + abs(math.log10(lr / 1e-3))})

@@ -20,6 +20,7 @@ from attnbench.plan.cells import Cell, expand
 from attnbench.plan.halving import next_cells
 from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import Suite, load_suite
+from attnbench.plan.validation import check_suite
 from attnbench.report.build import build_report
 from attnbench.report.document import Report
 from attnbench.report.load import load_store
@@ -168,7 +169,7 @@ def _plan_suite(tmp_path: Path, grid: str, criterion: str = "") -> Suite:
 
 def _planned(suite: Suite, registry: Any, outcome: Outcome) -> list[Cell]:
     """Every cell the runner would plan, each "stored" with ``outcome(lr)`` as it is planned."""
-    cells = expand(suite, registry, corpus_hash=lambda _d: "corpus", kind_code=lambda _k: "code")
+    cells = expand(check_suite(suite, registry, corpus_hash=lambda _d: "corpus"), kind_code=lambda _k: "code")
     stored = {c.key: outcome(c.coords["lr"]) for c in cells}
     wave = cells
     while wave := next_cells(suite, cells, stored.get):
@@ -240,8 +241,8 @@ def test_a_rung_where_every_point_failed_chooses_nothing(tmp_path, registry) -> 
 def test_plain_lists_plan_the_same_cells_and_never_extend(tmp_path, registry) -> None:
     plain = _plan_suite(tmp_path, "[1.0e-3, 3.0e-3]")
     window = _plan_suite(tmp_path, WINDOW)
-    keys = expand(plain, registry, corpus_hash=lambda _d: "c", kind_code=lambda _k: "h")
-    same = expand(window, registry, corpus_hash=lambda _d: "c", kind_code=lambda _k: "h")
+    keys = expand(check_suite(plain, registry, corpus_hash=lambda _d: "c"), kind_code=lambda _k: "h")
+    same = expand(check_suite(window, registry, corpus_hash=lambda _d: "c"), kind_code=lambda _k: "h")
     assert [(c.key, c.coords) for c in keys] == [(c.key, c.coords) for c in same]  # the start points are the list
     assert "windows" not in (keys[0].protocol or {}) and "windows" in (same[0].protocol or {})
     cells = _planned(plain, registry, _loss_at(1e-1))  # best at the upper edge: a plain list keeps it

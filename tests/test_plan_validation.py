@@ -127,7 +127,7 @@ def test_one_problem_reads_as_before_and_fixing_all_of_them_plans_the_suite(tmp_
     good = load_suite(write_suite(tmp_path / "good.yaml", SOUND))
     validation.check_suite(good, registry)
     # softmax 1 model x 2 rates, linear 1 x 2 rates x 2 feature maps, the hybrid 1 x 2 rates; 2 seeds; own: 1
-    assert len(expand(good, registry)) == (2 + 4 + 2) * 2 + 1
+    assert len(expand(validation.check_suite(good, registry))) == (2 + 4 + 2) * 2 + 1
 
 
 def test_expand_suite_checks_once_and_expands_only_a_sound_suite(tmp_path, registry, monkeypatch):
@@ -172,6 +172,6 @@ def test_expand_has_no_error_path(tmp_path, registry, monkeypatch):
     for name in ("problem_at", "suite_error_at", "suite_problems"):
         monkeypatch.setattr(suite_module, name, refuse)
     good = load_suite(write_suite(tmp_path / "good.yaml", SOUND))
-    cells = expand(good, registry, corpus_hash=lambda _spec: "c", kind_code=lambda _kind: "h")
+    cells = expand(validation.check_suite(good, registry, corpus_hash=lambda _spec: "c"), kind_code=lambda _kind: "h")
     assert len(cells) == 17 and len({c.key for c in cells}) == 17
     assert {c.variant for c in cells} == {"softmax", "linear", "gla + softmax", "additive"}

@@ -110,10 +110,11 @@ def test_match_params_sets_each_variants_mlp_width_within_2_percent(tmp_path, ca
     from attnbench.cli import main
     from attnbench.plan.cells import expand
     from attnbench.plan.suite import load_suite
+    from attnbench.plan.validation import check_suite
     from tests.helpers import write_suite
 
     registry = load_registry()
-    cells = {c.variant: c for c in expand(load_suite(write_suite(tmp_path / "fair.yaml", FAIR)), registry)}
+    cells = {c.variant: c for c in expand(check_suite(load_suite(write_suite(tmp_path / "fair.yaml", FAIR)), registry))}
     counts = {n: Backbone(c.model, registry.get(n).build_mixer).num_params() for n, c in cells.items()}
     assert set(counts) == {"softmax", "gla", "retnet", "gated_deltanet + softmax"}
     assert cells["softmax"].model.mlp_hidden is None and "mlp_hidden" not in cells["softmax"].model.to_dict()

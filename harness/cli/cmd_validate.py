@@ -26,17 +26,19 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnbench.experiments.registry import expand_suite
+    from attnbench.experiments.registry import expand_checked
     from attnbench.plan.after_tuning import runnable
     from attnbench.plan.halving import planned_total
     from attnbench.plan.requirements import require_packages
-    from attnbench.plan.size_check import check_model_sizes, stated_constraints
+    from attnbench.plan.size_check import stated_constraints
     from attnbench.plan.suite import load_suite
+    from attnbench.plan.validation import check_suite
 
     suite = load_suite(args.suite, args.overrides)
     registry = registry_with_warnings()
-    planned = expand_suite(suite, registry)
-    sizes = check_model_sizes(planned, registry, build=args.build)  # lm_eval templates build no model
+    checked = check_suite(suite, registry, build=args.build)  # every problem, then every refused size
+    planned = expand_checked(checked)
+    sizes = checked.sizes  # lm_eval builds no model of its own
     total, cells = planned_total(suite, planned), runnable(planned)  # templates wait for tuning
     tuned = f"; {total} once successive halving has chosen" if total != len(cells) else ""
     shipped = "" if Path(args.suite).expanduser().is_file() else f" ({suite.path})"  # a shipped suite's name

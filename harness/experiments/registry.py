@@ -13,7 +13,7 @@ from attnbench.errors import SuiteError
 from attnbench.experiments.base import Kind
 from attnbench.plan.cells import Cell, expand
 from attnbench.plan.suite import Suite
-from attnbench.plan.validation import check_suite
+from attnbench.plan.validation import CheckedSuite, check_suite
 from attnbench.registry.identity import code_hash
 from attnbench.registry.loader import Registry
 
@@ -57,21 +57,22 @@ def expand_suite(
     device: str = "",
     only_variants: list[str] | None = None,
     corpus_hash: Callable[[DataSpec], str] | None = None,
+    build: bool | None = None,
 ) -> list[Cell]:
     """Every cell of a suite, once the suite is checked whole against ``registry`` (one
-    SuiteError listing every problem: plan/validation.py), keyed (when ``corpus_hash`` is
-    given; each data set is hashed once) and linked by its kind."""
+    SuiteError listing every problem; with ``build`` not None its model sizes too:
+    plan/validation.py), keyed (when ``corpus_hash`` is given; each data set is hashed once)
+    and linked by its kind."""
     hashed = _once(corpus_hash) if corpus_hash else None
-    check_suite(suite, registry, only_variants=only_variants, corpus_hash=hashed)
-    cells = expand(
-        suite,
-        registry,
-        device=device,
-        only_variants=only_variants,
-        corpus_hash=hashed,
-        kind_code=kind_code_hash if corpus_hash else None,
-    )
-    return link_cells(suite, cells)
+    checked = check_suite(suite, registry, only_variants=only_variants, corpus_hash=hashed, build=build)
+    return expand_checked(checked, device=device, keyed=corpus_hash is not None)
+
+
+def expand_checked(checked: CheckedSuite, *, device: str = "", keyed: bool = False) -> list[Cell]:
+    """The cells of a checked suite, keyed when ``keyed`` (by the corpus hashes the check read),
+    and linked by their kinds."""
+    cells = expand(checked, device=device, kind_code=kind_code_hash if keyed else None)
+    return link_cells(checked.suite, cells)
 
 
 def _once(corpus_hash: Callable[[DataSpec], str]) -> Callable[[DataSpec], str]:

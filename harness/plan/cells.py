@@ -1,29 +1,24 @@
 """Suite -> cells (variant x model size x data x budget x seed x grid point), each with
 a content key: a cell already stored under its key is skipped, and a code change of the
 variant or of the harness's compute modules gives a new key. ``expand`` plans a suite that
-plan/validation.py has checked; it checks nothing itself."""
+plan/validation.py has checked (a ``CheckedSuite``); it checks nothing itself."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from attnbench.contract.config import ModelConfig
 from attnbench.contract.variant import Variant
-from attnbench.data.spec import BYTE_VOCAB, DataSpec
-from attnbench.data.vocab import vocab_size_for
-from attnbench.plan.base import ModelSpec, Protocol, SpecT, option_key, spec_as, variant_point
-from attnbench.plan.sizes import matched_config
-from attnbench.plan.specs import AnyExperiment, TrainExperiment
+from attnbench.data.spec import DataSpec
+from attnbench.plan.base import ModelSpec, Protocol, SpecT, spec_as
+from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import Suite
-from attnbench.registry.hybrid import Part, make_part
+from attnbench.plan.validation import Build, CheckedExperiment, CheckedSuite
 from attnbench.registry.identity import variant_identity
-from attnbench.registry.loader import Registry
 from attnbench.store.provenance import content_key, library_versions
 
 
@@ -61,147 +56,32 @@ class Cell:
         }
 
 
-def model_config(spec: ModelSpec, context: int, options: Any, vocab: int) -> ModelConfig:
-    """The model of size ``spec`` (``context`` where it sets none); ValueError for a bad size."""
-    return ModelConfig(
-        vocab_size=vocab,
-        d_model=spec.d_model,
-        n_layer=spec.n_layer,
-        n_head=spec.n_head,
-        context=spec.context or context,
-        mlp_ratio=spec.mlp_ratio,
-        dropout=spec.dropout,
-        bias=spec.bias,
-        options=options,
-        activation=spec.activation,
-        positions=spec.positions,
-        mlp=spec.mlp,
-    )
-
-
-def run_names(exp: AnyExperiment, registry: Registry) -> list[str]:
-    """The variants an experiment lists (``all``: every registered one)."""
-    return registry.names() if exp.variants == "all" else list(exp.variants)
-
-
-def hybrid_parts(registry: Registry, entries: list[tuple[str, dict[str, Any]]]) -> list[Part]:
-    """One part per layer of a model's ``layers`` (UnknownVariantError for a bad layer)."""
-    return [
-        make_part(registry.get(name), options, f"layer {li} ({name})") for li, (name, options) in enumerate(entries)
-    ]
-
-
-def hybrids_of(exp: AnyExperiment, registry: Registry) -> dict[int, Variant]:
-    """The hybrid of each model of ``exp`` that lists ``layers``, by model index."""
-    entries = {mi: m.layer_entries() for mi, m in enumerate(exp.models)}
-    return {mi: registry.compose(hybrid_parts(registry, e)) for mi, e in entries.items() if e is not None}
-
-
-def variant_runs(exp: AnyExperiment, registry: Registry) -> list[tuple[str, Variant, list[int]]]:
-    """(name, variant, model indices) of each variant ``exp`` trains: the listed ones on every
-    model without ``layers``, each hybrid on the model that lists it."""
-    plain = [mi for mi, m in enumerate(exp.models) if m.layers is None]
-    runs = [(name, registry.get(name), plain) for name in run_names(exp, registry)]
-    return runs + [(h.name, h, [mi]) for mi, h in hybrids_of(exp, registry).items()]
-
-
-def variant_points(exp: AnyExperiment, name: str) -> list[dict[str, Any]]:
-    """The grid points that differ for variant ``name`` (train settings and its own options)."""
-    points = (variant_point(q, name) for q in exp.points())
-    return list({json.dumps(p, sort_keys=True, default=str): p for p in points}.values())
-
-
-def option_values(exp: AnyExperiment, name: str, point: dict[str, Any]) -> dict[str, Any]:
-    """``name``'s options at ``point``: the experiment's, with the point's swept ones over them."""
-    swept = {opt[1]: v for k, v in point.items() if (opt := option_key(k)) is not None}
-    return {**exp.variant_options.get(name, {}), **swept}
-
-
-def spec_at(exp: AnyExperiment, point: dict[str, Any]) -> BaseModel:
-    """The experiment's settings with the train settings of ``point`` applied."""
-    settings = {k: v for k, v in point.items() if option_key(k) is None}
-    base = exp.spec()
-    return type(base).model_validate({**base.model_dump(), **settings}) if settings else base
-
-
-def model_kind(spec: BaseModel) -> str:
-    """``own`` (the variant's own model) or ``backbone`` (the shared one; kinds without the setting)."""
-    return getattr(spec, "model_kind", "backbone")
-
-
-def data_of(suite: Suite, exp: AnyExperiment) -> DataSpec | None:
-    """An experiment's data, paths resolved against the suite's folder (speed, lm_eval: none)."""
-    data: DataSpec | None = getattr(exp, "data", None)
-    return data.resolved(suite.path.parent if suite.path else Path.cwd()) if data else None
-
-
-def matched(exp: AnyExperiment, mi: int, registry: Registry, variant: Variant, model: ModelConfig) -> ModelConfig:
-    """``model`` with the MLP width that matches ``variant``'s parameters to ``match_params``
-    (ValueError where no width does)."""
-    mspec = exp.models[mi]
-    if mspec.match_params is None:
-        return model
-    reference = registry.get(mspec.match_params)
-    options = reference.make_options(exp.variant_options.get(mspec.match_params))
-    return matched_config(variant, model, reference, options, mspec.params_within)
-
-
-@dataclass(frozen=True)
-class _Planned:
-    """One variant of one experiment, as its cells are planned."""
-
-    suite: Suite
-    exp: AnyExperiment
-    name: str
-    variant: Variant
-    data: DataSpec | None
-    key_inputs: dict[str, Any] | None  # None: cells without keys (``validate``)
-
-
-def expand(
-    suite: Suite,
-    registry: Registry,
-    *,
-    device: str = "",
-    only_variants: list[str] | None = None,
-    corpus_hash: Callable[[DataSpec], str] | None = None,
-    kind_code: Callable[[str], str] | None = None,
-) -> list[Cell]:
-    """All cells of a suite that plan/validation.py ``check_suite`` passed. Keys are computed
-    when ``corpus_hash`` (it loads the data) and ``kind_code`` (the hash of the code a kind
-    runs) are given; ``validate`` passes neither. Kinds link their cells afterwards
-    (``experiments.registry.expand_suite`` checks, expands and links)."""
+def expand(checked: CheckedSuite, *, device: str = "", kind_code: Callable[[str], str] | None = None) -> list[Cell]:
+    """Every cell of a suite that plan/validation.py ``check_suite`` passed: per build, one cell
+    per seed. Keys are computed when ``kind_code`` (the hash of the code a kind runs) is given,
+    with the corpus hash the check read; ``validate`` passes none. Kinds link their cells
+    afterwards (``experiments.registry.expand_suite`` checks, expands and links)."""
     cells: list[Cell] = []
-    for exp in suite.experiments:
-        data = data_of(suite, exp)
-        vocab = vocab_size_for(data, registry) if data else BYTE_VOCAB
-        data_hash = corpus_hash(data) if corpus_hash and data else ""
-        for name, variant, model_indices in variant_runs(exp, registry):
-            if only_variants and name not in only_variants:
-                continue
+    for planned in checked.experiments:
+        for run in planned.runs:
             keys = None
-            if corpus_hash and kind_code:
-                keys = _key_inputs(suite, exp, variant, data_hash, kind_code(exp.kind), device)
-            run, points = _Planned(suite, exp, name, variant, data, keys), variant_points(exp, name)
-            for mi in model_indices:
-                for point in points:
-                    spec = spec_at(exp, point)
-                    options = variant.make_options(option_values(exp, name, point))
-                    model = model_config(exp.models[mi], exp.context(spec), options, vocab)
-                    cells += _seed_cells(run, mi, matched(exp, mi, registry, variant, model), spec, point)
+            if kind_code is not None:
+                keys = _key_inputs(checked.suite, planned, run.variant, kind_code(planned.experiment.kind), device)
+            for build in run.builds:
+                cells += _seed_cells(checked.suite.name, planned, keys, build)
     return cells
 
 
 def _key_inputs(
-    suite: Suite, exp: AnyExperiment, variant: Variant, data_hash: str, harness: str, device: str
+    suite: Suite, planned: CheckedExperiment, variant: Variant, harness: str, device: str
 ) -> dict[str, Any]:
     """What a cell's key hashes besides its config (``rekey`` adds that)."""
     return {
         "suite": suite.name,
-        "experiment": exp.name,
-        "kind": exp.kind,
+        "experiment": planned.experiment.name,
+        "kind": planned.experiment.kind,
         "config": {},
-        "corpus_sha256": data_hash,
+        "corpus_sha256": planned.corpus_sha256,
         "variant": variant_identity(variant),
         "harness": harness,
         "device": device,
@@ -209,9 +89,10 @@ def _key_inputs(
     }
 
 
-def _seed_cells(run: _Planned, mi: int, model: ModelConfig, spec: BaseModel, point: dict[str, Any]) -> list[Cell]:
-    """The cells of one model size and grid point: one per seed (a tuned protocol: its rung 0)."""
-    exp = run.exp
+def _seed_cells(suite: str, planned: CheckedExperiment, key_inputs: dict[str, Any] | None, build: Build) -> list[Cell]:
+    """The cells of one build (a model size at a grid point): one per seed (a tuned protocol:
+    its rung 0)."""
+    exp, spec, model = planned.experiment, build.spec, build.model
     protocol: Protocol | None = getattr(exp, "protocol", None)  # train experiments have one
     tuning = protocol.tuning if protocol is not None else None
     if tuning is not None:  # successive halving: rung 0 now, the rest as results come in
@@ -220,28 +101,18 @@ def _seed_cells(run: _Planned, mi: int, model: ModelConfig, spec: BaseModel, poi
     cells = []
     for seed in tuning.seeds if tuning is not None else exp.seeds:
         coords = {
-            "variant": run.name,
-            "model": _size_index(exp.models, mi),
+            "variant": build.variant,
+            "model": _size_index(exp.models, build.model_index),
             "d_model": model.d_model,
             "n_layer": model.n_layer,
             "seed": seed,
-            **point,
+            **build.point,
             **({"stage": "tune", "rung": 0} if tuning is not None else {}),
             **({"battery": battery} if battery else {}),
         }
-        cell = Cell(
-            run.suite.name,
-            exp.name,
-            exp.kind,
-            run.name,
-            model,
-            run.data,
-            spec,
-            seed,
-            coords,
-            protocol=_protocol_record(exp, protocol),
-        )
-        cells.append(rekey(cell, key_inputs=run.key_inputs) if run.key_inputs else cell)
+        record = _protocol_record(exp, protocol)
+        cell = Cell(suite, exp.name, exp.kind, build.variant, model, planned.data, spec, seed, coords, protocol=record)
+        cells.append(rekey(cell, key_inputs=key_inputs) if key_inputs else cell)
     return cells
 
 

@@ -1,24 +1,90 @@
-"""Every distinct model a suite's cells build (variant x model kind x ``ModelConfig``), checked
-before any cell runs: against each variant's declared constraints (``validate``, no torch),
-then built once, with no training (``validate``, unless --no-build, and the start of ``run``). A refused
-size is a ``ModelSizeError`` naming every refusal: variant, size and the reason."""
+"""Model sizes. Fair sizes: each variant's MLP width chosen so its parameter count is within a
+tolerance of a reference variant's at the same model size (``models[].match_params``). Then
+every distinct model a suite builds (variant x model kind x ``ModelConfig``), checked when the
+suite is (plan/validation.py), before any cell is planned: against each variant's declared
+constraints (``validate``, no torch), then built once, with no training (``validate``, unless
+--no-build, and the start of ``run``). A refused size is a ``ModelSizeError`` naming every
+refusal: variant, size and the reason."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+from pydantic import BaseModel
 
 from attnbench.contract.config import ModelConfig
 from attnbench.contract.variant import Variant
 from attnbench.errors import ModelSizeError, quoted, shortened
-from attnbench.plan.cells import Cell
 from attnbench.plan.scaling_spec import MIN_SCALING_SIZES
 from attnbench.registry.loader import Registry
 
 # ModelConfig fields a size names only where they differ from ModelConfig's defaults
 _WHEN_CHANGED = ("mlp_ratio", "mlp_hidden", "dropout", "bias", "activation", "positions", "mlp")
+
+_COUNTS: dict[tuple[str, str], int] = {}
+
+
+def count_params(variant: Variant, config: ModelConfig) -> int:
+    """Parameters of the shared backbone with ``variant``'s mixers (built without memory on
+    the meta device where the mixers allow it)."""
+    key = (variant.name, repr(config))
+    if key not in _COUNTS:
+        import torch  # only a suite that matches parameter counts builds models while it is checked
+
+        from attnbench.nn.backbone import Backbone
+
+        try:
+            with torch.device("meta"):
+                model = Backbone(config, variant.build_mixer)
+        except Exception:  # a mixer that computes at build time: build it for real
+            model = Backbone(config, variant.build_mixer)
+        _COUNTS[key] = sum(p.numel() for p in model.parameters())
+    return _COUNTS[key]
+
+
+def matched_config(
+    variant: Variant, config: ModelConfig, reference: Variant, reference_options: Any, within: float
+) -> ModelConfig:
+    """``config`` with the MLP width that brings ``variant`` within ``within`` (relative) of the
+    reference's parameter count; unchanged when it already is. Raises ValueError when no
+    MLP width can (the mixers alone differ by more than the MLPs hold)."""
+    target = count_params(reference, config.replace(options=reference_options))
+    mine = count_params(variant, config)
+    if abs(mine - target) <= within * target:
+        return config
+    per_unit = config.n_layer * (2 * config.d_model + (1 if config.bias else 0))  # params per MLP unit
+    hidden = config.mlp_width + round((target - mine) / per_unit)
+    if hidden < 1:
+        raise ValueError(
+            f"{variant.name!r} has {mine:,} parameters and {reference.name!r} {target:,}: no MLP "
+            "width matches them; compare at a larger d_model or without match_params"
+        )
+    matched = config.replace(mlp_hidden=hidden)
+    got = count_params(variant, matched)
+    if abs(got - target) > within * target:
+        raise ValueError(
+            f"{variant.name!r} reaches {got:,} parameters at MLP width {hidden} against "
+            f"{reference.name!r}'s {target:,}, outside {within:.0%}; raise params_within"
+        )
+    return matched
+
+
+class Built(Protocol):
+    """What builds a model: a checked suite's build (plan/validation.py), or a cell."""
+
+    @property
+    def experiment(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def variant(self) -> str: ...
+    @property
+    def model(self) -> ModelConfig: ...
+    @property
+    def spec(self) -> BaseModel: ...
 
 
 @dataclass(frozen=True)
@@ -35,8 +101,8 @@ class ModelSize:
     experiments: tuple[str, ...]
 
 
-def model_sizes(cells: Iterable[Cell]) -> list[ModelSize]:
-    """The distinct models ``cells`` build, in first-use order. A cell whose spec has no
+def model_sizes(cells: Iterable[Built]) -> list[ModelSize]:
+    """The distinct models ``cells`` build, in first-use order. One whose spec has no
     ``model_kind`` (lm_eval) builds none: it reads the checkpoints of train cells of the suite."""
     found: dict[tuple[str, str, str], ModelSize] = {}
     for cell in cells:
@@ -115,7 +181,7 @@ def _build_refusal(variant: Variant, size: ModelSize) -> str | None:
     return f"its builder refused: {type(exc).__name__}: {shortened(' '.join(str(exc).split()))}"
 
 
-def check_model_sizes(cells: Iterable[Cell], registry: Registry, *, build: bool) -> list[ModelSize]:
+def check_model_sizes(cells: Iterable[Built], registry: Registry, *, build: bool) -> list[ModelSize]:
     """The distinct models of ``cells``, each checked against its variant's declared
     constraints and, when ``build``, built once (no forward, no training). Raises
     ModelSizeError naming every refused size, not only the first."""
@@ -160,7 +226,7 @@ def _param_count(variant: Variant, model_kind: str, config: ModelConfig) -> int 
     return model.num_params()
 
 
-def check_scaling_sizes(cells: Iterable[Cell], registry: Registry) -> None:
+def check_scaling_sizes(cells: Iterable[Built], registry: Registry) -> None:
     """Each scaling experiment's models, per variant, have at least MIN_SCALING_SIZES distinct
     parameter counts (models that differ only in n_head have one count: one size to the fit)."""
     groups: dict[tuple[str, str], dict[str, tuple[str, ModelConfig]]] = {}

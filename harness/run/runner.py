@@ -31,7 +31,6 @@ from attnbench.plan.halving import next_cells, nothing_chosen, planned_total, po
 from attnbench.plan.replication import next_replication_cells
 from attnbench.plan.requirements import require_packages
 from attnbench.plan.seed_rounds import adds_cells, next_seed_cells
-from attnbench.plan.size_check import check_model_sizes
 from attnbench.plan.suite import Suite
 from attnbench.registry.loader import Registry
 from attnbench.run.cell import CellJob, cell_record, run_cell
@@ -61,6 +60,7 @@ def _plan(suite: Suite, registry: Registry, dev: torch.device, only_variants: li
         device=device_name(dev),
         only_variants=only_variants,
         corpus_hash=lambda spec: load_corpus(spec, registry).sha256,
+        build=True,  # every model size built once: a size a builder refuses fails here, not on every seed
     )
     for cell in cells:  # under torchrun: a global batch that does not split is refused up front
         batch_size = getattr(cell.spec, "batch_size", None)  # the kinds that train have one
@@ -348,9 +348,7 @@ def prepare_run(
     refused run leaves no file."""
     heap_choice()  # a bad ATTNBENCH_HEAP stops the run here, not in a worker
     require_packages(suite)  # before any data loads or cell trains
-    cells = _plan(suite, registry, resolve_device(device or suite.device), only_variants)
-    check_model_sizes(cells, registry, build=True)  # a size a builder refuses fails here, not on every seed
-    return cells
+    return _plan(suite, registry, resolve_device(device or suite.device), only_variants)
 
 
 def run_suite(
