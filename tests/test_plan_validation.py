@@ -175,3 +175,66 @@ def test_expand_has_no_error_path(tmp_path, registry, monkeypatch):
     cells = expand(validation.check_suite(good, registry, corpus_hash=lambda _spec: "c"), kind_code=lambda _kind: "h")
     assert len(cells) == 17 and len({c.key for c in cells}) == 17
     assert {c.variant for c in cells} == {"softmax", "linear", "gla + softmax", "additive"}
+
+
+# Three experiments, each with one problem; the last one's lies deepest (a swept option's value).
+LAST_DEEP = """
+version: 1
+name: deep
+defaults:
+  data: {source: builtin, max_bytes: 20000}
+  train: {batch_size: 2, seq_len: 16, budget: {steps: 1}}
+experiments:
+  - name: first
+    kind: train
+    variants: [softmx]
+  - name: second
+    kind: train
+    variants: [softmax]
+    variant_options: {linear: {feature_map: elu}}
+  - name: last
+    kind: train
+    variants: [softmax, linear]
+    models: [{d_model: 16, n_layer: 1, n_head: 2}]
+    grid: {variant_options.linear.feature_map: [elu, no_such_map]}
+"""
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_an_invalid_suite_never_reaches_expansion_and_every_problem_is_reported(tmp_path, capsys, monkeypatch, command):
+    """The problem deep in the last experiment is found by the check, with the others, before
+    a single cell is expanded or created."""
+    from attnbench.plan import cells as cells_module
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("expansion reached for an invalid suite")
+
+    monkeypatch.setattr(kinds_registry, "expand", never)
+    monkeypatch.setattr(cells_module, "Cell", never)
+    path = write_suite(tmp_path / "deep.yaml", LAST_DEEP)
+    extra = ["--no-build"] if command == "validate" else ["--store", str(tmp_path / "r" / "s.sqlite"), "--no-report"]
+    assert main([command, str(path), *extra]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "invalid suite (3 problems):" in err, err
+    text = path.read_text()
+    for marker, problem in (
+        ("variants: [softmx]", "experiments[0].variants[0]: unknown variant 'softmx'"),
+        ("linear: {feature_map: elu}", "experiments[1].variant_options.linear: options given for 'linear'"),
+        ("no_such_map", "experiments[2].grid.variant_options.linear.feature_map: "),
+    ):
+        assert f"{path}:{_line(text, marker)}: {problem}" in err, (problem, err)
+    assert not (tmp_path / "r").exists()
+
+
+def test_validate_reports_every_schema_error_of_a_suite_at_once(tmp_path, capsys):
+    """Errors the schema finds (before any plugin is asked) are reported together too, one per
+    line, each at its file and line."""
+    body = SOUND.replace("seeds: [0, 1]", "seeds: [0, 1]\n    train: {lr: -1}").replace(
+        "train: {model_kind: own}", "train: {model_kind: own, batch_sise: 4}"
+    )
+    path = write_suite(tmp_path / "schema.yaml", body)
+    assert main(["validate", str(path), "--no-build"]) == 2
+    err = capsys.readouterr().err
+    text = path.read_text()
+    assert f"{path}:{_line(text, 'lr: -1')}: experiments[0].train.lr: Input should be greater than 0" in err, err
+    assert f"{path}:{_line(text, 'batch_sise')}: experiments[1].train.batch_sise: Extra inputs" in err, err
