@@ -80,3 +80,54 @@ def test_the_schema_rejects_what_the_loader_rejects(bad, where):
     with pytest.raises(jsonschema.ValidationError) as err:
         jsonschema.validate(bad, schema, cls=jsonschema.Draft202012Validator)
     assert where in str(err.value)
+
+
+def _properties(node, at=""):
+    """(path, schema) of every property of every object in ``node``, $defs and nested ones included."""
+    if isinstance(node, dict):
+        for key, prop in (node.get("properties") or {}).items():
+            yield f"{at}.{key}", prop
+        for key, child in node.items():
+            yield from _properties(child, f"{at}/{key}")
+    elif isinstance(node, list):
+        for i, child in enumerate(node):
+            yield from _properties(child, f"{at}[{i}]")
+
+
+def test_every_schema_property_says_what_it_means():
+    from attnbench.plan.reference import suite_schema
+
+    for schema in (suite_schema(), json.loads((REPO / "docs" / SCHEMA_FILE).read_text())):
+        found = list(_properties(schema))
+        assert len(found) > 200  # every model's fields, the $defs and `defaults` included
+        bare = [path for path, prop in found if not str(prop.get("description", "")).strip()]
+        assert not bare, f"schema properties without a description: {bare}"
+
+
+@pytest.mark.parametrize(
+    "model, key",
+    [
+        ("attnbench.plan.base:TrainSpec", "lr"),
+        ("attnbench.plan.base:ModelSpec", "positions"),
+        ("attnbench.plan.base:Protocol", "replicate"),
+        ("attnbench.plan.speed_spec:SpeedSpec", "time_limit_s"),
+        ("attnbench.data.spec:DataSpec", "tokenizer"),
+        ("attnbench.plan.specs:LmEvalSpec", "batch_size"),
+        ("attnbench.plan.suite:Suite", "retries"),
+    ],
+)
+def test_schema_and_reference_show_the_models_own_description(model, key):
+    """One source: the field's docstring is the schema's description and the reference's meaning."""
+    import importlib
+
+    from attnbench.plan.reference import reference_markdown, suite_schema
+
+    module, _, name = model.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    text = " ".join(cls.model_fields[key].description.split())
+    assert len(text) > 20
+    defs = suite_schema()["$defs"]
+    schema = suite_schema() if name == "Suite" else defs[name]
+    assert schema["properties"][key]["description"] == text
+    rows = [row for row in reference_markdown().splitlines() if row.startswith(f"| `{key}` |")]
+    assert any(row.endswith(f"| {text.replace('|', chr(92) + '|')} |") for row in rows), (text, rows)

@@ -18,32 +18,56 @@ BYTE_VOCAB = 256  # UTF-8 bytes: the vocabulary of text read as bytes (tokenizer
 class DataSpec(BaseModel):
     """Where the text comes from and how it is split (a suite's `data:` mapping)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     source: Literal["builtin", "stdlib", "text", "json", "parquet", "hf", "task"] = "builtin"
-    path: str | list[str] | None = None  # local file(s), relative to the suite file
-    val_path: str | list[str] | None = None  # held-out file(s); else the tail of `path`
-    test_path: str | list[str] | None = None  # test file(s) for the protocol's reported numbers
-    test_fraction: float | None = Field(default=None, gt=0.0, lt=1.0)  # else a test slice cut before the val tail
-    name: str | None = None  # hub dataset name (source: hf); shipped corpus (source: builtin, default tinyshakespeare)
-    config: str | None = None  # hub dataset config (source: hf)
+    """Where the text comes from: builtin (shipped corpora, Tiny Shakespeare by default), stdlib (this Python's
+    standard library source), local text/json/parquet files, hf (a hub dataset), or task (a synthetic task)."""
+    path: str | list[str] | None = None
+    """Local training file(s), relative to the suite file (source: text, json, parquet)."""
+    val_path: str | list[str] | None = None
+    """Held-out validation file(s). None: the tail of the training text (val_fraction)."""
+    test_path: str | list[str] | None = None
+    """Test file(s) the protocol's reported numbers come from. None: test_fraction, or no test split."""
+    test_fraction: float | None = Field(default=None, gt=0.0, lt=1.0)
+    """Share of the corpus cut as a test slice, before the validation tail. None: test_path, or no test split."""
+    name: str | None = None
+    """Hub dataset name (source: hf), or which shipped corpus (source: builtin; default tinyshakespeare)."""
+    config: str | None = None
+    """Hub dataset configuration (source: hf)."""
     split: str = "train"
+    """Hub split trained on (source: hf)."""
     val_split: str | None = None
+    """Hub split held out for validation (source: hf). None: the tail of the training split."""
     text_field: str = "text"
+    """Column holding the text (json, parquet, hf)."""
     val_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
-    max_bytes: int | None = Field(default=None, gt=0)  # cap on training bytes (head of the corpus)
+    """Share of the text held out at its tail for validation when no val_path or val_split is given."""
+    max_bytes: int | None = Field(default=None, gt=0)
+    """Cap on training text in bytes (the head of the corpus). None: all of it."""
     tokenizer: Literal["bytes", "bpe", "pretrained"] = "bytes"
+    """bytes (UTF-8 bytes, so bits per byte compare across everything), bpe (trained locally on the training text), or
+    pretrained (tokenizer_name)."""
     bpe_vocab_size: int = Field(default=4096, ge=260)
-    # tokenizer: pretrained; a hub name, or a tokenizer.json / folder relative to the suite file
+    """Vocabulary size of the locally trained BPE (tokenizer: bpe)."""
     tokenizer_name: str | None = None
-    # source: task
+    """The tokenizer of tokenizer: pretrained: a hub name, or a tokenizer.json / folder relative to the suite file."""
     task: str | None = None
+    """Registered task name (source: task; `attnbench list`)."""
     task_options: dict[str, Any] = {}
+    """The task's options (e.g. {num_kv_pairs: 8}); {}: its defaults."""
     train_examples: int = Field(default=20000, gt=0)
+    """Synthetic training examples generated (source: task)."""
     val_examples: int = Field(default=1000, gt=0)
-    test_examples: int | None = Field(default=None, gt=0)  # task test examples, generated under their own seed
-    train_settings: list[dict[str, Any]] = []  # option overrides mixed in equal parts for training
-    eval_settings: list[dict[str, Any]] = []  # option overrides, each evaluated separately
+    """Synthetic validation examples generated (source: task)."""
+    test_examples: int | None = Field(default=None, gt=0)
+    """Synthetic test examples, generated under their own seed (source: task). None: no test split."""
+    train_settings: list[dict[str, Any]] = []
+    """Task option overrides mixed in equal parts into the training examples (e.g. several numbers of pairs). []:
+    task_options alone."""
+    eval_settings: list[dict[str, Any]] = []
+    """Task option overrides, each evaluated as its own held-out set (e.g. growing numbers of pairs). []: task_options
+    alone."""
 
     @model_validator(mode="after")
     def _needs(self) -> DataSpec:

@@ -52,15 +52,23 @@ def _misplaced(key: str) -> str:
 class Defaults(BaseModel):
     """Settings merged under (model, data, train) or copied into (the rest) every experiment."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
     model: PartialModelSpec | None = None  # type: ignore[valid-type]  (made by `partial`)
+    """One model size, merged under each of every experiment's models (their own keys win)."""
     data: PartialDataSpec | None = None  # type: ignore[valid-type]
+    """Data settings merged under every experiment's data (its own keys win)."""
     train: PartialTrainSpec | None = None  # type: ignore[valid-type]
+    """Training settings merged under every experiment's train (its own keys win)."""
     variants: list[str] | Literal["all"] | None = None
+    """Variants for every experiment that names none."""
     seeds: list[int] | None = Field(default=None, min_length=1)
+    """Seeds for every experiment that gives none."""
     variant_options: dict[str, dict[str, Any]] | None = None
+    """Variant options for every experiment that gives none."""
     grid: dict[str, list[Any]] | None = None
+    """The grid of every train experiment that gives none."""
     battery: str | None = Field(default=None, min_length=1)
+    """The battery tier of every train experiment that names none."""
 
     @model_validator(mode="before")
     @classmethod

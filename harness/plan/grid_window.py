@@ -34,11 +34,14 @@ def _significant(x: float) -> float:
 class GridWindow(BaseModel):
     """A grid axis searched from ``start`` outwards, by ``factor``, no further than ``bounds``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    start: list[float] = Field(min_length=2)  # the points tried first, ascending and positive
-    # ratio of each added point to the edge it extends (> 1); default: the start's own ratio
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    start: list[float] = Field(min_length=2)
+    """The points tried first: at least two, ascending and positive."""
     factor: float | None = Field(default=None, gt=1, allow_inf_nan=False)
-    bounds: list[float] = Field(min_length=2, max_length=2)  # [lower, upper]: no point is tried beyond them
+    """Ratio of each added point to the edge it extends (> 1); None: the start points' own ratio (their geometric mean
+    step)."""
+    bounds: list[float] = Field(min_length=2, max_length=2)
+    """[lower, upper]: no point beyond them is tried; they must contain the start points."""
 
     @field_validator("start", "bounds", "factor", mode="before")
     @classmethod

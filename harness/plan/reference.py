@@ -1,12 +1,13 @@
 """The suite reference (Markdown) and the JSON Schema of suite files, generated from the
 pydantic models of plan/base.py, plan/specs.py, plan/speed_spec.py, plan/scaling_spec.py and
-plan/suite.py (`attnbench docs` writes both)."""
+plan/suite.py (`attnbench docs` writes both). Each field's meaning is its docstring in the
+model (``use_attribute_docstrings``): one source for the schema's descriptions and the
+reference's last column."""
 
 from __future__ import annotations
 
 import inspect
 import json
-import re
 import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
@@ -124,90 +125,6 @@ SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
     ),
 ]
 
-# Meanings of keys whose model line carries no comment.
-MEANINGS = {
-    "version": "suite format version; this attnbench reads 1",
-    "name": (
-        "suite: defaults to the file name; experiment: unique within the suite "
-        "(addressed by `--set experiments.NAME...`)"
-    ),
-    "description": "one line, shown under the report's title",
-    "include": "other suite files (relative to this one): their mappings merged under this file, experiments appended",
-    "allow_failed_checks": (
-        "record numbers of variants that failed the trust gate (marked as failing) instead of refusing them"
-    ),
-    "device": "cpu, cuda, cuda:1 ... or auto (CUDA when available); `--device` overrides",
-    "cpus_per_cell": "CPUs each cell's Ray task reserves (`--executor ray`)",
-    "defaults": "settings merged into every experiment: see `defaults` above",
-    "experiments": "the experiments; each `kind` adds its own mapping (train, speed, scaling, lm_eval)",
-    "kind": "the experiment kind",
-    "variants": "registered variant names (`attnbench list`), or all",
-    "variant_options": "per variant, its own options (validated against its options dataclass): {NAME: {key: value}}",
-    "models": "model sizes; each runs every variant and seed",
-    "seeds": "seeds; each is one cell (same batches for every variant)",
-    "grid": "train settings (or variant_options.VARIANT.OPTION) to sweep: {key: [values]}; every point runs",
-    "batch_size": "sequences per step (global batch under torchrun)",
-    "seq_len": "training sequence length T",
-    "lr": "peak learning rate (AdamW)",
-    "min_lr_ratio": "cosine decay ends at lr * min_lr_ratio",
-    "warmup_steps": "linear warm-up steps",
-    "weight_decay": "AdamW weight decay on matrices (not biases, norms, gains)",
-    "beta1": "AdamW beta1",
-    "beta2": "AdamW beta2",
-    "grad_clip": "gradient-norm clip",
-    "eval_interval": "steps between held-out evaluations (and at the end)",
-    "eval_tokens": "held-out tokens per evaluation",
-    "log_interval": "steps between training-curve points",
-    "model_kind": "backbone: the shared backbone around the mixer; own: the variant's own model",
-    "d_model": "width",
-    "n_layer": "layers",
-    "n_head": "heads",
-    "mlp_ratio": "MLP width / d_model",
-    "mlp": "false: mixer-only blocks, no MLP (Zoology's recall models)",
-    "dropout": "dropout probability",
-    "bias": "biases in linear layers and norms",
-    "source": (
-        "builtin (shipped Tiny Shakespeare), stdlib (this Python's standard library), "
-        "local text/json/parquet files, hf (hub), task (synthetic)"
-    ),
-    "split": "hub split for training (source: hf)",
-    "val_split": "hub split held out (source: hf)",
-    "text_field": "column holding the text (json, parquet, hf)",
-    "val_fraction": "tail of the text held out when no val_path / val_split is given",
-    "tokenizer": "bytes (default; bits per byte compare across everything), bpe (trained locally), pretrained",
-    "bpe_vocab_size": "vocabulary of the locally trained BPE (tokenizer: bpe)",
-    "task": "registered task name (source: task; `attnbench list`)",
-    "task_options": "the task's options",
-    "train_examples": "synthetic training examples (source: task)",
-    "val_examples": "held-out examples (source: task)",
-    "tasks": "lm-eval task, group or tag names",
-    "num_fewshot": "lm-eval few-shot examples",
-    "limit": "documents per task (< 1: a fraction)",
-    "context": "longest sequence the model takes (positions); default: the experiment's training length",
-    "budget": "how much each cell trains: exactly one of steps, tokens, seconds, flops (see Budget above)",
-    "variant": "a registered variant name",
-    "speed": "the speed settings (see Speed settings below)",
-    "T_min": "shortest length timed when `lengths` is not given (then T_min, 2 T_min, ... T_max)",
-    "T_max": "longest length timed when `lengths` is not given",
-    "modes": "what is timed: forward, train_step (forward + backward + optimizer step), decode (per generated token)",
-    "scaling": "the scaling settings (see Scaling settings below)",
-    "tokens_per_param": "each size trains on this many tokens per parameter (give this or flops_per_param)",
-    "flops_per_param": "each size trains on this many training FLOPs per parameter (give this or tokens_per_param)",
-    "lm_eval": "the lm-eval settings (see lm-eval settings below)",
-    "metadata": "passed to lm-eval's task manager as task metadata (e.g. max_seq_lengths)",
-    "paths": "named local files a task YAML reads (relative to the suite file), passed in metadata as absolute paths",
-    "method": "lora: low-rank adapters on `target`, the rest frozen; full: every weight trains (the reference row)",
-    "target": (
-        "what LoRA adapts: mixer (every token mixer's Linear layers), linear (every Linear), or module-name suffixes"
-    ),
-    "from_scratch": "start from initialisation instead of the trained checkpoint "
-    "(targeted matrices frozen at init plus their adapter)",
-    "protocol": "the fair-comparison protocol: choice on validation, decisions on test (see Protocol below)",
-    "finetune": "fine-tuning settings (see Fine-tuning settings below)",
-    "data": "the training data (see Data below)",
-    "train": "training settings (see Training settings below)",
-}
-
 WHERE_FILES_GO = """\
 ## Where files are written
 
@@ -226,30 +143,10 @@ WHERE_FILES_GO = """\
 """
 
 
-def _comments(model: type[BaseModel]) -> dict[str, str]:
-    """Trailing `# ...` comments of a model's field lines: the fields' descriptions."""
-    out: dict[str, str] = {}
-    for cls in reversed(model.__mro__):
-        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
-            continue
-        try:
-            lines = inspect.getsource(cls).splitlines()
-        except (OSError, TypeError):
-            continue
-        for i, line in enumerate(lines):
-            m = re.match(r"\s+(\w+): .*?#\s*(.+)$", line)
-            if m:
-                out[m.group(1)] = m.group(2).strip()
-            elif m := re.match(r"\s+(\w+): ", line):
-                above = []  # a comment block right above the field
-                for prev in reversed(lines[:i]):
-                    c = re.match(r"\s+#\s*(.+)$", prev)
-                    if not c:
-                        break
-                    above.insert(0, c.group(1))
-                if above:
-                    out[m.group(1)] = " ".join(above)
-    return {**MEANINGS, **out}
+def meaning(text: str | None) -> str:
+    """A field's description (its docstring in the model) on one line: what the reference's
+    last column and the schema's ``description`` both show."""
+    return " ".join((text or "").split())
 
 
 def type_name(ann: Any) -> str:
@@ -291,13 +188,12 @@ def _default(field: Any) -> str:
 
 
 def _table(model: type[BaseModel], only_own: bool) -> list[str]:
-    notes = _comments(model)
     base_fields = base.ExperimentBase.model_fields if only_own else {}
     rows = ["| key | type | default | constraint | meaning |", "|---|---|---|---|---|"]
     for name, field in model.model_fields.items():
         if name in base_fields:
             continue
-        text = notes.get(name, "").replace("|", "\\|")
+        text = meaning(field.description).replace("|", "\\|")
         kind = type_name(field.annotation).replace("|", "\\|")
         rows.append(f"| `{name}` | {kind} | {_default(field)} | {_constraints(field)} | {text} |")
     return rows
@@ -371,20 +267,30 @@ def suite_schema() -> dict[str, Any]:
         defs.setdefault(model.__name__, _relax(model.model_json_schema(ref_template="#/$defs/{model}"), keep=set()))
         defs[model.__name__].pop("$defs", None)
     common = base.ExperimentBase.model_json_schema()["properties"]
+    said = {k: {"description": meaning(f.description)} for k, f in defaults.Defaults.model_fields.items()}
     schema["properties"]["defaults"] = {
         "type": "object",
         "additionalProperties": False,
-        "description": "Merged under every experiment (model, data, train) or copied into it.",
+        "description": meaning(Suite.model_fields["defaults"].description),
         "properties": {
-            **{k: {"$ref": f"#/$defs/{m.__name__}"} for k, m in DEFAULTS_KEYS.items()},
-            **{k: _relax(common[k], set()) for k in DEFAULTS_COPIED if k in common},
-            "grid": {"type": "object", "additionalProperties": {"type": "array"}},
-            "battery": {"type": "string", "minLength": 1},
+            **{k: {"$ref": f"#/$defs/{m.__name__}", **said[k]} for k, m in DEFAULTS_KEYS.items()},
+            **{k: {**_relax(common[k], set()), **said[k]} for k in DEFAULTS_COPIED if k in common},
+            "grid": {"type": "object", "additionalProperties": {"type": "array"}, **said["grid"]},
+            "battery": {"type": "string", "minLength": 1, **said["battery"]},
         },
     }
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "attnbench suite"
-    return schema
+    return _one_line(schema)
+
+
+def _one_line(node: Any) -> Any:
+    """Every ``description`` of the schema on one line, as the reference shows it."""
+    if isinstance(node, dict):
+        return {k: meaning(v) if k == "description" and isinstance(v, str) else _one_line(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_one_line(v) for v in node]
+    return node
 
 
 def write_docs(out_dir: Any) -> list[Any]:

@@ -20,12 +20,15 @@ class ScalingSpec(TrainSpec):
     each size's budget follows its measured parameter count N, from exactly one of
     ``tokens_per_param`` (tokens = k N) or ``flops_per_param`` (training FLOPs = k N)."""
 
-    budget: Budget | None = None  # set per size from the rule; do not give it
+    budget: Budget | None = None
+    """Set per model size from tokens_per_param or flops_per_param; do not give it."""
     tokens_per_param: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Each size trains on this many tokens per parameter (give this or flops_per_param)."""
     flops_per_param: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    # |b - b_baseline| within this margin reads "scales like <baseline>" (report/scaling.py);
-    # None: only "steeper" / "shallower" where the interval excludes 0, else "undetermined"
+    """Each size trains on this many training FLOPs per parameter (give this or tokens_per_param)."""
     exponent_margin: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Exponents b within this margin of the baseline's read "scales like <baseline>". None: only "steeper" /
+    "shallower" where the interval of the difference excludes 0, else "undetermined"."""
 
     @field_validator("tokens_per_param", "flops_per_param", "exponent_margin", mode="before")
     @classmethod
@@ -64,8 +67,11 @@ class ScalingSpec(TrainSpec):
 
 class ScalingExperiment(ExperimentBase):
     kind: Literal["scaling"]
+    """scaling: train every variant at several model sizes and fit loss against size with a power law."""
     data: DataSpec = DataSpec()
+    """The training data (see Data); defaults.data fills what it leaves out."""
     scaling: ScalingSpec
+    """The scaling settings (see Scaling settings)."""
 
     def spec(self) -> ScalingSpec:
         return self.scaling

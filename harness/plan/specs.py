@@ -23,14 +23,21 @@ FLOAT_SETTINGS = [k for k, f in TrainSpec.model_fields.items() if f.annotation i
 
 class TrainExperiment(ExperimentBase):
     kind: Literal["train"]
+    """train: train every variant to an equal budget and evaluate it on held-out data."""
     data: DataSpec = DataSpec()
+    """The training data (see Data); defaults.data fills what it leaves out."""
     train: TrainSpec
-    # train settings (or variant_options.VARIANT.OPTION) to sweep: {key: [values]}, every point runs;
-    # or a float setting's window, searched by protocol.tuning: {lr: {start: [...], factor: F, bounds: [lo, hi]}}
+    """Training settings (see Training settings); defaults.train fills what it leaves out."""
     grid: dict[str, list[Any] | GridWindow] = {}
+    """Train settings (or variant_options.VARIANT.OPTION) to sweep: {key: [values]}, every point runs; or a float
+    setting's search window, searched by protocol.tuning: {lr: {start: [...], factor: F, bounds: [lo, hi]}}. {}: one
+    point."""
     protocol: Protocol | None = None
-    # a capability battery's tier (e.g. cpu): its train experiments (one per task setting) get one score
+    """The fair-comparison protocol: each variant's point chosen on validation, decisions on the test split (see
+    Protocol). None: every point is reported, with no decisions."""
     battery: str | None = Field(None, min_length=1)
+    """A capability battery's tier (e.g. cpu): the task experiments tagged with it get one battery score per variant.
+    None: not part of a battery."""
 
     def points(self) -> list[dict[str, Any]]:
         """The grid's points; a window's start points (tuning adds the rest as it goes)."""
@@ -259,22 +266,35 @@ class LmEvalSpec(BaseModel):
     hands to every task (e.g. ``text_path`` of the held-out text task).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    tasks: list[str] = Field(min_length=1)  # lm-eval task, group or tag names
-    from_experiment: str = Field(min_length=1)  # experiment of this suite whose checkpoints are evaluated
-    include_path: str | list[str] | None = None  # folders of task YAML files
-    limit: int | float | None = Field(default=None, gt=0)  # documents per task (< 1: a fraction)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    tasks: list[str] = Field(min_length=1)
+    """lm-eval task, group or tag names to score (at least one)."""
+    from_experiment: str = Field(min_length=1)
+    """The train experiment of this suite whose checkpoints are evaluated."""
+    include_path: str | list[str] | None = None
+    """Folders of extra lm-eval task YAML files, relative to the suite file. None: lm-eval's own tasks only."""
+    limit: int | float | None = Field(default=None, gt=0)
+    """Documents per task: a count, or below 1 a fraction of each task. None: every document."""
     num_fewshot: int | None = Field(default=None, ge=0)
+    """Few-shot examples put before each document. None: each task's own default."""
     batch_size: int = Field(default=16, gt=0)
-    bootstrap_iters: int = Field(default=1000, ge=0)  # lm-eval's stderr resampling; 0 = no stderr
-    offline: bool = True  # switch the Hugging Face hub off: unreachable data fails at once
+    """Documents scored per forward pass."""
+    bootstrap_iters: int = Field(default=1000, ge=0)
+    """Bootstrap resamples lm-eval draws for each metric's standard error; 0 = no standard errors."""
+    offline: bool = True
+    """Switch the Hugging Face hub off while lm-eval runs, so data that is not local fails at once
+    instead of hanging."""
     metadata: dict[str, Any] = {}
+    """Passed to lm-eval's task manager as task metadata (e.g. max_seq_lengths)."""
     paths: dict[str, str] = {}
-    # attnbench: the checkpoint through `--model attnbench`; hf: exported into the store's
-    # folder (exports/) and scored through lm-eval's `--model hf` (needs attnbench[hf]).
+    """Named local files a task YAML reads, relative to the suite file; passed in metadata as absolute paths (e.g.
+    text_path of the held-out text task)."""
     model: Literal["attnbench", "hf"] = "attnbench"
-    # none: a document longer than the checkpoint reads fails the cell; left: scored on its tail, counted.
+    """attnbench: the checkpoint scored through `--model attnbench`; hf: exported into the store's folder (exports/)
+    and scored through lm-eval's `--model hf` (needs attnbench[hf])."""
     truncate: Literal["none", "left"] = "none"
+    """none: a document longer than the checkpoint's context fails the cell; left: it is scored on its tail, and the
+    truncated documents are counted."""
 
     def resolved(self, base_dir: Any) -> LmEvalSpec:
         """A copy with every path made absolute against ``base_dir`` (the suite's folder)."""
@@ -295,7 +315,9 @@ class LmEvalExperiment(ExperimentBase):
     its chosen point's final cells, planned once the choice is stored."""
 
     kind: Literal["lm_eval"]
+    """lm_eval: lm-eval tasks on the checkpoints of a train experiment of this suite."""
     lm_eval: LmEvalSpec
+    """The lm-eval settings (see lm-eval settings)."""
 
     def spec(self) -> LmEvalSpec:
         return self.lm_eval
@@ -316,15 +338,26 @@ class FinetuneSpec(TrainSpec):
     second table).
     """
 
-    from_experiment: str = Field(min_length=1)  # train experiment of this suite whose checkpoints are tuned
+    from_experiment: str = Field(min_length=1)
+    """The train experiment of this suite whose checkpoints are fine-tuned."""
     method: Literal["lora", "full"] = "lora"
-    ranks: list[int] = Field(default_factory=lambda: [1, 4, 16])  # lora only
-    rank: int | None = None  # set per cell from ``ranks``; do not give it
+    """lora: low-rank adapters on `target`, everything else frozen; full: every weight trains (the reference row)."""
+    ranks: list[int] = Field(default_factory=lambda: [1, 4, 16])
+    """LoRA ranks; one cell per rank (method: lora only)."""
+    rank: int | None = None
+    """Set per cell from `ranks`; do not give it."""
     target: Literal["mixer", "linear"] | list[str] = "mixer"
-    lora_alpha: float | None = Field(default=None, gt=0)  # LoRA scale alpha / r; default alpha = 2r (PEFT's guidance)
+    """What LoRA adapts: mixer (the Linear layers of every token mixer), linear (every Linear layer), or a list of
+    module-name suffixes."""
+    lora_alpha: float | None = Field(default=None, gt=0)
+    """LoRA scale numerator: the adapter's output is scaled by lora_alpha / rank. None: 2 x rank (PEFT's guidance)."""
     from_scratch: bool = False
-    checkpoint: bool = False  # keep the tuned model (method: full only), e.g. for `attnbench inspect`
+    """Start from initialisation instead of the trained checkpoint: the targeted matrices stay frozen at their initial
+    values plus their adapter, and every other weight trains."""
+    checkpoint: bool = False
+    """Keep the tuned model (method: full only), e.g. for `attnbench inspect`."""
     warmup_steps: int = Field(default=10, ge=0)
+    """Steps of linear warm-up from 0 to lr before the cosine decay."""
 
     @field_validator("eval_lengths")
     @classmethod
@@ -362,8 +395,11 @@ class FinetuneExperiment(ExperimentBase):
     size and seed, and per rank (lora); the trained cell's key is part of each cell's key."""
 
     kind: Literal["finetune"]
+    """finetune: fine-tune the checkpoints of a train experiment of this suite."""
     data: DataSpec = DataSpec()
+    """The fine-tuning data (see Data); defaults.data fills what it leaves out."""
     finetune: FinetuneSpec
+    """Fine-tuning settings (see Fine-tuning settings)."""
 
     def points(self) -> list[dict[str, Any]]:
         return [{"rank": r} for r in self.finetune.ranks] if self.finetune.method == "lora" else [{}]

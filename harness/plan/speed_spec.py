@@ -20,28 +20,47 @@ class SpeedSpec(BaseModel):
     memory, over ``time_limit_s``, error) is stored as such and ends that mode's sweep.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    lengths: list[int] | None = None  # explicit sequence lengths
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    lengths: list[int] | None = None
+    """Sequence lengths to time, in tokens. None: T_min, 2 T_min, ... up to T_max."""
     T_min: int = Field(default=256, gt=0)
+    """Shortest length timed when `lengths` is not given."""
     T_max: int = Field(default=4096, gt=0)
+    """Longest length timed when `lengths` is not given."""
     modes: list[Literal["forward", "train_step", "decode"]] = Field(
         default_factory=lambda: list(SPEED_MODES), min_length=1
     )
+    """What is timed: forward, train_step (forward, backward and optimizer step), decode (per generated token)."""
     batch_size: int = Field(default=1, gt=0)
-    decode_contexts: list[int] | None = None  # context lengths for decode (default: the lengths)
-    decode_tokens: int = Field(default=8, gt=0)  # single-token steps per timed call (time is per token)
-    min_rounds: int = Field(default=3, gt=0)  # pytest-benchmark: rounds at least
-    max_time: float = Field(default=1.0, gt=0)  # pytest-benchmark: seconds of rounds when calls are fast
-    warmup: int = Field(default=1, ge=0)  # pytest-benchmark warm-up iterations; 0 = off
-    max_remeasure: int = Field(default=2, ge=0)  # times a noisy point (spread > 20% or load) is timed again
-    time_limit_s: float = Field(default=120.0, gt=0)  # per point: its isolated run (start, setup, one call)
-    # CPU cap per isolated point; default half the free memory
+    """Sequences per timed call."""
+    decode_contexts: list[int] | None = None
+    """Context lengths decode is timed at. None: the lengths."""
+    decode_tokens: int = Field(default=8, gt=0)
+    """Single-token steps per timed decode call (the time reported is per token)."""
+    min_rounds: int = Field(default=3, gt=0)
+    """Timed rounds per point, at least (pytest-benchmark)."""
+    max_time: float = Field(default=1.0, gt=0)
+    """Seconds of timed rounds per point when calls are fast (pytest-benchmark)."""
+    warmup: int = Field(default=1, ge=0)
+    """Untimed warm-up iterations before each point's rounds; 0 = off (pytest-benchmark)."""
+    max_remeasure: int = Field(default=2, ge=0)
+    """Times a noisy point (spread above 20%, or the machine under load) is timed again before it is flagged."""
+    time_limit_s: float = Field(default=120.0, gt=0)
+    """Seconds each point's isolated run may take (start, setup and one call); over it, the point is recorded as a
+    time-out and the mode's sweep ends."""
     memory_limit_gb: float | None = Field(default=None, gt=0)
-    dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: fp32 on CPU, bf16 autocast on CUDA
-    threads: int | None = Field(default=None, gt=0)  # CPU threads (torch.set_num_threads); default torch's
-    fit_T_min: int = Field(default=0, ge=0)  # slopes fit the ok points with T >= this
+    """Memory cap of each isolated point on a CPU, in GB; over it, the point is recorded as out of memory. None: half
+    the free memory."""
+    dtype: Literal["auto", "fp32", "bf16"] = "auto"
+    """Timing precision: auto (fp32 on a CPU, bf16 autocast on CUDA), fp32 or bf16."""
+    threads: int | None = Field(default=None, gt=0)
+    """CPU threads (torch.set_num_threads). None: torch's default."""
+    fit_T_min: int = Field(default=0, ge=0)
+    """The log-log slopes fit the points with T at least this (0: every point that ran)."""
     model_kind: Literal["backbone", "own"] = "backbone"
-    compile: bool = False  # torch.compile forward and train_step points (decode runs eagerly; recorded)
+    """backbone: the shared backbone around the variant's mixer; own: the variant's own reference model."""
+    compile: bool = False
+    """torch.compile the forward and train_step points (decode runs eagerly; recorded with each point)."""
 
     @field_validator("lengths", "decode_contexts")
     @classmethod
@@ -83,7 +102,9 @@ class SpeedSpec(BaseModel):
 
 class SpeedExperiment(ExperimentBase):
     kind: Literal["speed"]
+    """speed: time and peak memory of forward, training step and decode against sequence length."""
     speed: SpeedSpec = SpeedSpec()
+    """The speed settings (see Speed settings)."""
 
     def spec(self) -> SpeedSpec:
         return self.speed

@@ -48,28 +48,42 @@ SUITE_VERSION = 1
 
 
 class Suite(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
     version: Literal[1]
+    """Suite format version; this attnbench reads 1."""
     name: str = Field(min_length=1)
+    """The suite's name: results in the store and the report's folder are filed under it. Default: the file's name
+    without .yaml."""
     description: str = ""
+    """One line saying what the suite measures, shown under the report's title."""
     include: list[str] = []
+    """Other suite files, relative to this one: their mappings are merged under this file's, their experiments come
+    first (one of this file's with the same name replaces it)."""
     allow_failed_checks: bool = False
-    # Wall-clock budget of the trust gate's checks per variant (a hang is a failed check).
+    """Record the numbers of variants that failed the trust gate (marked as failing) instead of refusing to run them."""
     check_time_limit_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+    """Wall-clock seconds the trust gate's checks may take per variant; a check still running then has
+    failed (a hang)."""
     device: str = "auto"
-    # Times a cell runs again after the worker process running it died (killed, out of memory, a
-    # crash outside Python): in the local pool (`--jobs N`) and under `--executor ray` alike
-    # (with `--jobs 1` a cell runs in the driver itself, which has no worker to lose).
+    """Where cells run: cpu, cuda, cuda:1 ... or auto (CUDA when available); `attnbench run --device` overrides it."""
     retries: int = Field(default=0, ge=0, le=10)
+    """Times a cell runs again after the worker process running it died (killed, out of memory, a crash outside
+    Python), in the local pool (`--jobs N`) and under `--executor ray` alike."""
     cpus_per_cell: int = Field(default=1, ge=1)
-    # Experiment trackers every cell is mirrored to (tensorboard, wandb, mlflow, a plugin's); `--track` adds.
+    """CPUs each cell's Ray task reserves (`--executor ray`)."""
     track: list[str] = []
+    """Experiment trackers every cell is mirrored to (tensorboard, wandb, mlflow, or a plugin's); `attnbench run
+    --track` adds to them."""
 
-    # A re-run retries cells whose stored attempt failed (a crash is not a result; a
-    # diverged run is); `attnbench run --no-retry-failed` overrides it.
     retry_failed: bool = True
+    """A re-run trains again the cells whose stored attempt failed (a crash is no result; a diverged run is one);
+    `attnbench run --no-retry-failed` overrides it."""
     defaults: Defaults = Defaults()
+    """Settings merged under every experiment (model, data, train) or copied into those that do not set them (see
+    defaults)."""
     experiments: list[AnyExperiment] = Field(min_length=1)
+    """The experiments, in the order they run; each `kind` adds its own mapping (train, speed, scaling, lm_eval,
+    finetune)."""
 
     # Set by load_suite, not by the YAML.
     _path: Path | None = PrivateAttr(None)
