@@ -60,11 +60,9 @@ def colour_scale(m: LayerMap) -> Scale:
 
 
 def _figure(m: LayerMap, tokens: list[str]):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import seaborn as sns
+
+    from attnbench.plotting import plt  # the Agg backend, set in one place
 
     H, T = m.weights.shape[0], len(tokens)
     scale = colour_scale(m)

@@ -8,22 +8,18 @@ from __future__ import annotations
 import dataclasses
 import io
 
-import matplotlib
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")  # no display; must precede any pyplot import (seaborn imports it)
-
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-from matplotlib import pyplot as plt  # noqa: E402
-
-from attnbench.decision_words import LEARNED_ON, NOT_LEARNED  # noqa: E402
-from attnbench.errors import ReportError  # noqa: E402
-from attnbench.report.battery_score import Agreement, battery_cells, best_over_grid, scores, tier_agreement  # noqa: E402
-from attnbench.report.document import Figure, Section, Table  # noqa: E402
-from attnbench.report.figures import Palette, row_palette  # noqa: E402
-from attnbench.report.headline import ANSWER  # noqa: E402
-from attnbench.report.load import StoreData, load_store  # noqa: E402
-from attnbench.report.values import num  # noqa: E402
+from attnbench.decision_words import LEARNED_ON, NOT_LEARNED
+from attnbench.errors import ReportError
+from attnbench.plotting import plt
+from attnbench.report.battery_score import Agreement, battery_cells, best_over_grid, scores, tier_agreement
+from attnbench.report.document import Figure, Section, Table
+from attnbench.report.figures import Palette, row_palette
+from attnbench.report.headline import ANSWER
+from attnbench.report.load import StoreData, load_store
+from attnbench.report.values import num
 
 INTRO = (
     "MAD's protocol (Poli et al. 2024): each task at each difficulty setting is trained at every point of a small "

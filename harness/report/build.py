@@ -1,28 +1,28 @@
 """Assembling a ``Report`` from a suite's rows: the problems first, then one section per
-experiment kind (each saying what is missing when the store has none), the trust gate and
-provenance."""
+experiment kind (each saying what is missing when the store has none; an experiment none of
+whose runs finished is one section saying "failed", and the builders see only those that
+ran), the trust gate and provenance."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections import Counter
 
+from attnbench.decision_words import NO_RUN_FINISHED
 from attnbench.report import figures
 from attnbench.report.anchors import anchor_section
 from attnbench.report.battery import battery_answer, battery_sections
 from attnbench.report.comparison import comparison_sections
 from attnbench.report.document import Report, Section
-from attnbench.report.downstream import lm_eval_sections
+from attnbench.report.downstream import finetune_sections, lm_eval_sections
 from attnbench.report.expectations import expectations_section
-from attnbench.report.failed import failed_sections, without_failed
-from attnbench.report.finetune import finetune_sections
-from attnbench.report.gate import gate_section
+from attnbench.report.gate import gate_section, provenance_section
 from attnbench.report.grid import grid_section
 from attnbench.report.headline import headline_section
 from attnbench.report.load import StoreData
 from attnbench.report.longcontext import longcontext_sections
 from attnbench.report.problems import find_notes, find_problems
-from attnbench.report.provenance import provenance_section
 from attnbench.report.scaling import scaling_sections
 from attnbench.report.speed import speed_sections
 from attnbench.report.time_to_learn import time_to_learn_sections
@@ -30,6 +30,46 @@ from attnbench.report.training import train_sections, variant_labels
 from attnbench.report.tuning import tuning_section
 
 EMPTY_SUITE = "empty"
+# The section title of each experiment kind (the builders title theirs "<title>: <experiment>").
+KIND_TITLES = {
+    "train": "Training",
+    "speed": "Speed and memory",
+    "scaling": "Scaling",
+    "lm_eval": "Downstream (lm-eval)",
+    "finetune": "Fine-tuning",
+}
+
+
+def failed_experiments(data: StoreData) -> dict[tuple[str, str], Counter[str]]:
+    """(kind, experiment) -> its runs' statuses, for experiments with runs and none finished."""
+    out: dict[tuple[str, str], Counter[str]] = {}
+    runs = data.runs[data.runs["kind"].isin(list(KIND_TITLES))]
+    for (kind, exp), group in runs.groupby(["kind", "experiment"], sort=False):
+        if not (group["status"] == "done").any():
+            out[(str(kind), str(exp))] = Counter(str(s) for s in group["status"])
+    return out
+
+
+def without_failed(data: StoreData) -> StoreData:
+    """``data`` less the runs of failed experiments (problems and provenance still read them all)."""
+    failed = failed_experiments(data)
+    if not failed:
+        return data
+    keep = [(k, e) not in failed for k, e in zip(data.runs["kind"], data.runs["experiment"], strict=True)]
+    return dataclasses.replace(data, runs=data.runs[keep])
+
+
+def failed_sections(data: StoreData) -> dict[str, list[Section]]:
+    """Per kind, one section per failed experiment of that kind."""
+    out: dict[str, list[Section]] = {}
+    for (kind, exp), statuses in failed_experiments(data).items():
+        runs = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
+        out.setdefault(kind, []).append(
+            Section(
+                f"{KIND_TITLES[kind]}: {exp}", failed=f"{NO_RUN_FINISHED.format(experiment=exp)} ({runs}); see Problems"
+            )
+        )
+    return out
 
 
 def _summary(data: StoreData) -> list[tuple[str, str]]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench import plotting
 from attnbench.report import figures
 from attnbench.report.document import Figure, Section, Table
 from attnbench.report.load import StoreData
@@ -102,7 +103,7 @@ def _accuracy_figure(exp: str, rows: pd.DataFrame, palette: figures.Palette, tra
     g = _exact(rows, ["variant", "eval_length"])
     if g.empty:
         return None
-    fig, axes = figures._new(1, width=6.5)
+    fig, axes = plotting.panels(1, 1, (6.5, 4.2))
     ax = axes[0]
     for variant, v in g.groupby("variant", sort=True):
         err = [v["exact"] - v["ci95_lo"], v["ci95_hi"] - v["exact"]]
@@ -118,22 +119,22 @@ def _accuracy_figure(exp: str, rows: pd.DataFrame, palette: figures.Palette, tra
     if trained:
         ax.axvline(trained, color="grey", linestyle=":", label=f"trained length {trained}")
     ax.set_xscale("log", base=2)
-    figures._ticks_at(ax, sorted(g["eval_length"].unique()))
+    plotting.ticks_at(ax, sorted(g["eval_length"].unique()))
     ax.set(xlabel="evaluation length (tokens)", ylabel="exact match (all answer tokens right)", ylim=(-0.02, 1.02))
-    figures._legend(ax)
+    plotting.legend(ax)
     title = f"{exp}: retrieval against length"
     fig.suptitle(title)
     caption = (
         "Depths and seeds pooled; bars: 95% Wilson intervals. Lengths a variant cannot run are absent (see the table)."
     )
-    return Figure(f"{exp}-needle-length", title, figures._png(fig), caption)
+    return Figure(f"{exp}-needle-length", title, plotting.png(fig), caption)
 
 
 def _position_figure(exp: str, rows: pd.DataFrame, palette: figures.Palette, trained: int | None) -> Figure | None:
     pos = rows[rows["name"] == "position_loss"]
     if pos.empty:
         return None
-    fig, axes = figures._new(1, width=6.5)
+    fig, axes = plotting.panels(1, 1, (6.5, 4.2))
     ax = axes[0]
     for variant, v in pos.groupby("variant", sort=True):
         v = v[v["eval_length"] == v["eval_length"].max()]  # the longest length covers every position
@@ -143,11 +144,11 @@ def _position_figure(exp: str, rows: pd.DataFrame, palette: figures.Palette, tra
     if trained:
         ax.axvline(trained, color="grey", linestyle=":", label=f"trained length {trained}")
     ax.set(xlabel="position in the window (tokens)", ylabel="held-out loss (nats/token)")
-    figures._legend(ax)
+    plotting.legend(ax)
     title = f"{exp}: loss against position"
     fig.suptitle(title)
     caption = "Mean over windows and seeds per bucket, at the longest length each variant ran."
-    return Figure(f"{exp}-position-loss", title, figures._png(fig), caption)
+    return Figure(f"{exp}-position-loss", title, plotting.png(fig), caption)
 
 
 def _trained_length(data: StoreData, exp: str) -> int | None:

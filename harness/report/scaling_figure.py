@@ -5,23 +5,16 @@ bootstrap band."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import matplotlib
+import numpy as np
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-matplotlib.use("Agg")  # no display; must precede any pyplot import (seaborn imports it)
-
-import numpy as np  # noqa: E402
-import seaborn as sns  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure as MplFigure  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
-
-from attnbench.report import figures  # noqa: E402
-from attnbench.report.document import Figure  # noqa: E402
-from attnbench.stats.power_laws import LAW_TEXT, ScalingFit, law_values  # noqa: E402
-from attnbench.stats.scaling_comparison import band  # noqa: E402
+from attnbench.plotting import Axes, legend, panels, plain_log_y, png
+from attnbench.report import figures
+from attnbench.report.document import Figure
+from attnbench.stats.power_laws import LAW_TEXT, ScalingFit, law_values
+from attnbench.stats.scaling_comparison import band
 
 COLUMNS = 3
 
@@ -78,11 +71,7 @@ def scaling_figure(
         if all(c.non_embedding for c in curves)
         else "parameters N (total where a run recorded no non-embedding count)"
     )
-    cols = min(COLUMNS, len(others))
-    rows = math.ceil(len(others) / cols)
-    with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.9):
-        fig = MplFigure(figsize=(5.2 * cols, 4.0 * rows), layout="constrained")
-        axes = fig.subplots(rows, cols, squeeze=False, sharex=True, sharey=True).ravel()
+    fig, axes = panels(len(others), COLUMNS, (5.2, 4.0), sharex=True, sharey=True)
     for ax, curve in zip(axes, others, strict=False):
         if base is not None and curve is not base:
             _draw(ax, base, (0.45, 0.45, 0.45), reference=True)
@@ -94,15 +83,15 @@ def scaling_figure(
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: short_count(v)))
         ax.xaxis.set_minor_formatter(NullFormatter())
-        figures._plain_log_y(ax)
-        figures._legend(ax, loc="upper right")
+        plain_log_y(ax)
+        legend(ax, loc="upper right")
     for ax in axes[len(others) :]:
         ax.set_visible(False)
     fig.suptitle(title)
     return Figure(
         slug,
         title,
-        figures._png(fig),
+        png(fig),
         "Points: mean held-out loss over seeds per model size; bars: lowest to highest seed. Line: the law "
         "the data support; band: its pointwise 95% bootstrap band (seeds resampled within each size). "
         f"Dashed grey: {baseline}, for reference.",

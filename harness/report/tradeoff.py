@@ -13,7 +13,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from attnbench.report.document import Figure
-from attnbench.report.figures import Palette, _png
+from attnbench.report.figures import Palette
 from attnbench.report.values import bytes_text, is_number, seconds_text
 
 UNLEARNED = (0.78, 0.78, 0.78)  # grey: a variant not beyond its null level
@@ -23,6 +23,7 @@ NO_SPEED = "No timing"  # the caption's words where no variant was timed
 def pareto_front(points: list[tuple[float, float]], higher_is_better: bool) -> list[int]:
     """Indices of the points no other point dominates (cost no larger, quality no worse, one
     strictly), ordered by cost."""
+from attnbench.plotting import png as _png
 
     def better(a: float, b: float) -> bool:
         return a > b if higher_is_better else a < b

@@ -1,7 +1,7 @@
 """The tuning trail of successive halving: per variant, each rung's points, budget and
 validation criterion, and which point went on; where each search window stopped; and one
-panel per experiment of the criterion against the learning rate (the choice reads
-validation data only)."""
+panel per experiment of the criterion against the learning rate (log x, a line per rung,
+the chosen rate starred, a search window's bounds drawn; the choice reads validation data only)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,15 @@ import pandas as pd
 
 from attnbench.plan.grid_window import GridWindow, edge_sides, line_values, read_windows, stopped_at
 from attnbench.plan.tuning_choice import near_tie_text, rank, score_point
+from attnbench.plotting import Axes, legend, log_x_labels, panels, png, vline
 from attnbench.report.document import Figure, Section, Table
-from attnbench.report.figures import make_palette
+from attnbench.report.figures import Palette, make_palette
 from attnbench.report.load import StoreData
-from attnbench.report.tuning_figure import tuning_curves
 from attnbench.report.values import grid_point, is_number, num, point_text
 
 LR = "lr"
+_COLUMNS = 3  # panels per row
+_PANEL = (4.2, 3.3)  # inches per panel
 VALUES = {"loss": ("val_loss", "validation loss"), "accuracy": ("val_accuracy", "validation accuracy")}
 
 
@@ -63,6 +65,16 @@ def search_text(window: GridWindow, axis: str, point: dict[str, Any], tried: lis
     return f"{axis} inside the searched window ({span})"
 
 
+def _ranked(points: dict[str, tuple[dict[str, Any], pd.DataFrame]], criterion: str) -> tuple[dict, list[str], Any]:
+    """Each point's score, the points best first, and the near-tie that decided the first (or None)."""
+    scored = {
+        text: score_point(tuple(sorted(p.items())), list(zip(sub["status"], sub["summary"], strict=True)), criterion)
+        for text, (p, sub) in points.items()
+    }
+    text_of = {ps.point: text for text, ps in scored.items()}
+    return scored, [text_of[ps.point] for ps in rank(list(scored.values()))], near_tie_text(list(scored.values()))
+
+
 def _group_rows(exp: str, variant: str, runs: pd.DataFrame, protocol: dict[str, Any]) -> tuple[list, list, list]:
     """One (experiment, variant): its trail rows, its search rows and its figure points."""
     criterion = criterion_of(protocol)
@@ -78,17 +90,7 @@ def _group_rows(exp: str, variant: str, runs: pd.DataFrame, protocol: dict[str, 
         at = tune[[int(c["rung"]) == rung for c in tune["coords"]]]
         later = {point_text(grid_point(c)) for c in tune["coords"] if int(c["rung"]) > rung} or final
         points = _by_point(at)
-        scored = {
-            text: score_point(
-                tuple(sorted(point.items())),
-                list(zip(sub["status"], sub["summary"], strict=True)),
-                criterion,
-            )
-            for text, (point, sub) in points.items()
-        }
-        text_of = {ps.point: text for text, ps in scored.items()}
-        order = [text_of[ps.point] for ps in rank(list(scored.values()))]
-        tie = near_tie_text(list(scored.values()))
+        scored, order, tie = _ranked(points, criterion)
         for text in order:
             point, sub = points[text]
             loss = _mean([m.get("val_loss") for m in sub["summary"]])
@@ -115,26 +117,103 @@ def _group_rows(exp: str, variant: str, runs: pd.DataFrame, protocol: dict[str, 
             if is_number(point.get(LR)) and (chosen is None or _same_line(point, chosen)):
                 at_lr = {"experiment": exp, "variant": variant, "rung": rung, "lr": float(point[LR]), "value": value}
                 curve.append({**at_lr, "status": trail[-1]["status"], "chosen": point == chosen})
-    search = []
-    if chosen is not None:
-        for axis, window in windows.items():
-            if axis in chosen:
-                search.append(
-                    {
-                        "experiment": exp,
-                        "variant": variant,
-                        "axis": axis,
-                        "chosen": chosen[axis],
-                        "side": stopped_at(window, axis, chosen, tried) or "",
-                        "result": search_text(window, axis, chosen, tried),
-                    }
-                )
+    search = [
+        {
+            "experiment": exp,
+            "variant": variant,
+            "axis": axis,
+            "chosen": chosen[axis],
+            "side": stopped_at(window, axis, chosen, tried) or "",
+            "result": search_text(window, axis, chosen, tried),
+        }
+        for axis, window in windows.items()
+        if chosen is not None and axis in chosen
+    ]
     return trail, search, curve
 
 
 def _same_line(point: dict[str, Any], chosen: dict[str, Any]) -> bool:
     """``point`` has ``chosen``'s coordinates other than the learning rate."""
     return {k: v for k, v in point.items() if k != LR} == {k: v for k, v in chosen.items() if k != LR}
+
+
+def _panel(ax: Axes, points: pd.DataFrame, palette: Palette, bounds: tuple[float, float] | None, ylabel: str) -> None:
+    """One experiment: a line per (variant, rung), the chosen point starred, failed points as x."""
+    for variant in sorted(points["variant"].unique()):
+        mine = points[points["variant"] == variant]
+        colour = palette.get(variant, (0.3, 0.3, 0.3))
+        for rung in sorted(mine["rung"].unique()):
+            line = mine[(mine["rung"] == rung) & mine["value"].notna()].sort_values("lr")
+            first = rung == min(mine["rung"])
+            ax.plot(
+                line["lr"],
+                line["value"],
+                color=colour,
+                marker="o",
+                markersize=4,
+                linestyle="-" if first else "--",
+                alpha=1.0 if first else 0.6,
+                label=variant if first else None,
+            )
+        for _, row in mine[mine["value"].isna()].iterrows():  # diverged or failed: kept, drawn on the top edge
+            ax.plot(row["lr"], 0.97, marker="x", color=colour, markersize=7, transform=ax.get_xaxis_transform())
+            ax.annotate(
+                str(row["status"]),
+                (row["lr"], 0.97),
+                xycoords=("data", "axes fraction"),
+                xytext=(-6, 0),
+                textcoords="offset points",
+                va="center",
+                ha="right",
+                fontsize="x-small",
+                color=colour,
+            )
+        chosen = mine[mine["chosen"] & mine["value"].notna()]
+        if not chosen.empty:
+            last = chosen[chosen["rung"] == chosen["rung"].max()].iloc[0]
+            ax.plot(last["lr"], last["value"], marker="*", color=colour, markersize=14, markeredgecolor="black")
+    for bound, side in zip(bounds or (), ("lower", "upper"), strict=False):
+        at = (0.9, 3 if side == "lower" else -3, 0)
+        vline(ax, bound, f"{side} bound {bound:g}", "0.4", (":", 1.2), at, ink="0.3")
+    ax.set_xscale("log")
+    lrs = [*points["lr"], *(bounds or ())]
+    ax.set_xlim(min(lrs) / 1.6, max(lrs) * 1.6)
+    log_x_labels(ax)
+    ax.set(xlabel="learning rate (log scale)", ylabel=ylabel)
+    legend(ax, fontsize="x-small", loc="best")
+
+
+def tuning_curves(
+    points: pd.DataFrame,
+    bounds: dict[str, tuple[float, float]],
+    ylabels: dict[str, str],
+    palette: Palette,
+    title: str,
+    slug: str,
+) -> Figure | None:
+    """points: columns experiment, variant, rung, lr, value (mean over tuning seeds; NaN where no
+    seed finished with a finite value), status (e.g. "diverged" for such a point), chosen (the
+    rate the final runs use).
+    bounds: per experiment, its learning-rate window's declared bounds (where it has one).
+    ylabels: per experiment, what ``value`` is."""
+    if points.empty:
+        return None
+    experiments = list(dict.fromkeys(points["experiment"]))
+    fig, axes = panels(len(experiments), _COLUMNS, _PANEL, font_scale=0.8)
+    for ax, exp in zip(axes, experiments, strict=False):
+        _panel(ax, points[points["experiment"] == exp], palette, bounds.get(exp), ylabels.get(exp, "validation loss"))
+        ax.set_title(exp, fontsize="medium")
+    for ax in axes[len(experiments) :]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    return Figure(
+        slug,
+        title,
+        png(fig),
+        "Mean over the tuning seeds at each learning rate tried; solid: the first rung (every point at one "
+        "budget), dashed: later rungs at larger budgets. Star: the chosen rate. x on the top edge: a point that "
+        "diverged or gave no finite value (stored, ranked last). Dotted: a search window's declared bounds.",
+    )
 
 
 def _figure(data: StoreData, curve: list[dict[str, Any]], protocols: dict[str, dict[str, Any]]) -> Figure | None:
