@@ -12,6 +12,7 @@ from matplotlib.figure import Figure as MplFigure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
+from attnbench.plotting import png as _png
 from attnbench.report.document import Figure
 from attnbench.report.figures import Palette
 from attnbench.report.values import bytes_text, is_number, seconds_text
@@ -23,7 +24,6 @@ NO_SPEED = "No timing"  # the caption's words where no variant was timed
 def pareto_front(points: list[tuple[float, float]], higher_is_better: bool) -> list[int]:
     """Indices of the points no other point dominates (cost no larger, quality no worse, one
     strictly), ordered by cost."""
-from attnbench.plotting import png as _png
 
     def better(a: float, b: float) -> bool:
         return a > b if higher_is_better else a < b
