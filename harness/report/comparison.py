@@ -5,6 +5,7 @@ speedup pivot (variant x T, the baseline's time over the variant's)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -123,6 +124,92 @@ def _vs_columns(name: str, found: tuple[Decision, list[float]] | None) -> dict[s
     }
 
 
+Speedup = tuple[tuple[float, float, float] | None, int | None, str | None]  # ratio [interval], T, why noisy
+
+
+def _speedup(
+    speed: tuple[dict[str, dict[int, Rounds]], dict[str, dict[int, str]]], variant: str, baseline: str
+) -> Speedup:
+    """(ratio with its interval, T, why noisy) of one mode at the longest T both timed."""
+    ratio, T = speedup_at_longest(speed[0], variant, baseline)
+    return ratio, T, _noisy_at(speed[1], T, variant, baseline)
+
+
+def _where_columns(exp: str, sel: Selection, setting: dict[str, Any] | None, edges: list[Any]) -> dict[str, Any]:
+    """Which row a summary row is: experiment, setting, variant, model, its chosen point and its runs."""
+    chosen = sel.chosen_run()
+    return {
+        "experiment": exp,
+        "setting": setting_label(setting),
+        "setting_options": json.dumps(setting) if setting else None,
+        "variant": sel.label,
+        "variant_options": key_of(sel.options),
+        "model": sel.model_label,
+        "chosen_point": point_text(sel.point),
+        "grid_points": sel.n_points,
+        "grid_edges": ", ".join(f"{axis_name(e.axis)} {e.side}" for e in edges),
+        "grid_edge_text": edge_clause(edges),
+        "key": None if chosen is None else chosen["cell_key"],
+        "keys": " ".join(sel.keys()),
+    }
+
+
+def _learned_columns(sel: Selection, metric: str, value: Any, gained: Any, losses: list[float]) -> dict[str, Any]:
+    """The row's value beside its null levels: learned or not, and (text) the stronger n-gram floors."""
+    floors = text_floors_text(sel.runs["summary"], "test") if metric == "loss" else None
+    stronger = {o: text_floor(sel.runs["summary"], o) if metric == "loss" else None for o in STRONGER_ORDERS}
+    return {
+        "value_mean": value.mean,
+        "value_lo": value.lo,
+        "value_hi": value.hi,
+        "learned": gained.status,
+        "learned_seeds": f"{gained.k} of {gained.n}",
+        "floor": gained.floor and gained.floor.value,
+        "floor_name": gained.floor and gained.floor.name,
+        "floors": floors or (gained.floor.text() if gained.floor else None),
+        # text: the Kneser-Ney trigram's and 4-gram's test loss on the model's targets, stronger nulls than the bigram
+        **stronger,
+        **{f"below_{o}": None if v is None else sum(x < v for x in losses) for o, v in stronger.items()},  # seeds
+        "loss_seeds": len(losses),
+    }
+
+
+def _view(
+    exp: str,
+    setting: dict[str, Any] | None,
+    sel: Selection,
+    edges: list[Any],
+    found: Mapping[str, tuple[Decision, list[float]] | None],
+    raw: dict[str, Any],
+    gained: Any,
+    speeds: tuple[Speedup, Speedup],
+) -> dict[str, Any]:
+    """The summary row as a reader sees it (``raw``: the same row's values)."""
+    margin, own = raw["margin"], sel.variant == raw["baseline"]
+    return {
+        "experiment": exp if setting is None else f"{exp} @ {setting_label(setting)}",
+        "variant": sel.label,
+        "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points}"
+        + "".join(f"; {e.side} edge of {axis_name(e.axis)}" for e in edges)
+        + ")",
+        "metric (margin)": raw["metric"] + (f" (±{margin:g})" if margin else ""),
+        **{
+            f"Δ vs {name} [95% CI], n, decision": BASELINE if f is None else f[0].text(decimals=DECIMALS)
+            for name, f in found.items()
+        },
+        "replication on fresh seeds": raw["replication_text"] or MISSING,
+        "test loss": num(raw["test_loss_mean"]),
+        "test accuracy": num(raw["test_accuracy"], 3),
+        "null level (test)": raw["floors"] or MISSING,
+        "learned at this budget": gained.seeds_text(),
+        "train-step speedup": _speed_text(*speeds[0], own=own),
+        "decode speedup / token": _speed_text(*speeds[1], own=own),
+        "state size": fact_text(sel.runs["summary"], "state_elements", lambda v: bytes_text(4 * v)),
+        "trust gate": raw["gate"],
+        "flags": raw["flags"] or "none",
+    }
+
+
 def _row(
     data: StoreData,
     exp: str,
@@ -140,40 +227,20 @@ def _row(
     if not wants_interval(protocol):  # interval: false: each row's per-seed differences and mean, no decision
         found = {name: f and (no_interval(f[1], margin), f[1]) for name, f in found.items()}
     baseline = next(iter(bases))
-    lead = found[baseline]
-    d, diffs = lead if lead is not None else (Decision(BASELINE, None, None, None, 0, margin), [])
+    d, diffs = found[baseline] or (Decision(BASELINE, None, None, None, 0, margin), [])
     fresh = replication(data, sel, bases[baseline], d, metric, margin, setting)
-    loss = mean_ci(seed_values(data, sel, "loss", setting).values())
+    losses = list(seed_values(data, sel, "loss", setting).values())
+    loss = mean_ci(losses)
     acc = mean_ci(seed_values(data, sel, "accuracy", setting).values(), bounds=(0.0, 1.0))
-    value = acc if metric == "accuracy" else loss
     gained = learned_of(data, sel, metric, setting)
-    floors = text_floors_text(sel.runs["summary"], "test") if metric == "loss" else None
-    stronger = {o: text_floor(sel.runs["summary"], o) if metric == "loss" else None for o in STRONGER_ORDERS}
-    losses = seed_values(data, sel, "loss", setting).values()
-    train_x, train_T = speedup_at_longest(speed["train_step"][0], sel.variant, baseline)
-    dec_x, dec_T = speedup_at_longest(speed["decode"][0], sel.variant, baseline)
-    train_noisy = _noisy_at(speed["train_step"][1], train_T, sel.variant, baseline)
-    dec_noisy = _noisy_at(speed["decode"][1], dec_T, sel.variant, baseline)
+    train, dec = (_speedup(speed[mode], sel.variant, baseline) for mode in ("train_step", "decode"))
     states = [s.get("state_elements") for s in sel.runs["summary"] if is_number(s.get("state_elements"))]
     flags = [f"{st} seed(s)" for st in sorted(set(sel.runs["status"]) - {"done"})]
     if noisy.get(sel.variant):
         flags.append(f"{noisy[sel.variant]} noisy speed point(s)")
-    label = exp if setting is None else f"{exp} @ {setting_label(setting)}"
-    chosen = sel.chosen_run()
     edges = edges_of(sel)
     raw = {
-        "experiment": exp,
-        "setting": setting_label(setting),
-        "setting_options": json.dumps(setting) if setting else None,
-        "variant": sel.label,
-        "variant_options": key_of(sel.options),
-        "model": sel.model_label,
-        "chosen_point": point_text(sel.point),
-        "grid_points": sel.n_points,
-        "grid_edges": ", ".join(f"{axis_name(e.axis)} {e.side}" for e in edges),
-        "grid_edge_text": edge_clause(edges),
-        "key": None if chosen is None else chosen["cell_key"],
-        "keys": " ".join(sel.keys()),
+        **_where_columns(exp, sel, setting, edges),
         "metric": metric,
         "margin": margin,
         "decision": d.outcome,
@@ -183,18 +250,7 @@ def _row(
         # the decision on fresh seeds, per round: repeated, undetermined on fresh seeds, reversed, ...
         "replication": "; ".join(r.status for r in fresh) or None,
         "replication_text": "; ".join(r.text() for r in fresh) or None,
-        "value_mean": value.mean,
-        "value_lo": value.lo,
-        "value_hi": value.hi,
-        "learned": gained.status,
-        "learned_seeds": f"{gained.k} of {gained.n}",
-        "floor": gained.floor and gained.floor.value,
-        "floor_name": gained.floor and gained.floor.name,
-        "floors": floors or (gained.floor.text() if gained.floor else None),
-        # text: the Kneser-Ney trigram's and 4-gram's test loss on the model's targets, stronger nulls than the bigram
-        **{order: value for order, value in stronger.items()},
-        **{f"below_{o}": None if v is None else sum(x < v for x in losses) for o, v in stronger.items()},  # seeds
-        "loss_seeds": len(losses),
+        **_learned_columns(sel, metric, acc if metric == "accuracy" else loss, gained, losses),
         "baseline": baseline,
         "diff_mean": d.mean,
         "diff_lo": d.lo,
@@ -205,35 +261,13 @@ def _row(
         **{k: v for name in list(bases)[1:] for k, v in _vs_columns(name, found[name]).items()},
         "test_loss_mean": loss.mean,
         "test_accuracy": acc.mean,
-        **_speed_columns("train_step", train_x, train_T, train_noisy),
-        **_speed_columns("decode", dec_x, dec_T, dec_noisy),
+        **_speed_columns("train_step", *train),
+        **_speed_columns("decode", *dec),
         "state_elements": states[0] if states else None,
         "gate": gate_text(sel.runs["provenance"]),
         "flags": "; ".join(flags),
     }
-    view = {
-        "experiment": label,
-        "variant": sel.label,
-        "chosen point (of grid)": f"{point_text(sel.point)} (of {sel.n_points}"
-        + "".join(f"; {e.side} edge of {axis_name(e.axis)}" for e in edges)
-        + ")",
-        "metric (margin)": metric + (f" (±{margin:g})" if margin else ""),
-        **{
-            f"Δ vs {name} [95% CI], n, decision": BASELINE if f is None else f[0].text(decimals=DECIMALS)
-            for name, f in found.items()
-        },
-        "replication on fresh seeds": "; ".join(r.text() for r in fresh) or MISSING,
-        "test loss": num(loss.mean),
-        "test accuracy": num(acc.mean, 3),
-        "null level (test)": raw["floors"] or MISSING,
-        "learned at this budget": gained.seeds_text(),
-        "train-step speedup": _speed_text(train_x, train_T, train_noisy, sel.variant == baseline),
-        "decode speedup / token": _speed_text(dec_x, dec_T, dec_noisy, sel.variant == baseline),
-        "state size": fact_text(sel.runs["summary"], "state_elements", lambda v: bytes_text(4 * v)),
-        "trust gate": raw["gate"],
-        "flags": raw["flags"] or "none",
-    }
-    return raw, view
+    return raw, _view(exp, setting, sel, edges, found, raw, gained, (train, dec))
 
 
 def _baseline_rows(sels: list[Selection], names: list[str]) -> dict[str, dict[int, Selection]]:

@@ -224,43 +224,48 @@ def _residuals_table(exp: str, rebuilt: dict) -> Table | None:
     return Table(f"{exp}-residuals", f"{exp}: residuals of the supported laws (mean loss - fitted)", data, view)
 
 
+def _comparison_row(
+    variant: str, x: str, mine: tuple, theirs: tuple, baseline: str, margin: float | None, labels: dict
+) -> dict[str, Any]:
+    """One variant's law against the baseline's on one x: exponents, loss gap, where the curves cross."""
+    (fit, t), (base, bt) = mine, theirs
+    c = compare_fits(fit, base, margin, (list(t.get("models") or []), list(bt.get("models") or [])))
+    unit = _X.get(x, (x, x))[0]
+    return {
+        "variant": variant,
+        "x": x,
+        "law": c.law,
+        "b_diff": c.diff,
+        "b_diff_ci95_lo": c.ci95[0],
+        "b_diff_ci95_hi": c.ci95[1],
+        "b_diff_ci90_lo": c.ci90[0],
+        "b_diff_ci90_hi": c.ci90[1],
+        "decision": decision_text(
+            c.outcome,
+            c.within,
+            margin,
+            baseline,
+            [n for n, f in ((variant, fit), (baseline, base)) if f.inflation > 1],
+        ),
+        "margin": margin,
+        "gap_model": labels.get((variant, c.gap_model), c.gap_model),
+        "loss_gap": c.gap,
+        "loss_gap_ci95_lo": c.gap_ci95[0] if c.gap_ci95 else None,
+        "loss_gap_ci95_hi": c.gap_ci95[1] if c.gap_ci95 else None,
+        "cross": c.cross,
+        "cross_ci95_lo": c.cross_ci95[0] if c.cross_ci95 else None,
+        "cross_ci95_hi": c.cross_ci95[1] if c.cross_ci95 else None,
+        "cross_share": c.cross_share,
+        "cross_text": cross_text(c, unit),
+    }
+
+
 def _comparison_table(exp: str, rebuilt: dict, baseline: str, margin: float | None, labels: dict) -> Table | None:
-    rows = []
-    for (variant, x), (fit, t) in sorted(rebuilt.items(), key=_by_variant_then_x):
-        if variant == baseline or (baseline, x) not in rebuilt:
-            continue
-        base, bt = rebuilt[(baseline, x)]
-        c = compare_fits(fit, base, margin, (list(t.get("models") or []), list(bt.get("models") or [])))
-        unit = _X.get(x, (x, x))[0]
-        rows.append(
-            {
-                "variant": variant,
-                "x": x,
-                "law": c.law,
-                "b_diff": c.diff,
-                "b_diff_ci95_lo": c.ci95[0],
-                "b_diff_ci95_hi": c.ci95[1],
-                "b_diff_ci90_lo": c.ci90[0],
-                "b_diff_ci90_hi": c.ci90[1],
-                "decision": decision_text(
-                    c.outcome,
-                    c.within,
-                    margin,
-                    baseline,
-                    [n for n, f in ((variant, fit), (baseline, base)) if f.inflation > 1],
-                ),
-                "margin": margin,
-                "gap_model": labels.get((variant, c.gap_model), c.gap_model),
-                "loss_gap": c.gap,
-                "loss_gap_ci95_lo": c.gap_ci95[0] if c.gap_ci95 else None,
-                "loss_gap_ci95_hi": c.gap_ci95[1] if c.gap_ci95 else None,
-                "cross": c.cross,
-                "cross_ci95_lo": c.cross_ci95[0] if c.cross_ci95 else None,
-                "cross_ci95_hi": c.cross_ci95[1] if c.cross_ci95 else None,
-                "cross_share": c.cross_share,
-                "cross_text": cross_text(c, unit),
-            }
-        )
+    rows = [
+        _comparison_row(variant, x, pair, rebuilt[(baseline, x)], baseline, margin, labels)
+        for (variant, x), pair in sorted(rebuilt.items(), key=_by_variant_then_x)
+        if variant != baseline and (baseline, x) in rebuilt
+    ]
     if not rows:
         return None
     data = pd.DataFrame(rows)

@@ -4,13 +4,14 @@ softmax (from the finalizer's "speed_fit" runs), and one figure per mode."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
 
 from attnbench.decision_words import FASTER_AT_EVERY_T, FASTER_FROM, NEVER_FASTER, NO_SPEED_BASELINE
 from attnbench.report import figures
-from attnbench.report.document import Section, Table
+from attnbench.report.document import Figure, Section, Table
 from attnbench.report.load import StoreData
 from attnbench.report.selection import model_label
 from attnbench.report.values import MISSING, bytes_text, is_number, num, seconds_text
@@ -222,14 +223,53 @@ def crossover_text(r: pd.Series) -> str:
     return CROSSOVER_WORDS.get(r["status"], str(r["status"]))
 
 
+def _fit_tables(exp: str, slopes: pd.DataFrame, cross: pd.DataFrame, labels: dict[Any, str]) -> list[Table]:
+    tables = []
+    if not slopes.empty:
+        sv = slopes[["variant", "model", "mode", "quantity"]].copy()
+        sv["model"] = [labels.get(m, m) for m in sv["model"]]
+        sv["log-log slope [95% CI]"] = slopes.apply(_slope_text, axis=1)
+        sv["points"] = [num(n) for n in slopes["n_points"]]
+        sv["flags"] = [f or "none" for f in slopes["flags"]]
+        sv["T range"] = [
+            f"{num(a)}–{num(b)}" if is_number(a) else MISSING
+            for a, b in zip(slopes["T_min"], slopes["T_max"], strict=True)
+        ]
+        tables.append(Table(f"{exp}-slopes", f"{exp}: fitted slopes", slopes, sv))
+    if not cross.empty:
+        cv = cross[["variant", "model", "mode", "against"]].copy()
+        cv["model"] = [labels.get(m, m) for m in cv["model"]]
+        cv["crossover"] = cross.apply(crossover_text, axis=1)
+        cv["compared T"] = cross["compared_T"]
+        tables.append(Table(f"{exp}-crossover", f"{exp}: crossover length against softmax", cross, cv))
+    return tables
+
+
+def _figures(
+    exp: str, pts: pd.DataFrame, slopes: pd.DataFrame, cross: pd.DataFrame, palette: figures.Palette
+) -> Iterator[Figure | None]:
+    """One figure per (model, mode), the known modes first."""
+    labels = dict(zip(pts["model"], pts["model_label"], strict=True))
+    for model in sorted(pts["model"].unique()):
+        for mode in [m for m in MODES if m in set(pts["mode"])] + sorted(set(pts["mode"]) - set(MODES)):
+            at = slopes[(slopes["model"] == model) & (slopes["mode"] == mode)] if not slopes.empty else slopes
+            legend = {(r["variant"], r["quantity"]): _legend_slope(r) for _, r in at.iterrows()}
+            cx = (
+                cross[(cross["model"] == model) & (cross["mode"] == mode) & cross["status"].isin(["found"])]
+                if not cross.empty
+                else pd.DataFrame()
+            )
+            title = f"{exp}: {mode} against {'context' if mode == 'decode' else 'sequence length'}"
+            title += f" ({labels[model]})" if pts["model"].nunique() > 1 else ""
+            sub = pts[(pts["model"] == model) & (pts["mode"] == mode)]
+            yield figures.speed_mode(sub, legend, cx, palette, mode, title, f"{exp}-{mode}-m{model}")
+
+
 def speed_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
     runs = data.runs_of("speed")
-    if runs.empty:
-        return []  # the suite has no such experiment: no section, none in the contents
     sections = []
-    for exp in dict.fromkeys(runs["experiment"]):
-        ids = [int(i) for i in runs.loc[runs["experiment"] == exp, "id"]]
-        pts = speed_points(data, ids)
+    for exp in dict.fromkeys(runs["experiment"]):  # none: no section, none in the contents
+        pts = speed_points(data, [int(i) for i in runs.loc[runs["experiment"] == exp, "id"]])
         section = Section(
             f"Speed and memory: {exp}",
             intro=(
@@ -238,59 +278,14 @@ def speed_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
                 "the first length from which the variant stays faster than softmax."
             ),
         )
+        sections.append(section)
         if pts.empty:
             section.missing = f"experiment {exp!r} stored no speed points"
-            sections.append(section)
             continue
         section.tables.append(_points_table(exp, pts))
-        labels = dict(zip(pts["model"], pts["model_label"], strict=True))
         slopes, cross = _fit_rows(data, exp)
         if slopes.empty:
             section.notes.append("No slope fits stored for this experiment (its finalizer has not run).")
-        else:
-            sv = slopes[["variant", "model", "mode", "quantity"]].copy()
-            sv["model"] = [labels.get(m, m) for m in sv["model"]]
-            sv["log-log slope [95% CI]"] = slopes.apply(_slope_text, axis=1)
-            sv["points"] = [num(n) for n in slopes["n_points"]]
-            sv["flags"] = [f or "none" for f in slopes["flags"]]
-            sv["T range"] = [
-                f"{num(a)}–{num(b)}" if is_number(a) else MISSING
-                for a, b in zip(slopes["T_min"], slopes["T_max"], strict=True)
-            ]
-            section.tables.append(Table(f"{exp}-slopes", f"{exp}: fitted slopes", slopes, sv))
-        if not cross.empty:
-            cv = cross[["variant", "model", "mode", "against"]].copy()
-            cv["model"] = [labels.get(m, m) for m in cv["model"]]
-            cv["crossover"] = cross.apply(crossover_text, axis=1)
-            cv["compared T"] = cross["compared_T"]
-            section.tables.append(Table(f"{exp}-crossover", f"{exp}: crossover length against softmax", cross, cv))
-        for model in sorted(pts["model"].unique()):
-            for mode in [m for m in MODES if m in set(pts["mode"])] + sorted(set(pts["mode"]) - set(MODES)):
-                sub = pts[(pts["model"] == model) & (pts["mode"] == mode)]
-                legend = (
-                    {}
-                    if slopes.empty
-                    else {
-                        (r["variant"], r["quantity"]): _legend_slope(r)
-                        for _, r in slopes[(slopes["model"] == model) & (slopes["mode"] == mode)].iterrows()
-                    }
-                )
-                cx = (
-                    cross[(cross["model"] == model) & (cross["mode"] == mode) & cross["status"].isin(["found"])]
-                    if not cross.empty
-                    else pd.DataFrame()
-                )
-                title = f"{exp}: {mode} against {'context' if mode == 'decode' else 'sequence length'}"
-                fig = figures.speed_mode(
-                    sub,
-                    legend,
-                    cx,
-                    palette,
-                    mode,
-                    title + (f" ({labels[model]})" if pts["model"].nunique() > 1 else ""),
-                    f"{exp}-{mode}-m{model}",
-                )
-                if fig:
-                    section.figures.append(fig)
-        sections.append(section)
+        section.tables += _fit_tables(exp, slopes, cross, dict(zip(pts["model"], pts["model_label"], strict=True)))
+        section.figures += [f for f in _figures(exp, pts, slopes, cross, palette) if f]
     return sections

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from attnbench.report import figures
-from attnbench.report.document import Section, Table
+from attnbench.report.document import Figure, Section, Table
 from attnbench.report.floors import floor_note
 from attnbench.report.gate import gate_text
 from attnbench.report.load import StoreData
@@ -31,6 +31,16 @@ from attnbench.report.values import (
 )
 
 AUX_PREFIX = "train/aux/"
+INTRO = (
+    "Each row is one variant with its options (and model size) at the experiment's common budget; "
+    "runs with different variant_options are different rows. Held-out values "
+    "are the mean over finished seeds with a two-sided 95% Student-t interval, at the chosen grid point "
+    "(tuned: by the tuning criterion, see Tuning; else the lowest mean validation loss). These are "
+    "validation values, the split the choice read, "
+    "so they flatter larger grids; where the data has a test split, the Summary at the top reports "
+    "the chosen points on it. Facts: parameters measured; state size and FLOPs per "
+    "token as declared by the variant at the training length."
+)
 _HEADLINE = (
     ("loss", "val_loss", "held-out loss (nats/token)"),
     ("bpb", "val_bpb", "bits per byte"),
@@ -150,8 +160,14 @@ def _row(data: StoreData, sel: Selection) -> tuple[dict[str, Any], dict[str, Any
             "trust gate": raw["trust_gate"],
         }
     )
+    return raw, view, _cost(sel, facts, state, raw["budget"])
+
+
+def _cost(sel: Selection, facts: dict[str, Any], state: str, budget: str) -> dict[str, Any]:
+    """The facts-and-budget view of one selection (``facts``: the means over its runs)."""
+    runs = sel.runs
     mlp = (runs.iloc[0]["config"].get("model") or {}).get("mlp_hidden") if len(runs) else None
-    cost = {
+    return {
         "variant": sel.label,
         "model": sel.model_label,
         "parameters": num(facts["n_params"]) + (f" (MLP width {mlp}: matched)" if mlp else ""),
@@ -159,12 +175,11 @@ def _row(data: StoreData, sel: Selection) -> tuple[dict[str, Any], dict[str, Any
         "FLOPs/token (fwd)": fact_text(runs["summary"], "fwd_flops_per_token", lambda v: num(v, 3)),
         "tokens/s": num(facts["tokens_per_s"], 3),
         "peak memory": bytes_text(facts["peak_memory_bytes"]) if facts["peak_memory_bytes"] else _no_memory(runs),
-        "budget": raw["budget"],
+        "budget": budget,
         "tokens used": num(facts["tokens"]),
         "steps": num(facts["steps"]),
         "train seconds": seconds_text(facts["train_time_s"]),
     }
-    return raw, view, cost
 
 
 def _grid_table(exp: str, sels: list[Selection]) -> Table | None:
@@ -224,6 +239,25 @@ def _curves(data: StoreData, sels: list[Selection]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _curve_figures(
+    data: StoreData, exp: str, sels: list[Selection], palette: figures.Palette, labels: dict[str, str]
+) -> list[Figure]:
+    """Per model size: the loss curves and the equal-budget views of its rows."""
+    out = []
+    models = dict.fromkeys(s.model_label for s in sels)
+    for model in models:
+        curves = _curves(data, [s for s in sels if s.model_label == model])
+        if curves.empty:
+            continue
+        size = f" ({model})" if len(models) > 1 else ""
+        fig = figures.loss_curves(curves, palette, labels, f"{exp}: loss curves{size}", f"{exp}-loss-{model}")
+        out += [fig] if fig else []
+        title = f"{exp}: equal-budget views{size}"
+        fig = figures.equal_budget(curves, palette, labels, title, f"{exp}-budget-{model}")
+        out += [fig] if fig else []
+    return out
+
+
 def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
     runs = data.runs_of("train")
     if runs.empty:
@@ -250,16 +284,7 @@ def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
         )
         section = Section(
             f"Training: {exp}",
-            intro=(
-                "Each row is one variant with its options (and model size) at the experiment's common budget; "
-                "runs with different variant_options are different rows. Held-out values "
-                "are the mean over finished seeds with a two-sided 95% Student-t interval, at the chosen grid point "
-                "(tuned: by the tuning criterion, see Tuning; else the lowest mean validation loss). These are "
-                "validation values, the split the choice read, "
-                "so they flatter larger grids; where the data has a test split, the Summary at the top reports "
-                "the chosen points on it. Facts: parameters measured; state size and FLOPs per "
-                "token as declared by the variant at the training length."
-            ),
+            intro=INTRO,
             tables=[main, cost],
         )
         note = next((n for s in sels if (n := floor_note(s, "val")) is not None), None)
@@ -268,30 +293,7 @@ def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
         grid = _grid_table(exp, sels)
         if grid is not None:
             section.tables.append(grid)
-        models = dict.fromkeys(s.model_label for s in sels)
-        for model in models:
-            curves = _curves(data, [s for s in sels if s.model_label == model])
-            title = f"{exp}: loss curves" + (f" ({model})" if len(models) > 1 else "")
-            fig = (
-                None
-                if curves.empty
-                else figures.loss_curves(curves, rows_palette, row_labels, title, f"{exp}-loss-{model}")
-            )
-            if fig:
-                section.figures.append(fig)
-            fig = (
-                None
-                if curves.empty
-                else figures.equal_budget(
-                    curves,
-                    rows_palette,
-                    row_labels,
-                    f"{exp}: equal-budget views" + (f" ({model})" if len(models) > 1 else ""),
-                    f"{exp}-budget-{model}",
-                )
-            )
-            if fig:
-                section.figures.append(fig)
+        section.figures += _curve_figures(data, exp, sels, rows_palette, row_labels)
         scores = task_rows(data, sels)
         if not scores.empty:
             tables, figs = task_section(exp, scores, rows_palette)
