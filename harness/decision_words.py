@@ -32,7 +32,9 @@ BASELINE_NOT_LEARNED = "baseline not learned"
 SPLIT = "learned on some seeds"  # the status code of a row whose seeds split
 LEARNED_ON = "learned on {k} of {n} seeds"
 UNKNOWN = "unknown"  # no null level stored
+BASELINE_SPLIT = "baseline learned on some seeds"  # the outcome code where the baseline's seeds split alone
 NOT_LEARNED_AT_BUDGET = "not learned at this budget"
+BASELINE_NOT_LEARNED_AT_BUDGET = "baseline not learned at this budget"
 BELOW_NGRAM = "below the {order} ({value}) on {k} of {n} seeds"  # text: the trigram and the 4-gram
 
 # The share of learned seeds (learning.py).
@@ -46,6 +48,7 @@ DECIDED_AT = "decided at final {metric}"
 DECIDED_WHERE_LEARNED = "decided at final {metric} where both learned on every seed"
 DECIDED_ON_SHARE = "seeds split across the null level: decided on the share of seeds that learned"
 UNDETERMINED_AT = "undetermined at final {metric}"
+NO_FINAL_DECISION = "no final {metric} decided at this budget"  # also the time-to-learn sentence's head
 FAILED_NO_SEED = "failed: no seed finished"
 DIVERGED_NO_SEED = "diverged: no seed finished"
 NO_RUN_FINISHED = "no run of {experiment} finished"  # a failed experiment's section
@@ -96,6 +99,69 @@ CHECK_ERROR = "ERROR"
 CHECK_SKIP = "skip"
 CONFIGURATION_DIFFERS = "configuration differs"
 ANCHOR_RUN_STATUS = "run {status}"
+
+# A row's learned state is what its own seeds did against the null level: every seed learned,
+# k of n, or none (attnbench.stats.learned counts them). The outcome code of a comparison not made
+# on the metric names whose state stopped it, so no word printed about a row claims another state.
+NOT_COMPARED = (NOT_LEARNED, BASELINE_NOT_LEARNED, SPLIT, BASELINE_SPLIT)
+"""The outcome codes of a comparison a learned state stopped (summary.csv's decision)."""
+DECIDED = (BETTER, WORSE, EQUIVALENT)
+"""The outcome codes of a comparison decided on the metric."""
+STATE_WORDS: dict[str, tuple[str, ...]] = {
+    LEARNED: (LEARNED,),
+    SPLIT: (SPLIT, LEARNED_ON),
+    NOT_LEARNED: (NOT_LEARNED, NOT_LEARNED_AT_BUDGET),
+}
+"""The words a row may print of its own seeds in each learned state, and in no other."""
+
+
+def learned_state(k: int, n: int) -> str:
+    """The state of a row ``k`` of whose ``n`` seeds learned: learned, not learned, or split."""
+    return LEARNED if k == n else NOT_LEARNED if k == 0 else SPLIT
+
+
+def own_words(state: str, k: int, n: int) -> str:
+    """What a row says of its own seeds: 'learned', 'learned on 2 of 3 seeds', 'not learned', 'unknown'."""
+    return LEARNED_ON.format(k=k, n=n) if state == SPLIT else state
+
+
+def not_compared(mine: str, theirs: str) -> str | None:
+    """The outcome code where the variant's (``mine``) or the baseline's learned state stops the
+    comparison on the metric; None where both learned on every seed (or a state is unknown).
+    A baseline that learned on no seed stops it first; a code names the baseline's state only
+    with "baseline", so "not learned" and "learned on some seeds" always describe the row itself."""
+    if theirs == NOT_LEARNED:
+        return BASELINE_NOT_LEARNED
+    if mine in (NOT_LEARNED, SPLIT):
+        return mine
+    return BASELINE_SPLIT if theirs == SPLIT else None
+
+
+def short_outcome(code: str, margin: float | None, k: int, n: int) -> str:
+    """A row's decision in a few words (the verdict cell, the first screen's per-setting list):
+    'worse', 'equivalent ±0.05', 'baseline not learned', 'learned on 2 of 3 seeds' (``k`` of
+    ``n``: the row's own learned seeds)."""
+    if code == EQUIVALENT and margin is not None:
+        return EQUIVALENT_SHORT.format(margin=f"{margin:g}")
+    return own_words(SPLIT, k, n) if code == SPLIT else code
+
+
+def budget_words(metric: str, codes: list[str], states: list[str]) -> str:
+    """What a variant's numbers in one experiment mean at this budget, from its rows' outcome
+    ``codes`` and its own learned ``states`` (overall and per setting): decided at final quality,
+    decided on the share of learned seeds, not learned (the variant on no row), baseline not
+    learned (on every row), no final decision (rows stopped for different reasons), or undetermined."""
+    stopped = [c in NOT_COMPARED for c in codes]
+    if any(c in DECIDED for c in codes):
+        return (DECIDED_WHERE_LEARNED if any(stopped) else DECIDED_AT).format(metric=metric)
+    if any(c in (SPLIT, BASELINE_SPLIT) for c in codes):
+        return DECIDED_ON_SHARE
+    if states and all(s == NOT_LEARNED for s in states):
+        return NOT_LEARNED_AT_BUDGET
+    if codes and all(c == BASELINE_NOT_LEARNED for c in codes):
+        return BASELINE_NOT_LEARNED_AT_BUDGET
+    return (NO_FINAL_DECISION if any(stopped) else UNDETERMINED_AT).format(metric=metric)
+
 
 VOCABULARY: tuple[str, ...] = tuple(
     value for name, value in list(globals().items()) if name.isupper() and isinstance(value, str)

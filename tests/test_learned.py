@@ -116,7 +116,7 @@ def test_a_baseline_at_chance_yields_not_learned_and_no_decision(out):
     rows = _summary(out)
     for setting in ("all test sets", "num_kv_pairs=4", "num_kv_pairs=8"):
         row = rows[("recall", "linear", setting)]
-        assert row["decision"] == "not learned"
+        assert row["decision"] == "baseline not learned"  # the code names whose seeds stopped it
         assert row["decision_text"].startswith("baseline not learned (softmax ")
     assert rows[("recall", "linear", "num_kv_pairs=4")]["decision_text"] == (
         "baseline not learned (softmax 0.257, null 0.250, 0 of 3 seeds beyond it)"
@@ -139,8 +139,8 @@ def test_the_first_screen_and_the_findings_say_not_learned(out):
     md = (out / "report.md").read_text(encoding="utf-8").replace("\\", "")  # Markdown escapes
     assert "recall accuracy 0.37 (baseline not learned (softmax 0.188, null 0.188, 0 of 3 seeds beyond it))" in md
     assert (
-        "by num_kv_pairs 4 / 8: +0.37 baseline not learned / +0.01 baseline not learned [not learned at this budget]"
-        in md
+        "by num_kv_pairs 4 / 8: +0.37 baseline not learned / +0.01 baseline not learned "
+        "[baseline not learned at this budget]" in md
     )
     assert (
         "text loss 2.503 (not learned (linear 2.503, bigram 2.450, 0 of 3 seeds beyond it)) "

@@ -215,12 +215,19 @@ def test_the_report_decides_each_row_on_the_final_runs_and_checks_the_stated_fin
     report = build_report(load_store(tmp_path / "s.sqlite", "halving"))
     summary = next(t for s in report.sections for t in s.tables if t.slug == "summary").data
     linear = summary[summary["variant"] == "linear"].iloc[0]
-    assert linear["decision"] in ("better", "worse", "equivalent", "undetermined", "not learned") and linear["n"] == 2
+    decisions = ("better", "worse", "equivalent", "undetermined", "not learned", "baseline not learned")
+    assert linear["decision"] in decisions and linear["n"] == 2
     assert linear["grid_points"] == 4 and linear["margin"] == 0.05  # 4 points tried; reported: the survivor
     findings = next(t for s in report.sections for t in s.tables if t.slug == "expectations").data
     row = findings.iloc[0]
     assert row["expected"] == "worse" and row["decision"] == linear["decision"]
-    verdicts = {"worse": "agrees", "undetermined": "undetermined", "not learned": "not testable at this budget"}
+    untestable = "not testable at this budget"
+    verdicts = {
+        "worse": "agrees",
+        "undetermined": "undetermined",
+        "not learned": untestable,
+        "baseline not learned": untestable,
+    }
     assert row["verdict"] == verdicts.get(row["decision"], "disagrees")
     trail = next(t for s in report.sections for t in s.tables if t.slug == "tuning").data
     mine = trail[trail["variant"] == "linear"]

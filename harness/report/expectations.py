@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.decision_words import AGREES, DISAGREES, NOT_RUN, NOT_TESTABLE
+from attnbench.decision_words import AGREES, DISAGREES, NOT_COMPARED, NOT_RUN, NOT_TESTABLE
 from attnbench.report.decision import BETTER, EQUIVALENT, UNDETERMINED, WORSE
 from attnbench.report.document import Section, Table
 from attnbench.report.learned import LEARNED, NOT_LEARNED, SPLIT
@@ -23,7 +23,7 @@ def verdict(expected: str, found: str) -> str:
     """A decided outcome agrees when it is the expected one; "equivalent" disagrees with an
     expected difference (and a difference with expected equivalence); a comparison with a model
     that has not learned tests nothing."""
-    if found in (NOT_LEARNED, SPLIT):
+    if found in NOT_COMPARED:
         return NOT_TESTABLE
     if found not in (BETTER, WORSE, EQUIVALENT):  # undetermined, or no interval asked for
         return UNDETERMINED

@@ -13,18 +13,14 @@ import pandas as pd
 from attnbench.decision_words import (
     BASELINE,
     BELOW_NGRAM,
-    DECIDED_AT,
-    DECIDED_ON_SHARE,
-    DECIDED_WHERE_LEARNED,
     DIVERGED_NO_SEED,
-    EQUIVALENT_SHORT,
     FAILED_NO_SEED,
-    LEARNED_ON,
     NOT_LEARNED_AT_BUDGET,
-    UNDETERMINED_AT,
+    budget_words,
+    own_words,
 )
 from attnbench.report.comparison import summary_table
-from attnbench.report.decision import BETTER, EQUIVALENT, TEST_TEXT, WORSE, method_text
+from attnbench.report.decision import TEST_TEXT, method_text
 from attnbench.report.document import Section
 from attnbench.report.figures import Palette
 from attnbench.report.floors import STRONGER_ORDERS
@@ -35,7 +31,7 @@ from attnbench.report.ratios import path_flags, ratio_interval, ratio_text, spee
 from attnbench.report.time_to_learn import undecided_clauses
 from attnbench.report.tradeoff import tradeoff_figure
 from attnbench.report.values import MISSING, bytes_text, is_number, seconds_text
-from attnbench.report.verdict import verdict_table
+from attnbench.report.verdict import learned_seeds, outcome_word, verdict_table
 
 ANSWER = "The answer"
 NO_TRAIN_STEP = (
@@ -65,28 +61,13 @@ def _value(metric: str, v: Any) -> str:
     return MISSING if not is_number(v) else (f"{v:.2f}" if metric == "accuracy" else f"{v:.3f}")
 
 
-def _outcome(row: pd.Series) -> str:
-    if row["decision"] == EQUIVALENT:
-        return EQUIVALENT_SHORT.format(margin=f"{row['margin']:g}")
-    if row["decision"] == NOT_LEARNED:  # "baseline not learned (...)" -> "baseline not learned"
-        return str(row["decision_text"]).split(" (")[0]
-    return str(row["decision"])
-
-
 def budget_meaning(rows: pd.DataFrame) -> str:
-    """What an experiment's numbers are at this budget: 'decided at final accuracy', 'not learned
-    at this budget', or 'undetermined at final loss' (from its rows' decisions)."""
-    metric = rows["metric"].iloc[0]
+    """What a variant's numbers in one experiment are at this budget ('decided at final accuracy',
+    'not learned at this budget', ...): attnbench.decision_words.budget_words on its rows."""
     if (rows["decision"] == NO_INTERVAL).all():
         return NO_INTERVAL_TEXT
-    decided = rows["decision"].isin([BETTER, WORSE, EQUIVALENT]).any()
-    unlearned = (rows["decision"] == NOT_LEARNED).any()
-    split = (rows["decision"] == SPLIT).any()
-    if decided:
-        return (DECIDED_WHERE_LEARNED if unlearned or split else DECIDED_AT).format(metric=metric)
-    if split:
-        return DECIDED_ON_SHARE
-    return NOT_LEARNED_AT_BUDGET if unlearned else UNDETERMINED_AT.format(metric=metric)
+    states = [str(s) for s in rows["learned"]] if "learned" in rows else []
+    return budget_words(str(rows["metric"].iloc[0]), [str(d) for d in rows["decision"]], states)
 
 
 def _learned_text(row: pd.Series) -> str:
@@ -98,8 +79,7 @@ def _learned_text(row: pd.Series) -> str:
     status = row["learned"]
     head = {LEARNED: f"{LEARNED}: beyond ", NOT_LEARNED: f"{NOT_LEARNED_AT_BUDGET}: "}.get(status, "")
     if status == SPLIT:
-        k, n = str(row["learned_seeds"]).split(" of ")
-        head = f"{LEARNED_ON.format(k=k, n=n)}: "
+        head = f"{own_words(SPLIT, *learned_seeds(row))}: "
     return f" [{head}{floor}{trigram_clause(row)}]"
 
 
@@ -109,7 +89,7 @@ def _by_setting(rows: pd.DataFrame) -> str:
         return ""
     keys, labels = short_labels([json.loads(o) for o in rows["setting_options"]])
     found = [
-        f"{d:+.2f} {_outcome(r)}" if is_number(d) else _outcome(r)
+        f"{d:+.2f} {outcome_word(r)}" if is_number(d) else outcome_word(r)
         for d, (_, r) in zip(rows["diff_mean"], rows.iterrows(), strict=True)
     ]
     return f"; by {keys} {' / '.join(labels)}: {' / '.join(found)}"

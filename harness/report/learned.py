@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from attnbench.decision_words import BASELINE_NOT_LEARNED, LEARNED_ON
+from attnbench.decision_words import BASELINE_NOT_LEARNED, not_compared, own_words
 from attnbench.report.decision import Decision
 from attnbench.report.floors import Floor
 from attnbench.report.values import mean_ci
@@ -48,7 +48,7 @@ class Learned:
 
     def seeds_text(self) -> str:
         """'learned on 1 of 3 seeds' for a split row, else the status."""
-        return LEARNED_ON.format(k=self.k, n=self.n) if self.status == SPLIT else self.status
+        return own_words(self.status, self.k, self.n)
 
 
 def learned(values: Mapping[int, float], floor: Floor | None, answers: Mapping[int, float] | None = None) -> Learned:
@@ -80,15 +80,14 @@ def gate(
     the share test "learned on 1 of 3 seeds (softmax 3 of 3): cannot decide with 3 vs 3 seeds"
     (``alpha``: the share test's level at this look)."""
     d = decision
-    if theirs.status == NOT_LEARNED:
-        reason, outcome = f"{BASELINE_NOT_LEARNED} ({theirs.value_text(baseline)})", NOT_LEARNED
-    elif mine.status == NOT_LEARNED:
-        reason, outcome = f"{NOT_LEARNED} ({mine.value_text(variant)})", NOT_LEARNED
-    elif SPLIT in (mine.status, theirs.status):
-        test = share_test(mine.k, mine.n, theirs.k, theirs.n, alpha)
-        reason, outcome = test.text(baseline), SPLIT
-    else:
+    outcome = not_compared(mine.status, theirs.status)  # the code names whose state stopped it
+    if outcome is None:
         return decision
-    if outcome == SPLIT:  # no mean or interval over two populations of seeds
+    if outcome == BASELINE_NOT_LEARNED:
+        reason = f"{BASELINE_NOT_LEARNED} ({theirs.value_text(baseline)})"
+    elif outcome == NOT_LEARNED:
+        reason = f"{NOT_LEARNED} ({mine.value_text(variant)})"
+    else:  # seeds split: no mean or interval over two populations of seeds
+        reason = share_test(mine.k, mine.n, theirs.k, theirs.n, alpha).text(baseline)
         return NotLearned(outcome, None, None, None, d.n, d.margin, reason=reason)
     return NotLearned(outcome, d.mean, d.lo, d.hi, d.n, d.margin, reason=reason)

@@ -22,6 +22,7 @@ from attnbench.decision_words import (
     MEDIAN_NOT_REACHED,
     NEITHER_REACHED,
     NO_DIFFERENCE,
+    NO_FINAL_DECISION,
     NOT_REACHED,
     SLOWER,
     WORSE,
@@ -148,6 +149,17 @@ def _times(data: StoreData, sel: Selection, metric: str, target: float) -> tuple
     return times, reached
 
 
+def stated_medians(times: dict[str, list[float]], reached: list[bool]) -> dict[str, Median]:
+    """The Kaplan-Meier median in each unit, stated in every unit or in none: only where at least half
+    the seeds reached the target. The units are clocks of one event; a seed that never reached it is
+    censored at its own end in each, so a clock other than the budget's can end a censored seed before
+    a slower seed's event, and its median would count that seed as still able to reach it."""
+    medians = {u: median_time(times[u], reached) for u in UNITS}
+    if 2 * sum(reached) >= len(reached):
+        return medians  # then every unit's curve falls to 0.5: fewer censored seeds at risk only lower it
+    return {u: Median(None, None, None, m.events, m.n) for u, m in medians.items()}
+
+
 def experiment_rows(data: StoreData, exp: str) -> list[Row]:
     """The time-to-learn rows of one experiment (baseline first); [] without a target."""
     runs = data.runs_of("train")
@@ -164,8 +176,7 @@ def experiment_rows(data: StoreData, exp: str) -> list[Row]:
     for sel in sels:
         times, reached = _times(data, sel, metric, target)
         if reached:
-            medians = {u: median_time(times[u], reached) for u in UNITS}
-            rows.append(Row(sel, metric, target, times, reached, medians))
+            rows.append(Row(sel, metric, target, times, reached, stated_medians(times, reached)))
     out: list[Row] = []
     for row in rows:
         base = next((r for r in rows if r.sel.variant == baseline and r.sel.model == row.sel.model), None)
@@ -226,7 +237,11 @@ def time_to_learn_sections(data: StoreData) -> list[Section]:
     )
     note = (
         "Reached: how many seeds reached the target; the others are censored at their budget and counted as "
-        "such in the median and the test. Log-rank: a permutation p (exact up to "
+        "such in the median and the test. Steps, tokens and seconds time one event, so a median is stated in "
+        "every unit or in none: where fewer than half the seeds reached the target, each says 'median not "
+        "reached' (a censored seed ends at its own last step and its own last second, and a fast seed can end "
+        "in seconds before a slower seed's event: that clock's Kaplan-Meier would count it as still at risk). "
+        "Log-rank: a permutation p (exact up to "
         f"{EXACT_LIMIT:,} re-assignments, else Monte Carlo), never a chi-squared one; 'cannot decide with n1 "
         "vs n2 seeds' where no re-assignment of the seeds could give "
         f"p <= {ALPHA:g}. Raw table: logrank_chi2 is the statistic, logrank_p its permutation p, logrank_min_p the "
@@ -265,7 +280,7 @@ def clause(data: StoreData, exp: str) -> str | None:
             text = f"{r.sel.label} reaches it in {r.time_text('steps').replace(' [', ' steps [', 1)}"
         text += f" ({r.reached_text()} reached it{_versus_clause(r)})"
         parts.append(text)
-    head = f"{exp}, time to {rows[0].target_text()} (every final {rows[0].metric} undetermined at this budget)"
+    head = f"{exp}, time to {rows[0].target_text()} ({NO_FINAL_DECISION.format(metric=rows[0].metric)})"
     return f"{head}: " + "; ".join(parts)
 
 

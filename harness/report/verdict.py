@@ -11,10 +11,9 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.decision_words import BASELINE, EQUIVALENT_SHORT, NOT_LEARNED, UNDETERMINED
+from attnbench.decision_words import BASELINE, NOT_COMPARED, UNDETERMINED, short_outcome
 from attnbench.report.decision import BETTER, EQUIVALENT, WORSE
 from attnbench.report.document import Table
-from attnbench.report.learned import SPLIT
 from attnbench.report.ratios import ratio_interval, ratio_text
 from attnbench.report.values import MISSING, bytes_text, is_number, seconds_text
 
@@ -26,16 +25,17 @@ def _num(metric: str, v: Any) -> str:
     return MISSING if not is_number(v) else (f"{v:.2f}" if metric == "accuracy" else f"{v:.3f}")
 
 
-def _word(row: pd.Series) -> str:
-    """The decision word: 'worse', 'equivalent ±0.05', 'not learned', 'learned on 1 of 3 seeds', ..."""
-    d = row["decision"]
-    if d == EQUIVALENT:
-        return EQUIVALENT_SHORT.format(margin=f"{row['margin']:g}")
-    if d == NOT_LEARNED:
-        return str(row["decision_text"]).split(" (")[0]
-    if d == SPLIT:
-        return str(row["decision_text"]).split(" (")[0]
-    return str(d)
+def learned_seeds(row: pd.Series) -> tuple[int, int]:
+    """(k, n): how many of a summary row's own seeds learned, of how many ('2 of 3' in learned_seeds)."""
+    k, n = str(row.get("learned_seeds") or "0 of 0").split(" of ")
+    return int(k), int(n)
+
+
+def outcome_word(row: pd.Series) -> str:
+    """A summary row's decision in a few words ('equivalent ±0.05', 'baseline not learned',
+    'learned on 1 of 3 seeds'): attnbench.decision_words.short_outcome on its columns."""
+    margin = float(row["margin"]) if is_number(row.get("margin")) else None
+    return short_outcome(str(row["decision"]), margin, *learned_seeds(row))
 
 
 def _interval(row: pd.Series) -> str:
@@ -52,9 +52,10 @@ def decision_cell(row: pd.Series) -> str:
     """One experiment's cell for a variant: the word, the difference, why undecided, replication."""
     if row["decision"] == BASELINE:
         return f"{_num(row['metric'], row['value_mean'])}, {BASELINE}"
-    word = _word(row)
-    if row["decision"] in (NOT_LEARNED, SPLIT):
-        return f"{word} ({row['learned_seeds']} beyond {row['floor_name']} {_num(row['metric'], row['floor'])})"
+    word = outcome_word(row)
+    if row["decision"] in NOT_COMPARED:  # the row's own seeds; named where the word is the baseline's
+        who = f"{row['variant']} " if str(row["decision"]).startswith(BASELINE) else ""
+        return f"{word} ({who}{row['learned_seeds']} beyond {row['floor_name']} {_num(row['metric'], row['floor'])})"
     cell = " ".join(x for x in (word, _interval(row)) if x)
     why = row.get("decision_why")
     if row["decision"] == UNDETERMINED and isinstance(why, str) and why:
@@ -72,7 +73,7 @@ def _settings_cell(rows: pd.DataFrame) -> str:
     keys = list(dict.fromkeys(k for s in settings for k in s))
     labels = ["/".join(str(s.get(k)) for k in keys) for s in settings]
     found = [
-        _num(r["metric"], r["value_mean"]) if r["decision"] == BASELINE else _word(r) for _, r in rows.iterrows()
+        _num(r["metric"], r["value_mean"]) if r["decision"] == BASELINE else outcome_word(r) for _, r in rows.iterrows()
     ]  # the baseline's own values, the others' decisions
     return f" · by {'/'.join(keys)} {' / '.join(labels)}: {' / '.join(found)}"
 
