@@ -23,10 +23,14 @@ class Table:
 
 @dataclass
 class Figure:
+    """A figure as PNG (written beside the Markdown, embedded in the page) and, where it has
+    one, as SVG with its text kept as text (inlined in the page instead of the PNG)."""
+
     slug: str  # file name stem, unique within a report
     title: str
     png: bytes
     caption: str = ""
+    svg: str = ""
 
 
 @dataclass
