@@ -25,7 +25,7 @@ def test_committed_docs_match_the_models(tmp_path):
 
 def test_reference_lists_every_key_of_the_models():
     from attnbench.data.spec import DataSpec
-    from attnbench.plan import base, specs, speed_spec
+    from attnbench.plan import base, protocol, specs, speed_spec
     from attnbench.plan.reference import reference_markdown
 
     text = reference_markdown()
@@ -36,10 +36,10 @@ def test_reference_lists_every_key_of_the_models():
         base.ModelSpec,
         specs.LmEvalSpec,
         base.Budget,
-        base.Protocol,
-        base.Tuning,
-        base.SeedRounds,
-        base.Expectation,
+        protocol.Protocol,
+        protocol.Tuning,
+        protocol.SeedRounds,
+        protocol.Expectation,
         specs.FinetuneSpec,
     ):
         for key in model.model_fields:

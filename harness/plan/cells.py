@@ -14,7 +14,8 @@ from pydantic import BaseModel
 from attnbench.contract.config import ModelConfig
 from attnbench.contract.variant import Variant
 from attnbench.data.spec import DataSpec
-from attnbench.plan.base import ModelSpec, Protocol, SpecT, spec_as
+from attnbench.plan.base import ModelSpec, SpecT, spec_as
+from attnbench.plan.protocol import Protocol
 from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import Suite
 from attnbench.plan.validation import Build, CheckedExperiment, CheckedSuite

@@ -19,9 +19,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from attnbench.plan.base import Budget, TrainSpec, Tuning
+from attnbench.plan.base import Budget, TrainSpec
 from attnbench.plan.cells import Cell, rekey
 from attnbench.plan.grid_window import GridWindow, extensions
+from attnbench.plan.protocol import Tuning
 from attnbench.plan.specs import AnyExperiment, TrainExperiment
 from attnbench.plan.suite import Suite
 from attnbench.plan.tuning_choice import rank, score_point

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from attnbench.data.spec import DataSpec
-from attnbench.plan import base, defaults, scaling_spec, specs, speed_spec
+from attnbench.plan import base, defaults, protocol, scaling_spec, specs, speed_spec
 from attnbench.plan.grid_window import GridWindow
 from attnbench.plan.suite import Suite
 
@@ -68,7 +68,7 @@ SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
     ),
     (
         "Protocol (train experiments)",
-        base.Protocol,
+        protocol.Protocol,
         "protocol",
         "protocol: {baseline: softmax, metric: loss, margin: 0.05,\n"
         "           tuning: {seeds: [0], budget: {steps: 200}, eta: 2}}\n"
@@ -77,7 +77,7 @@ SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
     ),
     (
         "Tuning by successive halving",
-        base.Tuning,
+        protocol.Tuning,
         "protocol.tuning",
         "tuning: {seeds: [0], budget: {steps: 200}, eta: 2}\n"
         "tuning: {seeds: [0], budget: {steps: 800}, eta: 2, criterion: accuracy}   # a task's answers decide",
@@ -92,14 +92,14 @@ SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
     ),
     (
         "Seeds until decided",
-        base.SeedRounds,
+        protocol.SeedRounds,
         "protocol.seeds",
         "seeds: {min: 3, max: 10}                      # O'Brien-Fleming-type spending\n"
         "seeds: {min: 3, max: 10, spending: pocock}     # spends more of the error early",
     ),
     (
         "Published expectations",
-        base.Expectation,
+        protocol.Expectation,
         "protocol.expectations[]",
         "- claim: a sliding window cannot recall a pair outside it\n  source: Based (Arora et al. 2024)\n"
         "  variant: windowed\n  outcome: worse\n  setting: {n_pairs: 7, n_queries: 1}",

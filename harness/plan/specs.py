@@ -13,8 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from attnbench.data.spec import DataSpec
 from attnbench.errors import quoted
-from attnbench.plan.base import ExperimentBase, Protocol, TrainSpec, Tuning, grid_points, option_key, spec_as
+from attnbench.plan.base import ExperimentBase, TrainSpec, grid_points, option_key, spec_as
 from attnbench.plan.grid_window import GridWindow, read_window, start_grid, windows_of
+from attnbench.plan.protocol import Protocol, Tuning
 from attnbench.plan.scaling_spec import ScalingExperiment
 from attnbench.plan.speed_spec import SpeedExperiment
 

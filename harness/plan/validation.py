@@ -21,7 +21,8 @@ from attnbench.data.files import check_data_files
 from attnbench.data.spec import BYTE_VOCAB, DataSpec
 from attnbench.data.vocab import task_seq_len, vocab_size_for
 from attnbench.errors import DataError, UnknownVariantError, quoted, shortened
-from attnbench.plan.base import LayerPattern, ModelSpec, Protocol, option_key, variant_point
+from attnbench.plan.base import LayerPattern, ModelSpec, option_key, variant_point
+from attnbench.plan.protocol import Protocol
 from attnbench.plan.size_check import ModelSize, check_model_sizes, matched_config
 from attnbench.plan.specs import AnyExperiment
 from attnbench.plan.suite import Suite, problem_at, suite_problems
