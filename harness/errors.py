@@ -28,6 +28,11 @@ class PluginError(AttnbenchError):
     """A plugin failed to load, registered something invalid, or clashed with another."""
 
 
+class PluginReferenceError(PluginError):
+    """A ``"package.module:object"`` string a plugin registered names no importable callable
+    (raised on first use: the module is missing, it lacks the object, or that is not callable)."""
+
+
 class UnknownVariantError(AttnbenchError):
     """A variant name that no loaded plugin registered."""
 

@@ -68,7 +68,7 @@ def attnbench_register_variants(register) -> None:
             decode="kv_cache",
             state_size=softmax.state_size,
             flops_per_token=softmax.flops_per_token,
-            attention_maps=softmax.attention_maps,
+            attention_maps=softmax_model.attention_maps,
             version="1",
         )
     )

@@ -17,10 +17,8 @@ from attnbench.data.nulls import accuracy, fit_predictors
 from attnbench.plugins.tasks import (
     synthetic,
     synthetic_data,
-    synthetic_options,
     text_recall,
     text_recall_data,
-    text_recall_options,
 )
 
 TRAIN = b"abracadabra abracadabra cab"
@@ -69,7 +67,7 @@ def test_ngram_floors_equal_a_hand_computation_on_a_tiny_corpus():
 
 
 def test_text_recall_declared_guess_is_uniform_over_the_values_in_the_line():
-    options = text_recall_options.TextRecallOptions(n_pairs=7, n_queries=1)
+    options = text_recall.TextRecallOptions(n_pairs=7, n_queries=1)
     batch = text_recall_data.generate(options, 400, 5)
     lines = [bytes(row.tolist()).decode("ascii") for row in batch.inputs]
     exact = sum(1 / len({line[3 * i + 1] for i in range(7)}) for line in lines) / len(lines)
@@ -82,7 +80,7 @@ def test_text_recall_declared_guess_is_uniform_over_the_values_in_the_line():
 
 
 def test_mqar_declared_guess_is_one_over_the_pairs():
-    options = synthetic_options.MQAROptions(vocab_size=64, seq_len=32, num_kv_pairs=4)
+    options = synthetic.MQAROptions(vocab_size=64, seq_len=32, num_kv_pairs=4)
     batch = synthetic_data.generate_mqar(options, 200, 1)
     values = batch.targets[batch.targets != IGNORE].view(200, 4)  # (N, K) every pair queried once
     assert all(len(set(row.tolist())) == 4 for row in values)  # K distinct values: one in K
@@ -99,7 +97,7 @@ def test_a_task_without_a_declaration_is_measured_by_its_predictors():
     test = TaskBatch(torch.zeros(2, 3, dtype=torch.long), torch.tensor([[IGNORE, 3, 6], [IGNORE, 4, 5]]))
     majority = fit_predictors(train, 8, ["position_majority"])["position_majority"]  # position 1: 3, position 2: 5
     assert accuracy(majority, test) == 0.5
-    plain = Task("plain", synthetic_options.MQAROptions, synthetic_data.generate_mqar, lambda o: 8, lambda o: 3)
+    plain = Task("plain", synthetic.MQAROptions, synthetic_data.generate_mqar, lambda o: 8, lambda o: 3)
     assert task_guess_accuracy(plain, None, test, train, 8) == 0.5  # no input is an answer: no copy scores
     assert guess_method(plain).startswith("best of binding-free predictors: position_majority (")
     assert "declared" not in guess_method(plain)

@@ -15,7 +15,7 @@ import torch
 
 from attnbench.contract.config import ModelConfig
 from attnbench.plugins.recurrent import gla_model
-from attnbench.plugins.recurrent.gla_options import GLAOptions
+from attnbench.plugins.recurrent.gla import GLAOptions
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("fla") is None, reason="fla (the test extra) is not installed")
 T, SEEDS, FACTORS, BIASES = 100, range(4), (1.0, 4.0), (-60.0, -90.0)

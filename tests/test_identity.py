@@ -141,14 +141,26 @@ def test_moving_an_unchanged_file_between_packages_keeps_the_code_hash(tmp_path,
 
 
 def test_module_closure_follows_imports_within_the_package_only():
-    found = module_closure(["attnbench.plugins.attention.heinsen"], "attnbench.plugins")
+    found = module_closure(["attnbench.plugins.attention.heinsen_model"], "attnbench.plugins")
     assert set(found) == {
         "attnbench.plugins",
         "attnbench.plugins.attention",
         "attnbench.plugins.attention.heinsen",
         "attnbench.plugins.attention.heinsen_model",
-        "attnbench.plugins.attention.heinsen_options",
     }
+
+
+def test_a_variant_is_identified_by_its_registration_model_and_shared_kernels():
+    """The registration names its model by a "module:object" string, which no import statement
+    reaches: the identity still covers the model, the plugins' shared kernels and attnbench's."""
+    from attnbench import load_registry
+
+    registry = load_registry()
+    names = {n: {"/".join(Path(f).parts[-2:]) for f in registry.get(n).source_files} for n in ("linear", "mamba2")}
+    assert {"attention/linear.py", "attention/linear_model.py", "kernels/fla_linear.py"} <= names["linear"]
+    assert "kernels/chunked.py" in names["linear"]  # attnbench.kernels, taken from attnbench.__all__
+    assert {"recurrent/mamba2.py", "recurrent/mamba2_model.py", "kernels/short_conv.py"} <= names["mamba2"]
+    assert not any(n.startswith(("contract/", "registry/")) for n in names["linear"] | names["mamba2"])
 
 
 def test_a_plugin_using_the_shared_kernels_is_identified_by_them():
@@ -156,7 +168,9 @@ def test_a_plugin_using_the_shared_kernels_is_identified_by_them():
     from attnbench.__all__ still has them in its identity (an edit there re-runs its cells)."""
     import attnbench.plugins.attention.heinsen as heinsen
     import attnbench.plugins.attention.softmax as softmax
+    from attnbench import load_registry
     from attnbench.registry.identity import plugin_source_files
 
-    assert any(f.endswith("kernels/chunked.py") for f in plugin_source_files(None, heinsen))
-    assert not any("kernels/chunked.py" in f for f in plugin_source_files(None, softmax))
+    registry = load_registry()
+    assert any(f.endswith("kernels/chunked.py") for f in plugin_source_files(registry.get("heinsen"), heinsen))
+    assert not any("kernels/chunked.py" in f for f in plugin_source_files(registry.get("softmax"), softmax))

@@ -23,7 +23,7 @@ from attnbench.experiments.registry import expand_suite
 from attnbench.experiments.train.floors import floor_rows, floor_summary
 from attnbench.plan.suite import load_suite
 from attnbench.plugins.attention import softmax
-from attnbench.plugins.tasks.synthetic_options import MQAROptions
+from attnbench.plugins.tasks.synthetic import MQAROptions
 from attnbench.registry.loader import get_plugin_manager, load_registry
 from tests.helpers import write_suite
 

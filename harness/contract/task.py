@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from attnbench.contract.option_types import type_problem
+from attnbench.contract.reference import Reference
 from attnbench.errors import PluginError
 
 if TYPE_CHECKING:  # torch for the checker only: a plugin registers (and a suite validates) without it
@@ -58,7 +59,9 @@ class Task:
 
     name: unique id used in suites (``data: {source: task, task: NAME}``).
     options: frozen dataclass of difficulty knobs (validated in ``__post_init__``).
-    generate: ``(options, n, seed) -> TaskBatch`` with n examples, deterministic in seed.
+    generate: ``(options, n, seed) -> TaskBatch`` with n examples, deterministic in seed; or a
+        ``"package.module:object"`` string naming it, imported on first use (so the registration
+        module needs no torch); ``evaluate`` and ``guess_accuracy`` likewise.
     vocab_size: ``(options) -> int`` tokens the model must embed.
     seq_len: ``(options) -> int`` length T of every example's inputs.
     evaluate: optional ``(model, options, device, seed) -> list[TaskEval]`` for evaluations
@@ -79,15 +82,17 @@ class Task:
 
     name: str
     options: type
-    generate: Callable[[Any, int, int], TaskBatch]
-    vocab_size: Callable[[Any], int]
-    seq_len: Callable[[Any], int]
+    # Reference() without a default is a required field (its class access raises AttributeError);
+    # the checker takes any descriptor for a default, hence the two ignores.
+    generate: Reference[Callable[[Any, int, int], TaskBatch]] = Reference()
+    vocab_size: Callable[[Any], int]  # pyright: ignore[reportGeneralTypeIssues]
+    seq_len: Callable[[Any], int]  # pyright: ignore[reportGeneralTypeIssues]
     description: str = ""
-    evaluate: Callable[..., list[TaskEval]] | None = None
+    evaluate: Reference[Callable[..., list[TaskEval]] | None] = Reference(default=None)
     coords: Callable[[Any], dict[str, Any]] = _asdict
     version: str = "0"
     tokens: str = "ids"
-    guess_accuracy: Callable[[Any, TaskBatch], float] | None = None
+    guess_accuracy: Reference[Callable[[Any, TaskBatch], float] | None] = Reference(default=None)
     guess_rule: str = ""
     null_predictors: tuple[str, ...] | None = None
     plugin: str = field(default="", compare=False)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, runtime_ch
 from attnbench.contract.config import ModelConfig
 from attnbench.contract.constraints import ShapeConstraint
 from attnbench.contract.option_types import type_problem
+from attnbench.contract.reference import Reference
 from attnbench.errors import quoted, shortened
 
 if TYPE_CHECKING:  # torch for the checker only: a plugin registers (and a suite validates) without it
@@ -101,7 +102,9 @@ class Variant:
     """One registered attention mechanism.
 
     name: unique id used in suites and the CLI (lower-case, ``[a-z0-9_-]``).
-    build_mixer: ``(config, layer_idx) -> nn.Module`` following the mixer contract.
+    build_mixer: ``(config, layer_idx) -> nn.Module`` following the mixer contract, or a
+        ``"package.module:object"`` string naming it, imported on first use (so the
+        registration module needs no torch); ``build_model`` and ``attention_maps`` likewise.
     description: one line shown by ``attnbench list``.
     options: a dataclass type holding the variant's own knobs; suites pass
         ``variant_options`` that are validated into it and put on ``config.options``.
@@ -121,17 +124,17 @@ class Variant:
     """
 
     name: str
-    build_mixer: MixerBuilder
+    build_mixer: Reference[MixerBuilder] = Reference()
     description: str = ""
     options: type | None = None
-    build_model: ModelBuilder | None = None
+    build_model: Reference[ModelBuilder | None] = Reference(default=None)
     decode: DecodeKind | str = "none"  # str: a hybrid's joined kinds
     state_size: StateSize | None = None
     flops_per_token: FlopsPerToken | None = None
     causal: bool = True
     aux_loss: bool = False
     version: str = "0"
-    attention_maps: AttentionMaps | None = None
+    attention_maps: Reference[AttentionMaps | None] = Reference(default=None)
     constraints: tuple[ShapeConstraint, ...] = ()
     # Filled by the plugin manager, not by plugins.
     plugin: str = field(default="", compare=False)

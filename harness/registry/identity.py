@@ -24,6 +24,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from attnbench.contract.reference import LazyObject
+
 if TYPE_CHECKING:
     from attnbench.contract.variant import Variant
 
@@ -134,16 +136,18 @@ def module_closure(module_names: Iterable[str], root: str) -> dict[str, Path]:
 
 
 def _defining_modules(item: Any, plugin: Any) -> list[str]:
-    """Modules that define a registered item: the plugin module and its callables' modules."""
+    """Modules that define a registered item: the plugin module and its callables' modules
+    (a "package.module:object" string's module by name, without importing it)."""
     names = []
-    for obj in (
-        plugin,
-        *(getattr(item, a, None) for a in ("build_mixer", "build_model", "generate", "evaluate", "options", "seq_len")),
-    ):
+    callables = ("build_mixer", "build_model", "attention_maps", "generate", "evaluate", "guess_accuracy")
+    for obj in (plugin, *(getattr(item, a, None) for a in (*callables, "options", "seq_len"))):
         if obj is None:
             continue
         if isinstance(obj, ModuleType):
             names.append(obj.__name__)
+            continue
+        if isinstance(obj, LazyObject):
+            names.append(obj.module)
             continue
         target = inspect.unwrap(obj) if callable(obj) else obj
         mod = getattr(target, "__module__", None) or getattr(type(target), "__module__", None)

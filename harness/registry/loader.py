@@ -17,6 +17,7 @@ import pluggy
 
 from attnbench.contract import hookspecs
 from attnbench.contract.constraints import ShapeConstraint
+from attnbench.contract.reference import FORMAT, LazyObject
 from attnbench.contract.task import Task
 from attnbench.contract.variant import DECODE_KINDS, Variant
 from attnbench.errors import PluginError, UnknownVariantError, quoted
@@ -24,6 +25,11 @@ from attnbench.registry.hybrid import Part, compose, is_hybrid_name, parse_hybri
 from attnbench.registry.identity import plugin_source_files
 
 ENTRY_POINT_GROUP = "attnbench"
+# Fields a plugin may give as a callable or as a "package.module:object" string (imported on first use).
+LAZY_FIELDS = {
+    "variant": ("build_mixer", "build_model", "attention_maps"),
+    "task": ("generate", "evaluate", "guess_accuracy"),
+}
 PLUGINS_ENV = "ATTNBENCH_PLUGINS"  # comma-separated entry-point names to load; unset = all
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
 
@@ -131,6 +137,7 @@ def _validate(variant: Any, plugin_name: str) -> Variant:
             f"plugin {plugin_name!r} registered invalid variant name {variant.name!r}; "
             "use lower-case letters, digits, '-' and '_'"
         )
+    variant = _with_owned_references(variant, "variant", plugin_name)
     if not callable(variant.build_mixer):
         raise PluginError(f"variant {variant.name!r} (plugin {plugin_name!r}): build_mixer is not callable")
     if variant.decode not in DECODE_KINDS:
@@ -147,6 +154,25 @@ def _validate(variant: Any, plugin_name: str) -> Variant:
     return variant if isinstance(declared, tuple) else replace(variant, constraints=tuple(declared))
 
 
+def _with_owned_references(item: Any, kind: str, plugin_name: str) -> Any:
+    """Check the format of each "package.module:object" string a variant or task gives (they
+    are imported on first use, not here) and name their owner for the errors that use may raise."""
+    owned = {}
+    for name in LAZY_FIELDS[kind]:
+        ref = getattr(item, name)
+        if not isinstance(ref, LazyObject):
+            continue
+        owner = f"{kind} {item.name!r} (plugin {plugin_name!r}): {name}"
+        problem = ref.format_problem()
+        if problem:
+            raise PluginError(
+                f"{owner}={problem}; give the callable itself or a {FORMAT!r} string naming it, "
+                "e.g. 'mypkg.model:MyMixer'"
+            )
+        owned[name] = LazyObject(ref.target, owner)
+    return replace(item, **owned) if owned else item
+
+
 def _validate_task(task: Any, plugin_name: str) -> Task:
     if not isinstance(task, Task):
         raise PluginError(
@@ -154,6 +180,7 @@ def _validate_task(task: Any, plugin_name: str) -> Task:
         )
     if not _NAME_RE.match(task.name):
         raise PluginError(f"plugin {plugin_name!r} registered invalid task name {task.name!r}")
+    task = _with_owned_references(task, "task", plugin_name)
     if task.tokens not in ("ids", "bytes"):
         raise PluginError(
             f"plugin {plugin_name!r} registered task {task.name!r} with tokens={task.tokens!r}; "

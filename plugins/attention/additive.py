@@ -14,24 +14,21 @@ attention's own LayerNorm, bias-free GELU MLP, tied ``proj_logits`` with its own
 Published configurations (d 128, 6 layers, 4 heads, context 2048): ``additive`` with
 ``{rescale: 15}``; ``windowed`` with ``{windows: [4, 8, 16, 32, 64, 2048], rescale: 10}``.
 
-The layer and the model (torch) are in ``attnbench.plugins.attention.additive_model``, the pooling kernel
-in ``attnbench.plugins.kernels.additive``; this module holds the options, the analytic sizes
-and the registration.
+The layer, the model and their builders (torch) are in ``attnbench.plugins.attention.additive_model``,
+the pooling kernel in ``attnbench.plugins.kernels.additive``; this module holds the options, the
+analytic sizes and the registration.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeGuard, TypeVar
+from typing import TypeGuard, TypeVar
 
 from attnbench import ModelConfig, Variant, hookimpl
 from attnbench.plugins.kernels.additive_spec import MAX_RESCALE, PoolSpec
 
-if TYPE_CHECKING:
-    import torch
-
-    from attnbench.plugins.attention.additive_model import FastformerLM, FastSelfAttention
+MODEL = "attnbench.plugins.attention.additive_model"  # torch: imported when the first mixer is built
 
 
 def _rule_seeds(n_layer: int, context: int) -> tuple[int, ...]:
@@ -148,7 +145,8 @@ class WindowedOptions:
 Opts = TypeVar("Opts", AdditiveOptions, WindowedOptions)
 
 
-def _options(config: ModelConfig, cls: type[Opts]) -> Opts:
+def options_of(config: ModelConfig, cls: type[Opts]) -> Opts:
+    """The config's options of type ``cls``, or its defaults when it carries none."""
     if config.options is None:
         return cls()
     if not isinstance(config.options, cls):
@@ -161,34 +159,7 @@ def additive_windows(config: ModelConfig) -> tuple[int, ...]:
 
 
 def windowed_windows(config: ModelConfig) -> tuple[int, ...]:
-    return _options(config, WindowedOptions).resolve(config.n_layer, config.context)
-
-
-def build_additive_mixer(config: ModelConfig, layer_idx: int) -> FastSelfAttention:
-    # torch loads with the model, not the registration
-    from attnbench.plugins.attention.additive_model import FastSelfAttention
-
-    spec = _options(config, AdditiveOptions).pool_spec()
-    return FastSelfAttention(config, additive_windows(config)[layer_idx], spec, pre_norm=False)
-
-
-def build_windowed_mixer(config: ModelConfig, layer_idx: int) -> FastSelfAttention:
-    from attnbench.plugins.attention.additive_model import FastSelfAttention
-
-    spec = _options(config, WindowedOptions).pool_spec()
-    return FastSelfAttention(config, windowed_windows(config)[layer_idx], spec, pre_norm=False)
-
-
-def build_additive_model(config: ModelConfig) -> FastformerLM:
-    from attnbench.plugins.attention.additive_model import FastformerLM
-
-    return FastformerLM(config, additive_windows(config), _options(config, AdditiveOptions).pool_spec())
-
-
-def build_windowed_model(config: ModelConfig) -> FastformerLM:
-    from attnbench.plugins.attention.additive_model import FastformerLM
-
-    return FastformerLM(config, windowed_windows(config), _options(config, WindowedOptions).pool_spec())
+    return options_of(config, WindowedOptions).resolve(config.n_layer, config.context)
 
 
 def state_elements(config: ModelConfig, window: int, T: int) -> int:
@@ -212,40 +183,33 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     return 6.0 * d * d + 2 * 12.0 * d + 2.0 * d
 
 
-def attention_maps(mixer: FastSelfAttention, x: torch.Tensor) -> torch.Tensor:
-    """Per-token importance alpha_j of the query pooling (the seeds' alpha): (B, H, T)."""
-    from attnbench.plugins.attention import additive_model
-
-    return additive_model.attention_maps(mixer, x)
-
-
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
         Variant(
             name="additive",
-            build_mixer=build_additive_mixer,
+            build_mixer=f"{MODEL}:build_additive_mixer",
             description="Causal additive attention (Fastformer, mtanghu): global cumulative pooling",
             options=AdditiveOptions,
-            build_model=build_additive_model,
+            build_model=f"{MODEL}:build_additive_model",
             decode="recurrent",
             state_size=additive_state_size,
             flops_per_token=flops_per_token,
             version="1",
-            attention_maps=attention_maps,
+            attention_maps=f"{MODEL}:attention_maps",
         )
     )
     register(
         Variant(
             name="windowed",
-            build_mixer=build_windowed_mixer,
+            build_mixer=f"{MODEL}:build_windowed_mixer",
             description="Windowed additive attention (Fastformer, mtanghu): per-layer windows of k tokens",
             options=WindowedOptions,
-            build_model=build_windowed_model,
+            build_model=f"{MODEL}:build_windowed_model",
             decode="window",
             state_size=windowed_state_size,
             flops_per_token=flops_per_token,
             version="1",
-            attention_maps=attention_maps,
+            attention_maps=f"{MODEL}:attention_maps",
         )
     )

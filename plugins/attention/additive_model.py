@@ -2,7 +2,9 @@
 
 ``FastSelfAttention`` is the token mixer used in the shared backbone (whose block already
 applies LN1, so ``pre_norm=False`` there) and, with its own ``attn_norm``, inside
-``FastformerLM``, the reference model of leap-transformer 0.1.1 (commit b587c27).
+``FastformerLM``, the reference model of leap-transformer 0.1.1 (commit b587c27). The builders
+at the end are what ``attnbench.plugins.attention.additive`` (the options and the registration)
+names for ``additive`` and ``windowed``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import LanguageModel, ModelConfig, ModelOutput, embed_with_positions, lm_loss
+from attnbench.plugins.attention.additive import (
+    AdditiveOptions,
+    WindowedOptions,
+    additive_windows,
+    options_of,
+    windowed_windows,
+)
 from attnbench.plugins.kernels.additive import compute_dtype, normalise, pool, step_global, step_window
 from attnbench.plugins.kernels.additive_spec import PoolSpec
 
@@ -185,3 +194,21 @@ def attention_maps(mixer: FastSelfAttention, x: torch.Tensor) -> torch.Tensor:
     w_hat, _ = normalise(mixer.query_attn.float())  # (H, h)
     a = mixer.spec.rescale * (q_hat * w_hat).sum(-1) / q.size(-1)  # (B, T, H) |a| < s
     return a.transpose(1, 2).softmax(-1)  # (B, H, T) sums to 1 over tokens
+
+
+def build_additive_mixer(config: ModelConfig, layer_idx: int) -> FastSelfAttention:
+    spec = options_of(config, AdditiveOptions).pool_spec()
+    return FastSelfAttention(config, additive_windows(config)[layer_idx], spec, pre_norm=False)
+
+
+def build_windowed_mixer(config: ModelConfig, layer_idx: int) -> FastSelfAttention:
+    spec = options_of(config, WindowedOptions).pool_spec()
+    return FastSelfAttention(config, windowed_windows(config)[layer_idx], spec, pre_norm=False)
+
+
+def build_additive_model(config: ModelConfig) -> FastformerLM:
+    return FastformerLM(config, additive_windows(config), options_of(config, AdditiveOptions).pool_spec())
+
+
+def build_windowed_model(config: ModelConfig) -> FastformerLM:
+    return FastformerLM(config, windowed_windows(config), options_of(config, WindowedOptions).pool_spec())

@@ -1,6 +1,5 @@
-"""Future attention's layer (torch): the equations and registration are in
-``attnbench.plugins.attention.future``, the options in ``future_options``; the lean kernels are
-in ``kernels/lse_merge.py``.
+"""Future attention's layer (torch): the equations, options and registration are in
+``attnbench.plugins.attention.future``; the lean kernels are in ``kernels/lse_merge.py``.
 
 Two paths compute the training (and inference) forward, the same equations (6.3, 6.4):
 * dense, when all of a forward's scores take no more memory than one query block of the
@@ -27,7 +26,7 @@ from torch import nn
 
 from attnbench import AuxLoss, MixerOutput, ModelConfig
 from attnbench.plugins.attention import softmax_model
-from attnbench.plugins.attention.future_options import AUX_NAME, options_of
+from attnbench.plugins.attention.future import AUX_NAME, options_of
 from attnbench.plugins.attention.softmax_model import KVCache, SoftmaxAttention
 from attnbench.plugins.kernels import lse_merge
 from attnbench.plugins.kernels.lse_merge import band_attend, band_scores, causal_attention_lse, fp32
@@ -213,6 +212,13 @@ class FutureAttention(SoftmaxAttention):
         with torch.autocast(x.device.type, enabled=False):
             y = self._attend(fp32(q), keys, values, start, 0.0)[0]  # (B, H, t, h)
         return self._merge(y.to(x.dtype)), KVCache(state.k, state.v, end)
+
+
+def build_mixer(config: ModelConfig, layer_idx: int) -> SoftmaxAttention:
+    """The variant's mixer: future attention in the options' layer range, softmax elsewhere."""
+    if options_of(config).is_future_layer(layer_idx, config.n_layer):
+        return FutureAttention(config, layer_idx)
+    return SoftmaxAttention(config, layer_idx)
 
 
 @torch.no_grad()

@@ -24,35 +24,35 @@ to its Linear -> GLU; nothing exponentiates it back (that could overflow, and a 
 map of the log-output is what the reference learns with).
 
 The mixer (``LogAttention``) and the variant's own reference model (``build_model``:
-``HeinsenLM``) are in ``attnbench.plugins.attention.heinsen_model`` (torch), the options in
-``heinsen_options``; this module holds the analytic sizes and the registration.
+``HeinsenLM``) are in ``attnbench.plugins.attention.heinsen_model`` (torch); this module holds the
+options, the analytic sizes and the registration.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from attnbench import ModelConfig, Variant, chunked_flops_per_token, hookimpl
-from attnbench.plugins.attention.heinsen_options import HeinsenOptions, options_of
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
-
-    from attnbench.plugins.attention.heinsen_model import HeinsenLM, LogAttention
+MODEL = "attnbench.plugins.attention.heinsen_model"  # torch: imported when the first mixer is built
 
 
-def _build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:
-    # torch loads with the model, not the registration
-    from attnbench.plugins.attention.heinsen_model import LogAttention
+@dataclass(frozen=True)
+class HeinsenOptions:
+    """chunk_size: positions per chunk of the parallel form, in the backbone mixer and in
+    the reference model (64 was fastest at T = 1k-16k on CPU, h = 32; see
+    benchmarks/bench_kernels.py)."""
 
-    return LogAttention(config, layer_idx)
+    chunk_size: int = 64
+
+    def __post_init__(self) -> None:
+        if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive integer, got {self.chunk_size!r}")
 
 
-def build_model(config: ModelConfig) -> HeinsenLM:
-    from attnbench.plugins.attention.heinsen_model import HeinsenLM
-
-    return HeinsenLM(config, options_of(config).chunk_size)
+def options_of(config: ModelConfig) -> HeinsenOptions:
+    """The config's options, or the defaults when it carries none."""
+    return config.options if isinstance(config.options, HeinsenOptions) else HeinsenOptions()
 
 
 def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
@@ -64,27 +64,19 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     return chunked_flops_per_token(config.d_model, config.n_head, config.head_dim, options_of(config).chunk_size, T)
 
 
-def attention_maps(mixer: LogAttention, x: torch.Tensor) -> torch.Tensor:
-    """Implied weights w_ij = softmax_{j<=i}(LSE_d(q_id + k_jd)) (linear attention with
-    phi = exp): (B, H, T, T)."""
-    from attnbench.plugins.attention import heinsen_model
-
-    return heinsen_model.attention_maps(mixer, x)
-
-
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
         Variant(
             name="heinsen",
-            build_mixer=_build_mixer,
+            build_mixer=f"{MODEL}:LogAttention",
             description="Heinsen log-space attention (linear attention, phi = exp), chunked, max-stabilised",
             options=HeinsenOptions,
-            build_model=build_model,
+            build_model=f"{MODEL}:build_model",
             decode="recurrent",
             state_size=state_size,
             flops_per_token=flops_per_token,
             version="3",
-            attention_maps=attention_maps,
+            attention_maps=f"{MODEL}:attention_maps",
         )
     )

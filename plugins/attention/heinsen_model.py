@@ -12,7 +12,7 @@ owning only its own storage) instead of module attributes holding a view of a
 too, and the recurrence never forms an unbounded cumulative sum (see ``log_linear_scan``).
 
 Also here: ``LogAttention``, the variant's mixer for the shared backbone, its
-``attention_maps`` (the equations are in ``attnbench.plugins.attention.heinsen``), and the mixer's
+``attention_maps`` (the equations and options are in ``attnbench.plugins.attention.heinsen``), and the mixer's
 training path for sequences of one chunk (``log_attention_one_chunk``).
 """
 
@@ -39,7 +39,7 @@ from attnbench import (
     merge_heads,
     split_heads,
 )
-from attnbench.plugins.attention.heinsen_options import options_of
+from attnbench.plugins.attention.heinsen import options_of
 
 # Positions per chunk of the position recurrence: within a chunk the log-decay is summed
 # over at most this many steps, so its fp32 rounding stays bounded whatever T is.
@@ -286,6 +286,11 @@ class HeinsenLM(LanguageModel):
         state = self.init_state(idx.size(0), idx.size(1), idx.device, self.embed.weight.dtype)
         logits, _ = self.step(idx, state)  # (B, T, V)
         return lm_loss(logits, targets)
+
+
+def build_model(config: ModelConfig) -> HeinsenLM:
+    """The variant's own model (``Variant.build_model``), chunked as its options say."""
+    return HeinsenLM(config, options_of(config).chunk_size)
 
 
 # ----------------------------------------------------------------------------- backbone mixer

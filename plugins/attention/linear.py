@@ -17,30 +17,62 @@ product (as in fast-transformers). Training runs the chunkwise form of
 across chunks: memory O(T d), never O(T h_k h_v)); decoding carries S (B, H, h, h) and
 z (B, H, h) as an explicit state, returned as new tensors on every step.
 
-The mixer and its feature maps (torch) are in ``attnbench.plugins.attention.linear_model``, the
-options and the feature maps' widths in ``linear_options``; this module holds the analytic sizes
-and the registration.
+The mixer and its feature maps (torch) are in ``attnbench.plugins.attention.linear_model``; this
+module holds the options, the feature maps' widths, the analytic sizes and the registration.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import difflib
+from dataclasses import dataclass
+from typing import ClassVar
 
 from attnbench import ModelConfig, Variant, chunked_flops_per_token, hookimpl
-from attnbench.plugins.attention.linear_options import LinearOptions, feature_dim, options_of
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
-
-    from attnbench.plugins.attention.linear_model import LinearAttention
+MODEL = "attnbench.plugins.attention.linear_model"  # torch: imported when the first mixer is built
 
 
-def _build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:
-    # torch loads with the model, not the registration
-    from attnbench.plugins.attention.linear_model import LinearAttention
+@dataclass(frozen=True)
+class LinearOptions:
+    """chunk_size: positions per chunk of the parallel form (64 was fastest at T = 1k-16k
+    on CPU, h = 32; see benchmarks/bench_kernels.py). eps: added to the normaliser.
+    feature_map: phi, one of elu (elu + 1, default), relu, softmax, taylor, performer.
+    kernel: the parallel form's kernel: chunked (ours) or fla (flash-linear-attention's Triton
+    kernel, CUDA only; decoding stays on ours, so the gate checks one against the other)."""
 
-    return LinearAttention(config, layer_idx)
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "feature_map": ("elu", "relu", "softmax", "taylor", "performer"),
+        "kernel": ("chunked", "fla"),
+    }
+    chunk_size: int = 64
+    eps: float = 1e-6
+    feature_map: str = "elu"
+    kernel: str = "chunked"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive integer, got {self.chunk_size!r}")
+        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 < self.eps < 1:
+            raise ValueError(f"eps must be a number in (0, 1), got {self.eps!r}")
+        if self.feature_map not in FEATURE_MAPS:
+            close = difflib.get_close_matches(str(self.feature_map), FEATURE_MAPS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"feature_map must be one of {list(FEATURE_MAPS)}, got {self.feature_map!r}{hint}")
+        if self.kernel not in self.CHOICES["kernel"]:
+            raise ValueError(f"kernel must be one of {list(self.CHOICES['kernel'])}, got {self.kernel!r}")
+
+
+def options_of(config: ModelConfig) -> LinearOptions:
+    """The config's options, or the defaults when it carries none."""
+    return config.options if isinstance(config.options, LinearOptions) else LinearOptions()
+
+
+FEATURE_MAPS = LinearOptions.CHOICES["feature_map"]
+
+
+def feature_dim(name: str, h: int) -> int:
+    """Features per head of each map: h, except taylor 1 + h + h^2 and performer 2h."""
+    return {"taylor": 1 + h + h * h, "performer": 2 * h}.get(name, h)
 
 
 def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
@@ -62,19 +94,12 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     )
 
 
-def attention_maps(mixer: LinearAttention, x: torch.Tensor) -> torch.Tensor:
-    """Implied weights w_ij = phi(q_i).phi(k_j) / (sum_{j'<=i} phi(q_i).phi(k_j') + eps): (B, H, T, T)."""
-    from attnbench.plugins.attention import linear_model
-
-    return linear_model.attention_maps(mixer, x)
-
-
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
         Variant(
             name="linear",
-            build_mixer=_build_mixer,
+            build_mixer=f"{MODEL}:LinearAttention",
             description=(
                 "Causal linear attention, phi = elu + 1 or another feature map (Katharopoulos 2020), "
                 "chunkwise, recurrent decoding"
@@ -84,6 +109,6 @@ def attnbench_register_variants(register) -> None:
             state_size=state_size,
             flops_per_token=flops_per_token,
             version="1",
-            attention_maps=attention_maps,
+            attention_maps=f"{MODEL}:attention_maps",
         )
     )

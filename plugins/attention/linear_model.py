@@ -1,5 +1,5 @@
-"""The causal linear attention mixer and its feature maps (torch); the equations and registration
-are in ``attnbench.plugins.attention.linear``, the options in ``linear_options``."""
+"""The causal linear attention mixer and its feature maps (torch); the equations, options and
+registration are in ``attnbench.plugins.attention.linear``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from attnbench import (
     merge_heads,
     split_heads,
 )
-from attnbench.plugins.attention.linear_options import feature_dim, options_of
+from attnbench.plugins.attention.linear import feature_dim, options_of
 from attnbench.plugins.kernels.fla_linear import FLA_OP, fla_linear_attention, fla_unavailable
 
 

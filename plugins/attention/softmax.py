@@ -11,22 +11,9 @@ The mixer (torch) is in ``attnbench.plugins.attention.softmax_model``; this modu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from attnbench import ModelConfig, Variant, hookimpl
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
-
-    from attnbench.plugins.attention.softmax_model import SoftmaxAttention
-
-
-def _build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:
-    # torch loads with the model, not the registration
-    from attnbench.plugins.attention.softmax_model import SoftmaxAttention
-
-    return SoftmaxAttention(config, layer_idx)
+MODEL = "attnbench.plugins.attention.softmax_model"  # torch: imported when the first mixer is built
 
 
 def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
@@ -40,24 +27,17 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     return 8.0 * d * d + 2.0 * d * (T + 1)
 
 
-def attention_maps(mixer: SoftmaxAttention, x: torch.Tensor) -> torch.Tensor:
-    """P = softmax(Q K^T / sqrt(h) + M_causal), the weights SDPA applies: (B, H, T, T)."""
-    from attnbench.plugins.attention import softmax_model
-
-    return softmax_model.attention_maps(mixer, x)
-
-
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
         Variant(
             name="softmax",
-            build_mixer=_build_mixer,
+            build_mixer=f"{MODEL}:SoftmaxAttention",
             description="Causal softmax attention (GPT-2 baseline), fused SDPA, preallocated KV cache",
             decode="kv_cache",
             state_size=state_size,
             flops_per_token=flops_per_token,
             version="1",
-            attention_maps=attention_maps,
+            attention_maps=f"{MODEL}:attention_maps",
         )
     )

@@ -1,4 +1,5 @@
 """Recurrent and windowed mixers researchers compare against today: retention, GLA, DeltaNet,
-Gated DeltaNet, Mamba2 (SSD), sliding-window softmax and Based; one plugin module per
-mechanism (its registration, free of torch), its mixer in ``<name>_model`` and its options in
-``<name>_options`` (free of torch; both import it), with the shared chunked kernels beside them."""
+Gated DeltaNet, Mamba2 (SSD), sliding-window softmax and Based. Each is two modules: its
+registration (``<name>``, free of torch: the entry point, with its options) and its mixer in
+``<name>_model`` (torch), which the registration names by a "module:object" string, imported on
+first use; the chunked kernels two families share are beside them."""

@@ -12,22 +12,54 @@ y mixes the values by (A_lin + A_swa) / 2, rows summing to 1 (that is its attent
 Training: the chunked Taylor kernel (``taylor_kernel``: scores inside a chunk from q~.k~) and
 the blocked window kernel; decoding carries the Taylor state (S, z) and the last w - 1 keys
 and values. The mixer (``Based``), its decode state and attention maps are in ``based_model``;
-this module registers them without importing torch.
+this module holds its options and registers them without importing torch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import ClassVar
 
 from attnbench import ModelConfig, Variant, hookimpl
-from attnbench.plugins.recurrent.based_options import BasedOptions, n_features, options_of
+from attnbench.plugins.recurrent.checks import KERNELS, check_kernel, check_positive_int
 from attnbench.plugins.recurrent.flops import mean_keys
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
+MODEL = "attnbench.plugins.recurrent.based_model"  # torch: imported when the first mixer is built
 
-    from attnbench.plugins.recurrent.based_model import Based
+
+FLA_TAYLOR_OP = "fla.ops.based.parallel_based"
+
+
+@dataclass(frozen=True)
+class BasedOptions:
+    """feature_dim: f, the q~ and k~ size per head (the paper's 16; 1 + f + f^2 features).
+    window: positions the softmax part sees, itself included (the paper's small windows:
+    64 to 128). chunk_size: positions per chunk (block) of the training forms. eps: added
+    to the linear part's normaliser. kernel: chunked (ours) or fla (fla's parallel_based and
+    parallel_attn Triton kernels, CUDA only; decoding stays on ours)."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kernel": KERNELS}
+    feature_dim: int = 16
+    window: int = 64
+    chunk_size: int = 64
+    eps: float = 1e-6
+    kernel: str = "chunked"
+
+    def __post_init__(self) -> None:
+        for name in ("feature_dim", "window", "chunk_size"):
+            check_positive_int(name, getattr(self, name))
+        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 < self.eps < 1:
+            raise ValueError(f"eps must be a number in (0, 1), got {self.eps!r}")
+        check_kernel(self.kernel)
+
+
+def options_of(config: ModelConfig) -> BasedOptions:
+    """The config's options, or the defaults when it carries none."""
+    return config.options if isinstance(config.options, BasedOptions) else BasedOptions()
+
+
+def n_features(f: int) -> int:
+    return 1 + f + f * f  # the Taylor map's 0th, 1st and 2nd order terms
 
 
 def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
@@ -51,24 +83,12 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     return 4.0 * d * H * f + 8.0 * d * d + taylor + 4.0 * d * mean_keys(T, opts.window)
 
 
-def _build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:
-    from attnbench.plugins.recurrent.based_model import Based  # torch loads with the model, not the registration
-
-    return Based(config, layer_idx)
-
-
-def _attention_maps(mixer: Based, x: torch.Tensor) -> torch.Tensor:
-    from attnbench.plugins.recurrent.based_model import attention_maps
-
-    return attention_maps(mixer, x)
-
-
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
         Variant(
             name="based",
-            build_mixer=_build_mixer,
+            build_mixer=f"{MODEL}:Based",
             options=BasedOptions,
             decode="recurrent",
             description=(
@@ -78,6 +98,6 @@ def attnbench_register_variants(register) -> None:
             state_size=state_size,
             flops_per_token=flops_per_token,
             version="1",
-            attention_maps=_attention_maps,
+            attention_maps=f"{MODEL}:attention_maps",
         )
     )

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from attnbench import LinearState, ModelConfig, linear_init_state, mark_residual, merge_heads, split_heads
-from attnbench.plugins.recurrent.based_options import FLA_TAYLOR_OP, n_features, options_of
+from attnbench.plugins.recurrent.based import FLA_TAYLOR_OP, n_features, options_of
 from attnbench.plugins.recurrent.common import require_fla
 from attnbench.plugins.recurrent.taylor_kernel import taylor_attention, taylor_scores
 from attnbench.plugins.recurrent.window_kernel import (

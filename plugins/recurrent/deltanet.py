@@ -10,20 +10,40 @@ short convolution's last K - 1 inputs. ``gated_deltanet`` builds on this module.
 q and k are normalised exactly (x / ||x||, as ``F.normalize``, taken as x * rsqrt(||x||^2): a
 product's backward is cheaper than a quotient's), where fla divides by sqrt(||x||^2 + 1e-6):
 a relative difference of about 5e-7 / ||x||^2.
-The mixer (``DeltaNet``) and its decode state are in ``deltanet_model``; this module registers
-them without importing torch.
+The mixer (``DeltaNet``) and its decode state are in ``deltanet_model``; this module holds its
+options and registers them without importing torch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from attnbench import ModelConfig, Variant, hookimpl
-from attnbench.plugins.recurrent.deltanet_options import DeltaOptions, options_of
+from attnbench.plugins.recurrent.checks import check_kernel, check_positive_int
 from attnbench.plugins.recurrent.flops import delta_flops_per_token
 
-if TYPE_CHECKING:
-    from torch import nn
+MODEL = "attnbench.plugins.recurrent.deltanet_model"  # torch: imported when the first mixer is built
+
+
+@dataclass(frozen=True)
+class DeltaOptions:
+    """chunk_size: positions per chunk of the WY form. conv_size: width of the short causal
+    convolution on q, k, v (0: none, SiLU only). kernel: chunked (ours) or fla (CUDA only;
+    decoding stays on ours)."""
+
+    chunk_size: int = 64
+    conv_size: int = 4
+    kernel: str = "chunked"
+
+    def __post_init__(self) -> None:
+        check_positive_int("chunk_size", self.chunk_size)
+        check_positive_int("conv_size", self.conv_size, minimum=0)
+        check_kernel(self.kernel)
+
+
+def options_of(config: ModelConfig) -> DeltaOptions:
+    """The config's options, or the defaults when it carries none."""
+    return config.options if isinstance(config.options, DeltaOptions) else DeltaOptions()
 
 
 def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
@@ -43,18 +63,12 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     )
 
 
-def _build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:
-    from attnbench.plugins.recurrent.deltanet_model import DeltaNet  # torch loads with the model, not the registration
-
-    return DeltaNet(config, layer_idx)
-
-
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
         Variant(
             name="deltanet",
-            build_mixer=_build_mixer,
+            build_mixer=f"{MODEL}:DeltaNet",
             options=DeltaOptions,
             decode="recurrent",
             description=(

@@ -19,7 +19,7 @@ from attnbench.plugins.recurrent.common import (
     state_dtype,
 )
 from attnbench.plugins.recurrent.delta_kernel import delta_rule
-from attnbench.plugins.recurrent.deltanet_options import options_of
+from attnbench.plugins.recurrent.deltanet import options_of
 from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_delta_rule
 
 

@@ -13,14 +13,11 @@ importing torch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from attnbench import ModelConfig, Variant, hookimpl
 from attnbench.plugins.recurrent import deltanet
-from attnbench.plugins.recurrent.deltanet_options import DeltaOptions
+from attnbench.plugins.recurrent.deltanet import DeltaOptions
 
-if TYPE_CHECKING:
-    from torch import nn
+MODEL = "attnbench.plugins.recurrent.gated_deltanet_model"  # torch: imported when the first mixer is built
 
 
 def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
@@ -30,19 +27,12 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     )
 
 
-def _build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:
-    # torch loads with the model, not the registration
-    from attnbench.plugins.recurrent.gated_deltanet_model import GatedDeltaNet
-
-    return GatedDeltaNet(config, layer_idx)
-
-
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
         Variant(
             name="gated_deltanet",
-            build_mixer=_build_mixer,
+            build_mixer=f"{MODEL}:GatedDeltaNet",
             options=DeltaOptions,
             decode="recurrent",
             description=(

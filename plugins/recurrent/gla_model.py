@@ -10,8 +10,8 @@ from torch import nn
 from attnbench import ModelConfig, mark_residual, merge_heads
 from attnbench.plugins.recurrent.common import HeadRMSNorm, full_precision_linear, require_fla
 from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_gla
+from attnbench.plugins.recurrent.gla import key_width, options_of
 from attnbench.plugins.recurrent.gla_kernel import GLA_SPAN, gated_linear_attention, gla_init_state, pair_decay
-from attnbench.plugins.recurrent.gla_options import key_width, options_of
 
 
 def _split(t: torch.Tensor, n_head: int) -> torch.Tensor:

@@ -14,7 +14,7 @@ from attnbench import ModelConfig, mark_residual
 from attnbench.plugins.kernels.short_conv import causal_depthwise_conv
 from attnbench.plugins.recurrent.common import require_fla
 from attnbench.plugins.recurrent.decays import segment_sums
-from attnbench.plugins.recurrent.mamba2_options import FLA_SSD_OP, dims, options_of
+from attnbench.plugins.recurrent.mamba2 import FLA_SSD_OP, dims, options_of
 from attnbench.plugins.recurrent.ssd_kernel import ssd_init_state, ssd_scan
 
 

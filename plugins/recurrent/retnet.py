@@ -8,22 +8,36 @@ q and k is left out (the shared backbone gives learned positions), and its Group
 RMS norm per head. Training runs the chunked kernel (``gla_kernel``), decoding carries S.
 Values are d wide (h per head), where the paper and fla widen them to 2d (``expand_v=2``).
 The mixer (``Retention``), its decays (``log_decay``) and attention maps are in ``retnet_model``;
-this module registers them without importing torch.
+this module holds its options and registers them without importing torch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from attnbench import ModelConfig, Variant, hookimpl
+from attnbench.plugins.recurrent.checks import check_kernel, check_positive_int
 from attnbench.plugins.recurrent.flops import gla_flops_per_token
-from attnbench.plugins.recurrent.retnet_options import RetNetOptions, options_of
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
+MODEL = "attnbench.plugins.recurrent.retnet_model"  # torch: imported when the first mixer is built
 
-    from attnbench.plugins.recurrent.retnet_model import Retention
+
+@dataclass(frozen=True)
+class RetNetOptions:
+    """chunk_size: positions per chunk of the training form. kernel: chunked (ours) or fla
+    (flash-linear-attention's Triton kernel, CUDA only; decoding stays on ours)."""
+
+    chunk_size: int = 64
+    kernel: str = "chunked"
+
+    def __post_init__(self) -> None:
+        check_positive_int("chunk_size", self.chunk_size)
+        check_kernel(self.kernel)
+
+
+def options_of(config: ModelConfig) -> RetNetOptions:
+    """The config's options, or the defaults when it carries none."""
+    return config.options if isinstance(config.options, RetNetOptions) else RetNetOptions()
 
 
 def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
@@ -36,24 +50,12 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     return 10.0 * config.d_model**2 + gla_flops_per_token(config.n_head, h, h, options_of(config).chunk_size, T, False)
 
 
-def _build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:
-    from attnbench.plugins.recurrent.retnet_model import Retention  # torch loads with the model, not the registration
-
-    return Retention(config, layer_idx)
-
-
-def _attention_maps(mixer: Retention, x: torch.Tensor) -> torch.Tensor:
-    from attnbench.plugins.recurrent.retnet_model import attention_maps
-
-    return attention_maps(mixer, x)
-
-
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
         Variant(
             name="retnet",
-            build_mixer=_build_mixer,
+            build_mixer=f"{MODEL}:Retention",
             options=RetNetOptions,
             decode="recurrent",
             description=(
@@ -62,6 +64,6 @@ def attnbench_register_variants(register) -> None:
             state_size=state_size,
             flops_per_token=flops_per_token,
             version="1",
-            attention_maps=_attention_maps,
+            attention_maps=f"{MODEL}:attention_maps",
         )
     )

@@ -13,7 +13,7 @@ from attnbench import ModelConfig, mark_residual, merge_heads, split_heads
 from attnbench.plugins.recurrent.common import HeadRMSNorm, compute_dtype, require_fla
 from attnbench.plugins.recurrent.fla_ops import FLA_OPS, fla_retention
 from attnbench.plugins.recurrent.gla_kernel import gated_linear_attention, gla_init_state
-from attnbench.plugins.recurrent.retnet_options import options_of
+from attnbench.plugins.recurrent.retnet import options_of
 
 
 def log_decay(n_head: int, device=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -6,22 +6,41 @@ window layers):
 Training runs the blocked kernel (``window_kernel``: O(T (c + w)) time and memory); decoding
 carries the last w - 1 keys and values, so the state stops growing at the window.
 The mixer (``SlidingWindowAttention``) and its attention maps are in ``swa_model``; this module
-registers them without importing torch.
+holds its options and registers them without importing torch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import ClassVar
 
 from attnbench import ModelConfig, Variant, hookimpl
+from attnbench.plugins.recurrent.checks import KERNELS, check_kernel, check_positive_int
 from attnbench.plugins.recurrent.flops import mean_keys
-from attnbench.plugins.recurrent.swa_options import SWAOptions, options_of
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
+MODEL = "attnbench.plugins.recurrent.swa_model"  # torch: imported when the first mixer is built
 
-    from attnbench.plugins.recurrent.swa_model import SlidingWindowAttention
+
+@dataclass(frozen=True)
+class SWAOptions:
+    """window: positions each query sees, itself included. chunk_size: queries per block of
+    the training form. kernel: chunked (ours) or fla (fla's Triton kernel, CUDA only;
+    decoding stays on ours, so the gate checks one against the other)."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"kernel": KERNELS}
+    window: int = 64
+    chunk_size: int = 64
+    kernel: str = "chunked"
+
+    def __post_init__(self) -> None:
+        check_positive_int("window", self.window)
+        check_positive_int("chunk_size", self.chunk_size)
+        check_kernel(self.kernel)
+
+
+def options_of(config: ModelConfig) -> SWAOptions:
+    """The config's options, or the defaults when it carries none."""
+    return config.options if isinstance(config.options, SWAOptions) else SWAOptions()
 
 
 def state_size(config: ModelConfig, layer_idx: int, T: int) -> int:
@@ -35,31 +54,18 @@ def flops_per_token(config: ModelConfig, layer_idx: int, T: int) -> float:
     return 8.0 * d * d + 4.0 * d * mean_keys(T, options_of(config).window)
 
 
-def _build_mixer(config: ModelConfig, layer_idx: int) -> nn.Module:
-    # torch loads with the model, not the registration
-    from attnbench.plugins.recurrent.swa_model import SlidingWindowAttention
-
-    return SlidingWindowAttention(config, layer_idx)
-
-
-def _attention_maps(mixer: SlidingWindowAttention, x: torch.Tensor) -> torch.Tensor:
-    from attnbench.plugins.recurrent.swa_model import attention_maps
-
-    return attention_maps(mixer, x)
-
-
 @hookimpl
 def attnbench_register_variants(register) -> None:
     register(
         Variant(
             name="swa",
-            build_mixer=_build_mixer,
+            build_mixer=f"{MODEL}:SlidingWindowAttention",
             options=SWAOptions,
             decode="window",
             description="Sliding-window softmax attention (window w, itself included), blocked, O(w) decode cache",
             state_size=state_size,
             flops_per_token=flops_per_token,
             version="1",
-            attention_maps=_attention_maps,
+            attention_maps=f"{MODEL}:attention_maps",
         )
     )

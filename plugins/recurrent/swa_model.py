@@ -8,7 +8,7 @@ from torch import nn
 
 from attnbench import ModelConfig, mark_residual, merge_heads, split_heads
 from attnbench.plugins.recurrent.common import require_fla
-from attnbench.plugins.recurrent.swa_options import options_of
+from attnbench.plugins.recurrent.swa import options_of
 from attnbench.plugins.recurrent.window_kernel import (
     FLA_WINDOW_OP,
     SDPA_BLOCKED_OP,

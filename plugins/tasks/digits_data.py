@@ -1,5 +1,5 @@
 """The occluded-digit task's data and evaluation (registered by ``attnbench.plugins.tasks.digits``,
-which imports this module on first use; the options and the layout are in ``digits_options``):
+which names this module and holds the options and the layout; imported on first use):
 the images from scikit-learn, the seeded split, the generator, the model's completion of the
 hidden rows and the reference classifier that scores it.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from attnbench import AttnbenchError, LanguageModel, TaskBatch, TaskEval
-from attnbench.plugins.tasks.digits_options import BOS, LEVELS, PIXELS, SIDE, DigitsOptions, check_int
+from attnbench.plugins.tasks.digits import BOS, LEVELS, PIXELS, SIDE, DigitsOptions, check_int
 
 
 @functools.lru_cache(maxsize=1)

@@ -6,8 +6,8 @@ torch ops from a local ``torch.Generator(seed)``; ``targets[i, t]`` is the token
 from ``inputs[i, :t+1]`` at answer positions and ``IGNORE`` everywhere else. T (``seq_len``)
 is always the model's input length. MAD's sixth task, selective copying, is the existing
 ``selective_copy`` task (plugins/tasks/synthetic.py). The generators live in
-``attnbench.plugins.tasks.mad_data``, the options in ``mad_options``; this module registers the
-tasks without importing torch.
+``attnbench.plugins.tasks.mad_data``; this module holds the options and registers the tasks
+without importing torch.
 
 * ``mad_recall`` (in-context recall): ``k v k v ...`` pairs; keys from the lower half of
   the vocabulary, each bound to one value (upper half) for the whole sequence; keys
@@ -33,23 +33,131 @@ tasks without importing torch.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnbench import Task, hookimpl
-from attnbench.plugins.tasks.mad_options import (
-    CompressionOptions,
-    FuzzyRecallOptions,
-    MemorizationOptions,
-    NoisyRecallOptions,
-    RecallOptions,
-)
+from attnbench.plugins.tasks.checks import check_int, check_prob
 
 if TYPE_CHECKING:
-    from attnbench import TaskBatch
+    pass
+
+
+def _check_even(name: str, value: int) -> None:
+    if value % 2:
+        raise ValueError(f"{name} must be even (pairs of tokens), got {value}")
+
+
+# In-context recall (and its noisy form) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecallOptions:
+    """vocab_size: V (keys [0, Vk), values [Vk, 2Vk) with Vk = (V - noise_vocab_size)//2,
+    noise tokens the top noise_vocab_size); seq_len: T (even: T/2 pairs)."""
+
+    vocab_size: int = 16
+    seq_len: int = 128
+    noise_vocab_size: int = 0
+    frac_noise: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_int("seq_len", self.seq_len, 4)
+        _check_even("seq_len", self.seq_len)
+        check_int("noise_vocab_size", self.noise_vocab_size, 0)
+        check_int("vocab_size", self.vocab_size, 4)
+        if self.vocab_size - self.noise_vocab_size < 4:  # 2 keys and 2 values at least, beside the noise
+            raise ValueError(
+                f"noise_vocab_size {self.noise_vocab_size} leaves {self.vocab_size - self.noise_vocab_size} of "
+                f"vocab_size {self.vocab_size} tokens for keys and values, and recall needs at least 4; "
+                f"use noise_vocab_size <= {self.vocab_size - 4} or vocab_size >= {self.noise_vocab_size + 4}"
+            )
+        check_prob("frac_noise", self.frac_noise)
+        if self.frac_noise >= 1:
+            raise ValueError(f"frac_noise must be < 1 (some pairs must be real), got {self.frac_noise}")
+        if self.frac_noise > 0 and self.noise_vocab_size == 0:
+            raise ValueError("frac_noise > 0 needs noise_vocab_size >= 1 (noise tokens to draw from)")
+
+
+@dataclass(frozen=True)
+class NoisyRecallOptions(RecallOptions):
+    """MAD's noisy recall baseline: 16 of V=32 tokens are noise, 20% of pairs are noise."""
+
+    vocab_size: int = 32
+    noise_vocab_size: int = 16
+    frac_noise: float = 0.2
+
+
+# Fuzzy in-context recall ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FuzzyRecallOptions:
+    """vocab_size: V (pad V-1; keys [0, Vk), values [Vk, 2Vk), Vk = (V-1)//2); seq_len: T;
+    key_len / value_len: the longest key / value motif (lengths uniform in 1..max per pair)."""
+
+    vocab_size: int = 16
+    seq_len: int = 128
+    key_len: int = 3
+    value_len: int = 3
+
+    def __post_init__(self) -> None:
+        check_int("vocab_size", self.vocab_size, 5)
+        check_int("key_len", self.key_len, 1)
+        check_int("value_len", self.value_len, 1)
+        check_int("seq_len", self.seq_len, 4)
+        if ((self.vocab_size - 1) // 2) ** self.key_len * self.key_len >= 2**62:
+            raise ValueError(
+                f"key_len={self.key_len} with vocab_size={self.vocab_size} gives more key motifs than int64 "
+                "codes can tell apart; lower key_len"
+            )
+        if self.seq_len < 3 * (self.key_len + self.value_len):
+            raise ValueError(
+                f"seq_len={self.seq_len} must be >= 3*(key_len+value_len) = {3 * (self.key_len + self.value_len)} "
+                "(room for pairs and the final query); raise seq_len or shorten the motifs"
+            )
+
+
+# Compression ----------------------------------------------------------------------------------
+
+BLANK, COMPRESS = 0, 1  # compression special tokens; data tokens are [2, V)
+
+
+@dataclass(frozen=True)
+class CompressionOptions:
+    """vocab_size: V (data tokens [2, V)); seq_len: T (even): T/2 tokens are compressed."""
+
+    vocab_size: int = 16
+    seq_len: int = 64
+
+    def __post_init__(self) -> None:
+        check_int("vocab_size", self.vocab_size, 4)
+        check_int("seq_len", self.seq_len, 4)
+        _check_even("seq_len", self.seq_len)
+
+
+# Memorization ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemorizationOptions:
+    """vocab_size: V (insert token V-1; keys [0, Vk), values [Vk, 2Vk), Vk = (V-1)//2);
+    seq_len: T (even: T/2 key-insert pairs); map_seed: seed of the fixed key->value map."""
+
+    vocab_size: int = 256
+    seq_len: int = 32
+    map_seed: int = 12345
+
+    def __post_init__(self) -> None:
+        check_int("vocab_size", self.vocab_size, 5)
+        check_int("seq_len", self.seq_len, 2)
+        _check_even("seq_len", self.seq_len)
+        check_int("map_seed", self.map_seed, 0)
 
 
 # Registration ---------------------------------------------------------------------------------
+
+DATA = "attnbench.plugins.tasks.mad_data"  # torch: imported when the first batch is made
 
 
 def _coords(*names: str):
@@ -63,7 +171,7 @@ def _coords(*names: str):
 def _task(
     name: str,
     options: type,
-    generate: Any,
+    generate: str,
     coords: tuple[str, ...],
     description: str,
     guess: tuple[Any, str] | None,
@@ -84,30 +192,6 @@ def _task(
         guess_rule="" if guess is None else guess[1],
         null_predictors=nulls,
     )
-
-
-def _generate_recall(options: Any, n: int, seed: int) -> TaskBatch:
-    from attnbench.plugins.tasks.mad_data import generate_recall  # torch loads with the data, not the registration
-
-    return generate_recall(options, n, seed)
-
-
-def _generate_fuzzy_recall(options: Any, n: int, seed: int) -> TaskBatch:
-    from attnbench.plugins.tasks.mad_data import generate_fuzzy_recall
-
-    return generate_fuzzy_recall(options, n, seed)
-
-
-def _generate_compression(options: Any, n: int, seed: int) -> TaskBatch:
-    from attnbench.plugins.tasks.mad_data import generate_compression
-
-    return generate_compression(options, n, seed)
-
-
-def _generate_memorization(options: Any, n: int, seed: int) -> TaskBatch:
-    from attnbench.plugins.tasks.mad_data import generate_memorization
-
-    return generate_memorization(options, n, seed)
 
 
 # Uniform guesses, each one candidate of the null level: the measured binding-free predictors
@@ -132,7 +216,7 @@ def attnbench_register_tasks(register) -> None:
         _task(
             "mad_recall",
             RecallOptions,
-            _generate_recall,
+            f"{DATA}:generate_recall",
             base,
             "MAD in-context recall (every repeat queried)",
             _RECALL_GUESS,
@@ -142,7 +226,7 @@ def attnbench_register_tasks(register) -> None:
         _task(
             "mad_noisy_recall",
             NoisyRecallOptions,
-            _generate_recall,
+            f"{DATA}:generate_recall",
             (*base, "noise_vocab_size", "frac_noise"),
             "MAD noisy recall: in-context recall with pairs of noise tokens",
             _RECALL_GUESS,
@@ -152,7 +236,7 @@ def attnbench_register_tasks(register) -> None:
         _task(
             "mad_fuzzy_recall",
             FuzzyRecallOptions,
-            _generate_fuzzy_recall,
+            f"{DATA}:generate_fuzzy_recall",
             (*base, "key_len", "value_len"),
             "MAD fuzzy recall: keys and values of 1..key_len / 1..value_len tokens",
             None,  # motifs of varying length: no declared guess, the predictors alone
@@ -162,7 +246,7 @@ def attnbench_register_tasks(register) -> None:
         _task(
             "mad_compression",
             CompressionOptions,
-            _generate_compression,
+            f"{DATA}:generate_compression",
             base,
             "MAD compression (LM framing): reproduce T/2 tokens after a compression token",
             _COMPRESSION_GUESS,
@@ -173,7 +257,7 @@ def attnbench_register_tasks(register) -> None:
         _task(
             "mad_memorization",
             MemorizationOptions,
-            _generate_memorization,
+            f"{DATA}:generate_memorization",
             base,
             "MAD memorization: a fixed key->value map recalled without context",
             _MEMORIZATION_GUESS,

@@ -1,6 +1,5 @@
 """MAD's task generators (registered by ``attnbench.plugins.tasks.mad``, which imports this module
-on first use; the options and their validation are in ``mad_options``, the layouts in words
-in ``mad``).
+on first use; the options, their validation and the layouts in words are in ``mad``).
 
 Every generator is vectorised torch from a local ``torch.Generator(seed)``, so
 ``generate(options, n, seed)`` is exactly reproducible.
@@ -14,10 +13,10 @@ import torch
 
 from attnbench import IGNORE, TaskBatch
 from attnbench.plugins.tasks.checks import check_int
-from attnbench.plugins.tasks.mad_options import BLANK, COMPRESS
+from attnbench.plugins.tasks.mad import BLANK, COMPRESS
 
 if TYPE_CHECKING:
-    from attnbench.plugins.tasks.mad_options import (
+    from attnbench.plugins.tasks.mad import (
         CompressionOptions,
         FuzzyRecallOptions,
         MemorizationOptions,

@@ -1,5 +1,5 @@
 """The needle tasks' generator (registered by ``attnbench.plugins.tasks.needle``, which imports
-this module on first use; the options are in ``needle_options``): the example texts of
+this module on first use and holds the options): the example texts of
 ``attnbench.data.needle`` as byte tensors.
 """
 
@@ -13,7 +13,7 @@ import torch
 from attnbench import IGNORE, TaskBatch, needle_example
 
 if TYPE_CHECKING:
-    from attnbench.plugins.tasks.needle_options import NeedleOptions
+    from attnbench.plugins.tasks.needle import NeedleOptions
 
 
 def generate(options: NeedleOptions, n: int, seed: int) -> TaskBatch:

@@ -1,6 +1,5 @@
 """The synthetic recall tasks' generators (registered by ``attnbench.plugins.tasks.synthetic``,
-which imports this module on first use; the options, their layouts and validation are in
-``synthetic_options``).
+which imports this module on first use and holds the options, their layouts and validation).
 
 Every generator is vectorised torch on the CPU with a local ``torch.Generator(seed)`` (never
 the global RNG), so ``generate(options, n, seed)`` is exactly reproducible. The sampling
@@ -16,10 +15,10 @@ import torch
 
 from attnbench import IGNORE, TaskBatch
 from attnbench.plugins.tasks.checks import check_int
-from attnbench.plugins.tasks.synthetic_options import BLANK, SEPARATOR
+from attnbench.plugins.tasks.synthetic import BLANK, SEPARATOR
 
 if TYPE_CHECKING:
-    from attnbench.plugins.tasks.synthetic_options import (
+    from attnbench.plugins.tasks.synthetic import (
         InductionOptions,
         MQAROptions,
         NoisyRecallOptions,

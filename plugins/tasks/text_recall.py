@@ -10,31 +10,30 @@ scored by the multiple-choice lm-eval task `attnbench_recall` on the same format
 documents come from a seed stream that training never uses). Only the answers (the value
 byte after each queried key) are scored, so accuracy is recall accuracy; every row is
 tagged with ``n_pairs`` and ``n_queries``. The generator and the declared guess's accuracy live in
-``attnbench.plugins.tasks.text_recall_data``, the options in ``text_recall_options``; this module
-registers the task without torch.
+``attnbench.plugins.tasks.text_recall_data``; this module holds the options and registers the task
+without torch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from attnbench import Task, hookimpl, recall_line
-from attnbench.plugins.tasks.text_recall_options import BYTE_VOCAB, TextRecallOptions
+from attnbench import RecallOptions, Task, hookimpl, recall_line
 
 if TYPE_CHECKING:
-    from attnbench import TaskBatch
+    pass
 
 
-def _generate(options: Any, n: int, seed: int) -> TaskBatch:
-    from attnbench.plugins.tasks.text_recall_data import generate  # torch loads with the data, not the registration
+DATA = "attnbench.plugins.tasks.text_recall_data"  # torch: imported when the first batch is made
 
-    return generate(options, n, seed)
+BYTE_VOCAB = 256
 
 
-def _guess_accuracy(options: Any, batch: TaskBatch) -> float:
-    from attnbench.plugins.tasks.text_recall_data import guess_accuracy
-
-    return guess_accuracy(options, batch)
+@dataclass(frozen=True)
+class TextRecallOptions(RecallOptions):
+    """n_pairs: key-value pairs before the separator (1..26); n_queries: keys queried after
+    it (1..n_pairs). The line length, and so seq_len, follows from both."""
 
 
 def seq_len(options: TextRecallOptions) -> int:
@@ -51,12 +50,12 @@ def attnbench_register_tasks(register) -> None:
         Task(
             name="text_recall",
             options=TextRecallOptions,
-            generate=_generate,
+            generate=f"{DATA}:generate",
             vocab_size=lambda options: BYTE_VOCAB,
             seq_len=seq_len,
             version="1",
             tokens="bytes",
-            guess_accuracy=_guess_accuracy,
+            guess_accuracy=f"{DATA}:guess_accuracy",
             guess_rule="uniform over the distinct values present in the line's pairs",
             # All binding-free predictors: queries are a random sample of the keys, so none binds a
             # query to its pair; the most frequent digit seen so far (answer_frequency) and "the

@@ -1,6 +1,6 @@
 """The text_recall task's generator and its declared guess's accuracy, one candidate of its null
-level (registered by ``attnbench.plugins.tasks.text_recall``, which imports this module on first use;
-the options are in ``text_recall_options``).
+level (registered by ``attnbench.plugins.tasks.text_recall``, which imports this module on first use
+and holds the options).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from attnbench import TaskBatch, recall_training_tensors
-from attnbench.plugins.tasks.text_recall_options import BYTE_VOCAB
+from attnbench.plugins.tasks.text_recall import BYTE_VOCAB
 
 if TYPE_CHECKING:
-    from attnbench.plugins.tasks.text_recall_options import TextRecallOptions
+    from attnbench.plugins.tasks.text_recall import TextRecallOptions
 
 
 def generate(options: TextRecallOptions, n: int, seed: int) -> TaskBatch:
