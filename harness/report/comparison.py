@@ -40,7 +40,7 @@ from attnbench.report.ratios import (
     speedup_at_longest,
 )
 from attnbench.report.replication import replication
-from attnbench.report.selection import Selection, select
+from attnbench.report.selection import Selection, choice_text, select
 from attnbench.report.values import (
     MISSING,
     bytes_text,
@@ -283,7 +283,7 @@ def summary_table(data: StoreData) -> Table | None:
     train = data.runs_of("train")
     speed = {mode: (speed_rounds(data, mode), speed_noisy(data, mode)) for mode in ("train_step", "decode")}
     noisy = noisy_counts(data)
-    raws, views, baselines, margins = [], [], {}, set()
+    raws, views, baselines, margins, chosen = [], [], {}, set(), set()
     for exp in dict.fromkeys(train["experiment"]):
         runs = train[train["experiment"] == exp]
         if not any(is_number(s.get("test_loss")) for s in runs["summary"]):
@@ -296,6 +296,7 @@ def summary_table(data: StoreData) -> Table | None:
             if protocol.get("margin")
             else f"{exp}: no margin stated (no equivalence decision)"
         )
+        chosen.add(f"{exp}: {choice_text(runs, protocol)}")
         sels = select(runs)
         bases = _baseline_rows(sels, names)
         rank = {id(b): i for i, name in enumerate(names) for b in bases[name].values()}
@@ -309,9 +310,7 @@ def summary_table(data: StoreData) -> Table | None:
     if not raws:
         return None
     note = (
-        f"Each variant at its own chosen grid point, chosen on validation data (a tuned experiment: by its tuning "
-        f"criterion, loss or accuracy beyond the null, near-ties to the rate whose seeds agree: see Tuning; "
-        f"otherwise the lowest mean validation loss over its seeds); the "
+        f"Each variant at its own chosen grid point, chosen on validation data ({'; '.join(sorted(chosen))}); the "
         f"numbers are on the test split, which took no part in that choice. Δ = variant - baseline "
         f"({' / '.join(baselines)}), one column per baseline, on the same seed (same batches in the same "
         f"order); decision: {method_text(data, TEST_TEXT)}; margins: {'; '.join(sorted(margins))}. Null level: "

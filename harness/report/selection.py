@@ -102,6 +102,16 @@ def _loss(summary: dict[str, Any]) -> float | None:
 UNREPORTED_STAGES = ("tune", "replicate")
 
 
+def choice_text(runs: pd.DataFrame, protocol: dict[str, Any]) -> str:
+    """How an experiment's reported point was chosen on validation data, as its captions say it: by
+    the criterion its tuning ran with (where tuning rungs are stored), else the lowest mean loss."""
+    if not any(c.get("stage") == "tune" for c in runs["coords"]):
+        return "the lowest mean validation loss over its seeds"
+    accuracy = (protocol.get("tuning") or {}).get("criterion") == "accuracy"
+    on = "validation accuracy beyond the null" if accuracy else "validation loss"
+    return f"tuning on {on}, near-ties to the rate whose seeds agree (see Tuning)"
+
+
 def reported_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs a comparison reads: every run but the tuning rungs of successive halving
     (short budgets on few seeds; the survivor's runs at the full budget stand for it) and the

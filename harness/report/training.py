@@ -15,7 +15,8 @@ from attnbench.report.document import Figure, Section, Table
 from attnbench.report.floors import floor_note
 from attnbench.report.gate import gate_text
 from attnbench.report.load import StoreData
-from attnbench.report.selection import Selection, select
+from attnbench.report.paired import protocol_of
+from attnbench.report.selection import Selection, choice_text, select
 from attnbench.report.task_scores import task_rows, task_section
 from attnbench.report.values import (
     MISSING,
@@ -266,6 +267,7 @@ def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
     sections = []
     for exp in dict.fromkeys(runs["experiment"]):
         sels = select(runs[runs["experiment"] == exp])
+        chosen = choice_text(runs[runs["experiment"] == exp], protocol_of(sels[0]))
         rows_palette = figures.row_palette(palette, {s.label: s.variant for s in sels})
         row_labels = {s.label: labels.get(s.variant, s.variant).replace(s.variant, s.label, 1) for s in sels}
         pairs = [_row(data, s) for s in sels]
@@ -284,7 +286,7 @@ def train_sections(data: StoreData, palette: figures.Palette) -> list[Section]:
         )
         section = Section(
             f"Training: {exp}",
-            intro=INTRO,
+            intro=f"{INTRO} Here the point is chosen by {chosen}.",
             tables=[main, cost],
         )
         note = next((n for s in sels if (n := floor_note(s, "val")) is not None), None)
