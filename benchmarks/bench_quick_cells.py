@@ -8,7 +8,7 @@
 one-chunk and dense paths, timed beside them.
 
 The models, batch shapes and optimizer are the suite's own cells (``plan.cells.expand``, the
-first seed's cell per experiment and variant; ``experiments.train.setup``), and a step is what
+first seed's cell per experiment and variant; ``experiments.train.loop``), and a step is what
 a cell's loop times: forward, backward of the loss (the auxiliary losses included), gradient
 clipping, AdamW step, gradients cleared, on random tokens of the cell's (batch, seq_len).
 Per table (one experiment at one torch thread count, the cells' worker setting): every
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from attnbench.experiments.train.setup import build_model, make_optimizer
+from attnbench.experiments.train.loop import build_model, make_optimizer
 from attnbench.plan.base import TrainSpec
 from attnbench.plan.cells import expand
 from attnbench.plan.suite import load_suite

@@ -21,7 +21,7 @@ import torch
 from attnbench.data.corpus import sample_batch
 from attnbench.data.loading import load_corpus
 from attnbench.experiments.registry import expand_suite
-from attnbench.experiments.train.setup import build_model, make_optimizer
+from attnbench.experiments.train.loop import build_model, make_optimizer
 from attnbench.plan.suite import load_suite
 from attnbench.registry.loader import load_registry
 from attnbench.run.runner import run_suite

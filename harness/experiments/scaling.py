@@ -32,8 +32,7 @@ from attnbench.contract.variant import Variant
 from attnbench.data.loading import load_corpus
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext
 from attnbench.experiments.derived import save_derived
-from attnbench.experiments.train.loop import train_cell
-from attnbench.experiments.train.setup import build_model
+from attnbench.experiments.train.loop import build_model, train_cell
 from attnbench.nn.flops import model_facts
 from attnbench.plan.cells import Cell
 from attnbench.plan.scaling_spec import ScalingSpec

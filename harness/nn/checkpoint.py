@@ -1,6 +1,6 @@
 """Rebuilding trained models from the checkpoints `train` cells keep.
 
-A final checkpoint (written by ``attnbench.experiments.train.loop.save_checkpoint``) is a dict::
+A final checkpoint (written by ``attnbench.experiments.train.state.save_final``) is a dict::
 
     {"model": state_dict, "config": ModelConfig.to_dict() (options as a dict),
      "variant": name, "model_kind": "backbone" | "own", "cell_key": key, "step": int,

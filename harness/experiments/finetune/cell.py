@@ -22,9 +22,9 @@ from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContex
 from attnbench.experiments.finetune.adapters import add_lora, capped_ranks, target_names, trainable_params
 from attnbench.experiments.finetune.link import peft_version
 from attnbench.experiments.finetune.vocab import unseen_answer_tokens
-from attnbench.experiments.train.evaluate import evaluate, headline
-from attnbench.experiments.train.setup import lr_at, make_optimizer, planned_steps
+from attnbench.experiments.train.loop import evaluate, lr_at, make_optimizer, planned_steps
 from attnbench.experiments.train.state import save_final
+from attnbench.experiments.train.summary import headline
 from attnbench.nn.backbone import Backbone
 from attnbench.nn.checkpoint import load_checkpoint, run_checkpoint
 from attnbench.nn.model import LanguageModel

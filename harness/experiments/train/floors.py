@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from attnbench.data.floors import ORDERS, SMOOTHING, guess_method, task_floors, text_floors
-from attnbench.experiments.train.evaluate import headline
+from attnbench.experiments.train.summary import headline
 from attnbench.plan.base import TrainSpec
 from attnbench.plan.cells import Cell
 from attnbench.store.database import Result

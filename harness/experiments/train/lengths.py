@@ -139,3 +139,13 @@ def evaluate_lengths(
         summary[str(length)] = status if status == "ok" else f"{status}: {reason}"
     model.train(was_training)
     return rows, summary
+
+
+def with_length_rows(
+    model: LanguageModel, data: Any, cell: Cell, device: torch.device, rows: list[Result], summary: dict
+) -> list[Result]:
+    """The rows with those of ``train.eval_lengths`` added (after training), the lengths' status in the summary."""
+    if not getattr(cell.spec, "eval_lengths", None):
+        return rows
+    length_rows, summary["eval_lengths"] = evaluate_lengths(model, data, cell, device)
+    return [*rows, *length_rows]

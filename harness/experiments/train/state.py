@@ -130,3 +130,17 @@ def save_final(checkpoint_dir: Path, cell: Cell, model: LanguageModel, step: int
     except DiskFullError as exc:  # training finished: what is lost is the checkpoint
         raise DiskFullError(exc.where, "its final checkpoint was not kept") from exc
     return path
+
+
+def finish(
+    cell: Cell, model: Any, data: Any, step: int, checkpoint_dir: Path | None, path: Path | None, done: bool
+) -> Path | None:
+    """Rank 0, after training: the final checkpoint of a finished cell (when the cell keeps one),
+    returned; the resume file removed."""
+    try:
+        if checkpoint_dir is not None and cell.spec_as(TrainSpec).checkpoint and done:
+            return save_final(checkpoint_dir, cell, model, step, getattr(data, "tokenizer_json", None))
+        return None
+    finally:  # also when saving failed: the cell is stored as trained, so nothing resumes from it
+        if path is not None:
+            path.unlink(missing_ok=True)  # another driver that ran this cell may have removed it first
