@@ -4,6 +4,8 @@ evaluates or times it at T >= 512; the lengths are part of the verdict's cache k
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import io
 from types import SimpleNamespace
 
@@ -49,6 +51,29 @@ def test_a_leak_past_400_passes_the_fixed_lengths_and_fails_at_an_experiment_len
     # only the leak checks read the lengths; softmax passes at the same ones
     good = _by_check(run_checks(registry.get("softmax"), long_T=256, lengths=(64, 512)))
     assert all(good[c].status == "pass" and "T=64/512 probed" in good[c].detail for c in LEAKS)
+
+
+def test_gated_again_at_a_new_length_only_that_length_runs_and_the_verdict_is_a_fresh_ones(registry):
+    """Within one process a run gates a variant at each experiment's lengths: the checks that do
+    not read the lengths, the fixed lengths and each length already probed are not run again
+    (no mixer is built but the new length's probes), and the verdict equals a never-gated twin's."""
+    softmax_variant, built = registry.get("softmax"), []
+
+    def counted(config, layer_idx):
+        built.append(config.context)
+        return softmax_variant.build_mixer(config, layer_idx)
+
+    variant = dataclasses.replace(softmax_variant, name="counted", build_mixer=counted)
+    first = run_checks(variant, long_T=256, lengths=(64,))
+    built.clear()
+    again = run_checks(variant, long_T=256, lengths=(64, 600))
+    assert built and set(built) == {600}, built  # the probes at 600 widen the context; nothing else is built
+    twin = dataclasses.replace(variant, build_mixer=functools.partial(counted))  # never gated: all run
+    fresh = run_checks(twin, long_T=256, lengths=(64, 600))
+    assert len(built) > 20  # the twin ran every check
+    assert [dataclasses.astuple(r) for r in again] == [dataclasses.astuple(r) for r in fresh]
+    assert all(r.ok for r in first + again)
+    assert "T=64/600 probed" in _by_check(again)["no_future_leak_forward"].detail
 
 
 def test_cell_lengths_are_the_training_length_and_the_longest_evaluated_or_timed():

@@ -43,6 +43,7 @@ from attnbench.gate.finite_diff import FD_TOL, check_grad_finite_difference
 from attnbench.gate.gradients import GRAD_TOL, check_grad_float64_at_scale
 from attnbench.gate.leak import check_backward_leak, check_forward_leak
 from attnbench.gate.numeric import check_deterministic, check_finite
+from attnbench.gate.reuse import Reuse
 from attnbench.gate.scale import (
     AUTOCAST_TOL,
     FLOAT64_TOL,
@@ -172,8 +173,15 @@ def _describe(exc: BaseException) -> str:
 _CHAIN = 5  # links of an exception chain kept in a verdict's detail
 
 
+# Checks whose verdict does not depend on the experiment's lengths: run once per process
+# (``CheckContext.reuse``); the other three reuse their fixed lengths and each length probed.
+_LENGTH_FREE = frozenset(CHECKS) - {"no_future_leak_forward", "no_future_leak_backward", "incremental_equals_parallel"}
+
+
 def _run_one(name: str, ctx: CheckContext) -> CheckResult:
     try:
+        if name in _LENGTH_FREE:
+            return ctx.reuse.get(("check", name), lambda: _FUNCS[name](ctx), keep=lambda r: r.status != "error")
         return _FUNCS[name](ctx)
     # Isolation: one broken check never stops the others. BaseException too: this runs in
     # a worker thread, where a plugin's sys.exit() would otherwise end the thread silently.
@@ -211,7 +219,10 @@ def run_checks(
         CUDA, none on a CPU (fp32); a CPU run at train.precision bf16 passes ("bf16",).
     lengths: the sequence lengths the experiment runs the variant at (``verdicts.cell_lengths`` of a
         cell: its training length and the longest it evaluates or times); both leak checks
-        probe each of them once more (batch 1, two late cuts), besides their fixed lengths.
+        probe each of them (``positions.cut_points``) and the incremental check decodes there,
+        besides their fixed lengths. Each length is probed once per process, and the checks
+        that do not read the lengths run once (``reuse``): a run gates a variant at every
+        experiment's lengths for the cost of the lengths that are new.
 
     The checks run with one intra-op CPU thread and fp32 matmuls at "highest" precision;
     both settings, and the caller's RNG state, are restored afterwards.
@@ -224,9 +235,9 @@ def run_checks(
         config = config or default_config(variant)
         if config.options is None and variant.options is not None:
             config = config.replace(options=variant.make_options(None))
-        ctx = CheckContext(
-            variant, config, torch.device(device), long_T, seed, gate_autocast(device, autocast), gate_lengths(lengths)
-        )
+        dev, amp = torch.device(device), gate_autocast(device, autocast)
+        reuse = Reuse.of(variant, config, dev, long_T, seed, amp)
+        ctx = CheckContext(variant, config, dev, long_T, seed, amp, gate_lengths(lengths), reuse)
     except Exception as exc:
         return [CheckResult(c, "error", None, None, f"setup: {_describe(exc)}") for c in CHECKS]
     return _run_with_time_limit(ctx, time_limit_s)
@@ -271,6 +282,9 @@ def _run_with_time_limit(ctx: CheckContext, time_limit_s: float) -> list[CheckRe
                     if cancelled.is_set():
                         return
                     results.append(result)
+            with lock:
+                if not cancelled.is_set():  # finished in time, under the settings below
+                    ctx.reuse.keep()
 
     precision, threads = torch.get_float32_matmul_precision(), torch.get_num_threads()
     torch.set_float32_matmul_precision("highest")  # no TF32: tolerances are for true fp32

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -15,6 +15,7 @@ from torch import nn
 
 from attnbench.contract.config import ModelConfig
 from attnbench.contract.variant import MixerBuilder, MixerOutput, Variant
+from attnbench.gate.reuse import Reuse
 from attnbench.nn.backbone import Backbone
 from attnbench.nn.model import LanguageModel
 
@@ -77,8 +78,10 @@ class CheckContext:
     # its train.precision resolves to (none for fp32). Checked with each dtype's tolerances.
     autocast: tuple[str, ...] = ()
     # the lengths the experiment runs the variant at (its training length, the longest it
-    # evaluates or times): the leak checks probe each once more there (``leak.length_probe_*``).
+    # evaluates or times): the leak checks probe each once more there (``leak.length_probes``).
     lengths: tuple[int, ...] = ()
+    # parts computed once per process (length-free checks, fixed lengths, each experiment length)
+    reuse: Reuse = field(default_factory=Reuse, compare=False, repr=False)
 
 
 def verdict(check: str, figure: float | None, tol: float, detail: str) -> CheckResult:

@@ -59,26 +59,36 @@ def _one(ctx: CheckContext, layer: int, T: int) -> tuple[float, int | None]:
 
 
 def decode_at_lengths(ctx: CheckContext) -> tuple[float, str, list[str]]:
-    """(worst relative deviation, where, lengths not run) over ``ctx.lengths`` and layer types."""
+    """(worst relative deviation, where, lengths not run) over ``ctx.lengths`` and layer types;
+    each length decoded once per process (``CheckContext.reuse``)."""
     worst, where, skipped = 0.0, "", []
     for T in ctx.lengths:
-        for layer, label in layer_types(ctx):
-            try:
-                dev, first = _one(ctx, layer, T)
-            except ContractError:
-                raise
-            except Exception as exc:  # cannot run at T: named, not judged
-                msg = " ".join(str(exc).split())
-                skipped.append(f"T={T} not run ({type(exc).__name__}: {msg[:120]})")
-                break
-            if is_worse(dev, worst):
-                kind = f" ({label})" if getattr(ctx.variant, "parts", ()) else ""
-                worst, where = (
-                    dev,
-                    (
-                        f"layer {layer}{kind}, T={T} (experiment length), steps of "
-                        + "/".join(map(str, MIXED_SCHEDULE))
-                        + (f", first over tolerance at position {first}" if first is not None else "")
-                    ),
-                )
+        dev, at, not_run = ctx.reuse.get(("decode", T), lambda T=T: _at_length(ctx, T), keep=lambda p: not p[2])
+        skipped += not_run
+        if is_worse(dev, worst):
+            worst, where = dev, at
     return worst, where, list(dict.fromkeys(skipped))
+
+
+def _at_length(ctx: CheckContext, T: int) -> tuple[float, str, list[str]]:
+    """``decode_at_lengths`` at one length T: (worst, where, [T not run] or [])."""
+    worst, where = 0.0, ""
+    for layer, label in layer_types(ctx):
+        try:
+            dev, first = _one(ctx, layer, T)
+        except ContractError:
+            raise
+        except Exception as exc:  # cannot run at T: named, not judged
+            msg = " ".join(str(exc).split())
+            return worst, where, [f"T={T} not run ({type(exc).__name__}: {msg[:120]})"]
+        if is_worse(dev, worst):
+            kind = f" ({label})" if getattr(ctx.variant, "parts", ()) else ""
+            worst, where = (
+                dev,
+                (
+                    f"layer {layer}{kind}, T={T} (experiment length), steps of "
+                    + "/".join(map(str, MIXED_SCHEDULE))
+                    + (f", first over tolerance at position {first}" if first is not None else "")
+                ),
+            )
+    return worst, where, []

@@ -196,67 +196,90 @@ def _precisions(ctx: CheckContext) -> list[tuple[str, torch.dtype | None, list[M
     return out
 
 
+Judged = dict[str, tuple[float, str, float]]  # group -> (error, where, bound) at its worst ratio
+Reported = dict[str, tuple[float, str]]  # group -> (error, where) at magnitudes not judged
+
+
+def _judge(
+    ctx: CheckContext, label: str, amp: torch.dtype | None, magnitudes: list[Magnitude], notes: list[str]
+) -> tuple[float, bool, Judged, Reported]:
+    """One precision at its magnitudes: (worst ratio error / bound, whether a group is over its
+    bound, judged groups, reported groups); notes on overflow and torch's SDPA added to ``notes``."""
+    tol = GRAD_TOL[label]
+    worst_ratio, failed = 0.0, False
+    judged: Judged = {}
+    reported: Reported = {}
+    sdpa_worst: dict[str, tuple[float, str, float]] = {}  # layer -> torch's SDPA deviation, where, bound
+    for (layer, kind), magnitude in ((t, m) for t in layer_types(ctx) for m in magnitudes):
+        errors, sdpa, overflow = _group_errors(ctx, magnitude, layer, amp)
+        prefix, where = _where(ctx, layer, kind), _label(magnitude)
+        if overflow:
+            notes.append(f"{label}: {prefix}{overflow}")
+            continue
+        held = magnitude[1] == 1 and magnitude[0] <= GRAD_UP_TO[label]
+        bound = max(tol, SDPA_FACTOR * sdpa)
+        if sdpa > 0 and (prefix not in sdpa_worst or is_worse(sdpa, sdpa_worst[prefix][0])):
+            sdpa_worst[prefix] = (sdpa, where, bound if held else tol)
+        if sdpa > 0 and not held and label == "fp32":
+            plain = _group_errors(ctx, magnitude, layer, amp, math_sdpa=True)[0]
+            notes.append(
+                f"{prefix}{where}: worst group {fmt(max(errors.values(), default=0.0))} with torch's fused "
+                f"attention, {fmt(max(plain.values(), default=0.0))} with its math attention: a saturated "
+                "softmax's fp32 rounding, not the kernel (accepted: reported, not judged)"
+            )
+        for group, err in errors.items():
+            key = prefix + group
+            if not held:
+                if key not in reported or is_worse(err, reported[key][0]):
+                    reported[key] = (err, where)
+                continue
+            ratio = err / bound if math.isfinite(err) else math.nan
+            failed = failed or not ratio <= 1.0
+            worst_ratio = ratio if is_worse(ratio, worst_ratio) else worst_ratio
+            if key not in judged or is_worse(ratio, judged[key][0] / judged[key][2]):
+                judged[key] = (err, where, bound)
+    notes += [
+        f"{label} {prefix}torch's scaled_dot_product_attention alone is up to {fmt(dev)} off float64 on "
+        f"this mixer's q, k, v ({where}; its backward, accepted"
+        + (f": judged against {fmt(bound)}" if bound > tol else "")
+        + ")"
+        for prefix, (dev, where, bound) in sdpa_worst.items()
+    ]
+    return worst_ratio, failed, judged, reported
+
+
+def _summary(label: str, magnitudes: list[Magnitude], judged: Judged, reported: Reported) -> str:
+    """One precision's part of the detail: groups over their bound, every judged group (worst
+    ratio first) and the three worst reported ones."""
+    tol = GRAD_TOL[label]
+    over = sorted(g for g, (e, _, b) in judged.items() if not e <= b)
+    shown = ", ".join(
+        f"{g} {fmt(e)} ({w})" for g, (e, w, _) in sorted(judged.items(), key=lambda kv: -kv[1][0] / kv[1][2])
+    )
+    extra = ", ".join(
+        f"{g} {fmt(e)} ({w})" for g, (e, w) in sorted(reported.items(), key=lambda kv: -kv[1][0])[:3]
+    )  # the three worst
+    up_to = GRAD_UP_TO[label] < max(f for f, _ in magnitudes)
+    return (
+        f"{label} (tol {tol:g}"
+        + (f", judged up to weights x{GRAD_UP_TO[label]:g}" if up_to else "")
+        + "): "
+        + (f"OVER TOLERANCE {', '.join(over)}; " if over else "")
+        + shown
+        + (f"; not judged: {extra}" if extra else "")
+    )
+
+
 def check_grad_float64_at_scale(ctx: CheckContext) -> CheckResult:
     """Gradients per parameter group against float64, in fp32 and each autocast dtype the variant
     trains in, at every magnitude. The figure is the worst judged error over its bound (the
     dtype's tolerance, or SDPA_FACTOR x torch's SDPA deviation where that is larger): <= 1 passes."""
     worst_ratio, failed, parts, notes = 0.0, False, [], []
     for label, amp, magnitudes in _precisions(ctx):
-        tol = GRAD_TOL[label]
-        judged: dict[str, tuple[float, str, float]] = {}  # group -> (error, where, bound), worst ratio
-        reported: dict[str, tuple[float, str]] = {}  # group -> (error, where) at magnitudes not judged
-        sdpa_worst: dict[str, tuple[float, str, float]] = {}  # layer -> torch's SDPA deviation, where, bound
-        for (layer, kind), magnitude in ((t, m) for t in layer_types(ctx) for m in magnitudes):
-            errors, sdpa, overflow = _group_errors(ctx, magnitude, layer, amp)
-            prefix, where = _where(ctx, layer, kind), _label(magnitude)
-            if overflow:
-                notes.append(f"{label}: {prefix}{overflow}")
-                continue
-            held = magnitude[1] == 1 and magnitude[0] <= GRAD_UP_TO[label]
-            bound = max(tol, SDPA_FACTOR * sdpa)
-            if sdpa > 0 and (prefix not in sdpa_worst or is_worse(sdpa, sdpa_worst[prefix][0])):
-                sdpa_worst[prefix] = (sdpa, where, bound if held else tol)
-            if sdpa > 0 and not held and label == "fp32":
-                plain = _group_errors(ctx, magnitude, layer, amp, math_sdpa=True)[0]
-                notes.append(
-                    f"{prefix}{where}: worst group {fmt(max(errors.values(), default=0.0))} with torch's fused "
-                    f"attention, {fmt(max(plain.values(), default=0.0))} with its math attention: a saturated "
-                    "softmax's fp32 rounding, not the kernel (accepted: reported, not judged)"
-                )
-            for group, err in errors.items():
-                key = prefix + group
-                if not held:
-                    if key not in reported or is_worse(err, reported[key][0]):
-                        reported[key] = (err, where)
-                    continue
-                ratio = err / bound if math.isfinite(err) else math.nan
-                failed = failed or not ratio <= 1.0
-                worst_ratio = ratio if is_worse(ratio, worst_ratio) else worst_ratio
-                if key not in judged or is_worse(ratio, judged[key][0] / judged[key][2]):
-                    judged[key] = (err, where, bound)
-        over = sorted(g for g, (e, _, b) in judged.items() if not e <= b)
-        shown = ", ".join(
-            f"{g} {fmt(e)} ({w})" for g, (e, w, _) in sorted(judged.items(), key=lambda kv: -kv[1][0] / kv[1][2])
-        )
-        extra = ", ".join(
-            f"{g} {fmt(e)} ({w})" for g, (e, w) in sorted(reported.items(), key=lambda kv: -kv[1][0])[:3]
-        )  # the three worst
-        up_to = GRAD_UP_TO[label] < max(f for f, _ in magnitudes)
-        notes += [
-            f"{label} {prefix}torch's scaled_dot_product_attention alone is up to {fmt(dev)} off float64 on "
-            f"this mixer's q, k, v ({where}; its backward, accepted"
-            + (f": judged against {fmt(bound)}" if bound > tol else "")
-            + ")"
-            for prefix, (dev, where, bound) in sdpa_worst.items()
-        ]
-        parts.append(
-            f"{label} (tol {tol:g}"
-            + (f", judged up to weights x{GRAD_UP_TO[label]:g}" if up_to else "")
-            + "): "
-            + (f"OVER TOLERANCE {', '.join(over)}; " if over else "")
-            + shown
-            + (f"; not judged: {extra}" if extra else "")
-        )
+        ratio, over, judged, reported = _judge(ctx, label, amp, magnitudes, notes)
+        worst_ratio = ratio if is_worse(ratio, worst_ratio) else worst_ratio
+        failed = failed or over
+        parts.append(_summary(label, magnitudes, judged, reported))
     detail = (
         "max |g - g64| / max |g64| per parameter group, worst magnitude in brackets: "
         + "; ".join(parts)

@@ -72,28 +72,36 @@ def _at(probe: Probe, kind: str) -> str:
 def length_probes(ctx: CheckContext, backward: bool) -> tuple[float, str, list[str]]:
     """(worst figure, where, lengths not run) over ``ctx.lengths``: each layer type's bare
     mixer on one sequence of T tokens at ``cut_points(T)``; forward in eval mode (relative
-    change of outputs at <= t), backward in train mode (gradient reaching inputs after t)."""
+    change of outputs at <= t), backward in train mode (gradient reaching inputs after t).
+    Each length is probed once per process (``CheckContext.reuse``)."""
     worst, where, skipped = 0.0, "", []
     for T in ctx.lengths:
-        for layer, label in layer_types(ctx):
-            try:
-                mixer = _probe_mixer(ctx, layer, T).train(backward)
-                x = normal(ctx, 1, T, ctx.config.d_model, offset=41)  # (1, T, D)
-                r = normal(ctx, 1, T, ctx.config.d_model, offset=53)  # (1, T, D) noise or cotangent
-                cuts = _cuts(ctx, T)
-                if backward:
-                    probe = backward_cuts(mixer, x, cuts, r)
-                else:
-                    probe = forward_cuts(mixer, x, cuts, r, LEAK_FORWARD_TOL)
-            except ContractError:
-                raise
-            except Exception as exc:  # cannot run at T: named, not judged
-                skipped.append(_not_run(T, exc))
-                break
-            if is_worse(probe.figure, worst):
-                kind = "reached input" if backward else "leaking output"
-                worst, where = probe.figure, f"{_layer(ctx, layer, label)}T={T} (experiment length), {_at(probe, kind)}"
+        part = ("leak_backward" if backward else "leak_forward", T)
+        dev, at, not_run = ctx.reuse.get(part, lambda T=T: _length_probe(ctx, T, backward), keep=lambda p: not p[2])
+        skipped += not_run
+        if is_worse(dev, worst):
+            worst, where = dev, at
     return worst, where, list(dict.fromkeys(skipped))
+
+
+def _length_probe(ctx: CheckContext, T: int, backward: bool) -> tuple[float, str, list[str]]:
+    """``length_probes`` at one length T: (worst figure, where, [T not run] or [])."""
+    worst, where = 0.0, ""
+    for layer, label in layer_types(ctx):
+        try:
+            mixer = _probe_mixer(ctx, layer, T).train(backward)
+            x = normal(ctx, 1, T, ctx.config.d_model, offset=41)  # (1, T, D)
+            r = normal(ctx, 1, T, ctx.config.d_model, offset=53)  # (1, T, D) noise or cotangent
+            cuts = _cuts(ctx, T)
+            probe = backward_cuts(mixer, x, cuts, r) if backward else forward_cuts(mixer, x, cuts, r, LEAK_FORWARD_TOL)
+        except ContractError:
+            raise
+        except Exception as exc:  # cannot run at T: named, not judged
+            return worst, where, [_not_run(T, exc)]
+        if is_worse(probe.figure, worst):
+            kind = "reached input" if backward else "leaking output"
+            worst, where = probe.figure, f"{_layer(ctx, layer, label)}T={T} (experiment length), {_at(probe, kind)}"
+    return worst, where, []
 
 
 def _lengths_note(ctx: CheckContext, skipped: list[str]) -> str:
@@ -128,14 +136,8 @@ def _model_cuts(model: nn.Module, idx: torch.Tensor, V: int, what: str, ctx: Che
     return worst.figure, where
 
 
-def check_forward_leak(ctx: CheckContext) -> CheckResult:
-    """Perturb tokens after t, and cut the sequence after t: logits at <= t must not move.
-
-    Runs on the shared backbone (and the variant's own model) in eval mode over
-    ``LEAK_LENGTHS``, at every cut t (perturbation) and at the prefix cuts (truncation, which
-    also catches a mixer that reads the sequence length); then each layer type's bare mixer at
-    the experiment's lengths (``length_probes``).
-    """
+def _fixed_forward(ctx: CheckContext) -> tuple[float, str, int]:
+    """(worst, where, cuts tried) of the models at ``LEAK_LENGTHS``, every cut and the prefix cuts."""
     V = ctx.config.vocab_size
     worst, where, n_cases = 0.0, "", 0
     for label, model in built_models(ctx):
@@ -146,6 +148,18 @@ def check_forward_leak(ctx: CheckContext) -> CheckResult:
             n_cases += T - 1 + len(prefix_cuts(T))
             if is_worse(dev, worst):
                 worst, where = dev, f"{label}, {at}"
+    return worst, where, n_cases
+
+
+def check_forward_leak(ctx: CheckContext) -> CheckResult:
+    """Perturb tokens after t, and cut the sequence after t: logits at <= t must not move.
+
+    Runs on the shared backbone (and the variant's own model) in eval mode over
+    ``LEAK_LENGTHS``, at every cut t (perturbation) and at the prefix cuts (truncation, which
+    also catches a mixer that reads the sequence length); then each layer type's bare mixer at
+    the experiment's lengths (``length_probes``).
+    """
+    worst, where, n_cases = ctx.reuse.get(("leak_forward", "fixed"), lambda: _fixed_forward(ctx))
     probed, at, skipped = length_probes(ctx, backward=False)
     if is_worse(probed, worst):
         worst, where = probed, at
@@ -160,13 +174,8 @@ def check_forward_leak(ctx: CheckContext) -> CheckResult:
     return verdict("no_future_leak_forward", worst, LEAK_FORWARD_TOL, detail)
 
 
-def check_backward_leak(ctx: CheckContext) -> CheckResult:
-    """d y[<=t] / d x[>t] must be exactly zero at every cut t, on each layer's bare mixer.
-
-    The input is a float tensor requiring grad, so the gradient is defined at every
-    position; a random cotangent on y[<=t] makes an accidental cancellation unlikely.
-    Both train (dropout 0) and eval modes: a mask applied in one mode only is caught.
-    """
+def _fixed_backward(ctx: CheckContext) -> tuple[float, str]:
+    """(worst, where) of each layer's bare mixer, train and eval mode, every cut of ``BACKWARD_LENGTHS``."""
     config = ctx.config.replace(dropout=0.0)
     worst, where = 0.0, ""
     for layer in range(config.n_layer):
@@ -179,6 +188,17 @@ def check_backward_leak(ctx: CheckContext) -> CheckResult:
                 probe = backward_cuts(mixer, x, tuple(range(T - 1)), r)
                 if is_worse(probe.figure, worst):
                     worst, where = probe.figure, f"layer {layer}, {mode}, T={T}, {_at(probe, 'reached input')}"
+    return worst, where
+
+
+def check_backward_leak(ctx: CheckContext) -> CheckResult:
+    """d y[<=t] / d x[>t] must be exactly zero at every cut t, on each layer's bare mixer.
+
+    The input is a float tensor requiring grad, so the gradient is defined at every
+    position; a random cotangent on y[<=t] makes an accidental cancellation unlikely.
+    Both train (dropout 0) and eval modes: a mask applied in one mode only is caught.
+    """
+    worst, where = ctx.reuse.get(("leak_backward", "fixed"), lambda: _fixed_backward(ctx))
     probed, at, skipped = length_probes(ctx, backward=True)
     if is_worse(probed, worst):
         worst, where = probed, at
