@@ -118,6 +118,23 @@ def test_pyproject_lists_every_package():
     }
 
 
+def test_a_family_is_its_registration_and_its_model_or_data_module():
+    """No options module beside them, and a registration (an entry point) imports neither its
+    model nor its data, not even inside a function: it names them by a "module:object" string."""
+    assert not sorted(p.relative_to(REPO) for p in (REPO / "plugins").rglob("*_options.py"))
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    modules = _modules()
+    bad = []
+    for target in config["entry-points"]["attnbench"].values():
+        if not target.startswith("attnbench.plugins."):
+            continue
+        path = modules[target]
+        for imported, names, line in _imports(path, target):
+            heavy = [m for m in (imported, *(f"{imported}.{n}" for n in names)) if m.endswith(("_model", "_data"))]
+            bad += [f"{path.relative_to(REPO)}:{line} imports {m}" for m in heavy]
+    assert not bad, "\n".join(bad)
+
+
 def test_every_entry_point_resolves_to_an_installed_module():
     import importlib
 

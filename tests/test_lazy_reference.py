@@ -163,11 +163,21 @@ def test_a_malformed_task_string_names_the_plugin():
         load_registry(get_plugin_manager([("lazytask", plugin)], entry_points=False))
 
 
-def test_builtin_registrations_name_their_models_by_string():
+def test_builtin_registrations_name_their_models_by_strings_that_resolve():
     from attnbench.contract.reference import LazyObject
+    from attnbench.registry.loader import LAZY_FIELDS
 
     registry = load_registry()
-    for name in ("softmax", "linear", "heinsen", "future", "additive", "windowed", "gla", "mamba2", "based"):
-        variant = registry.get(name)
+    builtins = {n: v for n, v in registry.variants.items() if v.distribution == "attnbench"}
+    assert len(builtins) >= 14
+    for name, variant in builtins.items():
         assert isinstance(variant.build_mixer, LazyObject), name
         assert variant.build_mixer.target.startswith("attnbench.plugins."), name
+    tasks = {n: t for n, t in registry.tasks.items() if t.distribution == "attnbench"}
+    assert all(isinstance(t.generate, LazyObject) for t in tasks.values())
+    for kind, items in (("variant", builtins), ("task", tasks)):
+        for name, item in items.items():
+            for field in LAZY_FIELDS[kind]:
+                ref = getattr(item, field)
+                if isinstance(ref, LazyObject):
+                    assert callable(ref.resolve()), f"{name}.{field}"  # no typo in a built-in string
