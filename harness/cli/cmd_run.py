@@ -10,10 +10,17 @@ import argparse
 import contextlib
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnbench.cli.common import add_store_option, add_suite_arguments, registry_with_warnings, split_names
 from attnbench.errors import DistributedError
 from attnbench.run.executors import EXECUTORS, JOBS_ENV
+
+if TYPE_CHECKING:  # the modules themselves load inside the functions (torch: not for --help)
+    from attnbench.distributed import DistInfo
+    from attnbench.plan.suite import Suite
+    from attnbench.registry.loader import Registry
+    from attnbench.run.runner import RunReport
 
 
 def add_parser(sub) -> None:
@@ -132,27 +139,12 @@ def _open_outputs(stack: contextlib.ExitStack, path: Path, track: list[str], sui
 def run(args: argparse.Namespace) -> int:
     # torch and the experiment code load here, not when the parser is built (attnbench --help)
     from attnbench import distributed
-    from attnbench.plan.suite import load_suite, with_compile, with_only_experiments
-    from attnbench.run.choose import make_executor
-    from attnbench.run.pool import default_jobs
     from attnbench.run.progress import silence_third_party_bars
-    from attnbench.run.runner import prepare_run, run_suite
+    from attnbench.run.runner import run_suite
     from attnbench.store.provenance import resolve_device
-    from attnbench.track.registry import check_trackers
 
     silence_third_party_bars()  # datasets', the hub's and lm-eval's bars would interleave with ours
-    suite = load_suite(args.suite, args.overrides)
-    if args.compile:
-        suite = with_compile(suite)
-    if args.experiments is not None:
-        example = ",".join(e.name for e in suite.experiments[:2])  # this suite's own experiment names
-        suite = with_only_experiments(suite, split_names(args.experiments, "--experiments", example) or [])
-    registry = registry_with_warnings()
-    if distributed.requested() and args.executor != "local":
-        raise DistributedError(
-            f"torchrun trains each cell across its processes; it cannot be combined with --executor {args.executor}"
-        )
-    _refuse_jobs_with(args.jobs, args.executor)
+    suite, registry = _suite_and_registry(args)
     with contextlib.ExitStack() as stack:
         info = stack.enter_context(distributed.session(resolve_device(args.device or suite.device)))
         if info is not None and info.rank != 0:  # rank 0 alone opens the store and reports
@@ -165,33 +157,73 @@ def run(args: argparse.Namespace) -> int:
                 retry_failed=args.retry_failed,
             )
             return 0
-        # Everything that can refuse the run is checked before the store, its folder or a
-        # tracker's folder is created: a refused run leaves no file behind.
-        run_device = str(info.device) if info else args.device
-        only_variants = split_names(args.variants)
-        cells = prepare_run(suite, registry, device=run_device, only_variants=only_variants)
-        track = list(dict.fromkeys([*suite.track, *args.track]))
-        check_trackers(track)
-        device = info.device if info else resolve_device(args.device or suite.device)
-        jobs = 1 if info or args.executor != "local" else args.jobs or default_jobs(device.type)
-        executor = make_executor(args.executor, address=args.address, jobs=jobs)
-        try:
-            store, trackers = _open_outputs(stack, Path(args.store), track, suite.name)
-        except BaseException:
-            executor.close()
-            raise
-        stack.enter_context(executor)  # closed first: in-flight cells stop before the store closes
-        report = run_suite(
-            suite,
-            store,
-            registry,
-            device=run_device,
-            only_variants=only_variants,
-            executor=executor,
-            trackers=trackers,
-            retry_failed=args.retry_failed,
-            cells=cells,
+        report = _run_main(args, suite, registry, stack, info)
+    return _finish(args, suite, report)
+
+
+def _suite_and_registry(args: argparse.Namespace) -> tuple[Suite, Registry]:
+    """The suite as the options narrow it, and the plugins' registry; refuses an executor that
+    torchrun or ``--jobs`` rule out."""
+    from attnbench import distributed
+    from attnbench.plan.suite import load_suite, with_compile, with_only_experiments
+
+    suite = load_suite(args.suite, args.overrides)
+    if args.compile:
+        suite = with_compile(suite)
+    if args.experiments is not None:
+        example = ",".join(e.name for e in suite.experiments[:2])  # this suite's own experiment names
+        suite = with_only_experiments(suite, split_names(args.experiments, "--experiments", example) or [])
+    registry = registry_with_warnings()
+    if distributed.requested() and args.executor != "local":
+        raise DistributedError(
+            f"torchrun trains each cell across its processes; it cannot be combined with --executor {args.executor}"
         )
+    _refuse_jobs_with(args.jobs, args.executor)
+    return suite, registry
+
+
+def _run_main(
+    args: argparse.Namespace, suite: Suite, registry: Registry, stack: contextlib.ExitStack, info: DistInfo | None
+) -> RunReport:
+    """Rank 0's (or the only process's) run: cells planned, then the store, trackers and executor
+    opened on ``stack``, then every cell run or skipped."""
+    from attnbench.run.choose import make_executor
+    from attnbench.run.pool import default_jobs
+    from attnbench.run.runner import prepare_run, run_suite
+    from attnbench.store.provenance import resolve_device
+    from attnbench.track.registry import check_trackers
+
+    # Everything that can refuse the run is checked before the store, its folder or a
+    # tracker's folder is created: a refused run leaves no file behind.
+    run_device = str(info.device) if info else args.device
+    only_variants = split_names(args.variants)
+    cells = prepare_run(suite, registry, device=run_device, only_variants=only_variants)
+    track = list(dict.fromkeys([*suite.track, *args.track]))
+    check_trackers(track)
+    device = info.device if info else resolve_device(args.device or suite.device)
+    jobs = 1 if info or args.executor != "local" else args.jobs or default_jobs(device.type)
+    executor = make_executor(args.executor, address=args.address, jobs=jobs)
+    try:
+        store, trackers = _open_outputs(stack, Path(args.store), track, suite.name)
+    except BaseException:
+        executor.close()
+        raise
+    stack.enter_context(executor)  # closed first: in-flight cells stop before the store closes
+    return run_suite(
+        suite,
+        store,
+        registry,
+        device=run_device,
+        only_variants=only_variants,
+        executor=executor,
+        trackers=trackers,
+        retry_failed=args.retry_failed,
+        cells=cells,
+    )
+
+
+def _finish(args: argparse.Namespace, suite: Suite, report: RunReport) -> int:
+    """The run's summary line, the suite's report, and the cells that did not finish (exit 1)."""
     print(
         f"{suite.name}: {report.cells} cells, {report.ran} run, {report.skipped} already stored (store: {args.store})"
     )
