@@ -173,8 +173,7 @@ def _describe(exc: BaseException) -> str:
 _CHAIN = 5  # links of an exception chain kept in a verdict's detail
 
 
-# Checks whose verdict does not depend on the experiment's lengths: run once per process
-# (``CheckContext.reuse``); the other three reuse their fixed lengths and each length probed.
+# Checks that do not read the experiment's lengths: run once per process (``gate.reuse``).
 _LENGTH_FREE = frozenset(CHECKS) - {"no_future_leak_forward", "no_future_leak_backward", "incremental_equals_parallel"}
 
 
@@ -219,10 +218,9 @@ def run_checks(
         CUDA, none on a CPU (fp32); a CPU run at train.precision bf16 passes ("bf16",).
     lengths: the sequence lengths the experiment runs the variant at (``verdicts.cell_lengths`` of a
         cell: its training length and the longest it evaluates or times); both leak checks
-        probe each of them (``positions.cut_points``) and the incremental check decodes there,
-        besides their fixed lengths. Each length is probed once per process, and the checks
-        that do not read the lengths run once (``reuse``): a run gates a variant at every
-        experiment's lengths for the cost of the lengths that are new.
+        probe each of them and the incremental check decodes there, besides their fixed lengths.
+        Within a process each length, and each check's part that does not read them, runs once
+        (``gate.reuse``): a variant gated again pays only for the lengths that are new.
 
     The checks run with one intra-op CPU thread and fp32 matmuls at "highest" precision;
     both settings, and the caller's RNG state, are restored afterwards.
