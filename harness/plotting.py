@@ -35,14 +35,16 @@ def png(fig: Figure) -> bytes:
 def panels(
     n: int, columns: int, size: tuple[float, float], font_scale: float = 0.9, **share: Any
 ) -> tuple[Figure, list[Axes]]:
-    """A figure of ``n`` panels of ``size`` inches, ``columns`` to a row (seaborn's whitegrid);
-    the axes row by row, unused ones of the last row included."""
+    """A figure of ``n`` panels of ``size`` inches, ``columns`` to a row (seaborn's whitegrid): its
+    ``n`` axes row by row (the last row's unused places hidden)."""
     cols = min(columns, n)
     rows = math.ceil(n / cols)
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=font_scale):
         fig = Figure(figsize=(size[0] * cols, size[1] * rows), layout="constrained")
         axes = fig.subplots(rows, cols, squeeze=False, **share)
-    return fig, list(axes.flat)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat)[:n]
 
 
 def ticks_at(ax: Axes, values: Iterable[float]) -> None:

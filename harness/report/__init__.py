@@ -7,8 +7,9 @@ writes ``<store folder>/reports/<suite>/index.html`` (self-contained page; for t
 default store that is ``results/reports/<suite>/``), ``report.md`` with
 ``figures/*.png``, and ``tables/*.csv`` / ``*.parquet``. Modules: ``load`` (store ->
 DataFrames, read-only), ``selection`` (best grid point per variant), one module per
-section (``training``, ``speed``, ``scaling``, ``downstream``, ``gate``, ``provenance``,
-``problems``), ``figures`` (seaborn), ``render`` (HTML, Markdown), ``write`` (files).
+section (``training``, ``speed``, ``scaling``, ``downstream``, ``gate`` with provenance,
+``problems``), ``figures`` (seaborn, through ``attnbench.plotting``), ``render`` (HTML,
+Markdown), ``write`` (files).
 """
 
 from __future__ import annotations

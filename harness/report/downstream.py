@@ -11,6 +11,7 @@ import pandas as pd
 from attnbench import plotting
 from attnbench.report import figures
 from attnbench.report.document import Figure, Section, Table
+from attnbench.report.figures import finish
 from attnbench.report.load import StoreData
 from attnbench.report.values import MISSING, mean_ci, num
 
@@ -130,11 +131,10 @@ def _rank_figure(frame: pd.DataFrame, metric: str, palette: figures.Palette, tit
     ylabel = "held-out accuracy on answers" if metric == "accuracy" else "held-out loss (nats/token)"
     ax.set(xlabel="LoRA rank", ylabel=ylabel, **({"ylim": (-0.02, 1.02)} if metric == "accuracy" else {}))
     plotting.legend(ax)
-    fig.suptitle(title)
-    return Figure(
+    return finish(
+        fig,
         slug,
         title,
-        plotting.png(fig),
         "Solid: LoRA at each rank (mean over seeds); "
         "dashed: the same variant fine-tuned with every weight, same data and steps.",
     )

@@ -11,6 +11,7 @@ import pandas as pd
 import seaborn as sns
 
 from attnbench.plotting import Axes, legend, panels, plain_log_y, png, shared_legend, ticks_at, vline
+from attnbench.plotting import Figure as MplFigure
 from attnbench.report.document import Figure
 
 Palette = dict[str, tuple[float, float, float]]
@@ -41,6 +42,12 @@ def row_palette(palette: Palette, rows: dict[str, str]) -> Palette:
             shade = 0.3 + 0.4 * i / (len(labels) - 1) if len(labels) > 1 else None
             out[label] = palette[variant] if shade is None else _rgb(sns.set_hls_values(palette[variant], l=shade))
     return out
+
+
+def finish(fig: MplFigure, slug: str, title: str, caption: str) -> Figure:
+    """``fig`` titled and drawn to PNG, as the report's figure ``slug``."""
+    fig.suptitle(title)
+    return Figure(slug, title, png(fig), caption)
 
 
 def loss_curves(curves: pd.DataFrame, palette: Palette, labels: dict[str, str], title: str, slug: str) -> Figure | None:
@@ -75,11 +82,10 @@ def loss_curves(curves: pd.DataFrame, palette: Palette, labels: dict[str, str], 
         if (legend := ax.get_legend()) is not None:
             legend.remove()  # seaborn adds one per panel: the shared one below replaces them
     shared_legend(fig, axes)
-    fig.suptitle(title)
-    return Figure(
+    return finish(
+        fig,
         slug,
         title,
-        png(fig),
         "Solid: training loss (includes any weighted auxiliary loss); dashed with markers: "
         "held-out cross-entropy. One line per seed.",
     )
@@ -125,14 +131,13 @@ def equal_budget(
             ax.fill_between(g["x"], g["lo"], g["hi"], color=palette[variant], alpha=0.2, linewidth=0)
         ax.set(xlabel=xlabel, ylabel="held-out loss (nats/token)")
     shared_legend(fig, axes)
-    fig.suptitle(title)
     missing = (
         f" FLOPs not declared by: {', '.join(labels.get(str(v), str(v)) for v in undeclared)}." if undeclared else ""
     )
-    return Figure(
+    return finish(
+        fig,
         slug,
         title,
-        png(fig),
         "Validation loss at each evaluation, mean over seeds at each variant's "
         "chosen point; band: lowest to highest seed. Seconds are each step's mean training time." + missing,
     )
@@ -202,11 +207,10 @@ def speed_mode(
             plain_log_y(ax)
         ax.set(xlabel=xlabel, ylabel=ylabels[quantity])
         legend(ax, title="variant (log-log slope ± 95% CI)")
-    fig.suptitle(title)
-    return Figure(
+    return finish(
+        fig,
         slug,
         title,
-        png(fig),
         "Log-log axes; legend: fitted slope of log y against log T. Dotted lines: points that "
         "ran out of memory, timed out or failed (longer lengths were not attempted). "
         "Dashed: crossover length against softmax.",
@@ -234,5 +238,4 @@ def recall(acc: pd.DataFrame, coord: str, palette: Palette, title: str, slug: st
         ticks_at(ax, values)
     ax.set(xlabel=coord.replace("_", " "), ylabel="accuracy on answer tokens (fraction)", ylim=(-0.02, 1.02))
     legend(ax)
-    fig.suptitle(title)
-    return Figure(slug, title, png(fig), "Mean over seeds of the held-out accuracy at each difficulty.")
+    return finish(fig, slug, title, "Mean over seeds of the held-out accuracy at each difficulty.")

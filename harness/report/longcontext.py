@@ -16,6 +16,7 @@ import pandas as pd
 from attnbench import plotting
 from attnbench.report import figures
 from attnbench.report.document import Figure, Section, Table
+from attnbench.report.figures import finish
 from attnbench.report.load import StoreData
 from attnbench.report.selection import select
 
@@ -123,11 +124,10 @@ def _accuracy_figure(exp: str, rows: pd.DataFrame, palette: figures.Palette, tra
     ax.set(xlabel="evaluation length (tokens)", ylabel="exact match (all answer tokens right)", ylim=(-0.02, 1.02))
     plotting.legend(ax)
     title = f"{exp}: retrieval against length"
-    fig.suptitle(title)
     caption = (
         "Depths and seeds pooled; bars: 95% Wilson intervals. Lengths a variant cannot run are absent (see the table)."
     )
-    return Figure(f"{exp}-needle-length", title, plotting.png(fig), caption)
+    return finish(fig, f"{exp}-needle-length", title, caption)
 
 
 def _position_figure(exp: str, rows: pd.DataFrame, palette: figures.Palette, trained: int | None) -> Figure | None:
@@ -146,9 +146,8 @@ def _position_figure(exp: str, rows: pd.DataFrame, palette: figures.Palette, tra
     ax.set(xlabel="position in the window (tokens)", ylabel="held-out loss (nats/token)")
     plotting.legend(ax)
     title = f"{exp}: loss against position"
-    fig.suptitle(title)
     caption = "Mean over windows and seeds per bucket, at the longest length each variant ran."
-    return Figure(f"{exp}-position-loss", title, plotting.png(fig), caption)
+    return finish(fig, f"{exp}-position-loss", title, caption)
 
 
 def _trained_length(data: StoreData, exp: str) -> int | None:

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from attnbench.plotting import Axes, legend, panels, plain_log_y, png
+from attnbench.plotting import Axes, legend, panels, plain_log_y
 from attnbench.report import figures
 from attnbench.report.document import Figure
+from attnbench.report.figures import finish
 from attnbench.stats.power_laws import LAW_TEXT, ScalingFit, law_values
 from attnbench.stats.scaling_comparison import band
 
@@ -72,7 +73,7 @@ def scaling_figure(
         else "parameters N (total where a run recorded no non-embedding count)"
     )
     fig, axes = panels(len(others), COLUMNS, (5.2, 4.0), sharex=True, sharey=True)
-    for ax, curve in zip(axes, others, strict=False):
+    for ax, curve in zip(axes, others, strict=True):
         if base is not None and curve is not base:
             _draw(ax, base, (0.45, 0.45, 0.45), reference=True)
         _draw(ax, curve, palette[curve.variant], reference=False)
@@ -85,13 +86,10 @@ def scaling_figure(
         ax.xaxis.set_minor_formatter(NullFormatter())
         plain_log_y(ax)
         legend(ax, loc="upper right")
-    for ax in axes[len(others) :]:
-        ax.set_visible(False)
-    fig.suptitle(title)
-    return Figure(
+    return finish(
+        fig,
         slug,
         title,
-        png(fig),
         "Points: mean held-out loss over seeds per model size; bars: lowest to highest seed. Line: the law "
         "the data support; band: its pointwise 95% bootstrap band (seeds resampled within each size). "
         f"Dashed grey: {baseline}, for reference.",

@@ -13,9 +13,9 @@ import pandas as pd
 
 from attnbench.plan.grid_window import GridWindow, edge_sides, line_values, read_windows, stopped_at
 from attnbench.plan.tuning_choice import near_tie_text, rank, score_point
-from attnbench.plotting import Axes, legend, log_x_labels, panels, png, vline
+from attnbench.plotting import Axes, legend, log_x_labels, panels, vline
 from attnbench.report.document import Figure, Section, Table
-from attnbench.report.figures import Palette, make_palette
+from attnbench.report.figures import Palette, finish, make_palette
 from attnbench.report.load import StoreData
 from attnbench.report.values import grid_point, is_number, num, point_text
 
@@ -200,16 +200,13 @@ def tuning_curves(
         return None
     experiments = list(dict.fromkeys(points["experiment"]))
     fig, axes = panels(len(experiments), _COLUMNS, _PANEL, font_scale=0.8)
-    for ax, exp in zip(axes, experiments, strict=False):
+    for ax, exp in zip(axes, experiments, strict=True):
         _panel(ax, points[points["experiment"] == exp], palette, bounds.get(exp), ylabels.get(exp, "validation loss"))
         ax.set_title(exp, fontsize="medium")
-    for ax in axes[len(experiments) :]:
-        ax.set_visible(False)
-    fig.suptitle(title)
-    return Figure(
+    return finish(
+        fig,
         slug,
         title,
-        png(fig),
         "Mean over the tuning seeds at each learning rate tried; solid: the first rung (every point at one "
         "budget), dashed: later rungs at larger budgets. Star: the chosen rate. x on the top edge: a point that "
         "diverged or gave no finite value (stored, ranked last). Dotted: a search window's declared bounds.",
