@@ -27,7 +27,9 @@ from attnbench.report.floors import Floor
 from attnbench.report.paired import compare_rows
 from attnbench.stats.sequential import Design
 
-SIMS = 2000
+# 1000 comparisons: a rule whose false rate is 6% passes (k <= 45, upper <= 0.06) with probability 0.02;
+# the worst rate seen at 2000 was 1.45% (TOST at the margin, skewed right, fixed 3 seeds).
+SIMS = 1000
 NULL = 0.378  # the null level of the accuracy: quick's MQAR, the best binding-free predictor (mean of K = 2, 4, 6)
 ANSWERS = 1536.0  # answers behind each seed's test accuracy
 MARGIN = 0.05
