@@ -82,6 +82,23 @@ def test_loglikelihood_is_exact_and_is_greedy_follows_argmax():
     assert out[3][0] == pytest.approx(direct_long, abs=1e-4)
 
 
+def test_choices_sharing_a_context_are_scored_from_one_row():
+    model = _model(context=32)
+    rows: list[int] = []
+    forward = model.forward
+    model.forward = lambda idx, *a, **k: rows.append(idx.size(0)) or forward(idx, *a, **k)  # (B, T) per call
+    lm = AttnbenchLM.from_model(model, device="cpu", batch_size=16)
+    reqs = [Instance("loglikelihood", {}, ("k2 q4 d", str(d)), 0) for d in range(10)]  # one-token answers
+    reqs.append(Instance("loglikelihood", {}, ("k2 q4 d", "12"), 0))  # another input: its own row
+    out = lm.loglikelihood(reqs)
+    assert rows == [2]
+    with torch.no_grad():
+        logp = F.log_softmax(forward(torch.tensor([list(b"k2 q4 d")])).logits, -1)[0, -1]  # (V,)
+    for d in range(10):
+        assert out[d][0] == pytest.approx(logp[ord(str(d))].item(), abs=1e-5)
+        assert out[d][1] is (int(logp.argmax()) == ord(str(d)))
+
+
 def test_rolling_windows_score_every_byte_once_within_the_context():
     model = _model(context=16)
     lm = AttnbenchLM.from_model(model, device="cpu", batch_size=4)

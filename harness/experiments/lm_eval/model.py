@@ -203,30 +203,30 @@ class AttnbenchLM(LM):
     def score_windows(self, items: list[tuple[list[int], int]]) -> list[tuple[float, bool]]:
         """(window tokens, n) -> (sum of log p of the last n tokens, all of them argmax).
 
-        Windows are sorted by length and right-padded into batches: the model is causal,
-        so padding after a row's last input never changes that row's scored logits.
+        Windows with the same inputs (a multiple-choice question's one-token answers) share one
+        row. Rows are sorted by length and right-padded into batches: the model is causal, so
+        padding after a row's last input never changes that row's scored logits.
         """
         results: list[tuple[float, bool]] = [(0.0, True)] * len(items)
-        order = sorted(range(len(items)), key=lambda i: -len(items[i][0]))
-        for b in range(0, len(order), self.batch_size):
-            idx = order[b : b + self.batch_size]
-            width = len(items[idx[0]][0]) - 1
-            inp = torch.zeros(len(idx), width, dtype=torch.long)  # (B, L) right-padded inputs
-            for row, i in enumerate(idx):
-                toks = items[i][0]
-                inp[row, : len(toks) - 1] = torch.tensor(toks[:-1])
+        readers: dict[tuple[int, ...], list[int]] = {}  # input tokens -> the windows scored on them
+        for i, (toks, _) in enumerate(items):
+            readers.setdefault(tuple(toks[:-1]), []).append(i)
+        rows = sorted(readers, key=len, reverse=True)
+        for b in range(0, len(rows), self.batch_size):
+            batch = rows[b : b + self.batch_size]
+            inp = torch.zeros(len(batch), len(batch[0]), dtype=torch.long)  # (B, L) right-padded inputs
+            for row, tokens in enumerate(batch):
+                inp[row, : len(tokens)] = torch.tensor(tokens)
             inp = inp.to(self._device)
             with autocast_for(self._device):
                 logits = self.model(inp).logits  # (B, L, V)
             logp = F.log_softmax(logits.float(), dim=-1)  # (B, L, V) fp32: exact sums of many bytes
-            for row, i in enumerate(idx):
-                toks, n = items[i]
-                length = len(toks) - 1
-                target = torch.tensor(toks[-n:], device=self._device)  # (n,)
-                lp = logp[row, length - n : length]  # (n, V) the positions predicting the targets
-                total = lp.gather(-1, target[:, None]).sum().item()
-                greedy = bool((lp.argmax(-1) == target).all())
-                results[i] = (total, greedy)
+            for row, tokens in enumerate(batch):
+                for i in readers[tokens]:
+                    toks, n = items[i]
+                    target = torch.tensor(toks[-n:], device=self._device)  # (n,)
+                    lp = logp[row, len(tokens) - n : len(tokens)]  # (n, V) the positions predicting the targets
+                    results[i] = (lp.gather(-1, target[:, None]).sum().item(), bool((lp.argmax(-1) == target).all()))
         return results
 
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
