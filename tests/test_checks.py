@@ -3,6 +3,7 @@ right check; contract violations and hangs become errors without stopping the ot
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
@@ -189,7 +190,7 @@ def test_gate_key_tracks_code_version(broken):
     assert inputs["sources"]["attention/softmax.py"] == file_sha256(softmax.__file__)
     assert inputs["device"].startswith("cpu:") and inputs["torch"] == torch.__version__
     assert len(inputs["gate_code"]) == 16  # a content hash of the gate's packages
-    bumped = gate_key_inputs(type(variant)(**{**variant.__dict__, "version": "2"}), "cpu")
+    bumped = gate_key_inputs(dataclasses.replace(variant, version="2"), "cpu")
     assert content_key(bumped) != content_key(inputs)
     assert content_key(gate_key_inputs(variant, "cpu")) == content_key(inputs)
 
