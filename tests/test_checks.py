@@ -11,7 +11,8 @@ import time
 import pytest
 import torch
 
-from attnbench.gate.checks import CHECKS, check_variants, format_table, gate_key_inputs, passed, run_checks
+from attnbench.gate.checks import CHECKS, check_variants, format_table, passed, run_checks
+from attnbench.gate.verdicts import gate_key_inputs
 from attnbench.plugins.attention import softmax
 from attnbench.registry.identity import file_sha256
 from attnbench.registry.loader import get_plugin_manager, load_registry

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from attnbench.gate.checks import gate_key_inputs, run_checks
-from attnbench.gate.verdicts import cell_lengths, gate_variant
+from attnbench.gate.checks import run_checks
+from attnbench.gate.verdicts import cell_lengths, gate_key_inputs, gate_variant
 from attnbench.plan.base import Budget, TrainSpec
 from attnbench.plan.speed_spec import SpeedSpec
 from attnbench.plan.suite import load_suite

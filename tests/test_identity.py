@@ -23,7 +23,7 @@ import json, sys
 import attnbench
 from attnbench import load_registry
 from attnbench.experiments.registry import expand_suite
-from attnbench.gate.checks import gate_key_inputs
+from attnbench.gate.verdicts import gate_key_inputs
 from attnbench.plan.suite import load_suite
 from attnbench.store.provenance import content_key
 assert attnbench.__file__.startswith(sys.argv[2]), attnbench.__file__  # the copy, not the checkout

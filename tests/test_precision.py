@@ -104,7 +104,8 @@ def test_train_precision_is_recorded_with_the_run_and_the_gate_checks_bf16(tmp_p
 
 
 def test_an_fp32_run_on_a_cpu_skips_the_autocast_checks_and_keys_its_verdict_apart(registry):
-    from attnbench.gate.checks import gate_key_inputs, run_checks
+    from attnbench.gate.checks import run_checks
+    from attnbench.gate.verdicts import gate_key_inputs
     from attnbench.store.provenance import content_key
 
     softmax = registry.get("softmax")

@@ -3,7 +3,6 @@ its numbers are recorded.
 
     results = run_checks(variant, device="cpu")      # -> list[CheckResult], one per CHECKS
     print(format_table({variant.name: results}))
-    key = content_key(gate_key_inputs(variant, "cpu"))  # cache the verdict per code version
 
 Each check is isolated: an exception (a builder that raises, a mixer returning the wrong
 shape or dtype) becomes an "error" result and the other checks still run. All checks of one
@@ -20,7 +19,6 @@ from typing import Any
 
 import torch
 
-from attnbench import __version__
 from attnbench.contract.config import ModelConfig
 from attnbench.contract.variant import Variant
 from attnbench.gate.common import (
@@ -54,8 +52,6 @@ from attnbench.gate.scale import (
     check_incremental_at_scale,
     check_leak_at_scale,
 )
-from attnbench.registry.identity import code_hash, variant_identity
-from attnbench.store.provenance import device_name
 
 __all__ = [
     "CHECKS",
@@ -65,7 +61,6 @@ __all__ = [
     "default_config",
     "format_table",
     "gate_autocast",
-    "gate_key_inputs",
     "gate_lengths",
     "passed",
     "run_checks",
@@ -115,8 +110,9 @@ _SHORT = {
     "autocast_at_scale": "amp@scale",
 }
 DEFAULT_TIME_LIMIT_S = 300.0
-# The code a verdict depends on: the gate itself and the shared model it builds.
+
 GATE_CODE = ("attnbench.gate", "attnbench.contract", "attnbench.nn")
+# The code a verdict depends on: the gate itself and the shared model it builds.
 
 
 def default_config(variant: Variant) -> ModelConfig:
@@ -359,45 +355,3 @@ def format_table(results: dict[str, list[CheckResult]], *, verbose: bool = False
     ok = sum(passed(rs) for rs in results.values())
     lines.append(f"{ok}/{len(results)} variants passed every check")
     return "\n".join(lines)
-
-
-def _key_lengths(lengths: Iterable[int]) -> list[Any]:
-    try:
-        return list(gate_lengths(lengths))
-    except (TypeError, ValueError):  # not lengths: run_checks reports the error; the key still differs
-        return [repr(n) for n in lengths]
-
-
-def gate_key_inputs(
-    variant: Variant,
-    device: str | torch.device,
-    *,
-    config: ModelConfig | None = None,
-    long_T: int = DEFAULT_LONG_T,
-    autocast: Iterable[str] | None = None,
-    lengths: Iterable[int] = (),
-) -> dict[str, Any]:
-    """What identifies one verdict: the variant's code version, the gate's own code and
-    settings (the experiment lengths probed among them: a longer experiment is checked anew),
-    the device and library versions. Hash with ``provenance.content_key``.
-    Source files are identified by content (sha256), not by path, so a moved checkout
-    keeps its cached verdicts.
-    """
-    dev = torch.device(device)
-    try:
-        settings = (config or default_config(variant)).to_dict()
-    except ValueError as exc:  # options that do not validate: run_checks reports the error
-        settings = {"error": str(exc)}
-    return {
-        **variant_identity(variant),
-        "device": device_name(dev) if dev.type != "cuda" or torch.cuda.is_available() else str(dev),
-        "torch": torch.__version__,
-        "harness": __version__,
-        "gate_code": code_hash(*GATE_CODE),
-        "settings": {
-            "config": settings,
-            "long_T": long_T,
-            "autocast": list(gate_autocast(dev, autocast)),
-            "lengths": _key_lengths(lengths),
-        },
-    }

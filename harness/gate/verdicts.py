@@ -4,17 +4,29 @@ per code version, and `attnbench run` refuses numbers from a variant that failed
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
+from attnbench import __version__
 from attnbench.contract.config import ModelConfig
 from attnbench.contract.variant import Variant
-from attnbench.gate.checks import CHECKS, CheckResult, default_config, gate_autocast, gate_key_inputs, run_checks
+from attnbench.gate.checks import (
+    CHECKS,
+    DEFAULT_LONG_T,
+    GATE_CODE,
+    CheckResult,
+    default_config,
+    gate_autocast,
+    gate_lengths,
+    run_checks,
+)
 from attnbench.gate.reproduce import check_command, code_key, option_changes
+from attnbench.registry.identity import code_hash, variant_identity
 from attnbench.store.database import Store
-from attnbench.store.provenance import content_key, provenance
+from attnbench.store.provenance import content_key, device_name, provenance
 
 
 @dataclass(frozen=True)
@@ -28,6 +40,48 @@ class Verdict:
     @property
     def failed(self) -> list[str]:
         return [r.check for r in self.results if r.status in ("fail", "error")]
+
+
+def _key_lengths(lengths: Iterable[int]) -> list[Any]:
+    try:
+        return list(gate_lengths(lengths))
+    except (TypeError, ValueError):  # not lengths: run_checks reports the error; the key still differs
+        return [repr(n) for n in lengths]
+
+
+def gate_key_inputs(
+    variant: Variant,
+    device: str | torch.device,
+    *,
+    config: ModelConfig | None = None,
+    long_T: int = DEFAULT_LONG_T,
+    autocast: Iterable[str] | None = None,
+    lengths: Iterable[int] = (),
+) -> dict[str, Any]:
+    """What identifies one verdict: the variant's code version, the gate's own code and
+    settings (the experiment lengths probed among them: a longer experiment is checked anew),
+    the device and library versions. Hash with ``provenance.content_key``.
+    Source files are identified by content (sha256), not by path, so a moved checkout
+    keeps its cached verdicts.
+    """
+    dev = torch.device(device)
+    try:
+        settings = (config or default_config(variant)).to_dict()
+    except ValueError as exc:  # options that do not validate: run_checks reports the error
+        settings = {"error": str(exc)}
+    return {
+        **variant_identity(variant),
+        "device": device_name(dev) if dev.type != "cuda" or torch.cuda.is_available() else str(dev),
+        "torch": torch.__version__,
+        "harness": __version__,
+        "gate_code": code_hash(*GATE_CODE),
+        "settings": {
+            "config": settings,
+            "long_T": long_T,
+            "autocast": list(gate_autocast(dev, autocast)),
+            "lengths": _key_lengths(lengths),
+        },
+    }
 
 
 def cell_lengths(cell: Any) -> tuple[int, ...]:
