@@ -104,9 +104,12 @@ def test_real_report_files_tables_and_figures(real_store, real_report):
     pngs = sorted((real_report / "figures").glob("*.png"))
     # Figures: loss curves, recall accuracy, forward and decode speed; embedded and beside the Markdown.
     assert {p.stem for p in pngs} >= {"lm-loss-d32_L1_H2", "recall-recall", "sp-forward-m0", "sp-decode-m0"}
+    # Each figure in the page once: embedded as its PNG, or the headline picture as inline SVG (its PNG beside).
     images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
-    assert len(images) == len(pngs)
-    assert {base64.b64decode(i) for i in images} == {p.read_bytes() for p in pngs}
+    inline = re.findall(r"<figure><svg [^>]*>\s*<title>([^<]*)</title>", html)
+    assert len(images) + len(inline) == len(pngs) and inline in ([], ["Quality against cost"])
+    beside = {(real_report / "figures" / "tradeoff.png").read_bytes()} if inline else set()
+    assert {base64.b64decode(i) for i in images} | beside == {p.read_bytes() for p in pngs}
     for p in pngs:
         assert f"(figures/{p.name})" in md
     # Self-contained: no script, no external resource.
@@ -431,7 +434,7 @@ def test_report_removes_staging_folders_killed_writers_left(tmp_path, capsys):
     Store(tmp_path / "s.sqlite").close()
     out = tmp_path / "out"
     hour_ago = os.path.getmtime(tmp_path) - 3600
-    left = [tmp_path / ".out.4194999.0badc0de.tmp", tmp_path / ".out.old.0badc0de"]  # no such process
+    left = [tmp_path / ".out.4194999.0badc0de.tmp", tmp_path / ".out.4194999.0badc0de.old"]  # no such process
     kept = [
         tmp_path / f".out.{os.getpid()}.12345678.tmp",  # a writer still running
         tmp_path / ".other.4194999.0badc0de.tmp",  # another report's
@@ -443,6 +446,63 @@ def test_report_removes_staging_folders_killed_writers_left(tmp_path, capsys):
     assert main(["report", "--store", str(tmp_path / "s.sqlite"), "--out", str(out)]) == 0
     assert capsys.readouterr().out.strip() == str(out / "index.html")
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == sorted(p.name for p in kept)
+
+
+def _old_report(folder: Path) -> dict[str, str]:
+    """A report folder as an earlier writer left it, with the user's own file in it."""
+    (folder / "figures").mkdir(parents=True)
+    files = {"index.html": "the old page", "report.md": "the old text", "figures/a.png": "old", "mine.txt": "own"}
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return files
+
+
+def test_a_writer_stopped_between_its_two_renames_puts_the_old_report_back(tmp_path, monkeypatch):
+    import sys
+
+    write = sys.modules["attnbench.report.write"]  # the module (the package exports a function of that name)
+    Store(tmp_path / "s.sqlite").close()
+    out = tmp_path / "out"
+    files = _old_report(out)
+    real_replace, stopped = os.replace, []
+
+    def stopped_before_the_new_one_moves_in(src, dst):
+        if Path(dst) == out and not stopped:  # the old report is aside, the new one not yet in
+            stopped.append(src)
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(write.os, "replace", stopped_before_the_new_one_moves_in)
+    with pytest.raises(KeyboardInterrupt):
+        write_report(tmp_path / "s.sqlite", None, out)
+    monkeypatch.undo()
+    assert stopped and {p.relative_to(out).as_posix(): p.read_text() for p in out.rglob("*") if p.is_file()} == files
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_the_next_writer_puts_back_a_report_a_killed_writer_left_aside(tmp_path, monkeypatch):
+    """Killed between its two renames, a writer leaves no report folder and the old one aside: the
+    next writer puts it back before anything else, so its own failure still leaves the old report."""
+    import sys
+
+    write = sys.modules["attnbench.report.write"]
+    Store(tmp_path / "s.sqlite").close()
+    out, aside = tmp_path / "out", tmp_path / ".out.4194999.0badc0de.old"  # no such process
+    files = _old_report(aside)
+    hour_ago = os.path.getmtime(tmp_path) - 3600
+    os.utime(aside, (hour_ago, hour_ago))
+
+    def dies(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(write, "to_html", dies)
+    with pytest.raises(KeyboardInterrupt):
+        write_report(tmp_path / "s.sqlite", None, out)
+    monkeypatch.undo()
+    assert {p.relative_to(out).as_posix(): p.read_text() for p in out.rglob("*") if p.is_file()} == files
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    write_report(tmp_path / "s.sqlite", None, out)
+    assert (out / "mine.txt").read_text() == "own" and "the old page" not in (out / "index.html").read_text()
 
 
 def test_paths_that_are_not_stores_are_typed_errors(tmp_path, capsys):

@@ -1,11 +1,12 @@
 """Writing a report to a folder: ``index.html`` (self-contained), ``report.md`` with its
-figures in ``figures/``, and every table as CSV and Parquet in ``tables/``. The folder is
-written beside the target and swapped in whole (a killed writer leaves the old report);
-files this writer made earlier are replaced, anything else in the folder is kept."""
+figures in ``figures/``, and every table as CSV and Parquet in ``tables/``. The new report is
+written into a folder beside the target, then two renames swap it in: the old folder aside, the
+new one in its place. A writer stopped before the swap leaves the old report whole; one stopped
+between the two renames leaves it aside, and it is put back (at once, or by the next writer).
+Files this writer made earlier are replaced, anything else in the folder is kept."""
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import re
@@ -21,8 +22,9 @@ from attnbench.report.render import to_html, to_markdown
 from attnbench.report.values import scalar
 
 _OWNED = {"figures": (".png",), "tables": (".csv", ".parquet")}
-# What a writer stages beside the report folder NAME: .NAME.PID.HEX.tmp, and .NAME.old.HEX while swapping.
-_STAGING = re.compile(r"\.(?P<name>.+)\.(?:(?P<pid>\d+)\.[0-9a-f]{8}\.tmp|old\.[0-9a-f]{8})")
+# What a writer makes beside the report folder NAME: .NAME.PID.HEX.tmp, the new report being written,
+# and .NAME.PID.HEX.old, the old report set aside during the swap.
+_STAGING = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.(?P<kind>tmp|old)")
 
 
 def safe_name(name: str) -> str:
@@ -60,17 +62,6 @@ def _parquet_ready(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
-
-
 def _carry_over(old: Path, new: Path) -> None:
     """Copy what the writer does not own from the old report folder into the new one."""
     for entry in old.iterdir():
@@ -84,23 +75,11 @@ def _carry_over(old: Path, new: Path) -> None:
             (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, new / entry.name)
 
 
-def _swap_in(tmp: Path, out_dir: Path) -> None:
-    """Make ``tmp`` the report folder: a reader sees the old report or the new one, never a mix."""
-    if not out_dir.exists():
-        os.replace(tmp, out_dir)
-        return
-    _carry_over(out_dir, tmp)
-    if _exchange(tmp, out_dir):  # tmp now holds the old report
-        shutil.rmtree(tmp, ignore_errors=True)
-        return
-    old = out_dir.with_name(f".{out_dir.name}.old.{uuid.uuid4().hex[:8]}")
-    os.replace(out_dir, old)  # no exchange here: the folder is absent between these two renames
-    os.replace(tmp, out_dir)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def _running(pid: int) -> bool:
-    """Whether a process with this id runs on this machine."""
+    """Whether a process with this id runs on this machine (assumed on Windows, where os.kill
+    would end it)."""
+    if os.name == "nt":
+        return True
     try:
         os.kill(pid, 0)  # signal 0: only asks
     except (ProcessLookupError, OverflowError):
@@ -110,35 +89,44 @@ def _running(pid: int) -> bool:
     return pid > 0
 
 
-def _remove_stale(out_dir: Path, started: float) -> None:
-    """Staging folders a killed writer left beside ``out_dir``: older than this writer's start,
-    and not of a process still running here (a writer on another machine sharing the folder
-    has started after us, or has been at it since before us and is gone)."""
-    for entry in out_dir.parent.iterdir():
+def _clear_left_behind(out_dir: Path, started: float) -> None:
+    """What killed writers left beside ``out_dir``: folders older than this writer's start, of a
+    process not running here (a writer on another machine sharing the folder has started after us,
+    or has been at it since before us and is gone). A report set aside while no report is in place
+    is put back; the rest is removed."""
+    for entry in sorted(out_dir.parent.iterdir(), key=lambda e: e.name):
         found = _STAGING.fullmatch(entry.name)
         if found is None or found["name"] != out_dir.name or not entry.is_dir() or entry.is_symlink():
             continue
         try:
-            stale = entry.stat().st_mtime < started and not (found["pid"] and _running(int(found["pid"])))
+            stale = entry.stat().st_mtime < started and not _running(int(found["pid"]))
         except OSError:  # removed meanwhile
             continue
-        if stale:
+        if stale and found["kind"] == "old" and not out_dir.exists():
+            os.replace(entry, out_dir)
+        elif stale:
             shutil.rmtree(entry, ignore_errors=True)
 
 
 def write(report: Report, out_dir: Path) -> Path:
     """Write ``report`` as the folder ``out_dir``; returns the path of ``index.html``. The new
-    report is written beside it and swapped in whole; what the writer does not own is kept,
-    and staging folders that killed writers left are removed."""
-    started = time.time()
+    report is written beside it and swapped in by two renames; what the writer does not own is
+    kept, and what killed writers left is cleared first."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale(out_dir, started)
-    tmp = out_dir.with_name(f".{out_dir.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    _clear_left_behind(out_dir, time.time())
+    stem = f".{out_dir.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    new, old = out_dir.with_name(f"{stem}.tmp"), out_dir.with_name(f"{stem}.old")
     try:
-        _write_into(report, tmp)
-        _swap_in(tmp, out_dir)
+        _write_into(report, new)
+        if out_dir.exists():
+            _carry_over(out_dir, new)
+            os.replace(out_dir, old)  # until the next rename there is no report folder
+        os.replace(new, out_dir)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # left only when writing failed
+        if old.exists() and not out_dir.exists():  # stopped between the two renames
+            os.replace(old, out_dir)
+        shutil.rmtree(new, ignore_errors=True)  # left only when writing failed
+        shutil.rmtree(old, ignore_errors=True)
     return (out_dir / "index.html").resolve()
 
 
