@@ -228,7 +228,8 @@ LAYOUT_PROBE = """<script>
 const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
 document.body.setAttribute("data-layout", JSON.stringify({
   verdict: [...document.querySelectorAll("#answer table tr")].map(box),
-  picture: box(document.querySelector("#answer figure img")),
+  picture: box(document.querySelector("#answer figure svg")),
+  labels: [...document.querySelectorAll('#answer figure svg [id^="tradeoff-label-"]')].map(box),
   width: innerWidth, height: innerHeight}));
 </script></body>"""
 
@@ -271,6 +272,17 @@ def test_the_first_screen_at_1400_by_900_shows_the_verdict_table_and_the_picture
     assert len(layout["verdict"]) == 4  # the header, the baseline's row, then linear and window against it
     for left, top, right, bottom in [*layout["verdict"], layout["picture"]]:
         assert 0 <= left < right <= 1400 and 0 <= top < bottom <= 900
+    # Every point's label, as the browser lays out the picture's text, inside the picture and clear of every other.
+    labels = layout["labels"]
+    assert len(labels) == 12  # three variants, two experiments, two costs
+    p_left, p_top, p_right, p_bottom = layout["picture"]
+    for i, (left, top, right, bottom) in enumerate(labels):
+        assert p_left <= left < right <= p_right and p_top <= top < bottom <= p_bottom
+        for other in labels[i + 1 :]:
+            assert not (left < other[2] and other[0] < right and top < other[3] and other[1] < bottom), (
+                labels[i],
+                other,
+            )
     # The screenshot of the page itself (CSP on) shows the picture where the probe measured it.
     shot = tmp_path / "first-screen.png"
     proc = subprocess.run([*flags, f"--screenshot={shot}", index.as_uri()], capture_output=True, text=True, timeout=120)
@@ -280,6 +292,57 @@ def test_the_first_screen_at_1400_by_900_shows_the_verdict_table_and_the_picture
     left, top, right, bottom = (round(v) for v in layout["picture"])
     region = pixels[top:bottom, left:right, :3]
     assert (region.min(axis=2) < 0.6).mean() > 0.01  # drawn: axes, points and labels, not a blank box
+
+
+def test_labels_of_variants_sharing_a_point_never_overlap():
+    """Recall against cost where five variants have not learned and sit at one point, a sixth a
+    hair beside them and two learned ones close together: by the renderer's own text extents no
+    label covers another, and every variant is named."""
+    from itertools import combinations
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    from attnbench.report.figures import make_palette
+    from attnbench.report.tradeoff import LABEL_ID, draw_tradeoff
+
+    def row(variant: str, value: float, step: float, state: int, unlearned: bool) -> dict:
+        return {
+            "experiment": "recall",
+            "variant": variant,
+            "metric": "accuracy",
+            "value_mean": value,
+            "value_lo": value - 0.02,
+            "value_hi": value + 0.02,
+            "step_time_s": step,
+            "state_bytes": state,
+            "unlearned": unlearned,
+        }
+
+    shared = [row(v, 0.34, 0.016, 16896, True) for v in ("additive", "heinsen", "linear", "windowed", "gla")]
+    rows = pd.DataFrame(
+        [
+            *shared,
+            row("retnet", 0.345, 0.0162, 17000, True),
+            row("softmax", 0.94, 0.025, 65536, False),
+            row("future", 0.93, 0.026, 65536, False),
+        ]
+    )
+    fig = draw_tradeoff(rows, make_palette(rows["variant"]), 1024)
+    assert fig is not None
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    labels = [t for ax in fig.axes for t in ax.texts]
+    assert all(str(t.get_gid()).startswith(f"{LABEL_ID}-") for t in labels)
+    for variant in rows["variant"]:
+        assert sum(variant in t.get_text() for t in labels) == 2  # named once in each cost's panel
+    boxes = [Text.get_window_extent(t, canvas.get_renderer()) for t in labels]  # the text alone, not its line
+    overlapping = [
+        (a.get_text(), b.get_text())
+        for (a, x), (b, y) in combinations(zip(labels, boxes, strict=True), 2)
+        if x.overlaps(y)
+    ]
+    assert overlapping == []
 
 
 def test_a_suite_without_a_speed_experiment_is_told_where_speed_comes_from(tmp_path):
