@@ -109,7 +109,7 @@ def test_every_schema_property_says_what_it_means():
     [
         ("attnbench.plan.base:TrainSpec", "lr"),
         ("attnbench.plan.base:ModelSpec", "positions"),
-        ("attnbench.plan.base:Protocol", "replicate"),
+        ("attnbench.plan.protocol:Protocol", "replicate"),
         ("attnbench.plan.speed_spec:SpeedSpec", "time_limit_s"),
         ("attnbench.data.spec:DataSpec", "tokenizer"),
         ("attnbench.plan.specs:LmEvalSpec", "batch_size"),
