@@ -25,7 +25,7 @@ def test_committed_docs_match_the_models(tmp_path):
 
 def test_reference_lists_every_key_of_the_models():
     from attnbench.data.spec import DataSpec
-    from attnbench.plan import base, protocol, specs, speed_spec
+    from attnbench.plan import base, downstream_spec, protocol, speed_spec
     from attnbench.plan.reference import reference_markdown
 
     text = reference_markdown()
@@ -34,13 +34,13 @@ def test_reference_lists_every_key_of_the_models():
         base.TrainSpec,
         speed_spec.SpeedSpec,
         base.ModelSpec,
-        specs.LmEvalSpec,
+        downstream_spec.LmEvalSpec,
         base.Budget,
         protocol.Protocol,
         protocol.Tuning,
         protocol.SeedRounds,
         protocol.Expectation,
-        specs.FinetuneSpec,
+        downstream_spec.FinetuneSpec,
     ):
         for key in model.model_fields:
             assert f"| `{key}` |" in text, f"{model.__name__}.{key} missing from the reference"
@@ -112,7 +112,7 @@ def test_every_schema_property_says_what_it_means():
         ("attnbench.plan.protocol:Protocol", "replicate"),
         ("attnbench.plan.speed_spec:SpeedSpec", "time_limit_s"),
         ("attnbench.data.spec:DataSpec", "tokenizer"),
-        ("attnbench.plan.specs:LmEvalSpec", "batch_size"),
+        ("attnbench.plan.downstream_spec:LmEvalSpec", "batch_size"),
         ("attnbench.plan.suite:Suite", "retries"),
     ],
 )

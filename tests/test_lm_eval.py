@@ -22,7 +22,7 @@ from attnbench.experiments.lm_eval.model import AttnbenchLM
 from attnbench.experiments.registry import expand_suite
 from attnbench.nn.checkpoint import load_checkpoint, save_checkpoint
 from attnbench.nn.generate import generate
-from attnbench.plan.specs import LmEvalSpec
+from attnbench.plan.downstream_spec import LmEvalSpec
 from attnbench.plan.suite import load_suite
 from attnbench.registry.loader import load_registry
 from attnbench.store.database import Store

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from attnbench.data.spec import DataSpec
-from attnbench.plan import base, defaults, protocol, scaling_spec, specs, speed_spec
+from attnbench.plan import base, defaults, downstream_spec, protocol, scaling_spec, specs, speed_spec
 from attnbench.plan.grid_window import GridWindow
 from attnbench.plan.suite import Suite
 
@@ -108,17 +108,17 @@ SECTIONS: list[tuple[str, type[BaseModel], str, str]] = [
     ("Speed settings", speed_spec.SpeedSpec, "speed", "speed: {T_min: 128, T_max: 1024, modes: [forward, decode]}"),
     ("Scaling (kind: scaling)", scaling_spec.ScalingExperiment, "experiments[]", "kind: scaling"),
     ("Scaling settings", scaling_spec.ScalingSpec, "scaling", "scaling: {tokens_per_param: 4, seq_len: 128}"),
-    ("lm-eval (kind: lm_eval)", specs.LmEvalExperiment, "experiments[]", "kind: lm_eval"),
+    ("lm-eval (kind: lm_eval)", downstream_spec.LmEvalExperiment, "experiments[]", "kind: lm_eval"),
     (
         "lm-eval settings",
-        specs.LmEvalSpec,
+        downstream_spec.LmEvalSpec,
         "lm_eval",
         "lm_eval: {from_experiment: text, tasks: [attnbench_recall], include_path: lm_eval_tasks}",
     ),
-    ("Fine-tuning (kind: finetune)", specs.FinetuneExperiment, "experiments[]", "kind: finetune"),
+    ("Fine-tuning (kind: finetune)", downstream_spec.FinetuneExperiment, "experiments[]", "kind: finetune"),
     (
         "Fine-tuning settings",
-        specs.FinetuneSpec,
+        downstream_spec.FinetuneSpec,
         "finetune",
         "finetune: {from_experiment: text, method: lora, ranks: [1, 4, 16], target: mixer,\n"
         "           budget: {steps: 300}, batch_size: 16, seq_len: 64, lr: 1.0e-3}",
@@ -229,7 +229,7 @@ def reference_markdown() -> str:
             specs.TrainExperiment,
             speed_spec.SpeedExperiment,
             scaling_spec.ScalingExperiment,
-            specs.LmEvalExperiment,
+            downstream_spec.LmEvalExperiment,
         )
         out += [f"## {title}", ""]
         if where:

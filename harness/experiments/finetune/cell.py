@@ -30,7 +30,7 @@ from attnbench.nn.checkpoint import load_checkpoint, run_checkpoint
 from attnbench.nn.model import LanguageModel
 from attnbench.nn.precision import autocast_for, resolve
 from attnbench.plan.cells import Cell
-from attnbench.plan.specs import FinetuneSpec
+from attnbench.plan.downstream_spec import FinetuneSpec
 from attnbench.store.database import Metric, Result
 
 

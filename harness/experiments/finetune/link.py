@@ -13,8 +13,9 @@ import dataclasses
 import importlib.metadata as md
 
 from attnbench.plan.cells import Cell, no_trained_cell_text, trained_cells_for
+from attnbench.plan.downstream_spec import FinetuneSpec
 from attnbench.plan.halving import tuned_source_error
-from attnbench.plan.specs import FinetuneSpec, TrainExperiment
+from attnbench.plan.specs import TrainExperiment
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.store.provenance import content_key
 

@@ -38,7 +38,7 @@ from attnbench.contract.variant import Variant
 from attnbench.experiments.base import COMMON_CODE, CellOutcome, Kind, RunContext, trained_run
 from attnbench.plan.after_tuning import as_template, final_cells_for, template_error, tuned_source
 from attnbench.plan.cells import Cell, no_trained_cell_text, trained_cells_for
-from attnbench.plan.specs import LmEvalSpec
+from attnbench.plan.downstream_spec import LmEvalSpec
 from attnbench.plan.suite import Suite, suite_error_at
 from attnbench.store.database import Result
 from attnbench.store.provenance import content_key
