@@ -56,7 +56,8 @@ def trained_checkpoint(tmp: Path, args: argparse.Namespace) -> Path:
 def build_paths(checkpoint: Path, tmp: Path, batch_size: int) -> tuple[dict[str, Any], dict[str, float]]:
     """Both lm-eval models of ``checkpoint`` and the seconds each took to build."""
     from lm_eval.models.huggingface import HFLM
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.models.auto.modeling_auto import AutoModelForCausalLM
+    from transformers.models.auto.tokenization_auto import AutoTokenizer
 
     from attnbench.experiments.lm_eval.model import AttnbenchLM
     from attnbench.export.writer import export_checkpoint

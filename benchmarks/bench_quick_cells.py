@@ -33,6 +33,7 @@ from attnbench.experiments.train.loop import build_model, make_optimizer
 from attnbench.plan.base import TrainSpec
 from attnbench.plan.cells import expand
 from attnbench.plan.suite import load_suite
+from attnbench.plan.validation import check_suite
 from attnbench.registry.loader import load_registry
 from attnbench.run.heap import keep_freed_heap
 
@@ -86,7 +87,7 @@ def cells_of(suite_path: str, experiments: list[str], names: list[str]) -> dict[
     registry = load_registry()
     suite = load_suite(suite_path)
     out: dict[str, dict[str, tuple]] = {e: {} for e in experiments}
-    for cell in expand(suite, registry):
+    for cell in expand(check_suite(suite, registry)):
         for name in names:
             variant, _, path = name.partition(":")
             if cell.experiment in out and cell.variant == variant and name not in out[cell.experiment]:

@@ -49,7 +49,7 @@ def _split_value(results: pd.DataFrame, name: str, split: str) -> float | None:
 def battery_cells(data: StoreData) -> pd.DataFrame:
     """One row per finished battery run: its tier, variant, task, setting (the experiment),
     grid point, seed, validation and test accuracy, and the answers the accuracy counts."""
-    results = {int(run_id): rows for run_id, rows in data.results.groupby("run_id")}
+    results = {int(str(run_id)): rows for run_id, rows in data.results.groupby("run_id")}
     rows = []
     for run in data.runs_of("train").to_dict("records"):
         coords: dict[str, Any] = run["coords"]
